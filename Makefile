@@ -1,0 +1,49 @@
+# bkaudit — two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+AIRFLOW_VENV := .venv-airflow
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast lint bench airflow prereqs clean
+
+prereqs:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
+	@command -v java >/dev/null 2>&1 || { echo "bkaudit needs Java 17+ for ZooKeeper and Spark (Debian: apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
+	  [ "$${v:-0}" -ge 17 ] || { echo "bkaudit needs Java 17+, found Java $${v:-unknown} (Debian: apt-get install openjdk-17-jre-headless)"; exit 1; }
+
+$(STAMP): pyproject.toml | prereqs
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+$(AIRFLOW_STAMP): airflow_dags/requirements.txt | prereqs
+	@test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AIRFLOW_VENV)/bin/python -m pip install -q -r airflow_dags/requirements.txt
+	@touch $(AIRFLOW_STAMP)
+
+airflow: $(AIRFLOW_STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/bkaudit demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check bkaudit jobs tests bench airflow_dags
+	$(VENV)/bin/mypy
+
+test: $(STAMP) $(AIRFLOW_STAMP) lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP) lint
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/formats.py
+
+clean:
+	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,211 @@
+"""Typed settings: conf/bkaudit.toml < environment (BKAUDIT_*) < CLI flags.
+
+Each subsystem declares its section as a frozen dataclass decorated with `@section("name")`; defaults live
+there (one source of truth), conf/bkaudit.toml documents them, docs/config.md maps them to BookKeeper's keys.
+
+Environment: `BKAUDIT_<SECTION>__<KEY>` (double underscore), e.g. `BKAUDIT_CHECKER__GRACE_PERIOD_S=600`.
+Top-level shortcuts: `BKAUDIT_ZK` (ZooKeeper connect string) and `BKAUDIT_ROOT` (ledgers root).
+An invalid value fails fast with ConfigError naming the key and the reason; unknown keys are errors too
+(a typo in a config file should not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bkaudit.errors import ConfigError
+
+T = TypeVar("T")
+
+_SECTIONS: dict[str, type[Any]] = {}
+_SHORTCUTS = {"BKAUDIT_ZK": ("zk", "connect"), "BKAUDIT_ROOT": ("zk", "root")}
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "conf" / "bkaudit.toml"
+
+
+def section(name: str) -> Callable[[type[T]], type[T]]:
+    """Register a frozen dataclass as the settings section `name`."""
+
+    def register(cls: type[T]) -> type[T]:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"{cls.__name__} must be a dataclass")
+        _SECTIONS[name] = cls
+        cls.__config_section__ = name  # type: ignore[attr-defined]
+        return cls
+
+    return register
+
+
+def sections() -> Mapping[str, type[Any]]:
+    """Registered sections (import the subsystem modules first to register theirs)."""
+    return dict(_SECTIONS)
+
+
+@section("zk")
+@dataclasses.dataclass(frozen=True)
+class ZkSettings:
+    """ZooKeeper connection shared by every part."""
+
+    connect: str = "127.0.0.1:2181"
+    root: str = "/ledgers"
+    session_timeout_s: float = 30.0
+    connect_timeout_s: float = 15.0
+    # digest authentication ("user:password") and CREATOR_ALL ACLs, as BookKeeper's zkEnableSecurity
+    auth_digest: str = ""
+    enable_security: bool = False
+    # ledger manager layout for writing new ledgers: hierarchical | longhierarchical | legacyhierarchical
+    layout: str = "hierarchical"
+
+    def __post_init__(self) -> None:
+        if not self.connect.strip():
+            raise ConfigError("zk.connect", "must not be empty")
+        if not self.root.startswith("/") or (len(self.root) > 1 and self.root.endswith("/")):
+            raise ConfigError("zk.root", f"must be an absolute znode path without trailing '/', got {self.root!r}")
+        if self.session_timeout_s <= 0:
+            raise ConfigError("zk.session_timeout_s", "must be > 0")
+        if self.layout not in ("hierarchical", "longhierarchical", "legacyhierarchical"):
+            raise ConfigError("zk.layout", f"unknown ledger layout {self.layout!r}")
+        if self.auth_digest and ":" not in self.auth_digest:
+            raise ConfigError("zk.auth_digest", "must be 'user:password'")
+
+
+class Settings:
+    """Resolved settings; `settings.get(ZkSettings)` or `settings["zk"]` returns a section instance."""
+
+    def __init__(self, values: Mapping[str, Mapping[str, Any]], source: str) -> None:
+        self._raw = {k: dict(v) for k, v in values.items()}
+        self._cache: dict[str, Any] = {}
+        self.source = source
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._cache:
+            cls = _SECTIONS.get(name)
+            if cls is None:
+                raise ConfigError(name, "unknown configuration section")
+            self._cache[name] = _build(name, cls, self._raw.get(name, {}))
+        return self._cache[name]
+
+    def get(self, cls: type[T]) -> T:
+        name = getattr(cls, "__config_section__", None)
+        if name is None:
+            raise TypeError(f"{cls.__name__} is not a registered settings section")
+        return typing.cast(T, self[name])
+
+    def raw(self) -> dict[str, dict[str, Any]]:
+        """The merged key/values (for recording a run's configuration)."""
+        return {k: dict(v) for k, v in self._raw.items()}
+
+    def validate_all(self) -> None:
+        """Build every section present in the input (fail fast at start-up, not mid-job)."""
+        for name in self._raw:
+            self[name]
+
+
+def load(
+    *,
+    path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Merge file < environment < overrides ({"section.key": value}); None overrides are ignored."""
+    environ = os.environ if environ is None else environ
+    merged: dict[str, dict[str, Any]] = {}
+    chosen = Path(path) if path else Path(environ["BKAUDIT_CONF"]) if environ.get("BKAUDIT_CONF") else DEFAULT_PATH
+    source = str(chosen)
+    if path or environ.get("BKAUDIT_CONF"):
+        if not chosen.is_file():
+            raise ConfigError("BKAUDIT_CONF" if not path else "--config", f"no such file: {chosen}")
+    if chosen.is_file():
+        try:
+            data = tomllib.loads(chosen.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(str(chosen), f"not valid TOML: {exc}") from exc
+        for name, values in data.items():
+            if not isinstance(values, dict):
+                raise ConfigError(name, "top-level keys must be [sections]")
+            merged.setdefault(name, {}).update(values)
+    else:
+        source = "defaults"
+    for var, value in environ.items():
+        if var in _SHORTCUTS:
+            sec, key = _SHORTCUTS[var]
+            merged.setdefault(sec, {})[key] = value
+        elif var.startswith("BKAUDIT_") and "__" in var:
+            sec, _, key = var[len("BKAUDIT_") :].partition("__")
+            merged.setdefault(sec.lower(), {})[key.lower()] = value
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        sec, _, key = dotted.partition(".")
+        if not key:
+            raise ConfigError(dotted, "override keys are 'section.key'")
+        merged.setdefault(sec, {})[key] = value
+    return Settings(merged, source)
+
+
+def _build(name: str, cls: type[Any], values: Mapping[str, Any]) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"{name}.{key}", f"unknown key (known: {', '.join(sorted(fields))})")
+        kwargs[key] = _coerce(f"{name}.{key}", hints[key], value)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(name, str(exc)) from exc
+
+
+def _coerce(key: str, hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("", "none", "null")):
+            return None
+        return _coerce(key, args[0], value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(key, f"expected a boolean, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(key, f"expected an integer, got {value!r}") from None
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(key, f"expected a number, got {value!r}") from None
+    if hint is str:
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        return str(value)
+    if origin in (tuple, list):
+        (item,) = typing.get_args(hint)[:1] or (str,)
+        items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(key, f"expected a list, got {value!r}")
+        return tuple(_coerce(key, item, v) for v in items)
+    if origin is dict or hint is dict:
+        if isinstance(value, str):
+            raise ConfigError(key, "expected a table")
+        return dict(value)
+    return value
