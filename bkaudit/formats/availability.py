@@ -1,0 +1,488 @@
+"""BP-34 AvailabilityOfEntriesOfLedger: which entries of a ledger a bookie holds, as BookKeeper encodes them.
+
+A bookie answers GetListOfEntriesOfLedger with this encoding; the availability check compares it with the
+entries the bookie must store (a `Striping`, see `bkaudit.model.quorum`). Ledgers hold millions of entries, so
+nothing here materialises entry ids unless the caller asks to iterate them.
+
+Wire layout (big-endian, spec section 5): a 64-byte header (int32 version 0, int32 group count, 56 zero
+bytes), then per group int64 firstSequenceStart, int64 lastSequenceStart, int32 sequenceSize, int32
+sequencePeriod. A group is `sequenceSize` consecutive ids starting at firstSequenceStart, repeated every
+`sequencePeriod` ids up to the sequence starting at lastSequenceStart.
+
+Decoding policy (where we are stricter than Java, because an audit must never report a wrong answer):
+
+- Java's own encoder only emits period-0 groups, ascending and with distinct firsts; fed unsorted ids it can
+  emit groups whose ranges overlap (ids [1, 0, 1] give (0,0,2,0)(1,1,1,0)). Such overlapping *runs* are
+  accepted and merged, so `.total` counts every entry once (Java would count 3 there).
+- Groups must be strictly ascending by firstSequenceStart (Java re-sorts and lets a duplicate first silently
+  replace the earlier group, which drops entries).
+- A period-based group whose range overlaps another group is rejected: no BookKeeper producer emits one, and
+  its meaning would depend on Java's floor-lookup quirks.
+- lastSequenceStart must be a whole number of periods after firstSequenceStart, and the sequences of a group
+  must not overlap each other (sequenceSize <= sequencePeriod); otherwise Java's count and membership
+  disagree.
+- Entry ids are non-negative and must fit in int64.
+- Java answers `isEntryAvailable(last + size)` with true for groups whose sequences touch (size == period);
+  here membership is exact.
+
+Everything malformed raises `FormatError` naming the field and its byte offset in the encoding.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeAlias
+
+from bkaudit.errors import FormatError
+from bkaudit.model.quorum import Striping
+
+Group: TypeAlias = tuple[int, int, int, int]
+"""(first_sequence_start, last_sequence_start, sequence_size, sequence_period), as on the wire."""
+
+_Piece: TypeAlias = tuple[int, int, int, int]
+"""Normalised group (start, end, period, size), end = its last id; a run has period == size == its length."""
+
+HEADER_SIZE = 64
+GROUP_SIZE = 24
+CURRENT_VERSION = 0
+INVALID_ENTRY_ID = -1
+"""Java's "uninitialised" sentinel: the encoder skips it (and it ends the sequence being built)."""
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_HEADER = struct.Struct(">ii56x")
+_GROUP = struct.Struct(">qqii")
+
+
+# -- encoding ------------------------------------------------------------------------------------------------
+
+
+def encode(entry_ids: Iterable[int]) -> bytes:
+    """Encode entry ids exactly as BookKeeper's Java class does, quirks included.
+
+    Every maximal run of consecutive ids (in input order) becomes its own group (start, start, size, 0); ids
+    inside the run being built are dropped as duplicates; groups are written sorted by start, a later run with
+    the same start replacing an earlier one (Java's TreeMap.put). Unsorted input can therefore lose ids
+    ([1, 2, 3, 5, 1, 2] encodes {1, 2, 5}) or produce overlapping groups, just as Java does. -1 is skipped
+    (and, as in Java, ends the run being built).
+    """
+    return _pack_sequences(_java_sequences(entry_ids))
+
+
+def _java_sequences(entry_ids: Iterable[int]) -> list[tuple[int, int]]:
+    """(start, size) of the groups Java's encoder emits, sorted by start.
+
+    Java's group-merging branch can never fire (a new group has period 0 and lastSequenceStart == its first,
+    and the next sequence never starts there), so each closed sequence is one group.
+    """
+    by_start: dict[int, int] = {}
+    start, size = INVALID_ENTRY_ID, 0
+    for entry_id in entry_ids:
+        if not INVALID_ENTRY_ID <= entry_id <= _INT64_MAX:
+            raise ValueError(f"entry id {entry_id} is not a BookKeeper entry id (-1 .. 2**63-1)")
+        if start == INVALID_ENTRY_ID:
+            start, size = entry_id, 1
+        elif start <= entry_id < start + size:
+            continue
+        elif entry_id == start + size:
+            size += 1
+        else:
+            by_start[start] = size
+            start, size = entry_id, 1
+    if start != INVALID_ENTRY_ID:
+        by_start[start] = size
+    return sorted(by_start.items())
+
+
+def encode_runs(runs: Iterable[tuple[int, int]]) -> bytes:
+    """Encode ascending, disjoint inclusive (first, last) runs; the same bytes `encode` gives for their ids.
+
+    This is the bookie's path (its index is kept as runs), so well-formed input is packed in one pass into a
+    preallocated buffer. Adjacent runs are merged (as Java would) and runs longer than int32 are split, on a
+    slower path. Unsorted, overlapping, empty or negative runs raise ValueError.
+    """
+    run_list = runs if isinstance(runs, list | tuple) else list(runs)
+    buf = bytearray(HEADER_SIZE + GROUP_SIZE * len(run_list))
+    _HEADER.pack_into(buf, 0, CURRENT_VERSION, len(run_list))
+    pack_group = _GROUP.pack_into
+    offset = HEADER_SIZE
+    prev_last = -2
+    try:
+        for first, last in run_list:
+            size = last - first + 1
+            if first <= prev_last + 1 or not 0 < size <= _INT32_MAX:
+                return _encode_irregular_runs(run_list)
+            pack_group(buf, offset, first, first, size, 0)
+            offset += GROUP_SIZE
+            prev_last = last
+    except struct.error:
+        return _encode_irregular_runs(run_list)
+    return bytes(buf)
+
+
+def _encode_irregular_runs(runs: Sequence[tuple[int, int]]) -> bytes:
+    """Slow path of `encode_runs`: validate, merge adjacent runs, split runs too long for an int32 size."""
+    merged: list[tuple[int, int]] = []
+    for first, last in runs:
+        if first < 0 or last > _INT64_MAX or last < first:
+            raise ValueError(f"invalid run ({first}, {last}): need 0 <= first <= last <= 2**63-1")
+        if merged and first <= merged[-1][1]:
+            raise ValueError(f"run ({first}, {last}) is not after the previous run {merged[-1]}")
+        if merged and first == merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], last)
+        else:
+            merged.append((first, last))
+    return _pack_sequences([chunk for first, last in merged for chunk in _int32_chunks(first, last)])
+
+
+def _int32_chunks(first: int, last: int) -> Iterator[tuple[int, int]]:
+    """(start, size) pieces of a run, each fitting sequenceSize's int32 (Java cannot encode longer runs)."""
+    while first <= last:
+        size = min(last - first + 1, _INT32_MAX)
+        yield first, size
+        first += size
+
+
+def _pack_sequences(sequences: Sequence[tuple[int, int]]) -> bytes:
+    """The wire bytes for period-0 groups given as (start, size), in the given order."""
+    buf = bytearray(HEADER_SIZE + GROUP_SIZE * len(sequences))
+    _HEADER.pack_into(buf, 0, CURRENT_VERSION, len(sequences))
+    offset = HEADER_SIZE
+    for start, size in sequences:
+        _GROUP.pack_into(buf, offset, start, start, size, 0)
+        offset += GROUP_SIZE
+    return bytes(buf)
+
+
+# -- decoding ------------------------------------------------------------------------------------------------
+
+
+def decode(data: bytes | bytearray | memoryview) -> Availability:
+    """Decode a BP-34 encoding (Java-encoded or period-based groups); trailing bytes are ignored (as Java)."""
+    if len(data) < HEADER_SIZE:
+        raise FormatError(
+            f"{len(data)} bytes, shorter than the {HEADER_SIZE}-byte header", field="header", offset=0
+        )
+    version, count = _HEADER.unpack_from(data, 0)
+    if version != CURRENT_VERSION:
+        raise FormatError(f"unsupported header version {version}", field="version", offset=0)
+    if count < 0:
+        raise FormatError(f"negative group count {count}", field="numOfSequenceGroups", offset=4)
+    end = HEADER_SIZE + GROUP_SIZE * count
+    if len(data) < end:
+        present = (len(data) - HEADER_SIZE) // GROUP_SIZE
+        raise FormatError(
+            f"header says {count} groups, body holds {present}",
+            field=f"sequenceGroup[{present}]",
+            offset=HEADER_SIZE + GROUP_SIZE * present,
+        )
+    return Availability(_GROUP.iter_unpack(memoryview(data)[HEADER_SIZE:end]))
+
+
+def _group_error(index: int, field: str, message: str) -> FormatError:
+    offset = HEADER_SIZE + GROUP_SIZE * index + {"first": 0, "last": 8, "size": 16, "period": 20}[field]
+    name = {
+        "first": "firstSequenceStart",
+        "last": "lastSequenceStart",
+        "size": "sequenceSize",
+        "period": "sequencePeriod",
+    }[field]
+    return FormatError(message, field=f"sequenceGroup[{index}].{name}", offset=offset)
+
+
+def _piece_of_group(index: int, group: Group) -> _Piece:
+    """Validate one group and return it normalised to (start, end, period, size)."""
+    first, last, size, period = group
+    if first < 0:
+        raise _group_error(index, "first", f"negative entry id {first}")
+    if last < first:
+        raise _group_error(index, "last", f"lastSequenceStart {last} below firstSequenceStart {first}")
+    if size <= 0:
+        raise _group_error(index, "size", f"non-positive sequence size {size}")
+    if period < 0:
+        raise _group_error(index, "period", f"negative sequence period {period}")
+    end = last + size - 1
+    if end > _INT64_MAX:
+        raise _group_error(index, "size", f"entry ids run past int64 ({last} + {size} - 1)")
+    if last == first:
+        return (first, end, size, size)
+    if period == 0:
+        raise _group_error(index, "period", "period 0 with lastSequenceStart != firstSequenceStart")
+    if (last - first) % period:
+        raise _group_error(index, "last", f"{last} is not a whole number of periods ({period}) after {first}")
+    if size > period:
+        raise _group_error(index, "size", f"sequence size {size} exceeds period {period}: sequences overlap")
+    if size == period:  # sequences touch: one contiguous run
+        return (first, end, end - first + 1, end - first + 1)
+    return (first, end, period, size)
+
+
+def _normalise(groups: Iterable[Group]) -> list[_Piece]:
+    """Validate groups in wire order; return disjoint ascending pieces (overlapping/adjacent runs merged)."""
+    pieces: list[_Piece] = []
+    prev_first = -1
+    for index, group in enumerate(groups):
+        piece = _piece_of_group(index, group)
+        start, end, period, size = piece
+        if start <= prev_first:
+            raise _group_error(index, "first", f"groups not ascending: {start} after {prev_first}")
+        prev_first = start
+        if pieces and start <= pieces[-1][1] + 1:
+            p_start, p_end, p_period, p_size = pieces[-1]
+            if period == size and p_period == p_size:
+                new_end = max(p_end, end)
+                pieces[-1] = (p_start, new_end, new_end - p_start + 1, new_end - p_start + 1)
+                continue
+            if start <= p_end:
+                message = f"period-based group overlaps the previous one ending at {p_end}"
+                raise _group_error(index, "first", message)
+        pieces.append(piece)
+    return pieces
+
+
+def _piece_count(piece: _Piece) -> int:
+    start, end, period, size = piece
+    return ((end - size + 1 - start) // period + 1) * size
+
+
+# -- the value object ----------------------------------------------------------------------------------------
+
+
+class Availability:
+    """The entries of one ledger a bookie holds, decoded from BP-34 groups; immutable.
+
+    `groups` are kept exactly as received; queries run on a normalised, disjoint form, so overlapping runs are
+    counted once. Membership is a binary search; `missing` is group/run arithmetic, never a per-entry loop.
+    """
+
+    __slots__ = ("_pieces", "_starts", "_total", "groups")
+
+    groups: tuple[Group, ...]
+    _pieces: tuple[_Piece, ...]
+    _starts: tuple[int, ...]
+    _total: int
+
+    def __init__(self, groups: Iterable[Group]) -> None:
+        """Validate groups (FormatError offsets refer to the equivalent wire encoding)."""
+        group_tuple = tuple(groups)
+        pieces = _normalise(group_tuple)
+        object.__setattr__(self, "groups", group_tuple)
+        object.__setattr__(self, "_pieces", tuple(pieces))
+        object.__setattr__(self, "_starts", tuple(p[0] for p in pieces))
+        object.__setattr__(self, "_total", sum(map(_piece_count, pieces)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Availability is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Availability is immutable")
+
+    @property
+    def total(self) -> int:
+        """Number of available entries, each counted once."""
+        return self._total
+
+    def __bool__(self) -> bool:
+        return self._total > 0
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Availability):
+            return self._pieces == other._pieces
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._pieces)
+
+    def __repr__(self) -> str:
+        return f"Availability({len(self.groups)} groups, total={self._total})"
+
+    def __contains__(self, entry_id: object) -> bool:
+        if not isinstance(entry_id, int):
+            return False
+        index = bisect_right(self._starts, entry_id) - 1
+        if index < 0:
+            return False
+        start, end, period, size = self._pieces[index]
+        return entry_id <= end and (entry_id - start) % period < size
+
+    def __iter__(self) -> Iterator[int]:
+        """Every available entry id, ascending; O(total) — prefer `runs()` or `missing()` for big ledgers."""
+        for first, last in self.runs():
+            yield from range(first, last + 1)
+
+    def runs(self) -> Iterator[tuple[int, int]]:
+        """Maximal inclusive (first, last) runs of available ids, ascending."""
+        pending: tuple[int, int] | None = None
+        for start, end, period, size in self._pieces:
+            for run_start in range(start, end - size + 2, period):
+                run_end = run_start + size - 1
+                if pending is not None and pending[1] + 1 == run_start:
+                    pending = (pending[0], run_end)
+                    continue
+                if pending is not None:
+                    yield pending
+                pending = (run_start, run_end)
+        if pending is not None:
+            yield pending
+
+    def missing(
+        self, first: int, last: int, expected: Striping | Iterable[int] | None = None
+    ) -> list[tuple[int, int]]:
+        """Inclusive ranges (ascending, merged) of the expected ids in [first, last] that are not available.
+
+        `expected` is None (every id in the range), a `Striping` (handled arithmetically: the cost grows with
+        groups, runs of the striping in the range and missing ranges, never with entry count), or any iterable
+        of ids (materialised).
+        """
+        out: list[tuple[int, int]] = []
+        for want in _expected_pieces(first, last, expected):
+            for lo, hi, piece in self._regions(want.first, want.last):
+                _add_difference(want, lo, hi, piece, out)
+        return out
+
+    def missing_count(self, first: int, last: int, expected: Striping | Iterable[int] | None = None) -> int:
+        """How many expected ids in [first, last] are not available; arithmetic like `missing`."""
+        count = 0
+        for want in _expected_pieces(first, last, expected):
+            for lo, hi, piece in self._regions(want.first, want.last):
+                count += _clip(want, lo, hi).count() - _covered_count(want, lo, hi, piece)
+        return count
+
+    def _regions(self, lo: int, hi: int) -> Iterator[tuple[int, int, _Piece | None]]:
+        """Split [lo, hi] into consecutive regions that lie inside one piece's span, or inside no piece."""
+        pieces = self._pieces
+        index = max(bisect_right(self._starts, lo) - 1, 0)
+        cursor = lo
+        while cursor <= hi:
+            if index == len(pieces) or pieces[index][0] > hi:
+                yield cursor, hi, None
+                return
+            piece = pieces[index]
+            index += 1
+            if piece[1] < cursor:
+                continue
+            if piece[0] > cursor:
+                yield cursor, piece[0] - 1, None
+                cursor = piece[0]
+            region_end = min(piece[1], hi)
+            yield cursor, region_end, piece
+            cursor = region_end + 1
+
+
+# -- missing-entry arithmetic --------------------------------------------------------------------------------
+
+
+def _expected_pieces(first: int, last: int, expected: Striping | Iterable[int] | None) -> list[Striping]:
+    """The expected ids in [first, last] as ascending disjoint Stripings (a plain run has period == size)."""
+    if first < 0:
+        raise ValueError(f"entry ids are non-negative, got first={first}")
+    if expected is None:
+        return [_run(first, last)] if first <= last else []
+    if isinstance(expected, Striping):
+        lo, hi = max(first, expected.first), min(last, expected.last)
+        if lo > hi:
+            return []
+        return [Striping(lo, hi, expected.start, expected.period, expected.size)]
+    ids = sorted({e for e in expected if first <= e <= last})
+    pieces: list[Striping] = []
+    run_start = prev = None
+    for entry_id in ids:
+        if prev is not None and entry_id == prev + 1:
+            prev = entry_id
+            continue
+        if run_start is not None and prev is not None:
+            pieces.append(_run(run_start, prev))
+        run_start = prev = entry_id
+    if run_start is not None and prev is not None:
+        pieces.append(_run(run_start, prev))
+    return pieces
+
+
+def _run(first: int, last: int) -> Striping:
+    return Striping(first, last, first, last - first + 1, last - first + 1)
+
+
+def _clip(want: Striping, lo: int, hi: int) -> Striping:
+    return Striping(lo, hi, want.start, want.period, want.size)
+
+
+def _piece_within(piece: _Piece, lo: int, hi: int) -> Striping:
+    """The piece's ids restricted to [lo, hi] (which must lie inside the piece's span)."""
+    start, _end, period, size = piece
+    return Striping(lo, hi, start, period, size)
+
+
+def _is_run(piece: _Piece) -> bool:
+    return piece[2] == piece[3]
+
+
+def _append_range(out: list[tuple[int, int]], lo: int, hi: int) -> None:
+    """Append [lo, hi] to ascending ranges, merging with the last one when they touch."""
+    if out and out[-1][1] + 1 >= lo:
+        out[-1] = (out[-1][0], max(out[-1][1], hi))
+    else:
+        out.append((lo, hi))
+
+
+def _add_gaps(lo: int, hi: int, covered: Iterable[tuple[int, int]], out: list[tuple[int, int]]) -> None:
+    """Append the parts of [lo, hi] not covered by ascending runs inside it."""
+    cursor = lo
+    for run_first, run_last in covered:
+        if run_first > cursor:
+            _append_range(out, cursor, run_first - 1)
+        cursor = run_last + 1
+    if cursor <= hi:
+        _append_range(out, cursor, hi)
+
+
+def _same_period_covered(want: Striping, piece: _Piece) -> bool:
+    """True when both repeat every P ids and each expected sequence lies inside an available one."""
+    start, _end, period, size = piece
+    return want.period == period and (want.start - start) % period + want.size <= size
+
+
+def _add_difference(
+    want: Striping, lo: int, hi: int, piece: _Piece | None, out: list[tuple[int, int]]
+) -> None:
+    """Append the expected ids in region [lo, hi] that `piece` (whose span holds the region) lacks."""
+    if piece is None:
+        for run in _clip(want, lo, hi).runs():
+            _append_range(out, *run)
+        return
+    if _is_run(piece) or _same_period_covered(want, piece):
+        return
+    if want.period == want.size:  # contiguous expectation: every gap of the piece is missing, O(output)
+        _add_gaps(lo, hi, _piece_within(piece, lo, hi).runs(), out)
+        return
+    for run_lo, run_hi in _clip(want, lo, hi).runs():
+        _add_gaps(run_lo, run_hi, _piece_within(piece, run_lo, run_hi).runs(), out)
+
+
+def _covered_count(want: Striping, lo: int, hi: int, piece: _Piece | None) -> int:
+    """How many expected ids in region [lo, hi] the piece covers."""
+    if piece is None:
+        return 0
+    if _is_run(piece):
+        return _clip(want, lo, hi).count()
+    if want.period == want.size:
+        return _piece_within(piece, lo, hi).count()
+    if want.period == piece[2]:
+        return _same_period_overlap(want, lo, hi, piece)
+    return sum(_piece_within(piece, a, b).count() for a, b in _clip(want, lo, hi).runs())
+
+
+def _same_period_overlap(want: Striping, lo: int, hi: int, piece: _Piece) -> int:
+    """Ids in [lo, hi] in both patterns when they share a period: intersect their arcs of one period."""
+    start, _end, period, size = piece
+    offset = (want.start - start) % period
+    arcs = [(offset, min(offset + want.size, period) - 1)]
+    if offset + want.size > period:
+        arcs.append((0, offset + want.size - period - 1))
+    count = 0
+    for arc_lo, arc_hi in arcs:
+        both_hi = min(arc_hi, size - 1)
+        if arc_lo <= both_hi:
+            count += Striping(lo, hi, start + arc_lo, period, both_hi - arc_lo + 1).count()
+    return count
