@@ -29,7 +29,10 @@ def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> tuple[int
 
 
 def stores_entry(bookie_index: int, entry_id: int, ensemble_size: int, write_quorum: int) -> bool:
-    """True when bookie index `bookie_index` is in the write set of `entry_id` (RoundRobinDistributionSchedule)."""
+    """True when bookie index `bookie_index` is in the write set of `entry_id`.
+
+    The same rule as BookKeeper's RoundRobinDistributionSchedule, in O(1).
+    """
     return (bookie_index - entry_id) % ensemble_size < write_quorum
 
 
@@ -120,7 +123,9 @@ def entries_of_bookie(
     )
 
 
-def fencing_covered(responded: Collection[int], ensemble_size: int, write_quorum: int, ack_quorum: int) -> bool:
+def fencing_covered(
+    responded: Collection[int], ensemble_size: int, write_quorum: int, ack_quorum: int
+) -> bool:
     """BookKeeper's RRQuorumCoverageSet: every write set has fewer than AQ bookies that did not respond.
 
     Equivalently each write set has >= WQ-AQ+1 responders (fenced bookies), so an old writer can never again
@@ -160,9 +165,14 @@ class AckSet:
         return self.complete
 
     def fail(self, bookie_index: int) -> bool:
-        """Record a failure; True when AQ can no longer be reached from this write set."""
-        if bookie_index not in self._acked:
-            self._failed.add(bookie_index)
+        """Record a failure; True when AQ can no longer be reached from this write set.
+
+        The latest answer from an index wins, as in BookKeeper's failBookieAndCheck: a failure withdraws an
+        earlier ack from that index (its bookie may have been replaced), so an entry is never counted as
+        acknowledged by a replica that later reported failure.
+        """
+        self._acked.discard(bookie_index)
+        self._failed.add(bookie_index)
         return self.failed
 
     @property
