@@ -1,0 +1,232 @@
+"""Where each bookie lives: bookie id → network location, as BookKeeper's placement policies see it.
+
+Location grammar (BookKeeper's `NetworkTopology` paths)::
+
+    location  := "/" component ( "/" component )*
+    component := one or more characters other than "/"
+
+One grammar, three readings, chosen by the placement policy:
+
+* rack-aware   ``/rack``                the whole path is the rack (``/dc1/r7`` differs from ``/r7``)
+* region-aware ``/region/rack``         first component = region, last = rack within it
+* zone-aware   ``/zone/upgradedomain``  exactly two components; anything else is "unresolved"
+
+Normalisation mirrors what Pulsar's ``BookieRackAffinityMapping`` and BookKeeper's ``NodeBase.normalize`` do
+to a configured rack, so the same input gives the same answer here and in the brokers: surrounding whitespace
+is dropped, a missing leading ``/`` is added, empty components (a trailing ``/``, ``//``) vanish, and an empty
+string or a bare ``/`` means "no location", i.e. the default location. Names are case sensitive.
+
+A bookie without a location maps to ``default_location``: ``/default-rack`` for rack-aware (BookKeeper's
+``NetworkTopology.DEFAULT_RACK``), ``/default-region/default-rack`` for region-aware and
+``/default-zone/default-upgradedomain`` for zone-aware; build the topology with the policy's default
+(`PlacementPolicy.default_location`) so "unknown" reads the way BookKeeper reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from bkaudit.errors import FormatError
+
+DEFAULT_RACK = "/default-rack"
+DEFAULT_REGION_AND_RACK = "/default-region/default-rack"
+DEFAULT_ZONE_AND_UPGRADEDOMAIN = "/default-zone/default-upgradedomain"
+
+
+def normalize_location(location: str | None) -> str | None:
+    """The canonical form of a configured location, or None when it means "use the default".
+
+    Lenient on purpose: Pulsar accepts ``rack1`` for ``/rack1`` and ``/`` for "unset", and operators' rack
+    JSON contains both; an audit must read what the brokers read rather than reject it.
+    """
+    if location is None:
+        return None
+    parts = [p for p in location.strip().split("/") if p.strip()]
+    if not parts:
+        return None
+    return "/" + "/".join(p.strip() for p in parts)
+
+
+def location_components(location: str) -> tuple[str, ...]:
+    """The non-empty path components of a location: ``/r1/rack2`` → ``("r1", "rack2")``."""
+    return tuple(p for p in location.split("/") if p)
+
+
+def host_of(bookie_id: str) -> str:
+    """The host part of a ``host:port`` bookie id (``[v6]:port`` too); the id itself when it has no port.
+
+    Pulsar indexes its rack map by host and IP as well as by ``host:port`` because BookKeeper asks its
+    resolver about hosts; matching on the host part reproduces that without any DNS lookup.
+    """
+    text = bookie_id.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        return text[1:end] if end > 0 else text
+    host, sep, port = text.rpartition(":")
+    if sep and port.isdigit() and host and ":" not in host:
+        return host
+    return text
+
+
+class Topology(Mapping[str, str]):
+    """An immutable map bookie id → normalised network location, with a default for unmapped bookies.
+
+    As a Mapping it holds only the explicitly configured ids (an entry whose rack is empty maps to the
+    default location). `location()` also resolves ids that are not keys: first the exact id, then its host
+    part against the hosts (and Pulsar ``hostname`` fields) of configured ids, then the default.
+    """
+
+    __slots__ = ("_by_host", "_entries", "default_location")
+
+    def __init__(
+        self,
+        entries: Mapping[str, str | None] | None = None,
+        *,
+        default_location: str = DEFAULT_RACK,
+        hosts: Mapping[str, str | None] | None = None,
+    ) -> None:
+        default = normalize_location(default_location)
+        if default is None:
+            raise ValueError(f"default location must be a non-empty path, got {default_location!r}")
+        self.default_location = default
+        self._entries: dict[str, str | None] = {k: normalize_location(v) for k, v in (entries or {}).items()}
+        # host part of configured ids first (what Pulsar derives from each key's address), then the
+        # informative `hostname` fields, which only fill gaps that DNS would have filled for Pulsar
+        self._by_host: dict[str, str | None] = {}
+        for key, value in self._entries.items():
+            self._by_host.setdefault(host_of(key), value)
+        for key, value in (hosts or {}).items():
+            self._by_host.setdefault(key, normalize_location(value))
+
+    # -- constructors --------------------------------------------------------------------------------------
+    @classmethod
+    def from_mapping(
+        cls, mapping: Mapping[str, str | None], *, default_location: str = DEFAULT_RACK
+    ) -> Topology:
+        """From a plain ``{bookie_id: location}`` map (the ``[placement] locations`` setting)."""
+        return cls(dict(mapping), default_location=default_location)
+
+    @classmethod
+    def from_rack_config(cls, config: Mapping[str, Any], *, default_location: str = DEFAULT_RACK) -> Topology:
+        """From Pulsar's ``/bookies`` rack configuration: ``{group: {"host:port": {"rack", "hostname"}}}``.
+
+        Accepts the decoded JSON (plain dicts) and `bkaudit.formats.records.parse_rack_config` output (values
+        with ``rack``/``hostname`` attributes). The group name plays no part in placement. When an id appears
+        in several groups the first wins, as in Pulsar's ``BookiesRackConfiguration.getBookie``.
+        """
+        if not isinstance(config, Mapping):
+            raise FormatError("rack configuration must be an object of groups", field="/bookies")
+        entries: dict[str, str | None] = {}
+        hosts: dict[str, str | None] = {}
+        for group, bookies in config.items():
+            if not isinstance(bookies, Mapping):
+                raise FormatError("rack group must be an object of bookies", field=f"/bookies.{group}")
+            for bookie_id, info in bookies.items():
+                rack, hostname = _rack_and_hostname(info, f"/bookies.{group}.{bookie_id}")
+                entries.setdefault(str(bookie_id), rack)
+                if hostname:
+                    hosts.setdefault(hostname, rack)
+        return cls(entries, default_location=default_location, hosts=hosts)
+
+    def with_default_location(self, default_location: str) -> Topology:
+        """The same map read with another default (each policy has its own "unknown" location)."""
+        clone = Topology(default_location=default_location)
+        clone._entries = dict(self._entries)
+        clone._by_host = dict(self._by_host)
+        return clone
+
+    # -- lookups -------------------------------------------------------------------------------------------
+    def location(self, bookie_id: str) -> str:
+        """The bookie's network location (the default location when nothing maps it)."""
+        found = self._lookup(bookie_id)
+        return found if found is not None else self.default_location
+
+    def is_resolved(self, bookie_id: str) -> bool:
+        """True when a configured entry (by id or host) gives this bookie a non-default location."""
+        return self._lookup(bookie_id) is not None and not self.is_default(bookie_id)
+
+    def is_default(self, bookie_id: str) -> bool:
+        """True when the bookie sits on the default location (unmapped, empty rack, or the default itself)."""
+        return self.location(bookie_id) == self.default_location
+
+    def components(self, bookie_id: str) -> tuple[str, ...]:
+        """The path components of the bookie's location."""
+        return location_components(self.location(bookie_id))
+
+    def rack(self, bookie_id: str) -> str:
+        """The last path component: the rack for ``/rack`` and ``/region/rack`` (for display and grouping).
+
+        Rack-aware adherence compares whole locations, as BookKeeper does; use `location()` for identity.
+        """
+        parts = self.components(bookie_id)
+        return parts[-1] if parts else ""
+
+    def region(self, bookie_id: str) -> str | None:
+        """The region of a ``/region/rack`` location; None for a default or single-component location."""
+        parts = self.components(bookie_id)
+        if self.is_default(bookie_id) or len(parts) < 2:
+            return None
+        return parts[0]
+
+    def zone(self, bookie_id: str) -> str | None:
+        """The zone of a ``/zone/upgradedomain`` location; None unless it has exactly two components."""
+        parts = self.components(bookie_id)
+        if self.is_default(bookie_id) or len(parts) != 2:
+            return None
+        return parts[0]
+
+    def upgrade_domain(self, bookie_id: str) -> str | None:
+        """The upgrade domain of a ``/zone/upgradedomain`` location; None unless exactly two components."""
+        parts = self.components(bookie_id)
+        if self.is_default(bookie_id) or len(parts) != 2:
+            return None
+        return parts[1]
+
+    def _lookup(self, bookie_id: str) -> str | None:
+        if bookie_id in self._entries:
+            return self._entries[bookie_id]
+        return self._by_host.get(host_of(bookie_id))
+
+    # -- Mapping -------------------------------------------------------------------------------------------
+    def __getitem__(self, bookie_id: str) -> str:
+        value = self._entries[bookie_id]
+        return value if value is not None else self.default_location
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Topology):
+            return NotImplemented
+        return (
+            self.default_location == other.default_location
+            and self._entries == other._entries
+            and self._by_host == other._by_host
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.default_location, frozenset(self._entries.items())))
+
+    def __repr__(self) -> str:
+        return f"Topology({dict(self)!r}, default_location={self.default_location!r})"
+
+
+def _rack_and_hostname(info: Any, where: str) -> tuple[str | None, str | None]:
+    """(rack, hostname) of one Pulsar BookieInfo, given as a dict or as an object with attributes."""
+    if isinstance(info, Mapping):
+        rack, hostname = info.get("rack"), info.get("hostname")
+    elif hasattr(info, "rack"):
+        rack, hostname = info.rack, getattr(info, "hostname", None)
+    else:
+        raise FormatError("bookie rack info must be an object with 'rack'", field=where)
+    if rack is not None and not isinstance(rack, str):
+        raise FormatError(f"rack must be a string, got {type(rack).__name__}", field=f"{where}.rack")
+    if hostname is not None and not isinstance(hostname, str):
+        raise FormatError(
+            f"hostname must be a string, got {type(hostname).__name__}", field=f"{where}.hostname"
+        )
+    return rack, (hostname or None)
