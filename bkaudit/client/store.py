@@ -1,0 +1,89 @@
+"""Where the client keeps ledger metadata: a compare-and-set store, ZooKeeper in production.
+
+The client's protocol logic (ensemble change, close, recovery) only needs read / CAS-write / create, so it
+talks to this small interface; tests substitute an in-memory store and the real one delegates to
+`bkaudit.zk.ledgers`, which owns the BookKeeper znode layout and bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from bkaudit.model.ledger import LedgerMetadata
+
+
+class MetadataStore(Protocol):
+    """Versioned ledger metadata with compare-and-set (the protocol's only coordination primitive)."""
+
+    def new_ledger_id(self) -> int: ...
+
+    def create(self, ledger_id: int, metadata: LedgerMetadata) -> int:
+        """Create the ledger's metadata; returns its version."""
+        ...
+
+    def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """(metadata, version); NoSuchLedger if absent."""
+        ...
+
+    def write(self, ledger_id: int, metadata: LedgerMetadata, expected_version: int) -> int:
+        """CAS write; returns the new version; MetadataConflict if the version moved."""
+        ...
+
+    def delete(self, ledger_id: int) -> None: ...
+
+    def list_ids(self) -> list[int]: ...
+
+
+class ZkMetadataStore:
+    """MetadataStore over a kazoo client using BookKeeper's hierarchical layout (bkaudit.zk.ledgers)."""
+
+    def __init__(
+        self, zk: Any, *, root: str = "/ledgers", layout: str = "hierarchical", acl: Any = None
+    ) -> None:
+        self.zk = zk
+        self.root = root
+        self.layout = layout
+        self.acl = acl
+
+    def new_ledger_id(self) -> int:
+        from bkaudit.zk import ledgers
+
+        return int(ledgers.generate_ledger_id(self.zk, root=self.root))
+
+    def create(self, ledger_id: int, metadata: LedgerMetadata) -> int:
+        from bkaudit.zk import ledgers
+
+        kwargs: dict[str, Any] = {"root": self.root, "layout": self.layout}
+        if self.acl is not None:
+            kwargs["acl"] = self.acl
+        return _version(ledgers.create_ledger_metadata(self.zk, ledger_id, metadata, **kwargs))
+
+    def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        from bkaudit.zk import ledgers
+
+        metadata, stat = ledgers.read_ledger_metadata(self.zk, ledger_id, root=self.root)
+        return metadata, _version(stat)
+
+    def write(self, ledger_id: int, metadata: LedgerMetadata, expected_version: int) -> int:
+        from bkaudit.zk import ledgers
+
+        return _version(
+            ledgers.write_ledger_metadata(
+                self.zk, ledger_id, metadata, expected_version=expected_version, root=self.root
+            )
+        )
+
+    def delete(self, ledger_id: int) -> None:
+        from bkaudit.zk import ledgers
+
+        ledgers.delete_ledger_metadata(self.zk, ledger_id, root=self.root)
+
+    def list_ids(self) -> list[int]:
+        from bkaudit.zk import ledgers
+
+        return sorted(int(i) for i in ledgers.list_ledger_ids(self.zk, root=self.root))
+
+
+def _version(value: Any) -> int:
+    """A znode version from an int or a kazoo ZnodeStat (the zk module may return either)."""
+    return int(getattr(value, "version", value))
