@@ -79,10 +79,10 @@ def parse(data: bytes) -> LedgerMetadata:
     """Decode a ledger metadata znode (versions 1-3); FormatError on anything BookKeeper would reject."""
     buf = bytes(data)
     if buf.startswith(_HEADERS[3]):
-        return _from_proto(_decode_v3(buf, len(_HEADERS[3])), len(_HEADERS[3]))
+        return _from_proto(*_decode_v3(buf, len(_HEADERS[3])))
     version, pos = _read_header(buf)
     if version == 3:
-        return _from_proto(_decode_v3(buf, pos), pos)
+        return _from_proto(*_decode_v3(buf, pos))
     if version == 2:
         return _from_proto(_decode_v2(buf, pos), pos)
     return _from_proto(_decode_v1(buf, pos), pos)
@@ -147,7 +147,8 @@ def _read_varint32(buf: bytes, pos: int) -> tuple[int, int]:
     raise FormatError("malformed varint32 length", field="length", offset=start)
 
 
-def _decode_v3(buf: bytes, pos: int) -> Any:
+def _decode_v3(buf: bytes, pos: int) -> tuple[Any, int]:
+    """(LedgerMetadataFormat, offset of its first byte) from the length-delimited body at `pos`."""
     size, start = _read_varint32(buf, pos)
     end = start + size
     if end > len(buf):
@@ -160,7 +161,7 @@ def _decode_v3(buf: bytes, pos: int) -> Any:
     if not msg.IsInitialized():
         missing = msg.FindInitializationErrors()
         raise FormatError("missing required field", field=missing[0] if missing else _MESSAGE, offset=start)
-    return msg
+    return msg, start
 
 
 def _varint(value: int) -> bytes:
