@@ -1,0 +1,106 @@
+"""The in-memory entry index of one ledger: its stored entry ids as sorted, disjoint, inclusive runs.
+
+GetListOfEntriesOfLedger must answer without touching entry bodies (the checker asks about every ledger of a
+bookie), so each ledger keeps its ids as runs and caches the encoded AvailabilityOfEntriesOfLedger bytes until
+the next change. Writers append ids almost always in order, so the common add is O(1); an out-of-order id (a
+recovery write-back, a re-replicated hole) costs one bisect.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+
+
+class EntryRuns:
+    """Sorted disjoint inclusive runs of entry ids (two parallel lists so `bisect` works on the starts)."""
+
+    __slots__ = ("_encoded", "ends", "starts")
+
+    def __init__(self, runs: Iterable[tuple[int, int]] = ()) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self._encoded: bytes | None = None
+        for first, last in runs:
+            self.add_run(first, last)
+
+    def add(self, entry_id: int) -> None:
+        """Record one stored id (already present ids are ignored)."""
+        starts, ends = self.starts, self.ends
+        self._encoded = None
+        if ends:
+            last = ends[-1]
+            if entry_id == last + 1:
+                ends[-1] = entry_id
+                return
+            if entry_id <= last:
+                self._insert(entry_id)
+                return
+        starts.append(entry_id)
+        ends.append(entry_id)
+
+    def add_run(self, first: int, last: int) -> None:
+        """Record the ids first..last (used when loading runs computed by SQLite)."""
+        if last < first:
+            return
+        starts, ends = self.starts, self.ends
+        self._encoded = None
+        if not ends or first > ends[-1] + 1:
+            starts.append(first)
+            ends.append(last)
+            return
+        # merge with every run that overlaps or touches [first, last]
+        lo = bisect_right(ends, first - 2)  # first run whose end >= first - 1
+        hi = bisect_right(starts, last + 1)  # runs [lo, hi) touch the new run
+        if lo < hi:
+            first = min(first, starts[lo])
+            last = max(last, ends[hi - 1])
+        starts[lo:hi] = [first]
+        ends[lo:hi] = [last]
+
+    def _insert(self, entry_id: int) -> None:
+        starts, ends = self.starts, self.ends
+        i = bisect_right(starts, entry_id) - 1
+        if i >= 0 and entry_id <= ends[i]:
+            return
+        left = i >= 0 and ends[i] == entry_id - 1
+        right = i + 1 < len(starts) and starts[i + 1] == entry_id + 1
+        if left and right:
+            ends[i] = ends[i + 1]
+            del starts[i + 1], ends[i + 1]
+        elif left:
+            ends[i] = entry_id
+        elif right:
+            starts[i + 1] = entry_id
+        else:
+            starts.insert(i + 1, entry_id)
+            ends.insert(i + 1, entry_id)
+
+    def __contains__(self, entry_id: object) -> bool:
+        if not isinstance(entry_id, int):
+            return False
+        i = bisect_right(self.starts, entry_id) - 1
+        return i >= 0 and entry_id <= self.ends[i]
+
+    def __iter__(self) -> Iterator[int]:
+        for first, last in zip(self.starts, self.ends, strict=True):
+            yield from range(first, last + 1)
+
+    def runs(self) -> list[tuple[int, int]]:
+        return list(zip(self.starts, self.ends, strict=True))
+
+    @property
+    def last(self) -> int | None:
+        """The highest stored id (the entry a LAC read, entry -1, returns)."""
+        return self.ends[-1] if self.ends else None
+
+    def count(self) -> int:
+        return sum(e - s + 1 for s, e in zip(self.starts, self.ends, strict=True))
+
+    def encoded(self) -> bytes:
+        """AvailabilityOfEntriesOfLedger bytes, cached until the next change."""
+        if self._encoded is None:
+            from bkaudit.formats.availability import encode_runs
+
+            self._encoded = encode_runs(self.runs())
+        return self._encoded

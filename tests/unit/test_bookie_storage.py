@@ -1,0 +1,212 @@
+"""Bookie storage: group commit, fencing order, master keys, index runs, admin deletes, reload."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from concurrent.futures import wait
+from pathlib import Path
+
+import pytest
+
+from bkaudit.bookie.runs import EntryRuns
+from bkaudit.bookie.storage import Storage, StorageLocked, bulk_load_index
+from bkaudit.errors import BookieError
+from bkaudit.formats import availability
+from bkaudit.formats.entry import DigestManager, master_key
+from bkaudit.model.ledger import DigestType
+
+KEY = master_key(b"pwd")
+OTHER = master_key(b"other")
+
+
+def entry(ledger_id: int, entry_id: int, payload: bytes = b"p") -> bytes:
+    return DigestManager(ledger_id, b"pwd", DigestType.CRC32C).package(entry_id, entry_id - 1, 0, payload)
+
+
+@pytest.fixture
+def storage(tmp_path: Path):
+    s = Storage(tmp_path)
+    yield s
+    s.close()
+
+
+# -- EntryRuns ----------------------------------------------------------------------------------------------
+def test_runs_match_a_set_under_random_inserts() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        ids = [rng.randrange(0, 60) for _ in range(rng.randrange(0, 40))]
+        runs = EntryRuns()
+        for e in ids:
+            runs.add(e)
+        assert list(runs) == sorted(set(ids))
+        assert runs.encoded() == availability.encode(sorted(set(ids)))
+        starts_ends = runs.runs()
+        assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(starts_ends))
+
+
+def test_runs_add_run_merges_overlaps() -> None:
+    runs = EntryRuns([(0, 3), (10, 12), (20, 25)])
+    runs.add_run(2, 11)
+    runs.add_run(13, 13)
+    assert runs.runs() == [(0, 13), (20, 25)]
+    runs.add_run(30, 29)  # empty
+    assert runs.last == 25 and runs.count() == 20 and 21 in runs and 14 not in runs
+
+
+# -- storage -----------------------------------------------------------------------------------------------
+def test_adds_are_durable_and_listed(tmp_path: Path) -> None:
+    ids = [0, 1, 2, 5, 6, 9]
+    with Storage(tmp_path) as s:
+        wait([s.add_entry(1, e, KEY, entry(1, e)) for e in ids])
+        assert s.entry_runs(1) == [(0, 2), (5, 6), (9, 9)]
+        assert s.read_entry(1, -1) == entry(1, 9)
+    with Storage(tmp_path) as s:  # reloaded from disk
+        assert s.entry_runs(1) == [(0, 2), (5, 6), (9, 9)]
+        assert s.availability(1) == availability.encode(ids)
+        assert s.read_entry(1, 5) == entry(1, 5)
+        assert s.ledger_state(1).master_key == KEY  # type: ignore[union-attr]
+
+
+def test_many_concurrent_adds_share_commits(storage: Storage) -> None:
+    commits = []
+    original = storage._commit
+
+    def counting(ops):  # type: ignore[no-untyped-def]
+        if ops:
+            commits.append(len(ops))
+        original(ops)
+
+    storage._commit = counting  # type: ignore[method-assign]
+    futures = []
+
+    def writer(ledger_id: int) -> None:
+        futures.extend(storage.add_entry(ledger_id, e, KEY, entry(ledger_id, e)) for e in range(500))
+
+    threads = [threading.Thread(target=writer, args=(lid,)) for lid in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wait(futures)
+    assert all(f.exception() is None for f in futures)
+    assert sum(commits) == 2000 and len(commits) < 2000  # group commit: fewer transactions than adds
+    assert storage.pending == 0
+
+
+def test_master_key_mismatch_is_eua(storage: Storage) -> None:
+    storage.add_entry(1, 0, KEY, entry(1, 0)).result()
+    with pytest.raises(BookieError) as err:
+        storage.add_entry(1, 1, OTHER, entry(1, 1)).result()
+    assert err.value.status == "EUA"
+    with pytest.raises(BookieError, match="EUA"):
+        storage.fence(1, OTHER).result()
+
+
+def test_fence_rejects_plain_adds_but_not_recovery_adds(tmp_path: Path) -> None:
+    with Storage(tmp_path) as s:
+        s.add_entry(3, 0, KEY, entry(3, 0)).result()
+        s.fence(3, KEY).result()
+        with pytest.raises(BookieError, match="EFENCED"):
+            s.add_entry(3, 1, KEY, entry(3, 1)).result()
+        s.add_entry(3, 1, KEY, entry(3, 1), recovery=True).result()
+        s.fence(3, KEY).result()  # idempotent, answered from durable state
+    with Storage(tmp_path) as s:
+        assert s.ledger_state(3).fenced  # type: ignore[union-attr]
+        assert s.entry_runs(3) == [(0, 1)]
+
+
+def test_fence_linearizes_with_queued_adds(storage: Storage) -> None:
+    """Adds queued before the fence succeed, adds queued after it fail: one writer, arrival order."""
+    storage.add_entry(4, 0, KEY, entry(4, 0)).result()
+    before = [storage.add_entry(4, e, KEY, entry(4, e)) for e in range(1, 50)]
+    fence = storage.fence(4, KEY)
+    after = [storage.add_entry(4, e, KEY, entry(4, e)) for e in range(50, 60)]
+    wait([*before, fence, *after])
+    assert fence.exception() is None
+    assert all(f.exception() is None for f in before)
+    assert all(isinstance(f.exception(), BookieError) and f.exception().status == "EFENCED" for f in after)
+
+
+def test_fence_unknown_ledger_creates_it_fenced(storage: Storage) -> None:
+    storage.fence(9, KEY).result()
+    assert storage.knows(9) and storage.entry_runs(9) == []
+    assert storage.availability(9) == availability.encode([])
+    with pytest.raises(BookieError, match="ENOENTRY"):
+        storage.read_entry(9, -1)
+
+
+def test_reads_of_unknown_and_missing(storage: Storage) -> None:
+    with pytest.raises(BookieError, match="ENOLEDGER"):
+        storage.read_entry(5, 0)
+    with pytest.raises(BookieError, match="ENOLEDGER"):
+        storage.read_lac(5)
+    assert storage.availability(5) is None
+    storage.add_entry(5, 0, KEY, entry(5, 0)).result()
+    with pytest.raises(BookieError, match="ENOENTRY"):
+        storage.read_entry(5, 1)
+
+
+def test_write_lac_and_read_lac(storage: Storage) -> None:
+    dm = DigestManager(6, b"pwd", DigestType.CRC32C)
+    storage.add_entry(6, 0, KEY, entry(6, 0)).result()
+    assert storage.read_lac(6) == (None, entry(6, 0))
+    storage.write_lac(6, KEY, dm.package_lac(0)).result()
+    assert storage.read_lac(6) == (dm.package_lac(0), entry(6, 0))
+    with pytest.raises(BookieError, match="EUA"):
+        storage.write_lac(6, OTHER, dm.package_lac(0)).result()
+
+
+def test_readd_is_idempotent_last_write_wins(storage: Storage) -> None:
+    storage.add_entry(7, 0, KEY, entry(7, 0, b"a")).result()
+    storage.add_entry(7, 0, KEY, entry(7, 0, b"a")).result()
+    storage.add_entry(7, 0, KEY, entry(7, 0, b"b"), recovery=True).result()
+    assert storage.read_entry(7, 0) == entry(7, 0, b"b")
+    assert storage.entry_runs(7) == [(0, 0)]
+
+
+def test_admin_deletes_make_holes_and_survive_reopen(tmp_path: Path) -> None:
+    with Storage(tmp_path) as s:
+        wait([s.add_entry(8, e, KEY, entry(8, e)) for e in range(12)])
+        wait([s.add_entry(10, e, KEY, entry(10, e)) for e in range(3)])
+        assert s.delete_entries(8, [3, 5, 6, 7, 99]) == 4
+        assert s.entry_runs(8) == [(0, 2), (4, 4), (8, 11)]
+        assert s.delete_ledger(10) == 3
+        assert not s.knows(10)
+    with Storage(tmp_path) as s:
+        assert s.entry_runs(8) == [(0, 2), (4, 4), (8, 11)]
+        assert s.entry_runs(10) is None
+        with pytest.raises(BookieError, match="ENOENTRY"):
+            s.read_entry(8, 5)
+
+
+def test_data_dir_is_locked_while_open(tmp_path: Path) -> None:
+    with Storage(tmp_path):
+        with pytest.raises(StorageLocked, match="in use"):
+            Storage(tmp_path)
+        with pytest.raises(StorageLocked):
+            bulk_load_index(tmp_path, [])
+
+
+def test_overload_is_etoomanyrequests(tmp_path: Path) -> None:
+    with Storage(tmp_path, max_pending=1) as s:
+        with s._cv:  # pretend one operation is in flight
+            s._inflight = 1
+        with pytest.raises(BookieError, match="ETOOMANYREQUESTS"):
+            s.add_entry(1, 0, KEY, entry(1, 0)).result()
+        with s._cv:
+            s._inflight = 0
+
+
+def test_bulk_load_index(tmp_path: Path) -> None:
+    ledgers = [(lid, [(0, 4), (7, 9)] if lid % 2 else [(0, 0)]) for lid in range(1000)]
+    assert bulk_load_index(tmp_path, ledgers) == 500 * 8 + 500
+    with Storage(tmp_path) as s:
+        assert len(s.ledger_ids()) == 1000
+        assert s.entry_runs(1) == [(0, 4), (7, 9)]
+        assert s.entry_runs(2) == [(0, 0)]
+        got = s.read_entry(1, 8)
+        dm = DigestManager(1, b"", DigestType.DUMMY)
+        assert dm.verify(got, 8).entry_id == 8
+        assert s.ledger_state(1).master_key == master_key(b"")  # type: ignore[union-attr]
