@@ -1,0 +1,358 @@
+"""The bookie's request processing: BookKeeper v3 `Request` bytes in, `Response` bytes out.
+
+Semantics follow BookKeeper's *ProcessorV3 classes (shared/spec/bookkeeper-formats.md section 4): the response
+copies the request header, the top-level status mirrors the sub-response's, a wrong protocol version is
+EBADVERSION, an unknown operation is EBADREQ without a sub-message. Each message is parsed here (the gRPC
+method carries raw bytes), so undecodable bytes earn an EBADREQ reply (txnId 0) instead of breaking the
+stream.
+
+Threading: `dispatch` runs on the RPC event loop and never blocks; adds, fences and WriteLac go to the
+storage's group-commit queue, reads and batch listings to a small thread pool; completions come back through
+the stream's thread-safe `reply`. Requests on one stream therefore complete in any order (the client
+correlates by txnId). Work in flight is bounded: beyond `max_pending` a request is answered ETOOMANYREQUESTS
+at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from queue import SimpleQueue
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from bkaudit.bookie.storage import Storage
+from bkaudit.errors import BookieError, FormatError
+from bkaudit.formats.entry import parse_entry_header
+from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+Reply = Callable[[bytes], None]
+CODE = {name: pb.StatusCode.Value(name) for name in pb.StatusCode.keys()}  # noqa: SIM118
+EOK = pb.EOK
+HIGH_PRIORITY = 100
+AUTH_PLUGIN = "AuthDisabledPlugin"
+
+
+class BookieMode:
+    """Why the bookie is read-only, if it is: "forced" (--readonly), "disk" (free space low), "shutdown".
+
+    Listeners (registration) are told about every writable <-> read-only transition.
+    """
+
+    def __init__(self) -> None:
+        self._reasons: set[str] = set()
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[bool], None]] = []
+
+    @property
+    def readonly(self) -> bool:
+        return bool(self._reasons)
+
+    @property
+    def reasons(self) -> frozenset[str]:
+        return frozenset(self._reasons)
+
+    def high_priority_writes(self) -> bool:
+        """BookKeeper's isAvailableForHighPriorityWrites: recovery adds still land while only the disk
+        threshold made the bookie read-only (there is room, just not for new ledgers' traffic)."""
+        return not (self._reasons - {"disk"})
+
+    def set(self, reason: str, on: bool) -> None:
+        with self._lock:
+            before = self.readonly
+            (self._reasons.add if on else self._reasons.discard)(reason)
+            after = self.readonly
+        if before != after:
+            for listener in list(self._listeners):
+                listener(after)
+
+    def listen(self, listener: Callable[[bool], None]) -> None:
+        self._listeners.append(listener)
+
+
+class _Workers:
+    """A few threads running read jobs from one queue (leaner than a ThreadPoolExecutor: no Future each)."""
+
+    def __init__(self, threads: int) -> None:
+        self._queue: SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = SimpleQueue()
+        self._threads = [threading.Thread(target=self._run, name=f"bookie-read-{i}", daemon=True)
+                         for i in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self._queue.put((fn, args))
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            fn, args = job
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("read job failed")
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout=10)
+
+
+class BookieService:
+    """Processes requests against one Storage; transport-agnostic (see bkaudit.bookie.rpcserver)."""
+
+    def __init__(self, storage: Storage, mode: BookieMode | None = None, *, max_pending: int = 10000,
+                 read_threads: int = 4) -> None:
+        self.storage = storage
+        self.mode = mode or BookieMode()
+        self.max_pending = max_pending
+        self._pool = _Workers(read_threads)
+        self._inflight = 0
+        self._lock = threading.Lock()
+        self._handlers: dict[int, Callable[[pb.Request, Reply], None]] = {
+            pb.ADD_ENTRY: self._add,
+            pb.READ_ENTRY: self._read,
+            pb.READ_LAC: self._read_lac,
+            pb.WRITE_LAC: self._write_lac,
+            pb.GET_BOOKIE_INFO: self._bookie_info,
+            pb.GET_LIST_OF_ENTRIES_OF_LEDGER: self._list_entries,
+            pb.GET_LIST_OF_ENTRIES_OF_LEDGERS: self._list_entries_batch,
+            pb.AUTH: self._auth,
+            pb.FORCE_LEDGER: self._force_ledger,
+        }
+
+    @property
+    def inflight(self) -> int:
+        """Requests received and not yet answered (0 once drained)."""
+        return self._inflight
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+    # -- entry point -----------------------------------------------------------------------------------------
+    def dispatch(self, data: bytes, reply: Reply) -> None:
+        """Handle one request message; `reply` (thread-safe) gets the response bytes exactly once."""
+        with self._lock:
+            self._inflight += 1
+        done = self._counted(reply)
+        req = pb.Request()
+        try:
+            req.MergeFromString(data)
+        except DecodeError:
+            done(_undecodable())
+            return
+        try:
+            self._process(req, done)
+        except Exception:  # a bug must cost one request, never the stream or the bookie
+            log.exception("request %s failed", req.header.txnId)
+            done(_response(req, pb.EIO))
+
+    def _counted(self, reply: Reply) -> Reply:
+        def done(data: bytes) -> None:
+            with self._lock:
+                self._inflight -= 1
+            reply(data)
+
+        return done
+
+    def _process(self, req: pb.Request, done: Reply) -> None:
+        header = req.header
+        if not req.HasField("header") or not header.HasField("txnId"):
+            done(_undecodable(header.txnId))
+            return
+        if header.version != pb.VERSION_THREE:
+            done(_response(req, pb.EBADVERSION))
+            return
+        handler = self._handlers.get(header.operation) if header.HasField("operation") else None
+        if handler is None:
+            done(_bare(req, pb.EBADREQ))
+            return
+        if not req.IsInitialized():
+            done(_response(req, pb.EBADREQ))
+            return
+        if self._inflight > self.max_pending:
+            done(_response(req, pb.ETOOMANYREQUESTS))
+            return
+        handler(req, done)
+
+    # -- operations ------------------------------------------------------------------------------------------
+    def _add(self, req: pb.Request, done: Reply) -> None:
+        add = req.addRequest
+        if not req.HasField("addRequest"):
+            done(_response(req, pb.EBADREQ))
+            return
+        high = req.header.priority >= HIGH_PRIORITY
+        if self.mode.readonly and not (high and self.mode.high_priority_writes()):
+            done(_response(req, pb.EREADONLY))
+            return
+        body = add.body
+        try:
+            ledger_id, entry_id, _, _ = parse_entry_header(body)
+        except FormatError:
+            ledger_id = entry_id = -1
+        if (ledger_id, entry_id) != (add.ledgerId, add.entryId) or entry_id < 0 or ledger_id < 0:
+            done(_response(req, pb.EBADREQ))  # not an entry of the ledger / entry the request names
+            return
+        recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
+        self.storage.submit_add(add.ledgerId, add.entryId, add.masterKey, body, recovery,
+                                lambda status: done(_response(req, CODE[status])))
+
+    def _read(self, req: pb.Request, done: Reply) -> None:
+        r = req.readRequest
+        if not req.HasField("readRequest") or r.HasField("previousLAC"):
+            done(_response(req, pb.EBADREQ))  # long-poll reads are not served by this bookie
+            return
+        if r.HasField("flag") and r.flag == pb.ReadRequest.FENCE_LEDGER:
+            if not r.HasField("masterKey"):
+                done(_response(req, pb.EUA))
+                return
+
+            def fenced(status: str) -> None:
+                if status == "EOK":
+                    self._pool.submit(self._read_body, req, done)
+                else:
+                    done(_response(req, CODE[status]))
+
+            self.storage.submit_fence(r.ledgerId, r.masterKey, fenced)
+        else:
+            self._pool.submit(self._read_body, req, done)
+
+    def _read_body(self, req: pb.Request, done: Reply) -> None:
+        r = req.readRequest
+        try:
+            body = self.storage.read_entry(r.ledgerId, r.entryId)
+        except BookieError as exc:
+            done(_response(req, CODE.get(exc.status, pb.EIO)))
+        except Exception:
+            log.exception("read of ledger %s entry %s failed", r.ledgerId, r.entryId)
+            done(_response(req, pb.EIO))
+        else:
+            done(_response(req, EOK, body=body))
+
+    def _read_lac(self, req: pb.Request, done: Reply) -> None:
+        self._pool.submit(self._read_lac_body, req, done)
+
+    def _read_lac_body(self, req: pb.Request, done: Reply) -> None:
+        ledger_id = req.readLacRequest.ledgerId
+        try:
+            lac_body, last = self.storage.read_lac(ledger_id)
+        except BookieError as exc:
+            done(_response(req, CODE.get(exc.status, pb.EIO)))
+            return
+        if lac_body is None and last is None:
+            done(_response(req, pb.ENOENTRY))
+            return
+        done(_response(req, EOK, lac_body=lac_body, last_entry=last))
+
+    def _write_lac(self, req: pb.Request, done: Reply) -> None:
+        w = req.writeLacRequest
+        if self.mode.readonly:
+            done(_response(req, pb.EREADONLY))
+            return
+        self.storage.submit_write_lac(w.ledgerId, w.masterKey, w.body,
+                                      lambda status: done(_response(req, CODE[status])))
+
+    def _bookie_info(self, req: pb.Request, done: Reply) -> None:
+        requested = req.getBookieInfoRequest.requested
+        total, free = self.storage.disk_usage()
+        info: dict[str, int] = {}
+        if requested & pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY:
+            info["totalDiskCapacity"] = total
+        if requested & pb.GetBookieInfoRequest.FREE_DISK_SPACE:
+            info["freeDiskSpace"] = free
+        done(_response(req, EOK, info=info))
+
+    def _list_entries(self, req: pb.Request, done: Reply) -> None:
+        data = self.storage.availability(req.getListOfEntriesOfLedgerRequest.ledgerId)
+        done(_response(req, pb.ENOLEDGER) if data is None else _response(req, EOK, availability=data))
+
+    def _list_entries_batch(self, req: pb.Request, done: Reply) -> None:
+        self._pool.submit(self._list_entries_batch_body, req, done)
+
+    def _list_entries_batch_body(self, req: pb.Request, done: Reply) -> None:
+        resp = pb.Response(status=EOK)
+        resp.header.CopyFrom(req.header)
+        out = resp.getListOfEntriesOfLedgersResponse
+        out.status = EOK
+        add = out.ledgers.add
+        for ledger_id, data in self.storage.availability_many(req.getListOfEntriesOfLedgersRequest.ledgerId):
+            if data is None:
+                add(ledgerId=ledger_id, status=pb.ENOLEDGER)
+            else:
+                add(ledgerId=ledger_id, status=EOK, availabilityOfEntriesOfLedger=data)
+        done(resp.SerializePartialToString())
+
+    def _auth(self, req: pb.Request, done: Reply) -> None:
+        resp = pb.Response(status=EOK)
+        resp.header.CopyFrom(req.header)
+        resp.authResponse.authPluginName = AUTH_PLUGIN
+        resp.authResponse.payload = b""
+        done(resp.SerializePartialToString())
+
+    def _force_ledger(self, req: pb.Request, done: Reply) -> None:
+        done(_response(req, EOK))  # every acknowledged add is already durable
+
+
+# -- response builders ---------------------------------------------------------------------------------------
+def _undecodable(txn_id: int = 0) -> bytes:
+    """EBADREQ for bytes that are not a Request (the header carries txnId 0 when it could not be read)."""
+    resp = pb.Response(status=pb.EBADREQ)
+    resp.header.version = pb.VERSION_THREE
+    resp.header.txnId = txn_id
+    return resp.SerializePartialToString()
+
+
+def _bare(req: pb.Request, status: int) -> bytes:
+    resp = pb.Response(status=status)
+    resp.header.CopyFrom(req.header)
+    return resp.SerializePartialToString()
+
+
+def _response(req: pb.Request, status: int, *, body: bytes | None = None, lac_body: bytes | None = None,
+              last_entry: bytes | None = None, availability: bytes | None = None,
+              info: dict[str, int] | None = None) -> bytes:
+    """The Response for `req` with `status` in both the top level and the operation's sub-response."""
+    resp = pb.Response(status=status)
+    resp.header.CopyFrom(req.header)
+    op = req.header.operation
+    sub: Any
+    if op == pb.ADD_ENTRY:
+        a = req.addRequest
+        sub = resp.addResponse
+        sub.status, sub.ledgerId, sub.entryId = status, a.ledgerId, a.entryId
+    elif op == pb.READ_ENTRY:
+        r = req.readRequest
+        sub = resp.readResponse
+        sub.status, sub.ledgerId, sub.entryId = status, r.ledgerId, r.entryId
+        if body is not None:
+            sub.body = body
+    elif op == pb.READ_LAC:
+        sub = resp.readLacResponse
+        sub.status, sub.ledgerId = status, req.readLacRequest.ledgerId
+        if lac_body is not None:
+            sub.lacBody = lac_body
+        if last_entry is not None:
+            sub.lastEntryBody = last_entry
+    elif op == pb.WRITE_LAC:
+        sub = resp.writeLacResponse
+        sub.status, sub.ledgerId = status, req.writeLacRequest.ledgerId
+    elif op == pb.GET_BOOKIE_INFO:
+        sub = resp.getBookieInfoResponse
+        sub.status = status
+        for key, value in (info or {}).items():
+            setattr(sub, key, value)
+    elif op == pb.GET_LIST_OF_ENTRIES_OF_LEDGER:
+        sub = resp.getListOfEntriesOfLedgerResponse
+        sub.status, sub.ledgerId = status, req.getListOfEntriesOfLedgerRequest.ledgerId
+        if availability is not None:
+            sub.availabilityOfEntriesOfLedger = availability
+    elif op == pb.GET_LIST_OF_ENTRIES_OF_LEDGERS:
+        resp.getListOfEntriesOfLedgersResponse.status = status
+    elif op == pb.FORCE_LEDGER:
+        sub = resp.forceLedgerResponse
+        sub.status, sub.ledgerId = status, req.forceLedgerRequest.ledgerId
+    return resp.SerializePartialToString()

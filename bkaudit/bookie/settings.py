@@ -1,0 +1,52 @@
+"""`[bookie]` settings (BookKeeper's ServerConfiguration keys named in docs/config.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bkaudit.config import section
+from bkaudit.errors import ConfigError
+
+
+@section("bookie")
+@dataclasses.dataclass(frozen=True)
+class BookieSettings:
+    """One bookie process. The command line (--port, --data-dir, --rack, ...) overrides these."""
+
+    port: int = 3181
+    data_dir: str = ""
+    listen_address: str = "127.0.0.1"
+    # host in the bookie id (host:port) and in the registered endpoint (BookKeeper: advertisedAddress)
+    advertised_address: str = "127.0.0.1"
+    rack: str = ""
+    # TLS: cert + key serve TLS; adding ca requires client certificates signed by it (mutual TLS)
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    # read-only below max(min_free_bytes, min_free_fraction * total); writable again above 1.1x that
+    min_free_fraction: float = 0.05
+    min_free_bytes: int = 0
+    disk_check_interval_s: float = 2.0
+    # bounded work: requests in flight beyond this get ETOOMANYREQUESTS (maxPendingAddRequestsPerThread)
+    max_pending_requests: int = 10000
+    group_commit_max_batch: int = 2000
+    read_threads: int = 4
+    # graceful stop: how long in-flight requests may take to finish after going read-only
+    drain_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError("bookie.port", f"must be a TCP port, got {self.port}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("bookie.tls_cert", "tls_cert and tls_key must be set together")
+        if self.tls_ca and not self.tls_cert:
+            raise ConfigError("bookie.tls_ca", "mutual TLS (tls_ca) needs tls_cert and tls_key")
+        if not 0 <= self.min_free_fraction < 1:
+            raise ConfigError("bookie.min_free_fraction", "must be in [0, 1)")
+        if self.min_free_bytes < 0:
+            raise ConfigError("bookie.min_free_bytes", "must be >= 0")
+        for key in ("max_pending_requests", "group_commit_max_batch", "read_threads"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"bookie.{key}", "must be >= 1")
+        if self.rack and not self.rack.startswith("/"):
+            raise ConfigError("bookie.rack", f"a network location starts with '/', got {self.rack!r}")

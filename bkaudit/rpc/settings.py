@@ -1,0 +1,39 @@
+"""`[rpc]` settings: how clients (ledger client, checker, replication worker) talk to bookies."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bkaudit.config import section
+from bkaudit.errors import ConfigError
+
+SERVICE = "bkaudit.Bookie"
+METHOD = "/bkaudit.Bookie/Exchange"
+"""A bidirectional stream of BookKeeper v3 Request / Response bytes, one protobuf message per gRPC message."""
+FRAMED_METHOD = "/bkaudit.Bookie/ExchangeFramed"
+"""The same stream, each gRPC message carrying one or more BookKeeper frames (bkaudit.rpc.framing)."""
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+"""Batch GetListOfEntries responses for thousands of ledgers exceed gRPC's 4 MB default."""
+
+
+@section("rpc")
+@dataclasses.dataclass(frozen=True)
+class RpcSettings:
+    """Client side of the bookie RPC."""
+
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 10.0
+    # TLS towards bookies: CA to verify them; own certificate + key for mutual TLS; optional name override
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_server_name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.request_timeout_s <= 0:
+            raise ConfigError("rpc.request_timeout_s", "must be > 0")
+        if self.connect_timeout_s <= 0:
+            raise ConfigError("rpc.connect_timeout_s", "must be > 0")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("rpc.tls_cert", "tls_cert and tls_key must be set together")
