@@ -48,6 +48,8 @@ class ZkMetadataStore:
     def new_ledger_id(self) -> int:
         from bkaudit.zk import ledgers
 
+        if self.acl is not None:
+            return int(ledgers.generate_ledger_id(self.zk, root=self.root, acl=self.acl))
         return int(ledgers.generate_ledger_id(self.zk, root=self.root))
 
     def create(self, ledger_id: int, metadata: LedgerMetadata) -> int:
@@ -61,7 +63,7 @@ class ZkMetadataStore:
     def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         from bkaudit.zk import ledgers
 
-        metadata, stat = ledgers.read_ledger_metadata(self.zk, ledger_id, root=self.root)
+        metadata, stat = ledgers.read_ledger_metadata(self.zk, ledger_id, root=self.root, layout=self.layout)
         return metadata, _version(stat)
 
     def write(self, ledger_id: int, metadata: LedgerMetadata, expected_version: int) -> int:
@@ -69,14 +71,19 @@ class ZkMetadataStore:
 
         return _version(
             ledgers.write_ledger_metadata(
-                self.zk, ledger_id, metadata, expected_version=expected_version, root=self.root
+                self.zk,
+                ledger_id,
+                metadata,
+                expected_version=expected_version,
+                root=self.root,
+                layout=self.layout,
             )
         )
 
     def delete(self, ledger_id: int) -> None:
         from bkaudit.zk import ledgers
 
-        ledgers.delete_ledger_metadata(self.zk, ledger_id, root=self.root)
+        ledgers.delete_ledger_metadata(self.zk, ledger_id, root=self.root, layout=self.layout)
 
     def list_ids(self) -> list[int]:
         from bkaudit.zk import ledgers

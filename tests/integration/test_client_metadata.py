@@ -1,0 +1,114 @@
+"""The client's metadata store on a real ZooKeeper: BookKeeper bytes, CAS, idgen, delete, close rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkaudit.client.handle import WriteHandle
+from bkaudit.client.pipeline import AddPipeline
+from bkaudit.client.store import ZkMetadataStore
+from bkaudit.errors import LedgerStateError, MetadataConflict, NoSuchLedger
+from bkaudit.formats import ledger_metadata
+from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+from bkaudit.zk import paths
+
+pytestmark = pytest.mark.cluster
+
+ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
+
+
+def _md(**kw: object) -> LedgerMetadata:
+    base = LedgerMetadata(
+        3,
+        2,
+        2,
+        LedgerState.OPEN,
+        -1,
+        0,
+        DigestType.CRC32C,
+        b"pw",
+        (Segment(0, ENSEMBLE),),
+        custom_metadata={"app": b"bkaudit"},
+    )
+    return base.evolve(**kw) if kw else base
+
+
+def test_idgen_create_cas_and_bytes_round_trip(zk, zk_root) -> None:
+    store = ZkMetadataStore(zk, root=zk_root)
+    ids = [store.new_ledger_id() for _ in range(3)]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    lid = ids[-1]
+    version = store.create(lid, _md())
+    raw, _ = zk.get(paths.ledger_path(lid, root=zk_root))
+    assert raw.startswith(b"BookieMetadataFormatVersion\t3\n")
+    assert ledger_metadata.parse(raw) == _md()
+    assert ledger_metadata.serialize(ledger_metadata.parse(raw)) == raw
+    closed = _md(
+        state=LedgerState.CLOSED,
+        last_entry_id=9,
+        length=1234,
+        segments=(Segment(0, ENSEMBLE), Segment(5, ("127.0.0.1:3184", *ENSEMBLE[1:]))),
+    )
+    v2 = store.write(lid, closed, version)
+    with pytest.raises(MetadataConflict):
+        store.write(lid, _md(), version)
+    assert store.read(lid) == (closed, v2)
+    raw, _ = zk.get(paths.ledger_path(lid, root=zk_root))
+    assert ledger_metadata.serialize(ledger_metadata.parse(raw)) == raw
+    assert lid in store.list_ids()
+    store.delete(lid)
+    with pytest.raises(NoSuchLedger):
+        store.read(lid)
+
+
+class _NoBookies:
+    def choose_ensemble(self, *a: object) -> tuple[str, ...]:
+        raise AssertionError("not used")
+
+    replace_bookie = choose_ensemble
+
+
+def _handle(zk, root: str, store: ZkMetadataStore, lid: int) -> WriteHandle:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bkaudit.formats.entry import DigestManager
+
+    md, version = store.read(lid)
+    pipeline = AddPipeline(
+        ledger_id=lid,
+        metadata=md,
+        version=version,
+        master_key=b"k",
+        pool=None,
+        directory=_NoBookies(),
+        executor=ThreadPoolExecutor(1),
+        store=store,
+    )
+    return WriteHandle(lid, pipeline, DigestManager(lid, b"pw", DigestType.CRC32C), store, close_timeout_s=1)
+
+
+@pytest.mark.parametrize(
+    ("concurrent", "expect"),
+    [
+        ({"custom_metadata": {"app": b"changed"}}, "closed"),  # still OPEN: retry
+        ({"state": LedgerState.IN_RECOVERY}, "error"),  # being recovered
+        ({"state": LedgerState.CLOSED, "last_entry_id": -1}, "closed"),  # closed at the same entry
+        ({"state": LedgerState.CLOSED, "last_entry_id": 3, "length": 9}, "error"),  # closed elsewhere
+    ],
+)
+def test_writer_close_conflict_rules_on_zookeeper(zk, zk_root, concurrent, expect) -> None:
+    store = ZkMetadataStore(zk, root=zk_root)
+    lid = store.new_ledger_id()
+    store.create(lid, _md())
+    handle = _handle(zk, zk_root, store, lid)
+    md, version = store.read(lid)
+    store.write(lid, md.evolve(**concurrent), version)  # a concurrent actor moves the version
+    if expect == "error":
+        with pytest.raises(LedgerStateError):
+            handle.close()
+        return
+    closed = handle.close()
+    final, _ = store.read(lid)
+    assert final == closed and final.state is LedgerState.CLOSED and final.last_entry_id == -1
+    if "custom_metadata" in concurrent:
+        assert final.custom_metadata == {"app": b"changed"}  # the retry kept the concurrent change
