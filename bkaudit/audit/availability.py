@@ -1,0 +1,202 @@
+"""Bookie availability (BP-34): failures are retried, persistent ones are reported, nothing is dropped.
+
+BookKeeper's replicas check puts a ledger whose bookie did not answer into "ledgers with unavailable bookies",
+logs it at ERROR level and counts it nowhere; the BP-34 plan to re-check such bookies after a delay and to
+verify that an unreachable bookie is no longer registered was never built (bookkeeper-behavior.md 1.6). Here:
+
+* the job retries every failed (ledger, bookie) call after `retry_delay_s` (`should_retry` says which);
+* a bookie still failing at the transport level while it is registered (writable or read-only) is one
+  `bookie_unreachable_but_registered` row: clients will keep choosing it for new ensembles;
+* a bookie that is not registered is known to be gone (the Auditor's lost-bookie audit handles it), so it is
+  not a bookie finding, but its ledgers are still rows;
+* every ledger with at least one unverified bookie is one `ledger_unverifiable` row, with a reason per
+  bookie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from bkaudit.audit.base import Category, Check, Finding
+from bkaudit.audit.durability import (
+    STATUS_NOT_CHECKED,
+    BookieEvidence,
+    LedgerEvidence,
+    assess,
+)
+
+BOOKKEEPER_STATUSES = frozenset(
+    {
+        "EOK",
+        "ENOLEDGER",
+        "ENOENTRY",
+        "EBADREQ",
+        "EIO",
+        "EUA",
+        "EBADVERSION",
+        "EFENCED",
+        "EREADONLY",
+        "ETOOMANYREQUESTS",
+        "EUNKNOWNLEDGERSTATE",
+    }
+)
+"""Statuses a bookie sends (BookkeeperProtocol StatusCode): the bookie is reachable, the ledger may not be."""
+
+STATUS_INVALID_RESPONSE = "INVALID_RESPONSE"
+"""The bookie answered, but its bytes do not decode as AvailabilityOfEntriesOfLedger."""
+STATUS_NOT_REGISTERED = "NOT_REGISTERED"
+"""The bookie has no registration to resolve an endpoint from (and no static address was configured)."""
+STATUS_CIRCUIT_OPEN = "CIRCUIT_OPEN"
+"""Not asked: earlier calls to the bookie failed at the transport level in this attempt (see fan-out)."""
+
+REASON_UNREACHABLE = "bookie_unreachable"
+REASON_NOT_REGISTERED = "bookie_not_registered"
+REASON_INVALID_RESPONSE = "invalid_response"
+REASON_BOOKIE_ERROR = "bookie_error"
+REASON_NOT_CHECKED = "not_checked"
+REASON_METADATA_CHANGING = "metadata_changing"
+
+
+def is_transport_failure(status: str) -> bool:
+    """True when the call never got a BookKeeper answer (connection refused, timeout, stream reset, ...)."""
+    return status not in BOOKKEEPER_STATUSES and status not in (
+        STATUS_INVALID_RESPONSE,
+        STATUS_NOT_REGISTERED,
+        STATUS_NOT_CHECKED,
+        "OK",
+    )
+
+
+def should_retry(status: str) -> bool:
+    """Whether a failed (ledger, bookie) call is worth the delayed re-check.
+
+    Everything that is not an answer is retried once the delay passed: transport failures obviously, but also
+    EIO / ETOOMANYREQUESTS (a busy or briefly sick bookie) and undecodable bytes (a torn response). Only the
+    two answers, OK and ENOLEDGER, are final.
+    """
+    return status not in ("OK", "ENOLEDGER")
+
+
+def reason_code(status: str) -> str:
+    if status == STATUS_NOT_REGISTERED:
+        return REASON_NOT_REGISTERED
+    if status == STATUS_INVALID_RESPONSE:
+        return REASON_INVALID_RESPONSE
+    if status == STATUS_NOT_CHECKED:
+        return REASON_NOT_CHECKED
+    if status in BOOKKEEPER_STATUSES:
+        return REASON_BOOKIE_ERROR
+    return REASON_UNREACHABLE
+
+
+def _describe(ev: BookieEvidence) -> str:
+    code = reason_code(ev.status)
+    what = {
+        REASON_UNREACHABLE: "unreachable",
+        REASON_NOT_REGISTERED: "not registered",
+        REASON_INVALID_RESPONSE: "answered bytes that are not AvailabilityOfEntriesOfLedger",
+        REASON_BOOKIE_ERROR: "answered an error",
+        REASON_NOT_CHECKED: "was never asked",
+    }[code]
+    tail = f": {ev.error}" if ev.error else ""
+    return f"bookie {ev.bookie_id} {what} ({ev.status}{tail})"
+
+
+def unverifiable(
+    ledger_id: int, reason: str, code: str, *, bookie_id: str | None = None, **detail: Any
+) -> Finding:
+    """A `ledger_unverifiable` finding; `code` is one of the REASON_* values, `reason` says it in words."""
+    return Finding(
+        category=Category.LEDGER_UNVERIFIABLE,
+        ledger_id=ledger_id,
+        bookie_id=bookie_id,
+        detail={"reason": reason, "reason_code": code, **detail},
+    )
+
+
+class LedgerAvailabilityCheck(Check[LedgerEvidence]):
+    """`ledger_unverifiable` for a ledger some of whose bookies gave no usable answer (after retries)."""
+
+    name: ClassVar[str] = "ledger_availability"
+    categories: ClassVar[tuple[Category, ...]] = (Category.LEDGER_UNVERIFIABLE,)
+
+    def evaluate(self, subject: LedgerEvidence) -> list[Finding]:
+        unverified = assess(subject.shape, subject.evidence).unverified
+        return self.from_unverified(subject.shape.ledger_id, unverified)
+
+    def from_unverified(self, ledger_id: int, unverified: Sequence[BookieEvidence]) -> list[Finding]:
+        if not unverified:
+            return []
+        codes = sorted({reason_code(ev.status) for ev in unverified})
+        return [
+            unverifiable(
+                ledger_id,
+                "; ".join(_describe(ev) for ev in unverified),
+                codes[0] if len(codes) == 1 else "multiple",
+                bookie_id=unverified[0].bookie_id if len(unverified) == 1 else None,
+                bookies=[
+                    {
+                        "bookie": ev.bookie_id,
+                        "status": ev.status,
+                        "reason_code": reason_code(ev.status),
+                        "error": ev.error,
+                    }
+                    for ev in unverified
+                ],
+            )
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class BookieReport:
+    """How one bookie fared over the whole run (after the delayed re-check)."""
+
+    bookie_id: str
+    registered: bool
+    reachable: bool | None
+    """False: every call in the last attempt failed at the transport level; None: it was never asked."""
+    attempts: int = 1
+    state: str | None = None
+    last_status: str | None = None
+    last_error: str | None = None
+    ledgers_unverified: int = 0
+
+
+class BookieAvailabilityCheck(Check[BookieReport]):
+    """`bookie_unreachable_but_registered`: one row per bookie that stayed unreachable yet registered."""
+
+    name: ClassVar[str] = "bookie_availability"
+    categories: ClassVar[tuple[Category, ...]] = (Category.BOOKIE_UNREACHABLE_BUT_REGISTERED,)
+
+    def evaluate(self, subject: BookieReport) -> list[Finding]:
+        if subject.reachable is not False or not subject.registered:
+            return []
+        return [
+            Finding(
+                category=Category.BOOKIE_UNREACHABLE_BUT_REGISTERED,
+                bookie_id=subject.bookie_id,
+                detail={
+                    "state": subject.state,
+                    "attempts": subject.attempts,
+                    "status": subject.last_status,
+                    "error": subject.last_error,
+                    "ledgers_unverified": subject.ledgers_unverified,
+                },
+            )
+        ]
+
+
+def latency_percentiles(
+    values_ms: Iterable[float], points: Sequence[float] = (50, 95, 99)
+) -> dict[str, float]:
+    """Nearest-rank percentiles {"p50": ..., ...} of call latencies; empty input gives an empty dict."""
+    ordered = sorted(values_ms)
+    if not ordered:
+        return {}
+    out: dict[str, float] = {}
+    for p in points:
+        rank = max(1, -(-len(ordered) * p // 100))
+        out[f"p{int(p) if float(p).is_integer() else p}"] = float(ordered[int(rank) - 1])
+    return out

@@ -1,0 +1,84 @@
+"""The `[checker]` settings section (conf/bkaudit.toml; BookKeeper key names in docs/config.md).
+
+Here rather than in the Spark job so the CLI, the jobs and the tests can read and validate the section without
+importing pyspark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bkaudit.audit.classification import FailOn
+from bkaudit.config import section
+from bkaudit.errors import ConfigError
+
+
+@section("checker")
+@dataclasses.dataclass(frozen=True)
+class CheckerSettings:
+    """How `bkaudit check` talks to bookies and ZooKeeper, what it publishes and where metrics go."""
+
+    # underreplicatedLedgerRecoveryGracePeriod (s); 0 disables the progress check, as in BookKeeper
+    grace_period_s: float = 3600.0
+    # BP-34's delayed re-check of (ledger, bookie) calls that failed; no BookKeeper key (never implemented)
+    retry_delay_s: float = 5.0
+    retry_attempts: int = 1
+    # ledgers per GetListOfEntries batch message (the bookie's extension operation)
+    batch_size: int = 500
+    # batch calls in flight per bookie (BookKeeper: at most 100 ledgers in flight in total)
+    max_in_flight_per_bookie: int = 4
+    # per-call deadline (BookKeeper: REPLICAS_CHECK_TIMEOUT_IN_SECS = 120 per ledger range)
+    call_timeout_s: float = 15.0
+    # consecutive transport failures after which a task stops calling a bookie for this attempt
+    bookie_failure_threshold: int = 2
+    # Spark partitions per bookie in the fan-out (more = more parallel calls to one bookie)
+    partitions_per_bookie: int = 1
+    # check the closed segments of open ledgers (BookKeeper never checks open ledgers)
+    check_open_ledgers: bool = True
+    # re-evaluations of a ledger whose metadata keeps changing before it is reported unverifiable
+    max_reevaluations: int = 3
+    # ZooKeeper reads per second for the pre-report re-read (auditorMaxNumberOfConcurrentOpenLedgerOperations)
+    zk_reads_per_s: float = 2000.0
+    # ranges kept per row (counts stay exact); bounds a row for a wiped bookie under a huge ledger
+    max_ranges_per_row: int = 10_000
+    # feed the under-replication queue (off by default for ad hoc runs)
+    publish_underreplicated: bool = False
+    # repairedPlacementPolicyNotAdheringBookieEnabled (BP-54): also mark placement_fail ledgers
+    publish_placement: bool = False
+    # markers written per second (zkReplicationTaskRateLimit-style throttle, cf. BookKeeper PR #3541)
+    publish_rate_per_s: float = 50.0
+    # never | warning | critical: the lowest severity that makes the run exit 2
+    fail_on: str = "critical"
+    # Prometheus text file (node_exporter textfile collector); empty = none
+    metrics_file: str = ""
+    # Prometheus push gateway base URL, e.g. http://pushgateway:9091; empty = none
+    pushgateway_url: str = ""
+    metrics_job: str = "bkaudit_checker"
+    # prefix of BookKeeper's gauge names: "auditor" gives auditor_NUM_LEDGERS_... as BookKeeper exports them
+    metrics_scope: str = "auditor"
+
+    def __post_init__(self) -> None:
+        for key in ("grace_period_s", "retry_delay_s", "zk_reads_per_s", "publish_rate_per_s"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"checker.{key}", "must be >= 0")
+        for key in (
+            "batch_size",
+            "max_in_flight_per_bookie",
+            "bookie_failure_threshold",
+            "partitions_per_bookie",
+            "max_reevaluations",
+        ):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"checker.{key}", "must be >= 1")
+        if self.retry_attempts < 0:
+            raise ConfigError("checker.retry_attempts", "must be >= 0")
+        if self.call_timeout_s <= 0:
+            raise ConfigError("checker.call_timeout_s", "must be > 0")
+        if self.max_ranges_per_row < 0:
+            raise ConfigError("checker.max_ranges_per_row", "must be >= 0 (0 = unlimited)")
+        try:
+            FailOn(self.fail_on)
+        except ValueError:
+            raise ConfigError("checker.fail_on", "must be one of never, warning, critical") from None
+        if self.pushgateway_url and not self.pushgateway_url.startswith(("http://", "https://")):
+            raise ConfigError("checker.pushgateway_url", "must be an http(s) URL")
