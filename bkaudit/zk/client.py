@@ -178,10 +178,10 @@ def with_retries(
 
 def _pause(client: KazooClient | None, delay_s: float) -> None:
     """Sleep `delay_s`; with a disconnected client, wait for its reconnection for at least that long."""
-    deadline = time.monotonic() + delay_s
     time.sleep(delay_s)
-    if client is not None and not client.connected:
-        client._live.wait(max(delay_s, deadline - time.monotonic()))
+    deadline = time.monotonic() + delay_s
+    while client is not None and not client.connected and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 # -- rate limiting -----------------------------------------------------------------------------------------

@@ -151,6 +151,7 @@ def parse_ledger_path(path: str, *, root: str = DEFAULT_ROOT) -> int | None:
 
 def parse_hierarchy(parts: list[str] | tuple[str, ...]) -> int | None:
     """The ledger id from the znode names below the root (`['00', '0000', 'L0001']`), or None."""
+    heads: tuple[re.Pattern[str], ...]
     if len(parts) == 3:
         heads = (_SHORT_DIRS, _FOUR_DIGITS)
     elif len(parts) == 5:

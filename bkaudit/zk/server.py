@@ -13,7 +13,6 @@ server runs, so `bkaudit zk stop --data-dir D` can find and stop a server starte
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.util
 import json
 import logging
@@ -212,6 +211,7 @@ class ZooKeeperServer:
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.log_path, level=self.log_level), encoding="utf-8")
         cmd = [
+            *([] if self.detach else _die_with_parent_prefix()),
             java,
             *JVM_OPTS,
             f"-Dlog4j2.configurationFile={log4j}",
@@ -230,7 +230,6 @@ class ZooKeeperServer:
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir,
                 start_new_session=True,
-                preexec_fn=None if self.detach else _die_with_parent_hook(),
             )
         finally:
             out.close()
@@ -429,23 +428,17 @@ def _is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
-def _die_with_parent_hook() -> Any:
-    """A preexec_fn that asks Linux to SIGTERM the child when its parent thread dies (None elsewhere).
+def _die_with_parent_prefix() -> list[str]:
+    """`setpriv --pdeathsig TERM --`: Linux then SIGTERMs the JVM if this process dies (no orphaned servers).
 
-    PR_SET_PDEATHSIG fires when the *thread* that forked exits, so it is only used from the main thread.
+    PR_SET_PDEATHSIG fires when the *thread* that forked exits, so it is only used from the main thread;
+    `setpriv` (util-linux) execs java, so the pid stays the JVM's. Where it is missing, nothing is prefixed
+    (a preexec_fn would do the same, but is unsafe in a process with threads).
     """
     if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    pr_set_pdeathsig = 1
-
-    def hook() -> None:
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-    return hook
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
 
 
 def _tail(path: Path, lines: int) -> str:

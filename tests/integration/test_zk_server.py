@@ -199,3 +199,23 @@ def test_rate_limiter_unlimited() -> None:
         assert time.monotonic() - start < 0.5
     with pytest.raises(ValueError):
         RateLimiter(-1)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or not zkserver.shutil.which("setpriv"), reason="Linux + setpriv")
+def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    script = (
+        "import sys, time\n"
+        "from bkaudit.zk.server import ZooKeeperServer\n"
+        f"s = ZooKeeperServer(data_dir={str(tmp_path)!r}).start()\n"
+        "print(s.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    assert _alive(pid)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
