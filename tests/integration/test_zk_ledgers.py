@@ -106,6 +106,29 @@ def test_long_ids_once_idgen_long_exists(zk, zk_root: str) -> None:
     assert paths.ledger_path(first, root=zk_root) == f"{zk_root}/000/0000/0042/9496/L7296"
 
 
+class _OverflowingIdgen:
+    """A real client whose short-id sequence reached Integer.MAX_VALUE (ZooKeeper needs 2^31 creates)."""
+
+    def __init__(self, real, short_prefix: str) -> None:
+        self.real = real
+        self.short_prefix = short_prefix
+
+    def create(self, path: str, *args, **kwargs):
+        created = self.real.create(path, *args, **kwargs)
+        return f"{self.short_prefix}2147483647" if path == self.short_prefix else created
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+def test_short_id_overflow_switches_to_the_long_generator(zk, zk_root: str) -> None:
+    overflowing = _OverflowingIdgen(zk, paths.idgen_path(root=zk_root) + "/ID-")
+    assert ledgers.generate_ledger_id(overflowing, root=zk_root) == 1 << 32
+    assert zk.exists(paths.idgen_long_path(root=zk_root)) is not None
+    assert zk.get_acls(paths.idgen_long_path(root=zk_root))[0][0].id.scheme == "world"
+    assert ledgers.generate_ledger_id(zk, root=zk_root) == (1 << 32) | 1  # long from now on
+
+
 def test_long_ids_use_highest_hob_and_keep_three(zk, zk_root: str) -> None:
     base = paths.idgen_long_path(root=zk_root)
     for high in (1, 2, 3, 4, 7):
