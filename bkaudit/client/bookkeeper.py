@@ -77,7 +77,14 @@ class BookKeeper:
         client_settings, policy = _client_and_policy(settings)
         session = zk_connect(zk_settings)
         try:
-            pool = BookieClientPool(zk=session, root=zk_settings.root, static=static, tls=tls)
+            # RPC deadline no longer than the client's own timeouts, so a hung bookie is replaced in time
+            pool = BookieClientPool(
+                zk=session,
+                root=zk_settings.root,
+                static=static,
+                tls=tls,
+                request_timeout_s=min(client_settings.add_timeout_s, client_settings.read_timeout_s),
+            )
         except Exception:
             _stop_zk(session)
             raise

@@ -272,4 +272,11 @@ def _close_recovered(
                 return fresh, fresh_version
             if outcome is rules.Outcome.FAIL:
                 raise RecoveryError(why, ledger_id=ledger_id) from None
+            # keep whatever else changed (e.g. custom metadata); ours are state, end and segments
+            target = fresh.evolve(
+                state=target.state,
+                last_entry_id=target.last_entry_id,
+                length=target.length,
+                segments=target.segments,
+            )
             version = fresh_version
