@@ -23,6 +23,7 @@ from typing import TypeAlias
 from bkaudit.errors import FormatError
 
 __all__ = [
+    "MAX_NESTING",
     "Field",
     "Kind",
     "PrintValue",
@@ -325,6 +326,8 @@ class TextMessage:
 # Parsing
 # ----------------------------------------------------------------------------------------------------
 
+MAX_NESTING = 100
+"""Java's TextFormat parser rejects messages nested deeper than its default recursion limit of 100."""
 _WHITESPACE = frozenset(" \t\n\r\f\v")  # Java regex \s
 _IDENT_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _IDENT_CHARS = _IDENT_START | frozenset("0123456789")
@@ -380,6 +383,7 @@ class _Parser:
         self.pos = 0
         self.base = base
         self.schema = schema
+        self.depth = 0
 
     def fail(self, message: str, field: str | None = None, at: int | None = None) -> FormatError:
         return FormatError(message, field=field, offset=self.base + (self.pos if at is None else at))
@@ -457,8 +461,13 @@ class _Parser:
         if c in ("{", "<"):
             if spec is not None and spec.kind is not Kind.MESSAGE:
                 raise self.fail("a block given for a scalar field", name)
+            if self.depth >= MAX_NESTING:
+                raise self.fail(f"messages nested deeper than {MAX_NESTING}", name)
             self.pos += 1
-            return self.parse_fields("}" if c == "{" else ">", spec.message if spec else None)
+            self.depth += 1
+            fields = self.parse_fields("}" if c == "{" else ">", spec.message if spec else None)
+            self.depth -= 1
+            return fields
         if not colon:
             raise self.fail("expected ':' after field name", name)
         at = self.pos

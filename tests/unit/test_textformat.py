@@ -179,6 +179,15 @@ def test_parse_errors_name_field_and_offset(text: str, field: str | None, offset
     assert err.value.offset == 100 + offset
 
 
+def test_parse_limits_nesting_like_java() -> None:
+    assert tf.parse("a {" * 100 + "}" * 100)
+    with pytest.raises(FormatError) as err:
+        tf.parse("a {" * 101 + "}" * 101)
+    assert err.value.offset == 302  # the 101st opening brace
+    with pytest.raises(FormatError):
+        tf.parse("a <" * 100_000)
+
+
 def test_parse_rejects_invalid_utf8_with_byte_offset() -> None:
     with pytest.raises(FormatError) as err:
         tf.parse(b'a: "ok"\nb: "\xff"')
