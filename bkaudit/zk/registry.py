@@ -1,0 +1,233 @@
+"""Bookies in ZooKeeper: registrations (writable / read-only), cookies and Pulsar's rack JSON.
+
+Layout and bytes are BookKeeper's (shared/spec/bookkeeper-formats.md section 1): a writable bookie is the
+EPHEMERAL `{root}/available/<id>`, a read-only one `{root}/available/readonly/<id>`, both holding a binary
+BookieServiceInfoFormat (empty data = legacy, endpoint derived from the id); `{root}/cookies/<id>` lists every
+bookie ever formatted into the cluster; racks live in Pulsar's `/bookies` JSON at the ZooKeeper root.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Literal
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from bkaudit.errors import FormatError, ZooKeeperError
+from bkaudit.formats import records
+from bkaudit.zk import paths
+from bkaudit.zk.paths import DEFAULT_ROOT, RACKS_PATH
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+    from kazoo.security import ACL
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RACK_GROUP = "default"
+BookieState = Literal["writable", "readonly", "absent"]
+
+
+# -- listings ---------------------------------------------------------------------------------------------
+def list_writable(zk: KazooClient, root: str = DEFAULT_ROOT) -> list[str]:
+    """Writable bookies: children of `available`, without the `readonly` child (ZKRegistrationClient)."""
+    try:
+        children = zk.get_children(paths.available_root(root=root))
+    except NoNodeError:
+        return []
+    return sorted(c for c in children if c != paths.READONLY_NODE)
+
+
+def list_readonly(zk: KazooClient, root: str = DEFAULT_ROOT) -> list[str]:
+    try:
+        return sorted(zk.get_children(paths.readonly_root(root=root)))
+    except NoNodeError:
+        return []
+
+
+def list_cookies(zk: KazooClient, root: str = DEFAULT_ROOT) -> list[str]:
+    """Every bookie known to the cluster (BookKeeper's "all bookies": the cookie znodes)."""
+    try:
+        return sorted(zk.get_children(paths.cookies_root(root=root)))
+    except NoNodeError:
+        return []
+
+
+def bookie_state(zk: KazooClient, bookie_id: str, root: str = DEFAULT_ROOT) -> BookieState:
+    if zk.exists(paths.available_path(bookie_id, root=root)) is not None:
+        return "writable"
+    if zk.exists(paths.readonly_path(bookie_id, root=root)) is not None:
+        return "readonly"
+    return "absent"
+
+
+def read_bookie_service_info(zk: KazooClient, bookie_id: str,
+                             root: str = DEFAULT_ROOT) -> records.BookieServiceInfo | None:
+    """The registration of a writable or read-only bookie; None when it is not registered.
+
+    Empty data (a legacy registration) yields the endpoint derived from the id, as BookKeeper does.
+    """
+    for path in (paths.available_path(bookie_id, root=root), paths.readonly_path(bookie_id, root=root)):
+        try:
+            data, _ = zk.get(path)
+        except NoNodeError:
+            continue
+        return records.parse_bookie_service_info(data, bookie_id)
+    return None
+
+
+def endpoint_target(info: records.BookieServiceInfo) -> str | None:
+    """host:port of the bookie-rpc endpoint of a registration."""
+    endpoint = info.endpoint()
+    if endpoint is None:
+        return None
+    host = endpoint.host
+    return f"[{host}]:{endpoint.port}" if ":" in host else f"{host}:{endpoint.port}"
+
+
+# -- registration -----------------------------------------------------------------------------------------
+def register(zk: KazooClient, bookie_id: str, data: bytes, *, readonly: bool = False,
+             root: str = DEFAULT_ROOT, acl: list[ACL] | None = None) -> str:
+    """Create (or refresh) this session's EPHEMERAL registration and remove the opposite one.
+
+    A node left by a previous session of the same bookie (killed and restarted before its session expired)
+    is replaced at once instead of waiting out the session timeout: the caller holds the bookie's data
+    directory lock and its cookie, so no live process can own that id.
+    """
+    writable, ro = paths.available_path(bookie_id, root=root), paths.readonly_path(bookie_id, root=root)
+    want, other = (ro, writable) if readonly else (writable, ro)
+    if readonly:
+        zk.ensure_path(paths.readonly_root(root=root), acl=acl)
+    session = zk.client_id[0] if zk.client_id else None
+    for _ in range(10):
+        try:
+            zk.create(want, data, acl=acl, ephemeral=True)
+            break
+        except NodeExistsError:
+            try:
+                _, stat = zk.get(want)
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner == session:
+                zk.set(want, data)
+                break
+            log.warning("replacing stale registration %s of session 0x%x", want, stat.ephemeralOwner)
+            try:
+                zk.delete(want, version=stat.version)
+            except (NoNodeError, BadVersionError):
+                pass
+    else:
+        raise ZooKeeperError(f"could not register {want}: it keeps being recreated by another session")
+    _delete(zk, other, None)  # ours or stale: the id is ours either way
+    return want
+
+
+def deregister(zk: KazooClient, bookie_id: str, *, root: str = DEFAULT_ROOT) -> None:
+    """Remove this session's registrations (writable and read-only)."""
+    session = zk.client_id[0] if zk.client_id else None
+    for path in (paths.available_path(bookie_id, root=root), paths.readonly_path(bookie_id, root=root)):
+        _delete(zk, path, session)
+
+
+def _delete(zk: KazooClient, path: str, session: int | None) -> None:
+    """Delete `path` if it belongs to `session` (any owner when session is None)."""
+    try:
+        _, stat = zk.get(path)
+        if session is None or stat.ephemeralOwner == session:
+            zk.delete(path, version=stat.version)
+    except (NoNodeError, BadVersionError):
+        pass
+
+
+# -- cookies ----------------------------------------------------------------------------------------------
+def read_cookie(zk: KazooClient, bookie_id: str,
+                root: str = DEFAULT_ROOT) -> tuple[records.Cookie, int] | None:
+    """(cookie, znode version) or None when the bookie has no cookie."""
+    try:
+        data, stat = zk.get(paths.cookie_path(bookie_id, root=root))
+    except NoNodeError:
+        return None
+    return records.parse_cookie(data), stat.version
+
+
+def create_cookie(zk: KazooClient, cookie: records.Cookie, *, root: str = DEFAULT_ROOT,
+                  acl: list[ACL] | None = None) -> None:
+    """Create the cookie znode (NodeExistsError if another bookie claimed the id first)."""
+    zk.ensure_path(paths.cookies_root(root=root), acl=acl)
+    zk.create(paths.cookie_path(cookie.bookie_host, root=root), records.encode_cookie(cookie), acl=acl)
+
+
+def delete_cookie(zk: KazooClient, bookie_id: str, root: str = DEFAULT_ROOT) -> bool:
+    """Remove a bookie's cookie (BookKeeper's `bookie format` of that id); False if there was none."""
+    try:
+        zk.delete(paths.cookie_path(bookie_id, root=root))
+    except NoNodeError:
+        return False
+    return True
+
+
+# -- racks ------------------------------------------------------------------------------------------------
+def read_racks(zk: KazooClient) -> dict[str, dict[str, records.BookieRackInfo]]:
+    """Pulsar's rack configuration (`/bookies`), parsed; {} when absent or empty."""
+    try:
+        data, _ = zk.get(RACKS_PATH)
+    except NoNodeError:
+        return {}
+    return records.parse_rack_config(data)
+
+
+def set_rack(zk: KazooClient, bookie_id: str, rack: str, hostname: str | None = None, *,
+             group: str = DEFAULT_RACK_GROUP, acl: list[ACL] | None = None, attempts: int = 100) -> None:
+    """Record `bookie_id`'s rack in `/bookies` with a compare-and-set loop.
+
+    Bookies starting together all rewrite the same JSON document; each read-modify-write carries the znode
+    version, and a lost race re-reads and retries, so no bookie's entry is lost.
+    """
+    info = records.BookieRackInfo(rack, hostname)
+    for _ in range(attempts):
+        try:
+            data, stat = zk.get(RACKS_PATH)
+        except NoNodeError:
+            doc = {group: {bookie_id: info}}
+            try:
+                zk.create(RACKS_PATH, records.encode_rack_config(doc), acl=acl)
+                return
+            except NodeExistsError:
+                continue
+        try:
+            doc = records.parse_rack_config(data)
+        except FormatError as exc:
+            raise ZooKeeperError(f"{RACKS_PATH} holds malformed rack JSON (left untouched): {exc}") from exc
+        members = dict(doc.get(group, {}))
+        if members.get(bookie_id) == info:
+            return
+        members[bookie_id] = info
+        doc[group] = members
+        try:
+            zk.set(RACKS_PATH, records.encode_rack_config(doc), version=stat.version)
+            return
+        except (BadVersionError, NoNodeError):
+            continue
+    raise ZooKeeperError(f"could not update {RACKS_PATH} for {bookie_id} after {attempts} attempts")
+
+
+# -- overview ---------------------------------------------------------------------------------------------
+def describe(zk: KazooClient, root: str = DEFAULT_ROOT) -> list[dict[str, object]]:
+    """One row per bookie known by cookie or registration: id, state, endpoint, rack, has_cookie."""
+    writable, readonly = set(list_writable(zk, root)), set(list_readonly(zk, root))
+    cookies = set(list_cookies(zk, root))
+    racks = read_racks(zk).get(DEFAULT_RACK_GROUP, {})
+    rows: list[dict[str, object]] = []
+    for bookie_id in sorted(writable | readonly | cookies):
+        state = "writable" if bookie_id in writable else "readonly" if bookie_id in readonly else "absent"
+        endpoint = None
+        if state != "absent":
+            try:
+                info = read_bookie_service_info(zk, bookie_id, root)
+                endpoint = endpoint_target(info) if info is not None else None
+            except FormatError:
+                endpoint = "(unparseable registration)"
+        rack = racks.get(bookie_id)
+        rows.append({"id": bookie_id, "state": state, "endpoint": endpoint,
+                     "rack": rack.rack if rack is not None else None, "has_cookie": bookie_id in cookies})
+    return rows
