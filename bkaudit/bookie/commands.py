@@ -1,0 +1,191 @@
+"""`bkaudit bookie ...`: run a bookie, format its cookie, drive a local cluster's bookies, admin tools."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from bkaudit.cli_common import emit, fail, load_settings, zk_options
+from bkaudit.errors import BkAuditError
+
+
+@click.group()
+def bookie() -> None:
+    """Run and manage bookies (the companion runtime's storage servers)."""
+
+
+@bookie.command()
+@zk_options
+@click.option("--port", type=int, required=True, help="gRPC port; the default bookie id is 127.0.0.1:PORT")
+@click.option("--data-dir", type=click.Path(file_okay=False), required=True, help="storage directory")
+@click.option("--rack", default=None, help="network location recorded in /bookies, e.g. /rack-1")
+@click.option("--readonly", is_flag=True, help="serve reads only (registered under available/readonly)")
+@click.option("--bookie-id", default=None, help="custom bookie id (default host:port)")
+@click.option("--autorecovery", is_flag=True, help="also run AutoRecovery in this process (when available)")
+def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, port: int,
+        data_dir: str, rack: str | None, readonly: bool, bookie_id: str | None, autorecovery: bool) -> None:
+    """Run a bookie until SIGTERM (graceful: read-only, drain, deregister)."""
+    from bkaudit.bookie import settings as _settings  # noqa: F401  (registers [bookie])
+    from bkaudit.bookie.server import BookieOptions
+    from bkaudit.bookie.server import run as run_bookie
+    from bkaudit.rpc import settings as _rpc  # noqa: F401  (registers [rpc])
+
+    settings = load_settings(zk, cluster_dir, root, config_path)
+    options = BookieOptions(data_dir=data_dir, port=port, bookie_id=bookie_id, rack=rack, readonly=readonly,
+                            autorecovery=autorecovery)
+    try:
+        sys.exit(run_bookie(settings, options))
+    except BkAuditError as exc:
+        fail(str(exc), code=2)
+
+
+@bookie.command("format")
+@zk_options
+@click.option("--bookie", "bookie_id", required=True, help="bookie id whose cookie to delete")
+@click.option("--force", is_flag=True, help="even if the bookie is currently registered")
+def format_cookie(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
+                  bookie_id: str, force: bool) -> None:
+    """Delete a bookie's cookie so a wiped bookie may rejoin as a new, empty bookie."""
+    from bkaudit.config import ZkSettings
+    from bkaudit.zk import client as zkclient
+    from bkaudit.zk import registry
+
+    settings = load_settings(zk, cluster_dir, root, config_path)
+    zk_settings = settings.get(ZkSettings)
+    try:
+        client = zkclient.connect(zk_settings)
+        try:
+            state = registry.bookie_state(client, bookie_id, zk_settings.root)
+            if state != "absent" and not force:
+                fail(f"bookie {bookie_id} is running ({state}); stop it first or pass --force")
+            deleted = registry.delete_cookie(client, bookie_id, zk_settings.root)
+        finally:
+            zkclient.close(client)
+    except BkAuditError as exc:
+        fail(str(exc))
+    click.echo(f"cookie of {bookie_id} {'deleted' if deleted else 'was already absent'}")
+
+
+def _cluster_op(cluster_dir: str, bookie_id: str, op: str) -> None:
+    from bkaudit.cluster.local import LocalCluster
+
+    try:
+        cluster = LocalCluster.load(cluster_dir)
+        getattr(cluster, op)(bookie_id)
+    except BkAuditError as exc:
+        fail(str(exc))
+
+
+def _local_options(func: Any) -> Any:
+    func = click.option("--bookie", "bookie_id", required=True, help="bookie id (see cluster status)")(func)
+    return click.option("--dir", "cluster_dir", type=click.Path(file_okay=False), required=True,
+                        help="local cluster directory")(func)
+
+
+@bookie.command()
+@_local_options
+def stop(cluster_dir: str, bookie_id: str) -> None:
+    """Stop a local cluster's bookie gracefully (SIGTERM)."""
+    _cluster_op(cluster_dir, bookie_id, "stop_bookie")
+    click.echo(f"stopped {bookie_id}")
+
+
+@bookie.command()
+@_local_options
+def kill(cluster_dir: str, bookie_id: str) -> None:
+    """Kill a local cluster's bookie (SIGKILL: no deregistration, session expiry removes it)."""
+    _cluster_op(cluster_dir, bookie_id, "kill_bookie")
+    click.echo(f"killed {bookie_id}")
+
+
+@bookie.command()
+@_local_options
+def start(cluster_dir: str, bookie_id: str) -> None:
+    """(Re)start a local cluster's bookie with its id, port, data directory and rack."""
+    _cluster_op(cluster_dir, bookie_id, "start_bookie")
+    click.echo(f"started {bookie_id}")
+
+
+@bookie.command("list")
+@zk_options
+@click.option("--json", "as_json", is_flag=True)
+def list_bookies(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
+                 as_json: bool) -> None:
+    """Bookies known to ZooKeeper: cookie, registration state, endpoint, rack."""
+    from bkaudit.config import ZkSettings
+    from bkaudit.zk import client as zkclient
+    from bkaudit.zk import registry
+
+    zk_settings = load_settings(zk, cluster_dir, root, config_path).get(ZkSettings)
+    try:
+        client = zkclient.connect(zk_settings)
+        try:
+            rows = registry.describe(client, zk_settings.root)
+        finally:
+            zkclient.close(client)
+    except BkAuditError as exc:
+        fail(str(exc))
+    emit(rows, as_json, lambda rs: "\n".join(
+        f"{r['id']:24} {r['state']:9} {r['endpoint'] or '-':24} {r['rack'] or '-'}" for r in rs) or "(none)")
+
+
+@bookie.group()
+def admin() -> None:
+    """Offline maintenance of a STOPPED bookie's data directory (fault injection for tests, cleanup)."""
+
+
+@admin.command("delete-entries")
+@click.option("--data-dir", type=click.Path(file_okay=False, exists=True), required=True)
+@click.option("--ledger", "ledger_id", type=int, required=True)
+@click.option("--entries", required=True, help="ids and inclusive ranges, e.g. 3,5-9")
+def delete_entries(data_dir: str, ledger_id: int, entries: str) -> None:
+    """Durably remove entries from a stopped bookie (refused while the bookie holds its data directory)."""
+    from bkaudit.bookie.storage import Storage
+
+    try:
+        ids = parse_id_list(entries)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--entries") from None
+    try:
+        with Storage(data_dir) as storage:
+            removed = storage.delete_entries(ledger_id, ids)
+    except BkAuditError as exc:
+        fail(str(exc))
+    click.echo(f"ledger {ledger_id}: removed {removed} of {len(ids)} entries")
+
+
+@admin.command("delete-ledger")
+@click.option("--data-dir", type=click.Path(file_okay=False, exists=True), required=True)
+@click.option("--ledger", "ledger_id", type=int, required=True)
+def delete_ledger(data_dir: str, ledger_id: int) -> None:
+    """Durably remove a whole ledger (state and entries) from a stopped bookie."""
+    from bkaudit.bookie.storage import Storage
+
+    try:
+        with Storage(data_dir) as storage:
+            removed = storage.delete_ledger(ledger_id)
+    except BkAuditError as exc:
+        fail(str(exc))
+    click.echo(f"ledger {ledger_id}: removed with {removed} entries")
+
+
+def parse_id_list(text: str) -> list[int]:
+    """"3,5-9" -> [3, 5, 6, 7, 8, 9]."""
+    ids: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        first, sep, last = part.partition("-")
+        try:
+            lo = int(first)
+            hi = int(last) if sep else lo
+        except ValueError:
+            raise ValueError(f"not an id or range: {part!r}") from None
+        if hi < lo or lo < 0:
+            raise ValueError(f"bad range {part!r}")
+        ids.extend(range(lo, hi + 1))
+    if not ids:
+        raise ValueError("no entry ids given")
+    return ids

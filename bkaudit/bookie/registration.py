@@ -1,0 +1,204 @@
+"""A bookie's identity and presence in ZooKeeper: cookie validation, registration, re-registration.
+
+Cookies (BookKeeper's LegacyCookieValidation): a bookie stamps `{root}/cookies/<id>` and
+`<data-dir>/current/VERSION` with the same Cookie text on first start. Afterwards both must exist and agree.
+A bookie whose data directory lost its VERSION while ZooKeeper still has its cookie was wiped: it must not
+rejoin silently claiming to hold ledgers it no longer has, so it refuses to start until an operator runs
+`bkaudit bookie format`, which removes the cookie and lets it join as a new, empty bookie.
+
+Registration: `Registration` keeps the EPHEMERAL znode in step with the bookie's mode (writable / read-only)
+and re-creates it after a ZooKeeper session expires (ephemeral nodes die with the session). All ZooKeeper
+work happens on its own thread, never in kazoo's event callbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from bkaudit.bookie.storage import current_dir
+from bkaudit.errors import BkAuditError, ClusterError, FormatError
+from bkaudit.formats import records
+from bkaudit.zk import paths, registry
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+    from kazoo.security import ACL
+
+log = logging.getLogger(__name__)
+
+VERSION_FILE = "VERSION"
+
+
+class CookieError(BkAuditError):
+    """The bookie's local cookie and ZooKeeper's disagree: starting could lie about which data it holds."""
+
+
+def instance_id(zk: KazooClient, root: str) -> str:
+    """The cluster's INSTANCEID; ClusterError when the cluster was never initialised."""
+    try:
+        data, _ = zk.get(paths.instanceid_path(root=root))
+    except NoNodeError:
+        raise ClusterError(
+            f"no BookKeeper cluster at {root} (missing {paths.instanceid_path(root=root)}); "
+            f"initialise it first: bkaudit cluster init --zk ... --root {root}"
+        ) from None
+    return data.decode("utf-8")
+
+
+def expected_cookie(bookie_id: str, data_dir: str | os.PathLike[str], instance: str) -> records.Cookie:
+    """The cookie this bookie stamps: its id, its data directory, the cluster instance."""
+    d = str(Path(data_dir).resolve())
+    return records.Cookie(bookie_host=bookie_id, journal_dirs=(d,), ledger_dirs=(d,), instance_id=instance)
+
+
+def read_local_cookie(data_dir: str | os.PathLike[str]) -> records.Cookie | None:
+    path = current_dir(data_dir) / VERSION_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return records.parse_cookie(data)
+    except FormatError as exc:
+        raise CookieError(f"{path} is not a valid cookie: {exc}") from exc
+
+
+def write_local_cookie(data_dir: str | os.PathLike[str], cookie: records.Cookie) -> None:
+    """Write VERSION atomically and durably (temp file, fsync, rename, fsync the directory)."""
+    cur = current_dir(data_dir)
+    cur.mkdir(parents=True, exist_ok=True)
+    tmp = cur / (VERSION_FILE + ".tmp")
+    with tmp.open("wb") as fh:
+        fh.write(records.encode_cookie(cookie))
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(cur / VERSION_FILE)
+    fd = os.open(cur, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[str], *, root: str,
+                 has_data: bool, acl: list[ACL] | None = None, connect: str = "<zk>") -> records.Cookie:
+    """Verify the bookie's cookies or stamp a brand-new bookie's; CookieError when it must not start."""
+    expected = expected_cookie(bookie_id, data_dir, instance_id(zk, root))
+    local = read_local_cookie(data_dir)
+    remote = registry.read_cookie(zk, bookie_id, root)
+    format_hint = f"bkaudit bookie format --zk {connect} --root {root} --bookie {bookie_id}"
+    if local is None and remote is None:
+        if has_data:
+            raise CookieError(f"{data_dir} holds ledger data but no cookie (current/VERSION); refusing to "
+                              "guess which bookie it belongs to")
+        try:
+            registry.create_cookie(zk, expected, root=root, acl=acl)
+        except NodeExistsError:
+            raise CookieError(f"another bookie registered the cookie of {bookie_id} concurrently") from None
+        write_local_cookie(data_dir, expected)
+        log.info("stamped new cookie for bookie %s (instance %s)", bookie_id, expected.instance_id)
+        return expected
+    if local is None:
+        raise CookieError(
+            f"bookie {bookie_id} has a cookie in ZooKeeper but its data directory {data_dir} has none: "
+            "its data was wiped or lost. It must not rejoin as if it still held its ledgers. If the loss is "
+            "accepted (re-replication restores the ledgers elsewhere), remove the old identity with: "
+            f"{format_hint}"
+        )
+    if remote is None:
+        raise CookieError(
+            f"bookie {bookie_id}: {data_dir} has a cookie but ZooKeeper has none under {root} (the cookie "
+            "was formatted or the cluster re-initialised); wipe the data directory to join as a new bookie"
+        )
+    if local != remote[0]:
+        raise CookieError(f"bookie {bookie_id}: local cookie {local} differs from ZooKeeper's {remote[0]}")
+    if local != expected:
+        raise CookieError(f"bookie {bookie_id}: cookie {local} does not match this bookie ({expected})")
+    return local
+
+
+class Registration:
+    """Keeps `{root}/available[/readonly]/<id>` matching the bookie's mode, across session expiries."""
+
+    def __init__(self, zk: KazooClient, bookie_id: str, data: bytes, *, root: str,
+                 acl: list[ACL] | None = None) -> None:
+        self.zk = zk
+        self.bookie_id = bookie_id
+        self.data = data
+        self.root = root
+        self.acl = acl
+        self.readonly = False
+        self._present = False
+        self._stopping = False
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="bookie-registration", daemon=True)
+
+    def start(self, *, readonly: bool) -> None:
+        """Register now (errors surface to the caller), then follow changes in the background."""
+        self.readonly = readonly
+        self._present = True
+        self.sync()
+        self.zk.add_listener(self._on_state)
+        self._thread.start()
+
+    def set_readonly(self, readonly: bool, *, wait: bool = False) -> None:
+        """Move the registration between writable and read-only (now if `wait`, else in the background)."""
+        self.readonly = readonly
+        if wait:
+            self.sync()
+        else:
+            self._wake.set()
+
+    def sync(self) -> None:
+        """Make ZooKeeper match the desired state (idempotent)."""
+        with self._lock:
+            if self._present:
+                registry.register(self.zk, self.bookie_id, self.data, readonly=self.readonly, root=self.root,
+                                  acl=self.acl)
+                log.info("registered %s as %s", self.bookie_id, "read-only" if self.readonly else "writable")
+            else:
+                registry.deregister(self.zk, self.bookie_id, root=self.root)
+                log.info("deregistered %s", self.bookie_id)
+
+    def stop(self) -> None:
+        """Remove the registration and stop following the session."""
+        self._stopping = True
+        self._present = False
+        self.zk.remove_listener(self._on_state)
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        try:
+            self.sync()
+        except Exception as exc:
+            log.warning("deregistering %s failed (the ephemeral node dies with the session): %s",
+                        self.bookie_id, exc)
+
+    def _on_state(self, state: str) -> None:
+        # kazoo callback thread: only signal. After LOST, kazoo opens a new session whose CONNECTED
+        # event triggers re-registration; after SUSPENDED -> CONNECTED the sync is a harmless no-op.
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session of bookie %s expired; will re-register", self.bookie_id)
+        elif state == KazooState.CONNECTED:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                self.sync()
+            except Exception as exc:
+                log.warning("registration of %s failed, retrying: %s", self.bookie_id, exc)
+                threading.Event().wait(1.0)
+                self._wake.set()

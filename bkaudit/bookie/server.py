@@ -1,0 +1,227 @@
+"""The bookie process: storage + RPC service + ZooKeeper identity, and its lifecycle.
+
+Start-up order matters: take the data directory (lock, open storage), prove identity (cookie) before
+serving, serve, then announce (registration, rack). Shutdown reverses it gracefully: announce read-only
+first so writers move away, drain what is in flight, stop serving, deregister, close storage.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bkaudit import __version__
+from bkaudit.bookie.registration import Registration, check_cookie
+from bkaudit.bookie.rpcserver import RpcServer
+from bkaudit.bookie.service import BookieMode, BookieService
+from bkaudit.bookie.settings import BookieSettings
+from bkaudit.bookie.storage import Storage
+from bkaudit.config import Settings, ZkSettings
+from bkaudit.errors import ClusterError
+from bkaudit.formats import records
+from bkaudit.rpc.tls import server_credentials
+from bkaudit.zk import client as zkclient
+from bkaudit.zk import registry
+
+log = logging.getLogger(__name__)
+
+DiskUsage = Callable[[], tuple[int, int]]
+TRANSPORT_PROPERTY = ("bkaudit.transport", "grpc")
+
+
+@dataclass(frozen=True)
+class BookieOptions:
+    """Per-process choices (command line) on top of the [bookie] settings."""
+
+    data_dir: str
+    port: int
+    bookie_id: str | None = None
+    rack: str | None = None
+    readonly: bool = False
+    autorecovery: bool = False
+
+
+class BookieServer:
+    """One bookie; usable in-process (tests) or through `run()` (the `bkaudit bookie run` process)."""
+
+    def __init__(self, settings: Settings, options: BookieOptions, *,
+                 disk_usage: DiskUsage | None = None) -> None:
+        self.settings = settings
+        self.conf = settings.get(BookieSettings)
+        self.zk_settings = settings.get(ZkSettings)
+        self.options = options
+        self.root = self.zk_settings.root
+        self.port = options.port
+        self.bookie_id = options.bookie_id or f"{self.conf.advertised_address}:{options.port}"
+        self.data_dir = Path(options.data_dir).resolve()
+        self.mode = BookieMode()
+        self._disk_usage = disk_usage
+        self._stop = threading.Event()
+        self._closers: list[Callable[[], None]] = []
+        self.storage: Storage | None = None
+        self.service: BookieService | None = None
+        self.rpc: RpcServer | None = None
+        self.registration: Registration | None = None
+        self._autorecovery: Any = None
+
+    # -- start -----------------------------------------------------------------------------------------------
+    def start(self) -> BookieServer:
+        try:
+            self._start()
+        except BaseException:
+            self._close_all()
+            raise
+        return self
+
+    def _start(self) -> None:
+        conf = self.conf
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        storage = self.storage = Storage(self.data_dir, max_batch=conf.group_commit_max_batch,
+                                         max_pending=conf.max_pending_requests)
+        self._closers.append(storage.close)
+        zk = self.zk = zkclient.connect(self.zk_settings)
+        self._closers.append(lambda: zkclient.close(zk))
+        acl = zkclient.acls(self.zk_settings)
+        check_cookie(zk, self.bookie_id, self.data_dir, root=self.root, has_data=bool(storage.ledger_ids()),
+                     acl=acl, connect=self.zk_settings.connect)
+        if self.options.readonly:
+            self.mode.set("forced", True)
+        self._check_disk()
+        service = self.service = BookieService(storage, self.mode, max_pending=conf.max_pending_requests,
+                                               read_threads=conf.read_threads)
+        self._closers.append(service.close)
+        creds = None
+        if conf.tls_cert:
+            creds = server_credentials(conf.tls_cert, conf.tls_key, conf.tls_ca or None)
+        rpc = self.rpc = RpcServer(service, conf.listen_address, self.port, creds)
+        self.port = rpc.start()
+        self._closers.append(lambda: rpc.stop(grace=1.0))
+        registration = self.registration = Registration(zk, self.bookie_id, self._service_info(),
+                                                        root=self.root, acl=acl)
+        registration.start(readonly=self.mode.readonly)
+        self._closers.append(registration.stop)
+        self.mode.listen(lambda readonly: registration.set_readonly(readonly))
+        rack = self.options.rack or conf.rack
+        if rack:
+            registry.set_rack(zk, self.bookie_id, rack, conf.advertised_address, acl=acl)
+        threading.Thread(target=self._monitor_disk, name="bookie-disk", daemon=True).start()
+        if self.options.autorecovery:
+            self._start_autorecovery()
+        security = ("mutual TLS" if conf.tls_ca else "TLS") if creds else "plaintext"
+        log.info("bookie %s serving on %s:%d (%s), data %s, %s", self.bookie_id, conf.listen_address,
+                 self.port, security, self.data_dir, "read-only" if self.mode.readonly else "writable")
+
+    def _service_info(self) -> bytes:
+        conf = self.conf
+        props = {TRANSPORT_PROPERTY[0]: TRANSPORT_PROPERTY[1], "bkaudit.version": __version__,
+                 "bkaudit.tls": ("mtls" if conf.tls_ca else "tls") if conf.tls_cert else "none"}
+        info = records.bookie_service_info_for(self.bookie_id, conf.advertised_address, self.port,
+                                               properties=props)
+        return records.encode_bookie_service_info(info)
+
+    def _start_autorecovery(self) -> None:
+        """Hook for the AutoRecovery issue: `bkaudit.autorecovery.service.start(settings, zk, bookie_id)`."""
+        try:
+            module = importlib.import_module("bkaudit.autorecovery.service")
+            start = module.start
+        except (ImportError, AttributeError):
+            raise ClusterError("--autorecovery is not available yet: bkaudit.autorecovery has no runnable "
+                               "service in this build; run the bookie without --autorecovery") from None
+        self._autorecovery = start(self.settings, self.zk, self.bookie_id)
+        self._closers.append(self._autorecovery.stop)
+
+    # -- disk space ------------------------------------------------------------------------------------------
+    def disk_usage(self) -> tuple[int, int]:
+        if self._disk_usage is not None:
+            return self._disk_usage()
+        usage = shutil.disk_usage(self.data_dir)
+        return usage.total, usage.free
+
+    def _check_disk(self) -> None:
+        """Read-only below the free-space threshold; writable again only above 1.1x it (no flapping)."""
+        total, free = self.disk_usage()
+        threshold = max(self.conf.min_free_bytes, int(total * self.conf.min_free_fraction))
+        if free < threshold and "disk" not in self.mode.reasons:
+            log.warning("free disk %d < threshold %d bytes: switching to read-only", free, threshold)
+            self.mode.set("disk", True)
+        elif free >= threshold * 1.1 and "disk" in self.mode.reasons:
+            log.info("free disk %d recovered above %d bytes: writable again", free, threshold)
+            self.mode.set("disk", False)
+
+    def _monitor_disk(self) -> None:
+        while not self._stop.wait(self.conf.disk_check_interval_s):
+            try:
+                self._check_disk()
+            except Exception:
+                log.exception("disk check failed")
+
+    # -- stop ------------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Graceful: go read-only in ZooKeeper, drain in-flight requests, stop serving, deregister, close."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        log.info("bookie %s stopping: switching to read-only", self.bookie_id)
+        if self.registration is not None:
+            self.mode.set("shutdown", True)
+            try:
+                self.registration.set_readonly(True, wait=True)
+            except Exception as exc:
+                log.warning("could not announce read-only: %s", exc)
+        self._drain()
+        self._close_all()
+        log.info("bookie %s stopped", self.bookie_id)
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.conf.drain_timeout_s
+        while time.monotonic() < deadline:
+            busy = self.service.inflight if self.service else 0
+            busy += self.storage.pending if self.storage else 0
+            if busy == 0:
+                log.info("drained")
+                return
+            time.sleep(0.02)
+        log.warning("drain timed out after %gs with requests still in flight", self.conf.drain_timeout_s)
+
+    def _close_all(self) -> None:
+        self._stop.set()
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                closer()
+            except Exception:
+                log.exception("shutdown step failed")
+
+    def wait(self) -> None:
+        self._stop.wait()
+
+
+def run(settings: Settings, options: BookieOptions) -> int:
+    """Process entry: serve until SIGTERM / SIGINT, then stop gracefully; returns the exit code."""
+    logging.basicConfig(level=os.environ.get("BKAUDIT_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    logging.getLogger("kazoo.client").setLevel(logging.WARNING)
+    server = BookieServer(settings, options)
+    requested = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        log.info("received signal %d", signum)
+        requested.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    print(f"bookie {server.bookie_id} ready on port {server.port}", flush=True)
+    while not requested.wait(1.0):
+        pass
+    server.stop()
+    return 0
