@@ -1,0 +1,105 @@
+"""`bkaudit cluster ...`: initialise a cluster's metadata; run a local cluster (up / status / down)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bkaudit.cli_common import emit, fail, load_settings, zk_options
+from bkaudit.errors import BkAuditError
+
+
+@click.group()
+def cluster() -> None:
+    """BookKeeper cluster metadata and local clusters (ZooKeeper + bookie processes on loopback)."""
+
+
+@cluster.command()
+@zk_options
+def init(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None) -> None:
+    """Create a new cluster's metadata (BookKeeper's initNewCluster); bookies refuse to start without it."""
+    from bkaudit.config import ZkSettings
+    from bkaudit.zk import client as zkclient
+    from bkaudit.zk.ledgers import init_cluster
+
+    zk_settings = load_settings(zk, cluster_dir, root, config_path).get(ZkSettings)
+    try:
+        client = zkclient.connect(zk_settings)
+        try:
+            created = init_cluster(client, root=zk_settings.root, layout=zk_settings.layout,
+                                   acl=zkclient.acls(zk_settings))
+        finally:
+            zkclient.close(client)
+    except BkAuditError as exc:
+        fail(str(exc))
+    click.echo(f"{'initialised' if created else 'already initialised:'} cluster at {zk_settings.root} "
+               f"on {zk_settings.connect}")
+
+
+@cluster.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False), required=True)
+@click.option("--bookies", type=click.IntRange(0, 64), default=3, show_default=True)
+@click.option("--racks", type=click.IntRange(1, 64), default=3, show_default=True)
+@click.option("--zk-port", type=click.IntRange(1, 65535), default=None, help="ZooKeeper port (default: free)")
+@click.option("--json", "as_json", is_flag=True)
+def up(directory: str, bookies: int, racks: int, zk_port: int | None, as_json: bool) -> None:
+    """Start ZooKeeper and N bookies in the background; returns once all are registered."""
+    from bkaudit.cluster.local import LocalCluster
+
+    try:
+        local = LocalCluster.up(directory, bookies=bookies, racks=racks, zk_port=zk_port, detach=True)
+    except BkAuditError as exc:
+        fail(str(exc))
+    info = local.status()
+    _close(local)
+    emit(info, as_json, _human_status)
+
+
+@cluster.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False), required=True)
+@click.option("--json", "as_json", is_flag=True)
+def status(directory: str, as_json: bool) -> None:
+    """Each bookie: registered writable / readonly / absent, and whether its process is alive."""
+    from bkaudit.cluster.local import LocalCluster
+
+    try:
+        local = LocalCluster.load(directory)
+        info = local.status()
+    except BkAuditError as exc:
+        fail(str(exc))
+    _close(local)
+    emit(info, as_json, _human_status)
+
+
+@cluster.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False), required=True)
+@click.option("--purge", is_flag=True, help="also delete the directory (data, logs, cluster.json)")
+def down(directory: str, purge: bool) -> None:
+    """Stop every bookie gracefully and the cluster's ZooKeeper."""
+    from bkaudit.cluster.local import LocalCluster
+
+    try:
+        LocalCluster.load(directory).down()
+    except BkAuditError as exc:
+        fail(str(exc))
+    if purge:
+        shutil.rmtree(Path(directory))
+    click.echo(f"cluster in {directory} {'stopped and purged' if purge else 'stopped'}")
+
+
+def _close(local: Any) -> None:
+    for client in local._clients:
+        client.stop()
+        client.close()
+    local._clients.clear()
+
+
+def _human_status(info: dict[str, Any]) -> str:
+    lines = [f"ZooKeeper {info['zk']} root {info['root']}"]
+    for b in info["bookies"]:
+        alive = "up" if b["alive"] else "down"
+        lines.append(f"  {b['id']:22} {b['state']:9} {alive:5} rack {b['rack'] or '-':8} {b['data_dir']}")
+    return "\n".join(lines)

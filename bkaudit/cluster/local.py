@@ -1,0 +1,404 @@
+"""A local BookKeeper-compatible cluster: embedded ZooKeeper + N bookie processes on loopback.
+
+Used by the demo, the tests and the benchmarks. Every process runs in the background and is described in
+`<directory>/cluster.json`, so any later command (`bkaudit bookie kill --dir D ...`) can act on it:
+
+    {"zk": "127.0.0.1:P", "root": "/ledgers", "racks": 3, "bookie_args": [],
+     "bookies": [{"id", "rack", "port", "pid", "data_dir"}], "zookeeper": {"pid", "port", "data_dir"} | null}
+
+A bookie's id (`127.0.0.1:<port>`), port, data directory and rack never change across restarts, exactly like a
+real bookie host. Signals are only sent to a pid after checking it still runs `bookie run` on that data dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bkaudit.config import ZkSettings
+from bkaudit.errors import ClusterError
+from bkaudit.zk import client as zkclient
+from bkaudit.zk import registry
+from bkaudit.zk.server import ZooKeeperServer, free_port, stop_background
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from kazoo.client import KazooClient
+
+    from bkaudit.rpc.pool import BookieClientPool
+
+STATE_FILE = "cluster.json"
+LOG_FILE = "bookie.log"
+BOOKIE_SESSION_TIMEOUT_S = 6.0
+"""ZooKeeper session of local bookies: short, so a killed bookie disappears within seconds."""
+START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class BookieInfo:
+    """One bookie of the cluster (the keys of cluster.json's "bookies" entries)."""
+
+    id: str
+    rack: str | None
+    port: int
+    pid: int | None
+    data_dir: str
+
+
+class LocalCluster:
+    """Start with `LocalCluster.up(dir)`, re-attach with `LocalCluster.load(dir)`, stop with `down()`."""
+
+    def __init__(self, directory: Path, zk: str, root: str, bookies: list[BookieInfo],
+                 zookeeper: dict[str, Any] | None, *, racks: int = 3, bookie_args: Sequence[str] = (),
+                 detach: bool = False) -> None:
+        self.directory = directory
+        self.zk = zk
+        self.root = root
+        self.bookies = bookies
+        self.zookeeper = zookeeper
+        self.racks = racks
+        self.bookie_args = list(bookie_args)
+        self.detach = detach
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._zk_server: ZooKeeperServer | None = None
+        self._clients: list[KazooClient] = []
+        self._pools: list[BookieClientPool] = []
+        self._lock = threading.Lock()
+
+    # -- creation -----------------------------------------------------------------------------------------
+    @classmethod
+    def up(cls, directory: str | os.PathLike[str], *, bookies: int = 3, racks: int = 3,
+           zk_port: int | None = None, zk_connect: str | None = None, root: str = "/ledgers",
+           bookie_args: Sequence[str] = (), detach: bool = False) -> LocalCluster:
+        """Start ZooKeeper (unless `zk_connect`), initialise the cluster, start `bookies` bookies on racks
+        /rack-1../rack-N round robin; return once every bookie is registered. `detach` lets the processes
+        outlive this Python process (the CLI); otherwise they die with it."""
+        path = Path(directory).resolve()
+        if (path / STATE_FILE).exists():
+            raise ClusterError(f"{path} already holds a cluster ({STATE_FILE}); run `bkaudit cluster down "
+                               f"--dir {path} --purge` first or choose another directory")
+        path.mkdir(parents=True, exist_ok=True)
+        cluster = cls(path, zk_connect or "", root, [], None, racks=max(1, racks), bookie_args=bookie_args,
+                      detach=detach)
+        try:
+            if zk_connect is None:
+                server = ZooKeeperServer(port=zk_port, data_dir=path / "zookeeper", detach=detach)
+                server.start(timeout_s=START_TIMEOUT_S)
+                cluster._zk_server = server
+                cluster.zk = server.connect_string
+                cluster.zookeeper = {"pid": server.pid, "port": server.port, "data_dir": str(server.data_dir)}
+            cluster._init_metadata()
+            for i in range(bookies):
+                cluster.bookies.append(cluster._new_bookie(i, None))
+            cluster._save()
+            cluster._start_many(cluster.bookies)
+        except BaseException:
+            cluster.down()
+            raise
+        return cluster
+
+    def _init_metadata(self) -> None:
+        from bkaudit.zk.ledgers import init_cluster
+
+        hosts, _, chroot = self.zk.partition("/")
+        if chroot:  # a chroot must exist before clients can use it
+            base = zkclient.connect(hosts)
+            try:
+                base.ensure_path("/" + chroot)
+            finally:
+                zkclient.close(base)
+        zk = self.zk_client()
+        init_cluster(zk, root=self.root)
+
+    def _new_bookie(self, index: int, rack: str | None) -> BookieInfo:
+        port = free_port()
+        data_dir = self.directory / f"bookie-{index + 1}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        rack = rack or f"/rack-{index % self.racks + 1}"
+        return BookieInfo(id=f"127.0.0.1:{port}", rack=rack, port=port, pid=None, data_dir=str(data_dir))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> LocalCluster:
+        """Re-attach to a cluster started earlier (possibly by another process) from its cluster.json."""
+        path = Path(directory).resolve()
+        try:
+            state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+            bookies = [BookieInfo(**b) for b in state["bookies"]]
+            return cls(path, state["zk"], state["root"], bookies, state.get("zookeeper"),
+                       racks=int(state.get("racks", 3)), bookie_args=state.get("bookie_args", ()),
+                       detach=True)
+        except FileNotFoundError:
+            raise ClusterError(f"no cluster in {path} (no {STATE_FILE}); start one with `bkaudit cluster "
+                               "up`") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ClusterError(f"{path / STATE_FILE} is not a valid cluster description: {exc}") from None
+
+    def _save(self) -> None:
+        state = {"zk": self.zk, "root": self.root, "racks": self.racks, "bookie_args": self.bookie_args,
+                 "bookies": [asdict(b) for b in self.bookies], "zookeeper": self.zookeeper}
+        tmp = self.directory / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(self.directory / STATE_FILE)
+
+    # -- bookies ---------------------------------------------------------------------------------------------
+    def bookie(self, bookie_id: str) -> BookieInfo:
+        for b in self.bookies:
+            if b.id == bookie_id:
+                return b
+        raise ClusterError(f"no bookie {bookie_id!r} in this cluster (known: {', '.join(self.ids())})")
+
+    def ids(self) -> list[str]:
+        return [b.id for b in self.bookies]
+
+    def start_bookie(self, bookie_id: str, *, wait: bool = True) -> None:
+        """Start a stopped bookie with the same id, port, data directory and rack."""
+        b = self.bookie(bookie_id)
+        if self._alive(b):
+            raise ClusterError(f"bookie {bookie_id} is already running (pid {b.pid})")
+        self._start_many([b], wait=wait)
+
+    def add_bookie(self, *, rack: str | None = None) -> BookieInfo:
+        b = self._new_bookie(len(self.bookies), rack)
+        self.bookies.append(b)
+        self._save()
+        self._start_many([b])
+        return b
+
+    def _start_many(self, bookies: list[BookieInfo], *, wait: bool = True) -> None:
+        zk = self.zk_client()
+        owners = {b.id: _owner(zk, b.id, self.root) for b in bookies}
+        for b in bookies:
+            self._spawn(b)
+        self._save()
+        if wait:
+            for b in bookies:
+                self._wait_registered(zk, b, owners[b.id])
+
+    def _spawn(self, b: BookieInfo) -> None:
+        cmd = [sys.executable, "-m", "bkaudit.cli", "bookie", "run", "--zk", self.zk, "--root", self.root,
+               "--port", str(b.port), "--data-dir", b.data_dir, *(["--rack", b.rack] if b.rack else []),
+               *self.bookie_args]
+        env = dict(os.environ)
+        env.setdefault("BKAUDIT_ZK__SESSION_TIMEOUT_S", str(BOOKIE_SESSION_TIMEOUT_S))
+        Path(b.data_dir).mkdir(parents=True, exist_ok=True)
+        with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True,
+                                    preexec_fn=None if self.detach else _die_with_parent())
+        self._procs[b.id] = proc
+        b.pid = proc.pid
+
+    def _wait_registered(self, zk: KazooClient, b: BookieInfo, old_owner: int | None) -> None:
+        """Until the NEW process registered (not a stale node of a killed one); ClusterError with the log tail
+        if it exits or takes too long."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            owner = _owner(zk, b.id, self.root)
+            if owner is not None and owner != old_owner:
+                return
+            if not self._alive(b):
+                b.pid = None
+                self._save()
+                raise ClusterError(f"bookie {b.id} exited during start-up{_log_tail(b)}")
+            time.sleep(0.05)
+        raise ClusterError(f"bookie {b.id} did not register within {START_TIMEOUT_S:g}s{_log_tail(b)}")
+
+    def stop_bookie(self, bookie_id: str, *, timeout_s: float = 20) -> None:
+        """SIGTERM: the bookie goes read-only, drains, deregisters and exits (SIGKILL after `timeout_s`)."""
+        b = self.bookie(bookie_id)
+        self._signal_and_wait([b], signal.SIGTERM, timeout_s)
+
+    def kill_bookie(self, bookie_id: str) -> None:
+        """SIGKILL: no goodbye; its registration lingers until its ZooKeeper session expires."""
+        b = self.bookie(bookie_id)
+        self._signal_and_wait([b], signal.SIGKILL, 10)
+
+    def pause_bookie(self, bookie_id: str) -> None:
+        """SIGSTOP: still registered (until its session expires) but unresponsive."""
+        self._signal(self.bookie(bookie_id), signal.SIGSTOP)
+
+    def resume_bookie(self, bookie_id: str) -> None:
+        self._signal(self.bookie(bookie_id), signal.SIGCONT)
+
+    def wipe_bookie(self, bookie_id: str) -> None:
+        """Delete a stopped bookie's data (keeping its log): the bookie lost its disk."""
+        b = self.bookie(bookie_id)
+        if self._alive(b):
+            raise ClusterError(f"bookie {bookie_id} is running (pid {b.pid}); stop or kill it before wiping")
+        for child in Path(b.data_dir).iterdir():
+            if child.name == LOG_FILE:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+    def format_bookie(self, bookie_id: str) -> None:
+        """Delete the bookie's cookie in ZooKeeper (`bkaudit bookie format`)."""
+        registry.delete_cookie(self.zk_client(), self.bookie(bookie_id).id, self.root)
+
+    # -- whole cluster ---------------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Each bookie's registration (writable / readonly / absent) and whether its process is alive."""
+        zk = self.zk_client()
+        rows = [{**asdict(b), "state": registry.bookie_state(zk, b.id, self.root), "alive": self._alive(b)}
+                for b in self.bookies]
+        zk_alive = None
+        if self.zookeeper is not None:
+            zk_alive = _pid_alive(self.zookeeper.get("pid"))
+        return {"zk": self.zk, "root": self.root, "zookeeper_alive": zk_alive, "bookies": rows}
+
+    def down(self, *, timeout_s: float = 20) -> None:
+        """Stop every bookie (gracefully, in parallel) and the ZooKeeper this cluster started."""
+        self._signal_and_wait([b for b in self.bookies if self._alive(b)], signal.SIGTERM, timeout_s)
+        for pool in self._pools:
+            pool.close()
+        self._pools.clear()
+        for client in self._clients:
+            with contextlib.suppress(Exception):
+                zkclient.close(client)
+        self._clients.clear()
+        if self._zk_server is not None:
+            self._zk_server.stop()
+            self._zk_server = None
+        elif self.zookeeper is not None and self.zookeeper.get("data_dir"):
+            stop_background(self.zookeeper["data_dir"])
+        if self.zookeeper is not None:
+            self.zookeeper["pid"] = None
+        if (self.directory / STATE_FILE).exists() or self.bookies:
+            self._save()
+
+    def zk_client(self) -> KazooClient:
+        """A started kazoo client on this cluster's ZooKeeper (closed by `down()`)."""
+        with self._lock:
+            if not self._clients:
+                self._clients.append(zkclient.connect(ZkSettings(connect=self.zk, root=self.root)))
+            return self._clients[0]
+
+    def client_pool(self) -> BookieClientPool:
+        """A BookieClientPool resolving bookies from their registrations (closed by `down()`)."""
+        from bkaudit.rpc.pool import BookieClientPool
+
+        pool = BookieClientPool(zk=self.zk_client(), root=self.root)
+        self._pools.append(pool)
+        return pool
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    # -- processes -------------------------------------------------------------------------------------------
+    def _alive(self, b: BookieInfo) -> bool:
+        proc = self._procs.get(b.id)
+        if proc is not None and proc.pid == b.pid:
+            return proc.poll() is None
+        return b.pid is not None and _is_bookie(b.pid, b.data_dir)
+
+    def _signal(self, b: BookieInfo, sig: int) -> None:
+        if not self._alive(b):
+            raise ClusterError(f"bookie {b.id} is not running")
+        assert b.pid is not None
+        os.kill(b.pid, sig)
+
+    def _signal_and_wait(self, bookies: list[BookieInfo], sig: int, timeout_s: float) -> None:
+        running = [b for b in bookies if self._alive(b)]
+        for b in running:
+            assert b.pid is not None
+            with contextlib.suppress(ProcessLookupError):
+                if sig == signal.SIGTERM:
+                    os.kill(b.pid, signal.SIGCONT)  # a paused bookie cannot handle SIGTERM
+                os.kill(b.pid, sig)
+        deadline = time.monotonic() + timeout_s
+        for b in running:
+            while self._alive(b) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._alive(b):
+                assert b.pid is not None
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(b.pid, signal.SIGKILL)
+                while self._alive(b):
+                    time.sleep(0.02)
+            proc = self._procs.pop(b.id, None)
+            if proc is not None:
+                proc.wait()
+            b.pid = None
+        if running:
+            self._save()
+
+
+def _owner(zk: KazooClient, bookie_id: str, root: str) -> int | None:
+    """The session owning the bookie's registration (writable or read-only), None if unregistered."""
+    from bkaudit.zk import paths
+
+    for path in (paths.available_path(bookie_id, root=root), paths.readonly_path(bookie_id, root=root)):
+        stat = zk.exists(path)
+        if stat is not None:
+            return int(stat.ephemeralOwner)
+    return None
+
+
+def _is_bookie(pid: int, data_dir: str) -> bool:
+    """True if `pid` is alive and is `bookie run` on `data_dir` (never signal a recycled pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        return False
+    return b"run" in cmdline and data_dir.encode() in cmdline
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _log_tail(b: BookieInfo, lines: int = 30) -> str:
+    path = Path(b.data_dir) / LOG_FILE
+    try:
+        text = path.read_bytes()[-16384:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return f"\n--- last lines of {path} ---\n" + "\n".join(text.splitlines()[-lines:])
+
+
+def _die_with_parent() -> Any:
+    """preexec_fn: SIGTERM the bookie if the process (main thread) that started it dies (Linux only).
+
+    PR_SET_PDEATHSIG fires when the forking *thread* exits, so it is only armed from the main thread.
+    """
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+    def hook() -> None:
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    return hook

@@ -1,0 +1,246 @@
+"""The bookie's wire protocol against real bookie processes: every status, garbage, listings, LAC, info."""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import wait
+
+import grpc
+import pytest
+
+from bkaudit.cluster.local import LocalCluster
+from bkaudit.errors import BookieError, FencedError
+from bkaudit.formats import availability
+from bkaudit.formats.entry import DigestManager, master_key
+from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+from bkaudit.model.ledger import DigestType
+from bkaudit.rpc import framing
+from bkaudit.rpc.client import BookieClient, BookieInfo, ReadLacResult
+from bkaudit.rpc.settings import FRAMED_METHOD, METHOD
+
+pytestmark = pytest.mark.cluster
+
+PWD = b"secret"
+KEY = master_key(PWD)
+_ledgers = itertools.count(1000)
+
+
+def new_ledger() -> int:
+    return next(_ledgers)
+
+
+def entry(ledger_id: int, entry_id: int, payload: bytes = b"payload") -> bytes:
+    return DigestManager(ledger_id, PWD, DigestType.CRC32C).package(entry_id, entry_id - 1, 0, payload)
+
+
+@pytest.fixture(scope="module")
+def bookie(cluster3: LocalCluster) -> str:
+    return cluster3.bookies[0].id
+
+
+@pytest.fixture
+def client(cluster3: LocalCluster, bookie: str):
+    c = BookieClient(bookie, bookie)
+    yield c
+    c.close()
+
+
+def status_of(fut) -> str:  # type: ignore[no-untyped-def]
+    exc = fut.exception(timeout=10)
+    return "EOK" if exc is None else exc.status
+
+
+def raw(target: str, *messages: bytes, framed: bool = False) -> list[pb.Response]:
+    """Send raw gRPC messages on one stream, half-close, collect every response."""
+    with grpc.insecure_channel(target) as channel:
+        call = channel.stream_stream(FRAMED_METHOD if framed else METHOD)(iter(messages), timeout=10)
+        out = []
+        for message in call:
+            for data in framing.split(message) if framed else [message]:
+                resp = pb.Response()
+                resp.MergeFromString(data)
+                out.append(resp)
+        return out
+
+
+def request(op: int, txn: int, *, version: int = pb.VERSION_THREE) -> pb.Request:
+    req = pb.Request()
+    req.header.version = version  # type: ignore[assignment]
+    req.header.operation = op  # type: ignore[assignment]
+    req.header.txnId = txn
+    return req
+
+
+# -- adds and reads ---------------------------------------------------------------------------------------
+def test_add_read_and_last_entry(client: BookieClient) -> None:
+    lid = new_ledger()
+    wait([client.add_entry(lid, e, KEY, entry(lid, e)) for e in range(5)])
+    assert client.read_entry(lid, 3).result(10) == entry(lid, 3)
+    last = client.read_entry(lid, -1).result(10)
+    assert DigestManager(lid, PWD, DigestType.CRC32C).verify(last).entry_id == 4
+    client.add_entry(lid, 2, KEY, entry(lid, 2)).result(10)  # idempotent re-add
+
+
+def test_missing_ledger_and_entry(client: BookieClient) -> None:
+    lid = new_ledger()
+    with pytest.raises(BookieError) as err:
+        client.read_entry(lid, 0).result(10)
+    assert (err.value.status, err.value.ledger_id) == ("ENOLEDGER", lid)
+    assert err.value.bookie_id == client.bookie_id
+    client.add_entry(lid, 0, KEY, entry(lid, 0)).result(10)
+    assert status_of(client.read_entry(lid, 1)) == "ENOENTRY"
+    assert status_of(client.get_list_of_entries(lid + 10_000)) == "ENOLEDGER"
+
+
+def test_wrong_master_key_is_eua(client: BookieClient) -> None:
+    lid = new_ledger()
+    client.add_entry(lid, 0, KEY, entry(lid, 0)).result(10)
+    assert status_of(client.add_entry(lid, 1, master_key(b"wrong"), entry(lid, 1))) == "EUA"
+    assert status_of(client.read_entry(lid, -1, fence=True, master_key=master_key(b"wrong"))) == "EUA"
+    assert status_of(client.write_lac(lid, 0, master_key(b"wrong"), b"x" * 20)) == "EUA"
+
+
+def test_fence_without_key_is_eua(client: BookieClient) -> None:
+    lid = new_ledger()
+    client.add_entry(lid, 0, KEY, entry(lid, 0)).result(10)
+    assert status_of(client.read_entry(lid, -1, fence=True)) == "EUA"
+    client.add_entry(lid, 1, KEY, entry(lid, 1)).result(10)  # not fenced by the refused request
+
+
+def test_fencing_rejects_writer_but_not_recovery(client: BookieClient) -> None:
+    lid = new_ledger()
+    wait([client.add_entry(lid, e, KEY, entry(lid, e)) for e in range(3)])
+    last = client.read_entry(lid, -1, fence=True, master_key=KEY).result(10)
+    assert last == entry(lid, 2)
+    with pytest.raises(FencedError) as err:
+        client.add_entry(lid, 3, KEY, entry(lid, 3)).result(10)
+    assert err.value.status == "EFENCED" and err.value.entry_id == 3
+    client.add_entry(lid, 3, KEY, entry(lid, 3), recovery=True).result(10)
+    assert client.read_entry(lid, 3).result(10) == entry(lid, 3)
+
+
+def test_fence_of_unknown_ledger_then_noentry(client: BookieClient) -> None:
+    lid = new_ledger()
+    assert status_of(client.read_entry(lid, -1, fence=True, master_key=KEY)) == "ENOENTRY"
+    assert status_of(client.add_entry(lid, 0, KEY, entry(lid, 0))) == "EFENCED"
+
+
+def test_malformed_add_body_is_ebadreq(client: BookieClient) -> None:
+    lid = new_ledger()
+    assert status_of(client.add_entry(lid, 0, KEY, b"short")) == "EBADREQ"
+    assert status_of(client.add_entry(lid, 0, KEY, entry(lid, 1))) == "EBADREQ"  # entry id mismatch
+    assert status_of(client.add_entry(lid, 0, KEY, entry(lid + 1, 0))) == "EBADREQ"  # ledger id mismatch
+    assert status_of(client.read_entry(lid, 0)) == "ENOLEDGER"  # nothing was stored
+
+
+# -- LAC, info, auth ----------------------------------------------------------------------------------------
+def test_write_and_read_lac(client: BookieClient) -> None:
+    lid = new_ledger()
+    dm = DigestManager(lid, PWD, DigestType.CRC32C)
+    assert status_of(client.read_lac(lid)) == "ENOLEDGER"
+    client.add_entry(lid, 0, KEY, entry(lid, 0)).result(10)
+    assert client.read_lac(lid).result(10) == ReadLacResult(None, entry(lid, 0))
+    client.write_lac(lid, 0, KEY, dm.package_lac(0)).result(10)
+    result = client.read_lac(lid).result(10)
+    assert dm.verify_lac(result.lac_body) == 0 and result.last_entry_body == entry(lid, 0)
+
+
+def test_bookie_info(client: BookieClient) -> None:
+    info = client.get_bookie_info().result(10)
+    assert isinstance(info, BookieInfo) and 0 < info.free_disk <= info.total_disk
+
+
+def test_auth_answers_auth_disabled_plugin(bookie: str) -> None:
+    req = request(pb.AUTH, 5)
+    req.authRequest.authPluginName = "AuthDisabledPlugin"
+    req.authRequest.payload = b""
+    (resp,) = raw(bookie, req.SerializeToString())
+    assert resp.status == pb.EOK and resp.header.txnId == 5
+    assert resp.authResponse.authPluginName == "AuthDisabledPlugin"
+
+
+# -- listings -----------------------------------------------------------------------------------------------
+def test_list_of_entries_single_and_batch_match_what_was_written(client: BookieClient) -> None:
+    written = {}
+    for holes in ([], [3, 4, 9], [0], list(range(10, 20))):
+        lid = new_ledger()
+        ids = [e for e in range(25) if e not in holes]
+        wait([client.add_entry(lid, e, KEY, entry(lid, e)) for e in ids])
+        written[lid] = ids
+    fenced_only = new_ledger()
+    client.read_entry(fenced_only, -1, fence=True, master_key=KEY).exception(10)
+    written[fenced_only] = []
+    unknown = new_ledger() + 50_000
+    for lid, ids in written.items():
+        got = availability.decode(client.get_list_of_entries(lid).result(10))
+        assert list(got) == ids
+        assert client.get_list_of_entries(lid).result(10) == availability.encode(ids)
+    batch = client.get_list_of_entries_batch([*written, unknown]).result(10)
+    assert set(batch) == {*written, unknown}
+    for lid, ids in written.items():
+        assert batch[lid] == availability.encode(ids)
+    assert isinstance(batch[unknown], BookieError) and batch[unknown].status == "ENOLEDGER"
+
+
+# -- protocol errors ----------------------------------------------------------------------------------------
+def test_wrong_version_is_ebadversion(bookie: str) -> None:
+    req = request(pb.READ_ENTRY, 7, version=pb.VERSION_TWO)
+    req.readRequest.ledgerId = 1
+    req.readRequest.entryId = 0
+    (resp,) = raw(bookie, req.SerializeToString())
+    assert resp.status == pb.EBADVERSION and resp.readResponse.status == pb.EBADVERSION
+    assert resp.header.txnId == 7
+
+
+def test_unknown_operation_is_ebadreq_without_sub_message(bookie: str) -> None:
+    known_unsupported = request(pb.RANGE_READ_ENTRY, 8).SerializeToString()
+    # operation 77 is not in the enum: proto2 keeps it as an unknown field
+    header = b"\x08\x03\x10\x4d\x18\x09"
+    unknown = b"\x0a" + bytes([len(header)]) + header
+    first, second = raw(bookie, known_unsupported, unknown)
+    for resp, txn in ((first, 8), (second, 9)):
+        assert resp.status == pb.EBADREQ and resp.header.txnId == txn
+        assert resp.ListFields()[0][0].name == "header" and len(resp.ListFields()) == 2  # header + status
+
+
+def test_garbage_gets_ebadreq_and_the_bookie_keeps_serving(bookie: str, client: BookieClient) -> None:
+    ok = request(pb.GET_BOOKIE_INFO, 11)
+    ok.getBookieInfoRequest.requested = 3
+    responses = raw(bookie, b"\xff\xfe garbage \x00", b"", ok.SerializeToString())
+    by_txn = {r.header.txnId: r for r in responses}
+    assert by_txn[0].status == pb.EBADREQ  # undecodable: txnId unknown
+    assert by_txn[11].status == pb.EOK  # the same stream still works
+    assert len(responses) == 3
+    framed = raw(bookie, b"\x00\x00\x01\x00truncated", framed=True)
+    assert [r.status for r in framed] == [pb.EBADREQ]
+    assert client.get_bookie_info().result(10).total_disk > 0  # and other clients are unaffected
+
+
+def test_request_missing_required_fields_is_ebadreq(bookie: str) -> None:
+    req = request(pb.ADD_ENTRY, 12)
+    req.addRequest.ledgerId = 1  # no entryId, masterKey, body
+    (resp,) = raw(bookie, req.SerializePartialToString())
+    assert resp.status == pb.EBADREQ and resp.header.txnId == 12
+
+
+def test_long_poll_read_is_refused(bookie: str) -> None:
+    req = request(pb.READ_ENTRY, 13)
+    req.readRequest.ledgerId = 1
+    req.readRequest.entryId = -1
+    req.readRequest.previousLAC = 0
+    (resp,) = raw(bookie, req.SerializeToString())
+    assert resp.status == pb.EBADREQ
+
+
+def test_pipelined_requests_are_matched_by_txn(client: BookieClient) -> None:
+    """Adds, reads and listings interleaved on one stream complete in any order; each future gets its own."""
+    lid = new_ledger()
+    adds = [client.add_entry(lid, e, KEY, entry(lid, e)) for e in range(300)]
+    infos = [client.get_bookie_info() for _ in range(20)]
+    wait(adds + infos)
+    assert all(f.exception() is None for f in adds + infos)
+    reads = {e: client.read_entry(lid, e) for e in range(0, 300, 7)}
+    lists = [client.get_list_of_entries(lid) for _ in range(10)]
+    wait([*reads.values(), *lists])
+    assert all(f.result() == entry(lid, e) for e, f in reads.items())
+    assert all(f.result() == availability.encode(range(300)) for f in lists)
