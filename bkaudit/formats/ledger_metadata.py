@@ -324,7 +324,7 @@ def _java_split_tab(line: str) -> list[str]:
 def _java_int(text: str, bits: int) -> int | None:
     """Java Integer/Long.parseLong on ASCII: optional sign and decimal digits, within the type's range."""
     digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits or not digits.isascii() or not digits.isdigit():
+    if not digits or not digits.isascii() or not digits.isdigit() or len(digits.lstrip("0")) > 20:
         return None
     value = int(text)
     limit = 1 << (bits - 1)

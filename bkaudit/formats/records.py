@@ -267,8 +267,9 @@ _LINE = re.compile(r"([^\r\n]*)(\r\n|\r|\n|)")
 def _java_parse_int(text: str, field: str, offset: int) -> int:
     """Java Integer.parseInt on ASCII text; FormatError otherwise."""
     digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits or not digits.isascii() or not digits.isdigit() or not -(2**31) <= int(text) < 2**31:
-        raise FormatError(f"not an integer: {text[:40]!r}", field=field, offset=offset)
+    valid = bool(digits) and digits.isascii() and digits.isdigit() and len(digits.lstrip("0")) <= 10
+    if not valid or not -(2**31) <= int(text) < 2**31:
+        raise FormatError(f"not an int32: {text[:40]!r}", field=field, offset=offset)
     return int(text)
 
 

@@ -532,6 +532,7 @@ class _Parser:
         return value
 
 
+_MAX_SIGNIFICANT_DIGITS = {8: 22, 10: 20, 16: 16}  # digits of 2**64 - 1 in each base
 _DIGITS = {8: frozenset("01234567"), 10: frozenset("0123456789"), 16: frozenset("0123456789abcdefABCDEF")}
 
 
@@ -546,6 +547,8 @@ def _java_integer(token: str) -> int | None:
     else:
         digits, base = body, 10
     if not digits or any(ch not in _DIGITS[base] for ch in digits):
+        return None
+    if len(digits.lstrip("0")) > _MAX_SIGNIFICANT_DIGITS[base]:  # beyond 64 bits (and int()'s digit limit)
         return None
     value = int(digits, base)
     return -value if negative else value

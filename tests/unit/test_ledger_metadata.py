@@ -303,6 +303,8 @@ BAD = [
     ("v2 int32 overflow", HEADER2 + b"quorumSize: 2147483648", "quorumSize", 42),
     ("v1 too short", b"BookieMetadataFormatVersion\t1\n2\n3\n", "v1", 30),
     ("v1 not a number", b"BookieMetadataFormatVersion\t1\n2\nthree\n0\n", "ensembleSize", 32),
+    ("v1 huge number", b"BookieMetadataFormatVersion\t1\n2\n3\n" + b"9" * 5000 + b"\n", "length", 34),
+    ("v2 huge number", HEADER2 + b"length: " + b"9" * 5000, "length", 38),
     ("v1 line without tab", b"BookieMetadataFormatVersion\t1\n2\n3\n0\n0\n", "segment", 36),
     ("v1 invalid utf-8", b"BookieMetadataFormatVersion\t1\n2\n3\n0\n0\t\xff", "v1", 38),
 ]

@@ -170,6 +170,8 @@ def test_parse_accepts_bytes_and_keeps_raw_utf8_inside_strings() -> None:
         ("1: 2", None, 0),
         ("a: [1 2]", "a", 6),
         ("a: @", "a", 3),
+        ("a: " + "9" * 5000, "a", 3),  # past Python's int() digit limit: still a FormatError
+        ("a: 0x" + "f" * 17, "a", 3),
     ],
 )
 def test_parse_errors_name_field_and_offset(text: str, field: str | None, offset: int) -> None:
@@ -179,7 +181,8 @@ def test_parse_errors_name_field_and_offset(text: str, field: str | None, offset
     assert err.value.offset == 100 + offset
 
 
-def test_parse_limits_nesting_like_java() -> None:
+def test_parse_limits_nesting_and_number_size() -> None:
+    assert tf.parse("a: -0x" + "0" * 5000 + "8000000000000000") == [("a", -(2**63))]
     assert tf.parse("a {" * 100 + "}" * 100)
     with pytest.raises(FormatError) as err:
         tf.parse("a {" * 101 + "}" * 101)
