@@ -139,7 +139,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     """One to three random edits of `data`."""
     buf = bytearray(data)
     for _ in range(rng.randint(1, 3)):
-        op = rng.randrange(7)
+        op = rng.randrange(8)
         pos = rng.randint(0, len(buf))
         if op == 0 and buf:
             i = rng.randrange(len(buf))
@@ -157,6 +157,8 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
             buf[rng.randrange(len(buf))] = rng.choice(INTERESTING)
         elif op == 6:
             buf[pos:pos] = bytes([rng.choice(INTERESTING)])
+        elif op == 7:  # long runs: huge numbers, deep nesting, long strings
+            buf[pos:pos] = bytes([rng.choice(b"9{<[\"0f")]) * rng.choice((64, 5000))
     return bytes(buf)
 
 
