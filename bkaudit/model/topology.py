@@ -142,6 +142,10 @@ class Topology(Mapping[str, str]):
         found = self._lookup(bookie_id)
         return found if found is not None else self.default_location
 
+    def is_mapped(self, bookie_id: str) -> bool:
+        """True when some configured entry (by id or host) covers this bookie, even with an empty rack."""
+        return bookie_id in self._entries or host_of(bookie_id) in self._by_host
+
     def is_resolved(self, bookie_id: str) -> bool:
         """True when a configured entry (by id or host) gives this bookie a non-default location."""
         return self._lookup(bookie_id) is not None and not self.is_default(bookie_id)

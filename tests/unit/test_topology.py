@@ -172,3 +172,10 @@ def test_with_default_location_rereads_unknowns() -> None:
     assert topo.location("b") == DEFAULT_RACK  # the original is untouched
     with pytest.raises(ValueError):
         Topology(default_location="/")
+
+
+def test_mapped_versus_resolved() -> None:
+    topo = Topology.from_rack_config(PULSAR)
+    assert topo.is_mapped("bk3:3181") and not topo.is_resolved("bk3:3181")  # listed, empty rack
+    assert topo.is_mapped("bk1:9999") and topo.is_resolved("bk1:9999")  # by host
+    assert not topo.is_mapped("nobody:3181") and not topo.is_resolved("nobody:3181")
