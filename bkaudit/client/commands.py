@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -23,7 +24,33 @@ from bkaudit.errors import BkAuditError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.group(name="ledger")
+class _OneLine:
+    """Usage errors as one `Error: ...` line, without click's usage banner (operators grep logs)."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)  # type: ignore[misc]
+        except click.UsageError as exc:
+            raise click.ClickException(exc.format_message()) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)  # type: ignore[misc]
+        except click.UsageError as exc:
+            raise click.ClickException(exc.format_message()) from None
+
+
+class OneLineCommand(_OneLine, click.Command):
+    pass
+
+
+class OneLineGroup(_OneLine, click.Group):
+    command_class = OneLineCommand
+
+
+@click.group(name="ledger", cls=OneLineGroup)
 def ledger() -> None:
     """Create, read, recover and inspect ledgers (the BookKeeper client)."""
 
@@ -53,12 +80,18 @@ def _client(
 ) -> Iterator[Any]:
     from bkaudit.client.bookkeeper import BookKeeper
 
+    _quiet_kazoo()
     settings = load_settings(zk, cluster_dir, root, config_path)
     bk = BookKeeper.from_settings(settings)
     try:
         yield bk
     finally:
         bk.close()
+
+
+def _quiet_kazoo() -> None:
+    """kazoo logs every failed connection attempt; the CLI reports the outcome once, as one line."""
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
 
 
 def _settings_client(

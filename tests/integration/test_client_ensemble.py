@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from bkaudit.client import BookKeeper
+from bkaudit.cluster.local import LocalCluster
 from bkaudit.errors import FencedError
 from bkaudit.formats import availability
 from bkaudit.model.ledger import LedgerState
@@ -13,6 +16,21 @@ from bkaudit.zk import ledgers as zk_ledgers
 from tests.integration.test_fencing import Writer, payload
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster4(zk_server, tmp_path_factory):
+    """4 bookies on 3 racks (E3 ledgers keep a spare); tests restart every bookie they stop or kill."""
+    cluster = LocalCluster.up(
+        tmp_path_factory.mktemp("cluster4"),
+        bookies=4,
+        racks=3,
+        zk_connect=f"{zk_server.connect_string}/c{uuid.uuid4().hex[:12]}",
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.down()
 
 
 def connect(cluster) -> BookKeeper:
