@@ -9,7 +9,7 @@ import pytest
 from bkaudit.client import BookKeeper
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.errors import FencedError
-from bkaudit.formats import availability
+from bkaudit.formats import availability, ledger_metadata
 from bkaudit.model.ledger import LedgerState
 from bkaudit.model.quorum import entries_of_bookie
 from bkaudit.zk import ledgers as zk_ledgers
@@ -60,6 +60,9 @@ def test_kill_9_mid_write_changes_the_ensemble_and_loses_nothing(cluster4) -> No
         assert victim not in md.segments[1].ensemble
         assert md.segments[1].ensemble[1:] == md.segments[0].ensemble[1:]
         assert bk.ledger_metadata(handle.ledger_id) == md
+        raw, _ = zk_ledgers.read_ledger_bytes(bk.zk, handle.ledger_id, root=cluster4.root)
+        assert ledger_metadata.format_version(raw) == 3
+        assert ledger_metadata.parse(raw) == md and ledger_metadata.serialize(md) == raw   # BookKeeper bytes
 
         # every acknowledged entry reads back with its payload (replicas on the dead bookie skipped)
         reader = bk.open_ledger(handle.ledger_id)
