@@ -341,11 +341,17 @@ class LocalCluster:
 
 
 def _owner(zk: KazooClient, bookie_id: str, root: str) -> int | None:
-    """The session owning the bookie's registration (writable or read-only), None if unregistered."""
+    """The session owning the bookie's registration (writable or read-only), None if unregistered, -1 when
+    registered under an ACL this client may not read (ZooKeeper security on)."""
+    from kazoo.exceptions import NoAuthError
+
     from bkaudit.zk import paths
 
     for path in (paths.available_path(bookie_id, root=root), paths.readonly_path(bookie_id, root=root)):
-        stat = zk.exists(path)
+        try:
+            stat = zk.exists(path)
+        except NoAuthError:
+            return -1
         if stat is not None:
             return int(stat.ephemeralOwner)
     return None

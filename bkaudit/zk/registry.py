@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Literal
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 
 from bkaudit.errors import FormatError, ZooKeeperError
 from bkaudit.formats import records
@@ -54,11 +54,20 @@ def list_cookies(zk: KazooClient, root: str = DEFAULT_ROOT) -> list[str]:
 
 
 def bookie_state(zk: KazooClient, bookie_id: str, root: str = DEFAULT_ROOT) -> BookieState:
-    if zk.exists(paths.available_path(bookie_id, root=root)) is not None:
+    if exists(zk, paths.available_path(bookie_id, root=root)):
         return "writable"
-    if zk.exists(paths.readonly_path(bookie_id, root=root)) is not None:
+    if exists(zk, paths.readonly_path(bookie_id, root=root)):
         return "readonly"
     return "absent"
+
+
+def exists(zk: KazooClient, path: str) -> bool:
+    """Whether `path` exists, also for nodes this session may not read (ZooKeeper 3.9 checks READ on
+    exists; NoAuth therefore means the node is there)."""
+    try:
+        return zk.exists(path) is not None
+    except NoAuthError:
+        return True
 
 
 def read_bookie_service_info(zk: KazooClient, bookie_id: str,

@@ -1,0 +1,135 @@
+"""Transport and metadata security: TLS, mutual TLS (certificates made here), ZooKeeper digest auth + ACLs."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from kazoo.exceptions import NoAuthError
+
+from bkaudit.config import ZkSettings
+from bkaudit.errors import BookieError
+from bkaudit.formats import records
+from bkaudit.rpc.client import BookieClient
+from bkaudit.rpc.pool import BookieClientPool
+from bkaudit.rpc.tls import TlsConfig
+from bkaudit.zk import client as zkclient
+from bkaudit.zk import paths
+
+pytestmark = pytest.mark.cluster
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> tuple[str, str]:
+    key_path, cert_path = path.with_suffix(".key"), path.with_suffix(".crt")
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return str(cert_path), str(key_path)
+
+
+def _cert(subject: str, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None, *, ca: bool = False,
+          san: bool = False) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    issuer_name, issuer_key = issuer if issuer else (_name(subject), key)
+    builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer_name)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+    return key, builder.sign(issuer_key, hashes.SHA256())
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("pki")
+    ca_key, ca = _cert("bkaudit test CA", None, ca=True)
+    other_key, other_ca = _cert("some other CA", None, ca=True)
+    out: dict[str, str] = {}
+    out["ca"], _ = _write(d / "ca", ca_key, ca)
+    out["other_ca"], _ = _write(d / "other-ca", other_key, other_ca)
+    server = _cert("bookie", (ca.subject, ca_key), san=True)
+    out["server_cert"], out["server_key"] = _write(d / "server", *server)
+    out["client_cert"], out["client_key"] = _write(d / "client", *_cert("client", (ca.subject, ca_key)))
+    out["rogue_cert"], out["rogue_key"] = _write(d / "rogue", *_cert("rogue", (other_ca.subject, other_key)))
+    return out
+
+
+def _status(client: BookieClient) -> str:
+    exc = client.get_bookie_info().exception(timeout=20)
+    return "EOK" if exc is None else exc.status  # type: ignore[union-attr]
+
+
+def test_tls_bookie(cluster_factory, pki, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    conf = tmp_path / "tls.toml"
+    conf.write_text(f'[bookie]\ntls_cert = "{pki["server_cert"]}"\ntls_key = "{pki["server_key"]}"\n')
+    cluster = cluster_factory(bookies=1, racks=1, bookie_args=["--config", str(conf)])
+    b = cluster.bookies[0]
+    info = records.parse_bookie_service_info(
+        cluster.zk_client().get(paths.available_path(b.id, root=cluster.root))[0], b.id)
+    assert info.properties_dict()["bkaudit.tls"] == "tls"
+    with BookieClient(b.id, b.id, connect_timeout_s=2) as plain:
+        assert _status(plain) == "UNAVAILABLE"
+    with BookieClient(b.id, b.id, tls=TlsConfig(ca=pki["other_ca"]), connect_timeout_s=2) as wrong_ca:
+        assert _status(wrong_ca) == "UNAVAILABLE"
+    with BookieClient(b.id, b.id, tls=TlsConfig(ca=pki["ca"])) as good:
+        assert _status(good) == "EOK"
+
+
+def test_mutual_tls_rejects_clients_without_a_trusted_certificate(cluster_factory, pki, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    conf = tmp_path / "mtls.toml"
+    conf.write_text(f'[bookie]\ntls_cert = "{pki["server_cert"]}"\ntls_key = "{pki["server_key"]}"\n'
+                    f'tls_ca = "{pki["ca"]}"\n')
+    cluster = cluster_factory(bookies=1, racks=1, bookie_args=["--config", str(conf)])
+    b = cluster.bookies[0]
+    anonymous = BookieClient(b.id, b.id, tls=TlsConfig(ca=pki["ca"]), connect_timeout_s=2)
+    with anonymous, pytest.raises(BookieError, match="UNAVAILABLE"):
+        anonymous.get_bookie_info().result(20)
+    rogue_tls = TlsConfig(ca=pki["ca"], cert=pki["rogue_cert"], key=pki["rogue_key"])
+    with BookieClient(b.id, b.id, tls=rogue_tls, connect_timeout_s=2) as rogue:
+        assert _status(rogue) == "UNAVAILABLE"
+    tls = TlsConfig(ca=pki["ca"], cert=pki["client_cert"], key=pki["client_key"])
+    with BookieClientPool(zk=cluster.zk_client(), root=cluster.root, tls=tls) as pool:
+        assert _status(pool.get(b.id)) == "EOK"
+
+
+def test_zookeeper_digest_auth_and_creator_acls(cluster_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    conf = tmp_path / "zk.toml"
+    conf.write_text('[zk]\nauth_digest = "bookie:s3cret"\nenable_security = true\n')
+    cluster = cluster_factory(bookies=2, racks=2, bookie_args=["--config", str(conf)])
+    cookie = paths.cookie_path(cluster.bookies[0].id, root=cluster.root)
+    registration = paths.available_path(cluster.bookies[0].id, root=cluster.root)
+    anonymous = cluster.zk_client()
+    for path in (cookie, registration, paths.RACKS_PATH):
+        with pytest.raises(NoAuthError):
+            anonymous.set(path, b"tampered")
+    with pytest.raises(NoAuthError):  # deleting needs DELETE on the parent: cookies/ was created secured
+        anonymous.delete(cookie)
+    stranger = zkclient.connect(ZkSettings(connect=cluster.zk, auth_digest="mallory:guess"))
+    try:
+        with pytest.raises(NoAuthError):
+            stranger.set(cookie, b"tampered")
+    finally:
+        zkclient.close(stranger)
+    owner = zkclient.connect(ZkSettings(connect=cluster.zk, auth_digest="bookie:s3cret"))
+    try:
+        acl, _ = owner.get_acls(cookie)
+        assert [(a.perms, a.id.scheme) for a in acl] == [(31, "digest")]  # CREATOR_ALL_ACL
+        data, _ = owner.get(cookie)
+        assert records.parse_cookie(data).bookie_host == cluster.bookies[0].id
+        assert set(records.parse_rack_config(owner.get(paths.RACKS_PATH)[0])["default"]) == set(cluster.ids())
+    finally:
+        zkclient.close(owner)
