@@ -220,25 +220,36 @@ def _piece_of_group(index: int, group: Group) -> _Piece:
 
 
 def _normalise(groups: Iterable[Group]) -> list[_Piece]:
-    """Validate groups in wire order; return disjoint ascending pieces (overlapping/adjacent runs merged)."""
+    """Validate groups in wire order; return disjoint ascending pieces (overlapping/adjacent runs merged).
+
+    The loop keeps Java's usual shape (a period-0 run well after the previous piece) on a short path: bookies
+    answer with thousands of such groups.
+    """
     pieces: list[_Piece] = []
     prev_first = -1
+    prev_end = -2
     for index, group in enumerate(groups):
+        first, last, size, period = group
+        if last == first and prev_end + 1 < first and size > 0 and period >= 0 and first + size <= _INT64_MAX:
+            prev_first, prev_end = first, first + size - 1
+            pieces.append((first, prev_end, size, size))
+            continue
         piece = _piece_of_group(index, group)
         start, end, period, size = piece
         if start <= prev_first:
             raise _group_error(index, "first", f"groups not ascending: {start} after {prev_first}")
         prev_first = start
-        if pieces and start <= pieces[-1][1] + 1:
+        if pieces and start <= prev_end + 1:
             p_start, p_end, p_period, p_size = pieces[-1]
             if period == size and p_period == p_size:
-                new_end = max(p_end, end)
-                pieces[-1] = (p_start, new_end, new_end - p_start + 1, new_end - p_start + 1)
-                continue
-            if start <= p_end:
+                end = max(p_end, end)
+                piece = (p_start, end, end - p_start + 1, end - p_start + 1)
+                pieces.pop()
+            elif start <= p_end:
                 message = f"period-based group overlaps the previous one ending at {p_end}"
                 raise _group_error(index, "first", message)
         pieces.append(piece)
+        prev_end = piece[1]
     return pieces
 
 
@@ -255,6 +266,8 @@ class Availability:
 
     `groups` are kept exactly as received; queries run on a normalised, disjoint form, so overlapping runs are
     counted once. Membership is a binary search; `missing` is group/run arithmetic, never a per-entry loop.
+    Two availabilities are equal when their normalised forms are (adjacent or overlapping runs equal the
+    merged run; a period group and the same ids spelled as runs do not compare equal).
     """
 
     __slots__ = ("_pieces", "_starts", "_total", "groups")
@@ -337,44 +350,53 @@ class Availability:
         of ids (materialised).
         """
         out: list[tuple[int, int]] = []
-        for want in _expected_pieces(first, last, expected):
-            for lo, hi, piece in self._regions(want.first, want.last):
-                _add_difference(want, lo, hi, piece, out)
+        for want in _expected_patterns(first, last, expected):
+            for lo, hi, piece in self._uncovered_regions(want.first, want.last):
+                if piece is None:
+                    _add_pattern_runs(want.start, want.period, want.size, lo, hi, out)
+                else:
+                    _add_difference(want, lo, hi, piece, out)
         return out
 
     def missing_count(self, first: int, last: int, expected: Striping | Iterable[int] | None = None) -> int:
         """How many expected ids in [first, last] are not available; arithmetic like `missing`."""
         count = 0
-        for want in _expected_pieces(first, last, expected):
-            for lo, hi, piece in self._regions(want.first, want.last):
-                count += _clip(want, lo, hi).count() - _covered_count(want, lo, hi, piece)
+        for want in _expected_patterns(first, last, expected):
+            for lo, hi, piece in self._uncovered_regions(want.first, want.last):
+                count += _pattern_count(want.start, want.period, want.size, lo, hi)
+                if piece is not None:
+                    count -= _covered_count(want, lo, hi, piece)
         return count
 
-    def _regions(self, lo: int, hi: int) -> Iterator[tuple[int, int, _Piece | None]]:
-        """Split [lo, hi] into consecutive regions that lie inside one piece's span, or inside no piece."""
+    def _uncovered_regions(self, lo: int, hi: int) -> Iterator[tuple[int, int, _Piece | None]]:
+        """Ascending parts of [lo, hi] outside run pieces: gaps (piece None) and periodic pieces' spans."""
         pieces = self._pieces
-        index = max(bisect_right(self._starts, lo) - 1, 0)
         cursor = lo
-        while cursor <= hi:
-            if index == len(pieces) or pieces[index][0] > hi:
-                yield cursor, hi, None
-                return
-            piece = pieces[index]
-            index += 1
-            if piece[1] < cursor:
+        for index in range(max(bisect_right(self._starts, lo) - 1, 0), len(pieces)):
+            start, end, period, size = pieces[index]
+            if end < cursor:
                 continue
-            if piece[0] > cursor:
-                yield cursor, piece[0] - 1, None
-                cursor = piece[0]
-            region_end = min(piece[1], hi)
-            yield cursor, region_end, piece
+            if start > hi:
+                break
+            if start > cursor:
+                yield cursor, start - 1, None
+            region_end = end if end < hi else hi
+            if period != size:
+                yield max(start, cursor), region_end, pieces[index]
             cursor = region_end + 1
+            if cursor > hi:
+                return
+        yield cursor, hi, None
 
 
-# -- missing-entry arithmetic --------------------------------------------------------------------------------
+# -- missing-entry arithmetic ------------------------------------------------------------------------------
+# A "pattern" is (start, period, size): the ids whose offset from `start` modulo `period` is below `size`,
+# i.e. runs of `size` ids every `period` ids (a plain run has period == size). The expected entries (a
+# Striping) and an available period group are both patterns, so every question below is answered per run or
+# per period, never per entry. The helpers take plain ints: they are the availability check's hot path.
 
 
-def _expected_pieces(first: int, last: int, expected: Striping | Iterable[int] | None) -> list[Striping]:
+def _expected_patterns(first: int, last: int, expected: Striping | Iterable[int] | None) -> list[Striping]:
     """The expected ids in [first, last] as ascending disjoint Stripings (a plain run has period == size)."""
     if first < 0:
         raise ValueError(f"entry ids are non-negative, got first={first}")
@@ -386,36 +408,58 @@ def _expected_pieces(first: int, last: int, expected: Striping | Iterable[int] |
             return []
         return [Striping(lo, hi, expected.start, expected.period, expected.size)]
     ids = sorted({e for e in expected if first <= e <= last})
-    pieces: list[Striping] = []
-    run_start = prev = None
-    for entry_id in ids:
-        if prev is not None and entry_id == prev + 1:
-            prev = entry_id
-            continue
-        if run_start is not None and prev is not None:
-            pieces.append(_run(run_start, prev))
-        run_start = prev = entry_id
-    if run_start is not None and prev is not None:
-        pieces.append(_run(run_start, prev))
-    return pieces
+    runs: list[Striping] = []
+    run_start = 0
+    for i, entry_id in enumerate(ids):
+        if i == 0 or entry_id != ids[i - 1] + 1:
+            if i:
+                runs.append(_run(run_start, ids[i - 1]))
+            run_start = entry_id
+    if ids:
+        runs.append(_run(run_start, ids[-1]))
+    return runs
 
 
 def _run(first: int, last: int) -> Striping:
     return Striping(first, last, first, last - first + 1, last - first + 1)
 
 
-def _clip(want: Striping, lo: int, hi: int) -> Striping:
-    return Striping(lo, hi, want.start, want.period, want.size)
+def _pattern_runs(start: int, period: int, size: int, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """The pattern's runs clipped to [lo, hi], ascending."""
+    if period == size:
+        if lo <= hi:
+            yield lo, hi
+        return
+    run = lo - (lo - start) % period
+    if run + size <= lo:
+        run += period
+    while run <= hi:
+        yield max(run, lo), min(run + size - 1, hi)
+        run += period
 
 
-def _piece_within(piece: _Piece, lo: int, hi: int) -> Striping:
-    """The piece's ids restricted to [lo, hi] (which must lie inside the piece's span)."""
-    start, _end, period, size = piece
-    return Striping(lo, hi, start, period, size)
+def _pattern_count(start: int, period: int, size: int, lo: int, hi: int) -> int:
+    """How many ids of the pattern lie in [lo, hi], in O(1)."""
+    if hi < lo:
+        return 0
+    base = lo - (lo - start) % period  # a run start at or before lo
+    full, rest = divmod(hi - base + 1, period)
+    return full * size + min(rest, size) - min(lo - base, size)
 
 
-def _is_run(piece: _Piece) -> bool:
-    return piece[2] == piece[3]
+def _add_pattern_runs(
+    start: int, period: int, size: int, lo: int, hi: int, out: list[tuple[int, int]]
+) -> None:
+    """Append the pattern's runs in [lo, hi] (a gap between available pieces: all of them are missing)."""
+    if period == size:
+        _append_range(out, lo, hi)
+        return
+    run = lo - (lo - start) % period
+    if run + size <= lo:
+        run += period
+    while run <= hi:
+        _append_range(out, max(run, lo), min(run + size - 1, hi))
+        run += period
 
 
 def _append_range(out: list[tuple[int, int]], lo: int, hi: int) -> None:
@@ -438,39 +482,34 @@ def _add_gaps(lo: int, hi: int, covered: Iterable[tuple[int, int]], out: list[tu
 
 
 def _same_period_covered(want: Striping, piece: _Piece) -> bool:
-    """True when both repeat every P ids and each expected sequence lies inside an available one."""
+    """True when both repeat every P ids and each expected run lies inside an available one."""
     start, _end, period, size = piece
     return want.period == period and (want.start - start) % period + want.size <= size
 
 
-def _add_difference(
-    want: Striping, lo: int, hi: int, piece: _Piece | None, out: list[tuple[int, int]]
-) -> None:
-    """Append the expected ids in region [lo, hi] that `piece` (whose span holds the region) lacks."""
-    if piece is None:
-        for run in _clip(want, lo, hi).runs():
-            _append_range(out, *run)
-        return
-    if _is_run(piece) or _same_period_covered(want, piece):
+def _add_difference(want: Striping, lo: int, hi: int, piece: _Piece, out: list[tuple[int, int]]) -> None:
+    """Append the expected ids in [lo, hi] (inside the span of a periodic piece) that the piece lacks."""
+    start, _end, period, size = piece
+    if _same_period_covered(want, piece):
         return
     if want.period == want.size:  # contiguous expectation: every gap of the piece is missing, O(output)
-        _add_gaps(lo, hi, _piece_within(piece, lo, hi).runs(), out)
+        _add_gaps(lo, hi, _pattern_runs(start, period, size, lo, hi), out)
         return
-    for run_lo, run_hi in _clip(want, lo, hi).runs():
-        _add_gaps(run_lo, run_hi, _piece_within(piece, run_lo, run_hi).runs(), out)
+    for run_lo, run_hi in _pattern_runs(want.start, want.period, want.size, lo, hi):
+        _add_gaps(run_lo, run_hi, _pattern_runs(start, period, size, run_lo, run_hi), out)
 
 
-def _covered_count(want: Striping, lo: int, hi: int, piece: _Piece | None) -> int:
-    """How many expected ids in region [lo, hi] the piece covers."""
-    if piece is None:
-        return 0
-    if _is_run(piece):
-        return _clip(want, lo, hi).count()
+def _covered_count(want: Striping, lo: int, hi: int, piece: _Piece) -> int:
+    """How many expected ids in [lo, hi] (inside the span of a periodic piece) the piece holds."""
+    start, _end, period, size = piece
     if want.period == want.size:
-        return _piece_within(piece, lo, hi).count()
-    if want.period == piece[2]:
+        return _pattern_count(start, period, size, lo, hi)
+    if want.period == period:
         return _same_period_overlap(want, lo, hi, piece)
-    return sum(_piece_within(piece, a, b).count() for a, b in _clip(want, lo, hi).runs())
+    return sum(
+        _pattern_count(start, period, size, run_lo, run_hi)
+        for run_lo, run_hi in _pattern_runs(want.start, want.period, want.size, lo, hi)
+    )
 
 
 def _same_period_overlap(want: Striping, lo: int, hi: int, piece: _Piece) -> int:
@@ -484,5 +523,5 @@ def _same_period_overlap(want: Striping, lo: int, hi: int, piece: _Piece) -> int
     for arc_lo, arc_hi in arcs:
         both_hi = min(arc_hi, size - 1)
         if arc_lo <= both_hi:
-            count += Striping(lo, hi, start + arc_lo, period, both_hi - arc_lo + 1).count()
+            count += _pattern_count(start + arc_lo, period, both_hi - arc_lo + 1, lo, hi)
     return count

@@ -462,6 +462,9 @@ def test_availability_is_immutable_and_hashable() -> None:
     assert decoded == decode(encode_runs([(1, 2), (5, 5)]))
     assert hash(decoded) == hash(decode(encode([1, 2, 5])))
     assert decoded != decode(encode([1, 2]))
+    # equality is by the normalised (merged) form, so adjacent or overlapping runs equal one run
+    assert Availability([(0, 0, 2, 0), (2, 2, 1, 0)]) == Availability([(0, 0, 3, 0)])
+    assert Availability([(0, 0, 4, 0), (1, 1, 1, 0)]) == Availability([(0, 0, 4, 0)])
     assert not decode(encode([])) and decoded
     assert "x" not in decoded and 1.0 not in decoded
 
