@@ -123,7 +123,7 @@ class DigestManager:
             fields = f"ledger {self.ledger_id} entry {entry_id} lac {lac} length {length}"
             raise ValueError(f"entry header fields must be int64: {fields}") from exc
         body = payload if isinstance(payload, bytes) else bytes(payload)
-        return b"".join((header, self._digest(header, body), body))
+        return header + self._digest(header, body) + body  # one copy of the payload
 
     def verify(self, data: Payload, entry_id: int | None = None) -> Entry:
         """Check length, digest, ledger id and (if given) entry id, in BookKeeper's order; return the entry.
