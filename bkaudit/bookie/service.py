@@ -23,6 +23,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from bkaudit.bookie.listing import BatchListing
 from bkaudit.bookie.storage import Storage
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.entry import parse_entry_header
@@ -111,6 +112,7 @@ class BookieService:
         self.mode = mode or BookieMode()
         self.max_pending = max_pending
         self._pool = _Workers(read_threads)
+        self._listing = BatchListing()
         self._inflight = 0
         self._lock = threading.Lock()
         self._handlers: dict[int, Callable[[pb.Request, Reply], None]] = {
@@ -274,17 +276,10 @@ class BookieService:
         self._pool.submit(self._list_entries_batch_body, req, done)
 
     def _list_entries_batch_body(self, req: pb.Request, done: Reply) -> None:
-        resp = pb.Response(status=EOK)
-        resp.header.CopyFrom(req.header)
-        out = resp.getListOfEntriesOfLedgersResponse
-        out.status = EOK
-        add = out.ledgers.add
-        for ledger_id, data in self.storage.availability_many(req.getListOfEntriesOfLedgersRequest.ledgerId):
-            if data is None:
-                add(ledgerId=ledger_id, status=pb.ENOLEDGER)
-            else:
-                add(ledgerId=ledger_id, status=EOK, availabilityOfEntriesOfLedger=data)
-        done(resp.SerializePartialToString())
+        head = pb.Response(status=EOK)
+        head.header.CopyFrom(req.header)
+        entries = self.storage.availability_many(req.getListOfEntriesOfLedgersRequest.ledgerId)
+        done(self._listing.response(head.SerializePartialToString(), entries))
 
     def _auth(self, req: pb.Request, done: Reply) -> None:
         resp = pb.Response(status=EOK)

@@ -210,3 +210,28 @@ def test_bulk_load_index(tmp_path: Path) -> None:
         dm = DigestManager(1, b"", DigestType.DUMMY)
         assert dm.verify(got, 8).entry_id == 8
         assert s.ledger_state(1).master_key == master_key(b"")  # type: ignore[union-attr]
+
+
+# -- batch listing wire bytes -------------------------------------------------------------------------------
+def test_batch_listing_bytes_equal_protobuf_encoding() -> None:
+    from bkaudit.bookie.listing import BatchListing, varint
+    from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+
+    assert [varint(v) for v in (0, 1, 127, 128, 300)] == [b"\x00", b"\x01", b"\x7f", b"\x80\x01", b"\xac\x02"]
+    head = pb.Response(status=pb.EOK)
+    head.header.version = pb.VERSION_THREE
+    head.header.operation = pb.GET_LIST_OF_ENTRIES_OF_LEDGERS
+    head.header.txnId = 2**40
+    entries = [(1, availability.encode([0, 1, 5])), (2**40 + 3, None), (7, availability.encode([]))]
+    listing = BatchListing()
+    for _ in range(2):  # second round from the cache
+        expected = pb.Response()
+        expected.CopyFrom(head)
+        batch = expected.getListOfEntriesOfLedgersResponse
+        batch.status = pb.EOK
+        for lid, data in entries:
+            if data is None:
+                batch.ledgers.add(ledgerId=lid, status=pb.ENOLEDGER)
+            else:
+                batch.ledgers.add(ledgerId=lid, status=pb.EOK, availabilityOfEntriesOfLedger=data)
+        assert listing.response(head.SerializeToString(), entries) == expected.SerializeToString()
