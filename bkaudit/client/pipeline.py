@@ -86,6 +86,11 @@ class AddPipeline:
         self._submitted_length = length
         self._metadata = metadata
         self._version = version
+        self._ensemble = metadata.segments[-1].ensemble  # the last ensemble: where new entries go
+        # the E distinct write sets, by entry_id mod E (E and WQ never change for a ledger)
+        self._write_sets = [
+            write_set(i, metadata.ensemble_size, metadata.write_quorum) for i in range(metadata.ensemble_size)
+        ]
         self._failed: dict[int, str] = {}  # index in last ensemble -> bookie awaiting replacement
         self._ever_failed: set[str] = set()
         self._changing = False
@@ -160,8 +165,8 @@ class AddPipeline:
                 )
             body, length = build(eid, self._queue.last_add_confirmed, self._submitted_length)
             md = self._metadata
-            ensemble = md.segments[-1].ensemble
-            ws = write_set(eid, md.ensemble_size, md.write_quorum)
+            ensemble = self._ensemble
+            ws = self._write_sets[eid % md.ensemble_size]
             add = PendingAdd(eid, body, length, ws, md.write_quorum, md.ack_quorum)
             self._queue.append(add)
             self._next_entry = eid + 1
@@ -195,7 +200,7 @@ class AddPipeline:
 
     def _on_ack(self, add: PendingAdd, index: int, bookie: str) -> None:
         with self._cond:
-            if self._error is not None or self._metadata.segments[-1].ensemble[index] != bookie:
+            if self._error is not None or self._ensemble[index] != bookie:
                 return  # handle failed, or a reply from a bookie that has since been replaced
             if not add.ack(index) or self._changing:
                 return
@@ -245,7 +250,7 @@ class AddPipeline:
             self.fail(BookieError(status, str(exc), bookie_id=bookie, ledger_id=self.ledger_id))
             return
         with self._lock:
-            if self._error is not None or self._metadata.segments[-1].ensemble[index] != bookie:
+            if self._error is not None or self._ensemble[index] != bookie:
                 return
             if index in self._failed:
                 return
@@ -316,7 +321,7 @@ class AddPipeline:
                     if outcome is rules.Outcome.FAIL:
                         raise FencedError(why, ledger_id=self.ledger_id) from None
                     with self._lock:
-                        self._metadata, self._version = fresh, fresh_version
+                        self._set_metadata(fresh, fresh_version)
                     continue
             log.info(
                 "ledger %s: ensemble change at entry %s: %s",
@@ -326,7 +331,7 @@ class AddPipeline:
             )
             resend: list[tuple[PendingAdd, int, str]] = []
             with self._lock:
-                self._metadata, self._version = proposed, new_version
+                self._set_metadata(proposed, new_version)
                 for index, bookie in failed.items():
                     if self._failed.get(index) == bookie:
                         del self._failed[index]
@@ -341,6 +346,11 @@ class AddPipeline:
                 self._send(add, index, bookie)
         if released:
             self._deliver()
+
+    def _set_metadata(self, metadata: LedgerMetadata, version: int) -> None:
+        """Adopt new metadata (lock held)."""
+        self._metadata, self._version = metadata, version
+        self._ensemble = metadata.segments[-1].ensemble
 
     # -- timeouts --------------------------------------------------------------------------------------
     def _start_watchdog(self) -> None:
@@ -357,7 +367,7 @@ class AddPipeline:
             now = time.monotonic()
             stale: list[tuple[PendingAdd, int, str]] = []
             with self._lock:
-                ensemble = self._metadata.segments[-1].ensemble
+                ensemble = self._ensemble
                 for add in self._queue:
                     if now - add.submitted_at < self._add_timeout_s:
                         break
