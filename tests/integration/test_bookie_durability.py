@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future, wait
 
 import pytest
@@ -105,3 +106,29 @@ def test_parse_id_list() -> None:
     for bad in ("", "x", "5-3", "-1"):
         with pytest.raises(ValueError):
             parse_id_list(bad)
+
+
+def test_client_fails_pending_promptly_times_out_and_reconnects(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(bookies=1, racks=1)
+    b = cluster.bookies[0]
+    client = BookieClient(b.id, b.id, request_timeout_s=1.5)
+    try:
+        client.add_entry(20, 0, KEY, entry(20, 0)).result(10)
+        cluster.pause_bookie(b.id)  # frozen: nothing answers, the stream stays open
+        start = time.monotonic()
+        with pytest.raises(BookieError, match="UNAVAILABLE") as err:
+            client.read_entry(20, 0).result(10)
+        assert "no response within" in str(err.value) and time.monotonic() - start < 5
+        pending = [client.read_entry(20, 0) for _ in range(20)]
+        cluster.kill_bookie(b.id)  # the stream breaks: every pending request fails now, not at its deadline
+        start = time.monotonic()
+        wait(pending, timeout=10)
+        assert all(isinstance(f.exception(), BookieError) for f in pending)
+        assert {f.exception().status for f in pending} == {"UNAVAILABLE"}  # type: ignore[union-attr]
+        assert time.monotonic() - start < 1.4
+        cluster.start_bookie(b.id)
+        assert client.read_entry(20, 0).result(10) == entry(20, 0)  # the same client reconnects
+    finally:
+        client.close()
+    with pytest.raises(BookieError, match="UNAVAILABLE"):
+        client.get_bookie_info().result(1)  # closed clients refuse at once
