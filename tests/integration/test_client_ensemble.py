@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 
-from bkaudit.client import BookKeeper
+from bkaudit.client import BookKeeper, ClientSettings
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.errors import FencedError
 from bkaudit.formats import availability, ledger_metadata
@@ -62,7 +63,7 @@ def test_kill_9_mid_write_changes_the_ensemble_and_loses_nothing(cluster4) -> No
         assert bk.ledger_metadata(handle.ledger_id) == md
         raw, _ = zk_ledgers.read_ledger_bytes(bk.zk, handle.ledger_id, root=cluster4.root)
         assert ledger_metadata.format_version(raw) == 3
-        assert ledger_metadata.parse(raw) == md and ledger_metadata.serialize(md) == raw   # BookKeeper bytes
+        assert ledger_metadata.parse(raw) == md and ledger_metadata.serialize(md) == raw  # BookKeeper bytes
 
         # every acknowledged entry reads back with its payload (replicas on the dead bookie skipped)
         reader = bk.open_ledger(handle.ledger_id)
@@ -142,3 +143,24 @@ def test_ensemble_change_finding_the_ledger_in_recovery_fences_the_writer(cluste
             cluster4.start_bookie(victim)
         r = bk.open_ledger(handle.ledger_id)  # recovery completes what the marker started
         assert r.metadata.is_closed and r.metadata.last_entry_id >= 4
+
+
+def test_silent_bookie_is_replaced_after_the_add_timeout(cluster4) -> None:
+    """SIGSTOP keeps the connection open but unanswered: only the add timeout can detect it."""
+    settings = ClientSettings(add_timeout_s=1.5, read_timeout_s=1.5)
+    with BookKeeper.connect(zk=cluster4.zk, root=cluster4.root, settings=settings) as bk:
+        handle = bk.create_ledger(3, 2, 2)
+        for i in range(5):
+            handle.add_entry(payload(i))
+        victim = handle.metadata.segments[0].ensemble[2]  # write set of entry 5 is (2, 0)
+        cluster4.pause_bookie(victim)
+        try:
+            started = time.monotonic()
+            assert handle.add_entry(payload(5)) == 5
+            assert 1.0 < time.monotonic() - started < 5
+            md = handle.close()
+        finally:
+            cluster4.resume_bookie(victim)
+        assert [s.first_entry_id for s in md.segments] == [0, 5]
+        assert victim not in md.segments[1].ensemble
+        assert bk.open_ledger(handle.ledger_id).read_entry(5).payload == payload(5)

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from bkaudit.client import BookKeeper
+from bkaudit.client import BookKeeper, ClientSettings
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.errors import FencedError, LedgerStateError, RecoveryError
 from bkaudit.model.ledger import LedgerState
@@ -205,3 +205,20 @@ def test_recovery_impossible_with_two_down_e3_wq3_aq2_then_succeeds(cluster4) ->
         r = bk.open_ledger(lid, recover=True)
         assert r.metadata.state is LedgerState.CLOSED and r.metadata.last_entry_id == 50
         assert r.read_entry(50).payload == payload(50)
+
+
+def test_fencing_completes_without_waiting_for_a_silent_bookie(cluster4) -> None:
+    """Coverage is reached by the two live bookies: recovery does not wait for the paused one's timeout."""
+    lid = _abandoned_ledger(cluster4, 3, 2, 2)
+    victim = _ensemble(cluster4, lid)[1]
+    settings = ClientSettings(add_timeout_s=2.0, read_timeout_s=20.0)
+    cluster4.pause_bookie(victim)
+    try:
+        with BookKeeper.connect(zk=cluster4.zk, root=cluster4.root, settings=settings) as bk:
+            started = time.monotonic()
+            r = bk.open_ledger(lid, recover=True)
+            took = time.monotonic() - started
+    finally:
+        cluster4.resume_bookie(victim)
+    assert r.metadata.last_entry_id == 50
+    assert took < 15, f"recovery waited {took:.1f}s for the silent bookie"
