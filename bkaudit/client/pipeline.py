@@ -266,7 +266,10 @@ class AddPipeline:
             if self._changing:
                 return
             self._changing = True
-        self._executor.submit(self._change_ensemble)
+        try:
+            self._executor.submit(self._change_ensemble)
+        except RuntimeError:  # the client was closed under this handle: nothing can replace the bookie
+            self.fail(BookieError("UNAVAILABLE", "client closed", ledger_id=self.ledger_id, bookie_id=bookie))
 
     # -- ensemble change -------------------------------------------------------------------------------
     def _change_ensemble(self) -> None:

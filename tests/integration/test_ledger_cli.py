@@ -56,6 +56,13 @@ def test_crashed_writer_then_recover(cluster3) -> None:
     assert lid in ledger(cluster3, "list")["ledgers"]
 
 
+def test_crashed_writer_of_an_empty_ledger(cluster3) -> None:
+    lid = ledger(cluster3, "write", "--entries", "0", "--no-close")["ledger_id"]
+    recovered = ledger(cluster3, "recover", str(lid))
+    assert (recovered["state"], recovered["last_entry_id"], recovered["length"]) == ("CLOSED", -1, 0)
+    assert ledger(cluster3, "read", str(lid))["entries"] == []
+
+
 def test_concurrent_recover_processes_converge(cluster3) -> None:
     lid = ledger(cluster3, "write", "--entries", "200", "--entry-size", "64", "--no-close")["ledger_id"]
     with ThreadPoolExecutor(3) as pool:

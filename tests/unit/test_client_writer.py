@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bkaudit.errors import FencedError, LedgerStateError, NotEnoughBookies, QuorumError
+from bkaudit.errors import BookieError, FencedError, LedgerStateError, NotEnoughBookies, QuorumError
 from bkaudit.formats.entry import DigestManager
 from bkaudit.model.ledger import DigestType, LedgerState, Segment
 from tests.unit.test_client_fakes import FakeCluster
@@ -217,3 +217,13 @@ def test_close_conflict_closed_at_other_entry_is_an_error(cluster: FakeCluster) 
     cluster.store.force(w.ledger_id, current.evolve(state=LedgerState.CLOSED, last_entry_id=0, length=1))
     with pytest.raises(LedgerStateError, match="last entry 0"):
         w.close()
+
+
+def test_adds_fail_instead_of_hanging_when_the_client_is_closed(cluster: FakeCluster) -> None:
+    bk = cluster.client()
+    w = bk.create_ledger(3, 2, 2)
+    w.add_entry(b"a")
+    bk.close()
+    cluster.bookies[1].down = True
+    with pytest.raises(BookieError, match="client closed"):
+        w.add_entry(b"b", timeout=5)
