@@ -31,7 +31,10 @@ class _OneLine:
         self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
     ) -> click.Context:
         try:
-            return super().make_context(info_name, args, parent=parent, **extra)  # type: ignore[misc]
+            context: click.Context = super().make_context(  # type: ignore[misc]
+                info_name, args, parent=parent, **extra
+            )
+            return context
         except click.UsageError as exc:
             raise click.ClickException(exc.format_message()) from None
 

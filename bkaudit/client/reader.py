@@ -117,9 +117,10 @@ def read_last_add_confirmed(
             if exc.status in MISSING:
                 answered += 1
                 continue
-            lac = _lac_from_last_entry(pool, digest, ledger_id, bookie, timeout, errors, exc)
-            if lac is None:
+            fallback = _lac_from_last_entry(pool, digest, ledger_id, bookie, timeout, errors, exc)
+            if fallback is None:
                 continue
+            lac = fallback
             answered += 1
         except Exception as exc:
             errors.append(f"{bookie}: {exc}")
