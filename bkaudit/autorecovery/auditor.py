@@ -1,0 +1,318 @@
+"""The elected Auditor: notice lost bookies and mark every ledger that has one in an ensemble.
+
+Behaviour follows BookKeeper's Auditor (shared/spec/bookkeeper-behavior.md 1.3):
+- lost = known bookies (cookies) - writable - read-only; read-only bookies still serve their data;
+- `lostBookieRecoveryDelay` lives in ZooKeeper (seeded from the config when absent) and is watched: with one
+  lost bookie the audit waits that long and is cancelled if the bookie returns; with two or more, or a delay
+  of 0, it runs at once; setting the delay to 0 or re-setting its current value audits at once (that is how
+  `trigger-audit` works, as BookKeeper's triggerAudit);
+- the audit reads every ledger's metadata (pipelined, bounded in flight: #2802), and marks each ledger whose
+  ensembles (any segment) contain a bookie that is neither writable nor read-only, naming those bookies;
+- publishing is rate-limited (#3529/#3541) and stops while replication is disabled; a run interrupted by the
+  switch is redone once it is enabled again.
+No periodic full check runs here: the scheduled Spark checks do that.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kazoo.exceptions import NodeExistsError
+from kazoo.recipe.watchers import DataWatch
+from kazoo.security import OPEN_ACL_UNSAFE
+
+from bkaudit.autorecovery import metrics as m
+from bkaudit.errors import FormatError
+from bkaudit.zk import ledgers, paths, registry
+from bkaudit.zk import underreplication as ur
+from bkaudit.zk.client import RateLimiter
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from bkaudit.autorecovery.events import EventLog
+    from bkaudit.autorecovery.settings import AutoRecoverySettings
+    from bkaudit.autorecovery.view import BookieView
+
+log = logging.getLogger(__name__)
+
+IDLE_RECHECK_S = 30.0  # a missed watch can delay an audit at most this long
+ENABLED_CHECK_EVERY = 20  # markers published between two checks of the disable switch
+
+
+# -- the lost-bookie delay, as a pure state machine -------------------------------------------------------
+@dataclass(frozen=True)
+class Action:
+    audit: bool = False
+    scheduled_for: float | None = None  # monotonic time of a newly scheduled delayed audit
+    cancelled: bool = False  # a delayed audit was dropped because its bookie came back
+    reason: str = ""
+
+
+class LostBookieDelay:
+    """BookKeeper's submitAuditTask / lostBookieRecoveryDelayChanged decisions, with no I/O or clock."""
+
+    def __init__(self, delay_s: int) -> None:
+        self.delay_s = delay_s
+        self.pending_bookie: str | None = None
+        self.pending_due: float | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.pending_due is not None
+
+    def _clear(self) -> bool:
+        had = self.pending
+        self.pending_bookie = self.pending_due = None
+        return had
+
+    def bookies_changed(self, lost: set[str], now: float) -> Action:
+        if not lost:
+            return Action(cancelled=self._clear(), reason="no bookie lost")
+        if self.delay_s == 0:
+            self._clear()
+            return Action(audit=True, reason=f"lost {sorted(lost)}, no delay")
+        if len(lost) > 1:
+            self._clear()
+            return Action(audit=True, reason=f"{len(lost)} bookies lost: {sorted(lost)}")
+        (bookie,) = lost
+        if self.pending and self.pending_bookie == bookie:
+            return Action(reason=f"audit for {bookie} already scheduled")
+        self.pending_bookie, self.pending_due = bookie, now + self.delay_s
+        return Action(scheduled_for=self.pending_due, reason=f"lost {bookie}; auditing in {self.delay_s}s")
+
+    def delay_changed(self, new_delay_s: int, now: float) -> Action:
+        previous, self.delay_s = self.delay_s, new_delay_s
+        if new_delay_s == 0 or new_delay_s == previous:
+            self._clear()
+            return Action(audit=True, reason=f"lostBookieRecoveryDelay set to {new_delay_s} (trigger)")
+        if self.pending:
+            self.pending_due = now + new_delay_s
+            return Action(scheduled_for=self.pending_due, reason=f"rescheduled in {new_delay_s}s")
+        return Action(reason=f"lostBookieRecoveryDelay now {new_delay_s}s")
+
+    def due(self, now: float) -> bool:
+        if self.pending_due is not None and now >= self.pending_due:
+            self._clear()
+            return True
+        return False
+
+
+def seed_delay(zk: KazooClient, delay_s: int, *, root: str) -> int:
+    """Create `lostBookieRecoveryDelay` from the config if absent (as BookKeeper does); the stored value."""
+    try:
+        zk.create(
+            paths.lost_bookie_recovery_delay_path(root=root),
+            str(delay_s).encode("ascii"),
+            acl=list(OPEN_ACL_UNSAFE),
+            makepath=True,
+        )
+    except NodeExistsError:
+        pass
+    stored = ur.get_lost_bookie_recovery_delay(zk, root=root)
+    return delay_s if stored is None else stored
+
+
+# -- the auditor ------------------------------------------------------------------------------------------
+class Auditor:
+    """One term of office: created when elected, stopped when demoted."""
+
+    def __init__(
+        self,
+        zk: KazooClient,
+        *,
+        root: str,
+        settings: AutoRecoverySettings,
+        view: BookieView,
+        metrics: m.AutoRecoveryMetrics,
+        events: EventLog,
+        acl: Any = None,
+    ) -> None:
+        self.zk = zk
+        self.root = root
+        self.settings = settings
+        self.view = view
+        self.metrics = metrics
+        self.events = events
+        self.acl = acl
+        self.delay = LostBookieDelay(settings.lost_bookie_recovery_delay_s)
+        self.publish_limiter = RateLimiter(settings.publish_rate_limit or None)
+        self.audits = 0
+        self._auditing = False
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._bookies_changed = True  # check once at start
+        self._new_delays: list[int] = []
+        self._last_lost: frozenset[str] | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="auditor", daemon=True)
+
+    def start(self) -> Auditor:
+        self.delay.delay_s = seed_delay(self.zk, self.settings.lost_bookie_recovery_delay_s, root=self.root)
+        self.view.add_listener(self._on_bookies)
+        first = [True]
+
+        def on_delay(data: bytes | None, _stat: object) -> bool | None:
+            if self._stop.is_set():
+                return False  # stop watching
+            if first[0]:  # the current value, not a change
+                first[0] = False
+                return None
+            try:
+                value = int(data.decode("ascii")) if data else self.settings.lost_bookie_recovery_delay_s
+            except (UnicodeDecodeError, ValueError):
+                log.warning("ignoring non-numeric lostBookieRecoveryDelay %r", data)
+                return None
+            with self._lock:
+                self._new_delays.append(value)
+            self._wake.set()
+            return None
+
+        DataWatch(self.zk, paths.lost_bookie_recovery_delay_path(root=self.root), on_delay)
+        self._thread.start()
+        self.events.emit("auditor_started", lost_bookie_recovery_delay_s=self.delay.delay_s)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=30)
+
+    @property
+    def busy(self) -> bool:
+        """An audit is running or a delayed one is pending (a `--once` run waits for it)."""
+        return self._auditing or self.delay.pending or self._bookies_changed
+
+    def _on_bookies(self) -> None:
+        self._bookies_changed = True
+        self._wake.set()
+
+    # -- loop ------------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._step()
+            except Exception as exc:
+                log.warning("auditor step failed (retrying): %s", exc)
+                self._stop.wait(1.0)
+                self._bookies_changed = True
+            due = self.delay.pending_due
+            woke = self._wake.wait(IDLE_RECHECK_S if due is None else max(0.0, due - time.monotonic()))
+            self._wake.clear()
+            if not woke and due is None:
+                self._bookies_changed = True  # periodic re-check, in case a watch event was missed
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        actions: list[Action] = []
+        with self._lock:
+            delays, self._new_delays = self._new_delays, []
+        for value in delays:
+            actions.append(self.delay.delay_changed(value, now))
+        if self._bookies_changed:
+            self._bookies_changed = False
+            lost = frozenset(self.view.lost())
+            if lost != self._last_lost:  # registrations moved without changing who is lost: nothing to do
+                self._last_lost = lost
+                actions.append(self.delay.bookies_changed(set(lost), now))
+        if self.delay.due(now):
+            actions.append(Action(audit=True, reason="lostBookieRecoveryDelay elapsed"))
+        for action in actions:
+            if action.scheduled_for is not None:
+                self.metrics.inc(m.NUM_BOOKIE_AUDITS_DELAYED)
+                self.events.emit("audit_delayed", reason=action.reason)
+            if action.cancelled:
+                self.metrics.inc(m.NUM_DELAYED_BOOKIE_AUDITS_CANCELLED)
+                self.events.emit("audit_cancelled", reason=action.reason)
+        audits = [a for a in actions if a.audit]
+        if audits:
+            self.audit(audits[-1].reason)
+
+    # -- the audit -------------------------------------------------------------------------------------------
+    def audit(self, reason: str = "") -> int:
+        """Mark every ledger with a lost bookie; returns the markers written (redone if disabled)."""
+        self._auditing = True
+        try:
+            while not self._stop.is_set():
+                if not ur.wait_until_enabled(self.zk, timeout=1.0, root=self.root):
+                    continue
+                marked = self._audit_once(reason)
+                if marked is not None:
+                    return marked
+                self.events.emit("audit_interrupted", reason="replication disabled; redoing once enabled")
+            return 0
+        finally:
+            self._auditing = False
+
+    def _audit_once(self, reason: str) -> int | None:
+        started = time.monotonic()
+        self.events.emit("audit_started", reason=reason)
+        index = self._bookie_ledger_index()
+        self.metrics.observe_ms(m.BOOKIE_TO_LEDGERS_MAP_CREATION_TIME, 1000 * (time.monotonic() - started))
+        available = set(registry.list_writable(self.zk, self.root)) | set(
+            registry.list_readonly(self.zk, self.root)
+        )
+        lost = sorted(set(index) - available)
+        wanted: dict[int, list[str]] = defaultdict(list)
+        for bookie in lost:
+            for ledger_id in index[bookie]:
+                wanted[ledger_id].append(bookie)
+        publish_started = time.monotonic()
+        marked = 0
+        for n, (ledger_id, bookies) in enumerate(sorted(wanted.items())):
+            if self._stop.is_set():
+                return marked
+            if n % ENABLED_CHECK_EVERY == 0 and not ur.is_replication_enabled(self.zk, root=self.root):
+                return None
+            if ur.mark_underreplicated(
+                self.zk, ledger_id, bookies, root=self.root, acl=self.acl, rate_limiter=self.publish_limiter
+            ):
+                marked += 1
+                self.metrics.inc(m.MARKERS_PUBLISHED)
+        self.audits += 1
+        self.metrics.observe_ms(
+            m.URL_PUBLISH_TIME_FOR_LOST_BOOKIE, 1000 * (time.monotonic() - publish_started)
+        )
+        self.metrics.observe_ms(m.NUM_UNDER_REPLICATED_LEDGERS, len(wanted))
+        self.metrics.observe_ms(m.AUDIT_BOOKIES_TIME, 1000 * (time.monotonic() - started))
+        self.events.emit(
+            "audit_done",
+            lost=lost,
+            ledgers=len(wanted),
+            marked=marked,
+            seconds=round(time.monotonic() - started, 3),
+        )
+        return marked
+
+    def _bookie_ledger_index(self) -> dict[str, list[int]]:
+        """bookie -> ledgers having it in any segment (BookKeeper's BookieLedgerIndexer)."""
+        from bkaudit.formats.ledger_metadata import parse
+
+        index: dict[str, list[int]] = defaultdict(list)
+        by_path = dict(self._ledger_paths())
+        reads = ledgers.read_many(
+            self.zk, list(by_path), max_in_flight=self.settings.max_concurrent_metadata_reads
+        )
+        for path, data, _ in reads:
+            if data is None:
+                continue  # deleted since listing
+            try:
+                metadata = parse(data)
+            except FormatError as exc:
+                log.warning("skipping unparseable ledger metadata %s: %s", path, exc)
+                continue
+            for bookie in metadata.bookies():
+                index[bookie].append(by_path[path])
+        return index
+
+    def _ledger_paths(self) -> Iterator[tuple[str, int]]:
+        for prefix in ledgers.ledger_prefixes(self.zk, root=self.root):
+            for ledger_id, path in ledgers.iter_ledger_paths(self.zk, prefix, root=self.root):
+                yield path, ledger_id

@@ -1,0 +1,147 @@
+"""Auditor election exactly as BookKeeper's AuditorElector: EPHEMERAL_SEQUENTIAL votes, lowest wins.
+
+Every AutoRecovery process votes under `underreplication/auditorelection` (`V_%010d`, AuditorVoteFormat with
+its id). The lowest vote is the auditor and writes its vote text onto the election node (for humans and
+BookKeeper's `whoisauditor`). Every other process watches only its predecessor, so the auditor's death wakes
+exactly one process, not a herd. When a session expires its vote is gone: the process stops auditing at once
+and votes again with its new session (BookKeeper's AutoRecoveryMain shuts down instead; re-voting keeps a
+long-running `bkaudit autorecovery run` useful after a ZooKeeper blip).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kazoo.protocol.states import KazooState
+
+from bkaudit.autorecovery import metrics as m
+from bkaudit.errors import MetadataError
+from bkaudit.zk import underreplication as ur
+from bkaudit.zk.client import is_transient
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+    from kazoo.security import ACL
+
+    from bkaudit.autorecovery.events import EventLog
+
+log = logging.getLogger(__name__)
+
+RETRY_PAUSE_S = 0.5
+
+
+class AuditorElector:
+    """Runs the election on its own thread; `on_elected` / `on_demoted` are called from that thread."""
+
+    def __init__(
+        self,
+        zk: KazooClient,
+        node_id: str,
+        *,
+        root: str,
+        on_elected: Callable[[], None],
+        on_demoted: Callable[[], None],
+        metrics: m.AutoRecoveryMetrics,
+        events: EventLog | None = None,
+        acl: list[ACL] | None = None,
+    ) -> None:
+        self.zk = zk
+        self.node_id = node_id
+        self.root = root
+        self.on_elected = on_elected
+        self.on_demoted = on_demoted
+        self.metrics = metrics
+        self.events = events
+        self.acl = acl
+        self.vote: str | None = None
+        self.leader = False
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._session_lost = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"auditor-elector-{node_id}", daemon=True)
+
+    @property
+    def is_auditor(self) -> bool:
+        return self.leader
+
+    def start(self) -> AuditorElector:
+        self.zk.add_listener(self._on_state)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Leave the election: step down and delete the vote so the successor takes over at once."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+        self.zk.remove_listener(self._on_state)
+        self._demote("stopped")
+        vote, self.vote = self.vote, None
+        if vote is not None:
+            try:
+                self.zk.delete(vote)
+            except Exception as exc:  # session already gone: the vote went with it
+                log.debug("deleting vote %s: %s", vote, exc)
+
+    # -- kazoo's event thread: flags only --------------------------------------------------------------------
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._session_lost.set()
+            self._wake.set()
+
+    # -- the election loop ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._round()
+            except Exception as exc:
+                if not is_transient(exc) and not isinstance(exc, MetadataError):
+                    log.exception("auditor election round failed")
+                self._stop.wait(RETRY_PAUSE_S)
+
+    def _round(self) -> None:
+        if self._session_lost.is_set():
+            self._session_lost.clear()
+            self._demote("ZooKeeper session lost")
+            self.vote = None
+        if self.vote is None:
+            self.vote = ur.create_vote(self.zk, self.node_id, root=self.root, acl=self.acl)
+            self.metrics.inc(m.ELECTION_ATTEMPTS)
+            self._emit("voted", vote=self.vote)
+        try:
+            before = ur.predecessor(self.zk, self.vote, root=self.root)
+        except MetadataError:  # our vote vanished (session expired before we noticed)
+            self._demote("vote vanished")
+            self.vote = None
+            return
+        self._wake.clear()
+        if before is None:
+            if not self.leader:
+                ur.announce_auditor(self.zk, self.node_id, root=self.root)
+                self.leader = True
+                self._emit("elected", vote=self.vote)
+                self.on_elected()
+            if self.zk.exists(self.vote, watch=lambda _event: self._wake.set()) is not None:
+                self._wake.wait()  # until our vote goes (session lost, deleted by hand) or we stop
+            return
+        if self.zk.exists(before, watch=lambda _event: self._wake.set()) is None:
+            return  # predecessor already gone: re-run at once
+        self._wake.wait()
+
+    def _demote(self, why: str) -> None:
+        if self.leader:
+            self.leader = False
+            self._emit("demoted", reason=why)
+            try:
+                self.on_demoted()
+            except Exception:
+                log.exception("stopping the auditor failed")
+
+    def _emit(self, event: str, **fields: object) -> None:
+        if self.events is not None:
+            self.events.emit(event, **fields)
+        else:
+            log.info("%s %s", event, fields)

@@ -1,0 +1,302 @@
+"""One AutoRecovery process: the auditor election (and the auditor while elected) plus N ReplicationWorkers.
+
+Used three ways: `bkaudit autorecovery run` (long-running, until SIGTERM), `bkaudit autorecovery run --once`
+(drain the queue, then exit with a summary: what batch pipelines and tests call) and embedded in a bookie
+(`bkaudit bookie run --autorecovery` calls `start(settings, zk, bookie_id)`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from bkaudit.autorecovery import dataloss
+from bkaudit.autorecovery import metrics as m
+from bkaudit.autorecovery.auditor import Auditor
+from bkaudit.autorecovery.election import AuditorElector
+from bkaudit.autorecovery.events import EventLog
+from bkaudit.autorecovery.settings import AutoRecoverySettings
+from bkaudit.autorecovery.summary import DrainSummary, LeftLedger, drain_summary
+from bkaudit.autorecovery.view import BookieView
+from bkaudit.autorecovery.worker import ReplicationWorker, Shared
+from bkaudit.config import Settings, ZkSettings
+from bkaudit.zk import client as zkclient
+from bkaudit.zk import underreplication as ur
+
+log = logging.getLogger(__name__)
+
+DRAIN_CHECK_S = 0.2
+
+
+def default_node_id() -> str:
+    """How a standalone process names itself in votes and locks (BookKeeper uses the local bookie id)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class AutoRecoveryService:
+    """Start with `start()`; `drain()` for `--once`; `stop()` releases locks, leaves the election."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        zk: Any = None,
+        node_id: str | None = None,
+        workers: int | None = None,
+        embedded: bool = False,
+        events_path: str | None = None,
+        auditor: bool = True,
+    ) -> None:
+        from bkaudit.client import settings as _client  # noqa: F401  (registers [client])
+        from bkaudit.rpc import settings as _rpc  # noqa: F401  (registers [rpc])
+
+        self.settings = settings
+        self.conf = settings.get(AutoRecoverySettings)
+        self.zk_settings = settings.get(ZkSettings)
+        self.root = self.zk_settings.root
+        self.node_id = node_id or default_node_id()
+        self.n_workers = workers or self.conf.workers
+        self.run_auditor = auditor
+        self.metrics = m.AutoRecoveryMetrics(embedded=embedded)
+        self.events = EventLog(events_path, node=self.node_id)
+        self._zk = zk
+        self._owns_zk = zk is None
+        self._closers: list[Any] = []
+        self.auditor: Auditor | None = None
+        self.elector: AuditorElector | None = None
+        self.workers: list[ReplicationWorker] = []
+        self._threads: list[threading.Thread] = []
+        self._auditor_lock = threading.Lock()
+        self.shared: Shared | None = None
+        self.started_at = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    @property
+    def zk(self) -> Any:
+        return self._zk
+
+    def start(self) -> AutoRecoveryService:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        if self._zk is None:
+            self._zk = zkclient.connect(self.zk_settings)
+        acl = zkclient.acls(self.zk_settings)
+        ur.ensure_underreplication_layout(self._zk, root=self.root, acl=acl)
+        self.view = BookieView(self._zk, root=self.root, settings=self.settings).start()
+        self.shared = self._shared(acl)
+        self.events.emit("started", workers=self.n_workers, root=self.root)
+        for i in range(self.n_workers):
+            worker = ReplicationWorker(self.shared, f"{self.node_id}/w{i}")
+            self.workers.append(worker)
+            thread = threading.Thread(target=worker.run, name=f"replication-worker-{i}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        if self.run_auditor:
+            self.elector = AuditorElector(
+                self._zk,
+                self.node_id,
+                root=self.root,
+                on_elected=self._elected,
+                on_demoted=self._demoted,
+                metrics=self.metrics,
+                events=self.events,
+                acl=acl,
+            ).start()
+        if self.conf.metrics_file:
+            thread = threading.Thread(
+                target=self._write_metrics_loop, name="autorecovery-metrics", daemon=True
+            )
+            thread.start()
+
+    def _shared(self, acl: Any) -> Shared:
+        from bkaudit.client.bookkeeper import BookKeeper
+        from bkaudit.client.directory import ZkBookieDirectory
+        from bkaudit.client.settings import ClientSettings
+        from bkaudit.client.store import ZkMetadataStore
+        from bkaudit.model.placement import policy_from_settings
+        from bkaudit.rpc.pool import BookieClientPool
+        from bkaudit.rpc.settings import RpcSettings
+        from bkaudit.rpc.tls import TlsConfig
+        from bkaudit.zk.client import RateLimiter
+
+        rpc = self.settings.get(RpcSettings)
+        client_settings = self.settings.get(ClientSettings)
+        pool = BookieClientPool(
+            zk=self._zk,
+            root=self.root,
+            tls=TlsConfig.from_settings(self.settings),
+            request_timeout_s=rpc.request_timeout_s,
+            connect_timeout_s=rpc.connect_timeout_s,
+        )
+        self._closers.append(pool.close)
+        store = ZkMetadataStore(self._zk, root=self.root, layout=self.zk_settings.layout)
+        policy = policy_from_settings(self.settings)
+        directory = ZkBookieDirectory(self._zk, root=self.root, policy=policy, settings=self.settings)
+        bk = BookKeeper(
+            store=store, pool=pool, directory=directory, settings=client_settings, zk=self._zk, root=self.root
+        )
+        self._closers.append(bk.close)
+        conf = self.conf
+        return Shared(
+            zk=self._zk,
+            root=self.root,
+            settings=conf,
+            view=self.view,
+            pool=pool,
+            store=store,
+            policy=policy,
+            metrics=self.metrics,
+            events=self.events,
+            holder=self.node_id,
+            recover=lambda ledger_id: bk.open_ledger(ledger_id, recover=True),
+            acl=acl,
+            read_timeout_s=min(client_settings.read_timeout_s, rpc.request_timeout_s * 2),
+            task_limiter=RateLimiter(conf.zk_replication_task_rate_limit)
+            if conf.zk_replication_task_rate_limit
+            else None,
+            byte_limiter=RateLimiter(conf.replication_rate_by_bytes, max(1, conf.replication_rate_by_bytes))
+            if conf.replication_rate_by_bytes > 0
+            else None,
+        )
+
+    def stop(self) -> None:
+        """Stop workers (held locks released), leave the election, write the final metrics."""
+        if self.shared is not None:
+            self.shared.stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        if self.elector is not None:
+            self.elector.stop()
+        self._demoted()
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                closer()
+            except Exception as exc:
+                log.debug("closing: %s", exc)
+        self._write_metrics()
+        self.events.emit("stopped")
+        self.events.close()
+        if self._owns_zk and self._zk is not None:
+            zkclient.close(self._zk)
+            self._zk = None
+
+    # -- the auditor's term ----------------------------------------------------------------------------------
+    @property
+    def is_auditor(self) -> bool:
+        return self.elector is not None and self.elector.is_auditor
+
+    def _elected(self) -> None:
+        assert self.shared is not None
+        with self._auditor_lock:
+            if self.auditor is None:
+                self.auditor = Auditor(
+                    self._zk,
+                    root=self.root,
+                    settings=self.conf,
+                    view=self.view,
+                    metrics=self.metrics,
+                    events=self.events,
+                    acl=self.shared.acl,
+                ).start()
+
+    def _demoted(self) -> None:
+        with self._auditor_lock:
+            auditor, self.auditor = self.auditor, None
+        if auditor is not None:
+            auditor.stop()
+
+    # -- --once ----------------------------------------------------------------------------------------------
+    def drain(self, timeout_s: float | None = None) -> DrainSummary:
+        """Wait until nothing is left this process can do: every marker resolved or terminally data-lost."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = self._left_if_idle()
+            if left is not None and all(item.reason == "data_lost" for item in left):
+                return self.summary(left, timed_out=False)
+            if deadline is not None and time.monotonic() >= deadline:
+                return self.summary(self.left(), timed_out=True)
+            time.sleep(DRAIN_CHECK_S)
+
+    def _left_if_idle(self) -> list[LeftLedger] | None:
+        """What is left, or None while this process still has work in hand."""
+        auditor = self.auditor
+        if auditor is not None and auditor.busy:
+            return None
+        if not all(w.idle and not w.held and w.current is None for w in self.workers):
+            return None
+        return self.left()
+
+    def left(self) -> list[LeftLedger]:
+        from bkaudit.autorecovery.queue import locked_ids
+
+        assert self.shared is not None
+        sh = self.shared
+        remaining = list(ur.list_underreplicated(self._zk, root=self.root))
+        lost = set(dataloss.list_ids(self._zk, root=self.root))
+        locked = locked_ids(self._zk, root=self.root)
+        held = {lid: h for w in self.workers for lid, h in w.held.items()}
+        out = []
+        for lid in remaining:
+            if lid in lost:
+                reason, detail = "data_lost", sh.last_error.get(lid, "recorded")
+            elif lid in held:
+                reason = "deferred_open" if held[lid].kind == "open" else "failing"
+                detail = sh.last_error.get(lid, "open ledger within its grace period")
+            elif lid in locked:
+                reason, detail = "locked_elsewhere", str(ur.lock_holder(self._zk, lid, root=self.root))
+            elif lid in sh.failures:
+                reason, detail = "failing", sh.last_error.get(lid, "")
+            elif not ur.is_replication_enabled(self._zk, root=self.root):
+                reason, detail = "disabled", "replication is disabled"
+            else:
+                reason, detail = "pending", "not yet taken"
+            out.append(LeftLedger(lid, reason, detail))
+        return out
+
+    def summary(self, left: list[LeftLedger], *, timed_out: bool) -> DrainSummary:
+        records = []
+        for item in left:
+            if item.reason == "data_lost":
+                record = dataloss.read(self._zk, item.ledger_id, root=self.root)
+                if record is not None:
+                    records.append(record.to_json())
+        return drain_summary(
+            self.node_id,
+            left,
+            records,
+            self.metrics,
+            timed_out=timed_out,
+            elapsed_s=time.monotonic() - self.started_at,
+            auditor=self.is_auditor,
+            audits=self.auditor.audits if self.auditor else 0,
+        )
+
+    # -- metrics ---------------------------------------------------------------------------------------------
+    def _write_metrics_loop(self) -> None:
+        assert self.shared is not None
+        while not self.shared.stop.wait(self.conf.metrics_interval_s):
+            self._write_metrics()
+
+    def _write_metrics(self) -> None:
+        if not self.conf.metrics_file:
+            return
+        try:
+            self.metrics.write(self.conf.metrics_file)
+        except Exception as exc:
+            log.warning("cannot write metrics: %s", exc)
+
+
+def start(settings: Settings, zk: Any, bookie_id: str) -> AutoRecoveryService:
+    """The bookie's `--autorecovery` hook: run the auditor election and workers on the bookie's session."""
+    return AutoRecoveryService(settings, zk=zk, node_id=bookie_id, embedded=True).start()

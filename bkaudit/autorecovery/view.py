@@ -1,0 +1,120 @@
+"""The live set of writable and read-only bookies and their racks, kept current by ZooKeeper watches.
+
+The auditor reacts to every registration change (BookKeeper's watch on `available` and `available/readonly`);
+the workers need the same sets for every ledger they repair. Watches keep both in memory, so repairing a
+ledger costs no registry reads, and listeners wake the auditor on change. Cookies (every bookie ever known)
+change rarely and are read on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kazoo.exceptions import NodeExistsError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from bkaudit.errors import FormatError
+from bkaudit.formats import records
+from bkaudit.zk import paths, registry
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from bkaudit.model.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+class BookieView:
+    """Writable / read-only bookies and the topology, from watches; thread-safe reads."""
+
+    def __init__(self, zk: KazooClient, *, root: str = paths.DEFAULT_ROOT, settings: Any = None) -> None:
+        self.zk = zk
+        self.root = root
+        self.settings = settings  # bkaudit.config.Settings: [placement] policy and locations
+        self._writable: frozenset[str] = frozenset()
+        self._readonly: frozenset[str] = frozenset()
+        self._racks: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+        self._started = False
+
+    def start(self) -> BookieView:
+        if self._started:
+            return self
+        self._started = True
+        for path in (paths.available_root(root=self.root), paths.readonly_root(root=self.root)):
+            try:
+                self.zk.ensure_path(path)
+            except NodeExistsError:
+                pass
+        ChildrenWatch(self.zk, paths.available_root(root=self.root), self._on_available)
+        ChildrenWatch(self.zk, paths.readonly_root(root=self.root), self._on_readonly)
+        DataWatch(self.zk, paths.RACKS_PATH, self._on_racks)
+        return self
+
+    # -- watches (kazoo's event thread: no ZooKeeper calls here) ---------------------------------------------
+    def _on_available(self, children: list[str]) -> None:
+        with self._lock:
+            self._writable = frozenset(c for c in children if c != paths.READONLY_NODE)
+        self._notify()
+
+    def _on_readonly(self, children: list[str]) -> None:
+        with self._lock:
+            self._readonly = frozenset(children)
+        self._notify()
+
+    def _on_racks(self, data: bytes | None, _stat: object) -> None:
+        try:
+            racks = records.parse_rack_config(data) if data else {}
+        except FormatError as exc:
+            log.warning(
+                "%s holds unparseable rack JSON (%s); keeping the previous racks", paths.RACKS_PATH, exc
+            )
+            return
+        with self._lock:
+            self._racks = dict(racks)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("bookie change listener failed")
+
+    # -- queries ---------------------------------------------------------------------------------------------
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Called (on kazoo's event thread: must not block) whenever either set changes."""
+        self._listeners.append(listener)
+
+    def writable(self) -> frozenset[str]:
+        with self._lock:
+            return self._writable
+
+    def readonly(self) -> frozenset[str]:
+        with self._lock:
+            return self._readonly
+
+    def available(self) -> frozenset[str]:
+        with self._lock:
+            return self._writable | self._readonly
+
+    def cookies(self) -> list[str]:
+        """Every bookie known to the cluster (BookKeeper's admin.getAllBookies): a registry read."""
+        return registry.list_cookies(self.zk, self.root)
+
+    def lost(self) -> set[str]:
+        """BookKeeper's lost bookies: known (cookies) - writable - read-only."""
+        return set(self.cookies()) - self.available()
+
+    def topology(self) -> Topology:
+        """Locations for placement: Pulsar's /bookies map, else [placement] locations, else default racks."""
+        from bkaudit.model.placement import PlacementSettings, topology_from_settings
+
+        with self._lock:
+            racks = dict(self._racks)
+        conf = self.settings.get(PlacementSettings) if self.settings is not None else PlacementSettings()
+        return topology_from_settings(conf, racks or None)

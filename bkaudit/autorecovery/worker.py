@@ -1,0 +1,589 @@
+"""ReplicationWorker: take a marked ledger, bring every closed fragment back to full replication, resolve it.
+
+One pass over a locked ledger (BookKeeper's `rereplicate`, shared/spec/bookkeeper-behavior.md 2.2-2.5):
+1. read the marker and the metadata; a deleted ledger's marker is simply removed;
+2. find the under-replicated fragments: lost bookies, and bookies that GetListOfEntries shows lacking entries;
+3. per closed segment: choose targets with the placement policy, copy only the entries each bad index
+   stores (`FragmentCopier`), then swap the targets into that segment's ensemble with a metadata CAS;
+4. re-evaluate; when clean, delete the marker at the version seen at lock time (a re-marked ledger stays
+   queued) and release the lock.
+The last segment of an OPEN ledger is never copied: the lock is held for `open_ledger_rereplication_grace`,
+then the ledger is fenced and recovered (closed) if it still has a missing bookie, and replicated as closed.
+A failed pass holds the lock for an exponential delay. Entries no surviving replica holds are retried
+`data_loss_max_attempts` times, then recorded as data lost (terminal, visible) and the ledger is left alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from bkaudit.autorecovery import dataloss
+from bkaudit.autorecovery import metrics as m
+from bkaudit.autorecovery.copier import CopyResult, CopyTask, FragmentCopier
+from bkaudit.autorecovery.events import EventLog
+from bkaudit.autorecovery.fragments import (
+    Answer,
+    BookieState,
+    SegmentRepair,
+    bookie_state,
+    bookies_to_probe,
+    choose_targets,
+    find_fragments,
+    open_last_segment_at_risk,
+    plan_repairs,
+)
+from bkaudit.autorecovery.queue import holds_lock, pick_ledger
+from bkaudit.autorecovery.settings import AutoRecoverySettings
+from bkaudit.autorecovery.swap import SwapOutcome, replace_bookies
+from bkaudit.errors import (
+    BkAuditError,
+    BookieError,
+    FormatError,
+    NoSuchLedger,
+    NotEnoughBookies,
+    ZooKeeperError,
+)
+from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.model.quorum import write_set
+from bkaudit.zk import underreplication as ur
+
+log = logging.getLogger(__name__)
+
+MAX_EVALUATIONS = 4  # passes over one ledger while its metadata keeps changing under us
+
+
+class Outcome(enum.Enum):
+    REPLICATED = "replicated"  # marker resolved
+    REMARKED = "remarked"  # repaired, but re-marked since the lock: stays queued
+    DELETED = "deleted"  # ledger gone: marker removed
+    DEFERRED = "deferred"  # OPEN ledger within its grace period: lock held
+    FAILED = "failed"  # lock held for the failed-ledger backoff
+    DATA_LOST = "data_lost"  # terminal record written
+    LOCK_LOST = "lock_lost"  # session expired mid-pass
+    SKIPPED = "skipped"  # marker vanished or the ledger is already recorded as data-lost
+
+
+@dataclass
+class Shared:
+    """What every worker thread of one process shares (sessions, caches, counters, per-ledger history)."""
+
+    zk: Any
+    root: str
+    settings: AutoRecoverySettings
+    view: Any  # BookieView
+    pool: Any  # BookieClientPool
+    store: Any  # client MetadataStore
+    policy: Any  # PlacementPolicy
+    metrics: m.AutoRecoveryMetrics
+    events: EventLog
+    holder: str
+    recover: Callable[
+        [int], object
+    ]  # fence + recover + close a ledger (BookKeeper.open_ledger(recover=True))
+    acl: Any = None
+    read_timeout_s: float = 30.0
+    task_limiter: Any = None
+    byte_limiter: Any = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    data_lost: set[int] = field(default_factory=set)
+    failures: dict[int, int] = field(default_factory=dict)
+    data_loss_attempts: dict[int, int] = field(default_factory=dict)
+    last_error: dict[int, str] = field(default_factory=dict)
+
+    def count_failure(self, ledger_id: int, why: str) -> int:
+        with self.lock:
+            n = self.failures[ledger_id] = self.failures.get(ledger_id, 0) + 1
+            self.last_error[ledger_id] = why
+            return n
+
+    def forget(self, ledger_id: int) -> None:
+        with self.lock:
+            self.failures.pop(ledger_id, None)
+            self.data_loss_attempts.pop(ledger_id, None)
+            self.last_error.pop(ledger_id, None)
+
+
+@dataclass
+class Held:
+    """A lock kept after a pass: until `due` (monotonic), then released (failed) or acted on (open)."""
+
+    due: float
+    version: int
+    kind: str  # "failed" | "open"
+
+
+@dataclass
+class RepairReport:
+    repaired: int = 0  # segments fixed (copied + swapped, or refilled)
+    copy: CopyResult = field(default_factory=CopyResult)
+    lost_bookies: set[str] = field(default_factory=set)  # replicas of entries nobody has
+    errors: list[str] = field(default_factory=list)
+    changed: bool = False
+    gone: bool = False
+    lock_lost: bool = False
+    cluster_problem: bool = False  # NotEnoughBookies: nothing to gain from retrying other ledgers now
+    disabled: bool = False  # the disable switch appeared mid-pass
+
+
+class ReplicationWorker:
+    """One worker thread's loop; `step()` does one unit of work (tests and `--once` drive it directly)."""
+
+    def __init__(
+        self,
+        shared: Shared,
+        name: str,
+        *,
+        copier: FragmentCopier | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.shared = shared
+        self.name = name
+        s = shared.settings
+        self.copier = copier or FragmentCopier(
+            shared.pool,
+            window=s.rereplication_entry_batch_size,
+            metrics=shared.metrics,
+            byte_limiter=shared.byte_limiter,
+            timeout_s=max(60.0, shared.read_timeout_s * 2),
+        )
+        self.rng = rng or random.Random()
+        self.held: dict[int, Held] = {}
+        self.idle = False
+        self.current: int | None = None
+        self._wake = threading.Event()
+
+    # -- loop ------------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        while not self.shared.stop.is_set():
+            try:
+                outcome = self.step()
+            except Exception as exc:
+                log.warning("worker %s: step failed: %s", self.name, exc)
+                outcome = Outcome.FAILED
+                self.shared.stop.wait(self.shared.settings.rw_rereplicate_backoff_s)
+            if outcome is None:
+                self.shared.stop.wait(self._idle_wait())
+        self.release_all()
+
+    def _idle_wait(self) -> float:
+        wait = self.shared.settings.idle_poll_s
+        if self.held:
+            wait = min(wait, max(0.0, min(h.due for h in self.held.values()) - time.monotonic()))
+        return wait
+
+    def step(self) -> Outcome | None:
+        """Handle one due held lock or one new ledger; None when there was nothing to do."""
+        sh = self.shared
+        due = self._due_held()
+        if due is not None:
+            return due
+        if not ur.is_replication_enabled(sh.zk, root=sh.root):
+            self.idle = True
+            ur.wait_until_enabled(sh.zk, timeout=sh.settings.idle_poll_s, root=sh.root)
+            return None
+        if sh.task_limiter is not None:
+            sh.task_limiter.acquire()
+        picked = pick_ledger(
+            sh.zk,
+            root=sh.root,
+            holder=sh.holder,
+            rng=self.rng,
+            acl=sh.acl,
+            skip=lambda lid: lid in sh.data_lost or lid in self.held,
+        )
+        if picked is None:
+            self.idle = True
+            return None
+        self.idle = False
+        ledger_id, version = picked
+        sh.events.emit("locked", ledger=ledger_id, version=version, worker=self.name)
+        return self._timed(ledger_id, version, self._rereplicate)
+
+    def _due_held(self) -> Outcome | None:
+        now = time.monotonic()
+        for ledger_id, held in sorted(self.held.items(), key=lambda kv: kv[1].due):
+            if held.due > now:
+                break
+            del self.held[ledger_id]
+            if held.kind == "open":
+                self.idle = False
+                return self._timed(ledger_id, held.version, self._after_grace)
+            self._release(ledger_id, "failed-ledger backoff over")
+        return None
+
+    def _timed(self, ledger_id: int, version: int, action: Callable[[int, int], Outcome]) -> Outcome:
+        started = time.monotonic()
+        self.current = ledger_id
+        try:
+            return action(ledger_id, version)
+        except (BkAuditError, FutureTimeout, OSError) as exc:
+            problem = isinstance(exc, NotEnoughBookies | ZooKeeperError)
+            return self._fail(ledger_id, version, f"{type(exc).__name__}: {exc}", cluster_problem=problem)
+        except Exception as exc:
+            if type(exc).__module__.startswith("kazoo"):
+                return self._fail(ledger_id, version, f"ZooKeeper: {exc!r}", cluster_problem=True)
+            raise
+        finally:
+            self.current = None
+            self.shared.metrics.observe_ms(m.REREPLICATE_OP, 1000 * (time.monotonic() - started))
+
+    def release_all(self) -> None:
+        """Give every held lock back (shutdown): other workers may take those ledgers at once."""
+        for ledger_id in list(self.held):
+            del self.held[ledger_id]
+            try:
+                self._release(ledger_id, "worker stopping")
+            except Exception as exc:
+                log.debug("releasing %s on stop: %s", ledger_id, exc)
+
+    # -- one ledger ------------------------------------------------------------------------------------------
+    def _rereplicate(self, ledger_id: int, version: int) -> Outcome:
+        sh = self.shared
+        if dataloss.exists(sh.zk, ledger_id, root=sh.root):
+            sh.data_lost.add(ledger_id)
+            self._release(ledger_id, "already recorded as data-lost")
+            return Outcome.SKIPPED
+        found = ur.get_marker(sh.zk, ledger_id, root=sh.root)
+        if found is None:
+            self._release(ledger_id, "marker vanished")
+            return Outcome.SKIPPED
+        marked = set(found[0].replicas)
+        repaired_any = False
+        for _ in range(MAX_EVALUATIONS):
+            try:
+                metadata, _ = sh.store.read(ledger_id)
+            except NoSuchLedger:
+                return self._resolve_deleted(ledger_id, version)
+            outcome, report = self._evaluate_and_repair(ledger_id, version, metadata, marked)
+            if report is not None and report.repaired:
+                repaired_any = True
+            if outcome is not None:
+                if outcome is Outcome.REPLICATED and not repaired_any:
+                    sh.events.emit("nothing_to_repair", ledger=ledger_id)
+                if repaired_any:
+                    sh.metrics.inc(m.NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED)
+                return outcome
+        if repaired_any:
+            sh.metrics.inc(m.NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED)
+        return self._fail(ledger_id, version, "metadata kept changing during repair")
+
+    def _evaluate_and_repair(
+        self, ledger_id: int, version: int, metadata: LedgerMetadata, marked: set[str]
+    ) -> tuple[Outcome | None, RepairReport | None]:
+        """One evaluation: the final outcome, or None to evaluate again (after a repair or a change)."""
+        sh = self.shared
+        writable, readonly = sh.view.writable(), sh.view.readonly()
+        states = {b: bookie_state(b, writable, readonly) for b in metadata.bookies()}
+        lac = None if metadata.is_closed else self._lac(ledger_id, metadata)
+        answers = self._probe(ledger_id, bookies_to_probe(metadata, states, lac))
+        fragments = find_fragments(metadata, states, answers, lac=lac, marked=marked)
+        repairs = plan_repairs(metadata, fragments)
+        if not repairs:
+            if open_last_segment_at_risk(metadata, writable) or any(not f.closed for f in fragments):
+                return self._defer_open(ledger_id, version), None
+            return self._resolve(ledger_id, version), None
+        report = self._repair(ledger_id, metadata, repairs, answers, states)
+        if report.lock_lost:
+            sh.events.emit("lock_lost", ledger=ledger_id, worker=self.name)
+            return Outcome.LOCK_LOST, report
+        if report.gone:
+            return self._resolve_deleted(ledger_id, version), report
+        if report.disabled:
+            self._release(ledger_id, "replication disabled")
+            return Outcome.SKIPPED, report
+        if report.copy.missing:
+            return self._data_loss(ledger_id, version, report), report
+        if report.errors:
+            return self._fail(
+                ledger_id, version, report.errors[0], cluster_problem=report.cluster_problem
+            ), report
+        return None, report
+
+    def _repair(
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        repairs: list[SegmentRepair],
+        answers: Mapping[str, Answer],
+        states: Mapping[str, BookieState],
+    ) -> RepairReport:
+        from bkaudit.formats.entry import DigestManager, master_key
+
+        sh = self.shared
+        report = RepairReport()
+        digest = DigestManager(ledger_id, metadata.password, metadata.digest_type)
+        key = master_key(metadata.password)
+        unusable = {b for b, s in states.items() if s is not BookieState.WRITABLE}
+        lost = {b for b, s in states.items() if s is BookieState.LOST}
+        candidates = sorted(sh.view.writable())
+        topology = sh.view.topology()
+        for repair in repairs:
+            if self._should_stop():
+                report.errors.append("worker stopping")
+                break
+            if not ur.is_replication_enabled(sh.zk, root=sh.root):
+                report.disabled = True
+                break
+            try:
+                choose_targets(
+                    repair, metadata, sh.policy, candidates, topology, exclude=unusable, rng=self.rng
+                )
+            except NotEnoughBookies as exc:
+                report.errors.append(f"segment {repair.segment_index}: {exc}")
+                report.cluster_problem = True
+                continue
+            if not self._copy_segment(ledger_id, metadata, repair, digest, key, answers, lost, report):
+                continue
+            if not repair.targets:
+                report.repaired += 1  # refilled in place: no metadata change
+                continue
+            if not self._swap(ledger_id, metadata, repair, report):
+                break
+        return report
+
+    def _copy_segment(
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        repair: SegmentRepair,
+        digest: Any,
+        key: bytes,
+        answers: Mapping[str, Answer],
+        lost: set[str],
+        report: RepairReport,
+    ) -> bool:
+        sh = self.shared
+        leaving = {repair.ensemble[i] for i in repair.replaced()}
+        ok = True
+        for fragment in repair.fragments:
+            target = repair.target_of(fragment)
+            task = CopyTask(
+                ledger_id,
+                key,
+                digest,
+                repair.ensemble,
+                metadata.ensemble_size,
+                metadata.write_quorum,
+                fragment.entry_ranges(),
+                target,
+                excluded=frozenset(leaving | lost | {target}),
+                holdings=answers,
+            )
+            sh.events.emit(
+                "copy",
+                ledger=ledger_id,
+                segment=repair.segment_index,
+                index=fragment.bookie_index,
+                source=fragment.bookie,
+                target=target,
+                reason=fragment.reason.value,
+                entries=fragment.entry_count(),
+                worker=self.name,
+            )
+            result = self.copier.copy(task, should_stop=self._should_stop)
+            report.copy.merge(result)
+            if result.missing:
+                ok = False
+                for entry_id in result.missing:
+                    ws = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum)
+                    report.lost_bookies.update(repair.ensemble[i] for i in ws)
+            if result.errors:
+                ok = False
+                first = min(result.errors)
+                report.errors.append(
+                    f"segment {repair.segment_index} index {fragment.bookie_index}: "
+                    f"{len(result.errors)} entries not copied (entry {first}: "
+                    f"{result.errors[first]})"
+                )
+        return ok
+
+    def _swap(
+        self, ledger_id: int, metadata: LedgerMetadata, repair: SegmentRepair, report: RepairReport
+    ) -> bool:
+        """Swap the segment's targets in; False when the ledger must be re-evaluated (stop repairing)."""
+        sh = self.shared
+        replacements = {i: (repair.ensemble[i], t) for i, t in repair.targets.items()}
+        result = replace_bookies(
+            sh.store,
+            ledger_id,
+            repair.first_entry_id,
+            metadata.segment_last_entry(repair.segment_index),
+            replacements,
+            still_locked=lambda: holds_lock(sh.zk, ledger_id, root=sh.root),
+            on_conflict=lambda n: sh.events.emit("swap_conflict", ledger=ledger_id, attempt=n),
+        )
+        if result.outcome is SwapOutcome.DONE:
+            report.repaired += 1
+            sh.events.emit(
+                "swapped",
+                ledger=ledger_id,
+                segment=repair.segment_index,
+                replacements={str(i): list(p) for i, p in replacements.items()},
+                conflicts=result.conflicts,
+                worker=self.name,
+            )
+            return True
+        if result.outcome is SwapOutcome.CHANGED:
+            report.changed = True
+            sh.events.emit("segment_changed", ledger=ledger_id, segment=repair.segment_index)
+        elif result.outcome is SwapOutcome.GONE:
+            report.gone = True
+        else:
+            report.lock_lost = True
+        return False
+
+    # -- probes ----------------------------------------------------------------------------------------------
+    def _probe(self, ledger_id: int, bookies: list[str]) -> dict[str, Answer]:
+        """GetListOfEntries from each bookie to judge, in parallel: Availability, None (no ledger), error."""
+        from bkaudit.formats import availability
+
+        futures: dict[str, Any] = {}
+        answers: dict[str, Answer] = {}
+        for bookie in bookies:
+            try:
+                futures[bookie] = self.shared.pool.get(bookie).get_list_of_entries(ledger_id)
+            except Exception as exc:
+                answers[bookie] = exc
+        for bookie, fut in futures.items():
+            try:
+                answers[bookie] = availability.decode(fut.result(self.shared.read_timeout_s))
+            except BookieError as exc:
+                answers[bookie] = None if exc.status == "ENOLEDGER" else exc
+            except (FormatError, FutureTimeout) as exc:
+                answers[bookie] = exc
+        return answers
+
+    def _lac(self, ledger_id: int, metadata: LedgerMetadata) -> int | None:
+        from bkaudit.client.reader import read_last_add_confirmed
+        from bkaudit.formats.entry import DigestManager
+
+        digest = DigestManager(ledger_id, metadata.password, metadata.digest_type)
+        try:
+            return read_last_add_confirmed(
+                self.shared.pool, digest, ledger_id, metadata, self.shared.read_timeout_s
+            )
+        except BkAuditError as exc:
+            log.info("ledger %s: LAC unknown (%s); its non-last segments wait", ledger_id, exc)
+            return None
+
+    # -- open ledgers ----------------------------------------------------------------------------------------
+    def _defer_open(self, ledger_id: int, version: int) -> Outcome:
+        grace = self.shared.settings.open_ledger_rereplication_grace
+        self.held[ledger_id] = Held(time.monotonic() + grace, version, "open")
+        self.shared.metrics.inc(m.LEDGERS_DEFERRED_OPEN)
+        self.shared.events.emit("deferred_open", ledger=ledger_id, grace_s=grace, worker=self.name)
+        return Outcome.DEFERRED
+
+    def _after_grace(self, ledger_id: int, version: int) -> Outcome:
+        """The grace is over: fence and recover if the writer did not fix its ensemble, then replicate."""
+        sh = self.shared
+        if not holds_lock(sh.zk, ledger_id, root=sh.root):
+            return Outcome.LOCK_LOST
+        try:
+            metadata, _ = sh.store.read(ledger_id)
+        except NoSuchLedger:
+            return self._resolve_deleted(ledger_id, version)
+        if not metadata.is_closed and open_last_segment_at_risk(metadata, sh.view.writable()):
+            sh.events.emit("fencing", ledger=ledger_id, state=metadata.state.name, worker=self.name)
+            sh.recover(ledger_id)
+            sh.metrics.inc(m.LEDGERS_FENCED)
+            closed, _ = sh.store.read(ledger_id)
+            sh.events.emit(
+                "recovered", ledger=ledger_id, last_entry_id=closed.last_entry_id, state=closed.state.name
+            )
+        return self._rereplicate(ledger_id, version)
+
+    # -- endings ---------------------------------------------------------------------------------------------
+    def _resolve(self, ledger_id: int, version: int) -> Outcome:
+        sh = self.shared
+        sh.events.emit("unlocking", ledger=ledger_id, worker=self.name)
+        if ur.mark_replicated(sh.zk, ledger_id, version=version, root=sh.root):
+            sh.forget(ledger_id)
+            sh.events.emit("replicated", ledger=ledger_id, worker=self.name)
+            return Outcome.REPLICATED
+        sh.events.emit("remarked", ledger=ledger_id, worker=self.name)
+        return Outcome.REMARKED
+
+    def _resolve_deleted(self, ledger_id: int, version: int) -> Outcome:
+        sh = self.shared
+        dataloss.delete(sh.zk, ledger_id, root=sh.root)
+        sh.events.emit("unlocking", ledger=ledger_id, worker=self.name)
+        ur.mark_replicated(sh.zk, ledger_id, version=version, root=sh.root)
+        sh.forget(ledger_id)
+        sh.metrics.inc(m.LEDGERS_DELETED)
+        sh.events.emit("deleted", ledger=ledger_id, worker=self.name)
+        return Outcome.DELETED
+
+    def _release(self, ledger_id: int, why: str) -> None:
+        self.shared.events.emit("unlocking", ledger=ledger_id, worker=self.name, reason=why)
+        ur.release_lock(self.shared.zk, ledger_id, root=self.shared.root)
+
+    def _fail(self, ledger_id: int, version: int, why: str, *, cluster_problem: bool = False) -> Outcome:
+        sh = self.shared
+        failures = sh.count_failure(ledger_id, why)
+        delay = sh.settings.failed_ledger_backoff_s(failures)
+        self.held[ledger_id] = Held(time.monotonic() + delay, version, "failed")
+        sh.metrics.inc(m.NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER)
+        sh.metrics.inc(m.LEDGERS_FAILED)
+        sh.events.emit(
+            "failed", ledger=ledger_id, attempt=failures, hold_s=round(delay, 3), error=why, worker=self.name
+        )
+        if cluster_problem:  # e.g. NotEnoughBookies: BookKeeper's rwRereplicateBackoffMs pause
+            sh.stop.wait(sh.settings.rw_rereplicate_backoff_s)
+        return Outcome.FAILED
+
+    def _data_loss(self, ledger_id: int, version: int, report: RepairReport) -> Outcome:
+        sh = self.shared
+        with sh.lock:
+            attempts = sh.data_loss_attempts[ledger_id] = sh.data_loss_attempts.get(ledger_id, 0) + 1
+        missing = sorted(report.copy.missing)
+        sh.events.emit(
+            "entries_unreadable",
+            ledger=ledger_id,
+            attempt=attempts,
+            entries=len(missing),
+            first=missing[0],
+            worker=self.name,
+        )
+        if attempts < sh.settings.data_loss_max_attempts:
+            return self._fail(
+                ledger_id,
+                version,
+                f"{len(missing)} entries on no surviving replica "
+                f"(attempt {attempts}/{sh.settings.data_loss_max_attempts})",
+            )
+        record = dataloss.DataLossRecord(
+            ledger_id,
+            dataloss.merge_ranges(missing),
+            dataloss.now_iso(),
+            tuple(sorted(report.lost_bookies)),
+            attempts,
+            sh.holder,
+        )
+        dataloss.write(sh.zk, record, root=sh.root, acl=sh.acl)
+        sh.data_lost.add(ledger_id)
+        sh.metrics.inc(m.LEDGERS_DATA_LOST)
+        sh.events.emit(
+            "data_lost",
+            ledger=ledger_id,
+            ranges=[list(r) for r in record.lost_entry_ranges],
+            bookies=list(record.bookies),
+            attempts=attempts,
+            worker=self.name,
+        )
+        with sh.lock:
+            sh.last_error[ledger_id] = f"data lost: {record.lost_entries} entries"
+        self._release(ledger_id, "data lost (terminal)")
+        return Outcome.DATA_LOST
+
+    def _should_stop(self) -> bool:
+        return self.shared.stop.is_set()
