@@ -50,6 +50,21 @@ class BookieOptions:
     autorecovery: bool = False
 
 
+def autorecovery_entry() -> Callable[[Settings, Any, str], Any]:
+    """The AutoRecovery service to run inside the bookie (`--autorecovery`).
+
+    Contract for bkaudit.autorecovery: `service.start(settings, zk, bookie_id)` starts it and returns an
+    object whose `stop()` the bookie calls at shutdown. ClusterError until that entry point exists.
+    """
+    try:
+        module = importlib.import_module("bkaudit.autorecovery.service")
+        start: Callable[[Settings, Any, str], Any] = module.start
+    except (ImportError, AttributeError):
+        raise ClusterError("--autorecovery is not available yet: bkaudit.autorecovery has no runnable "
+                           "service in this build; run the bookie without --autorecovery") from None
+    return start
+
+
 class BookieServer:
     """One bookie; usable in-process (tests) or through `run()` (the `bkaudit bookie run` process)."""
 
@@ -84,6 +99,7 @@ class BookieServer:
 
     def _start(self) -> None:
         conf = self.conf
+        autorecovery = autorecovery_entry() if self.options.autorecovery else None  # fail fast
         self.data_dir.mkdir(parents=True, exist_ok=True)
         storage = self.storage = Storage(self.data_dir, max_batch=conf.group_commit_max_batch,
                                          max_pending=conf.max_pending_requests)
@@ -114,8 +130,9 @@ class BookieServer:
         if rack:
             registry.set_rack(zk, self.bookie_id, rack, conf.advertised_address, acl=acl)
         threading.Thread(target=self._monitor_disk, name="bookie-disk", daemon=True).start()
-        if self.options.autorecovery:
-            self._start_autorecovery()
+        if autorecovery is not None:
+            self._autorecovery = autorecovery(self.settings, self.zk, self.bookie_id)
+            self._closers.append(self._autorecovery.stop)
         security = ("mutual TLS" if conf.tls_ca else "TLS") if creds else "plaintext"
         log.info("bookie %s serving on %s:%d (%s), data %s, %s", self.bookie_id, conf.listen_address,
                  self.port, security, self.data_dir, "read-only" if self.mode.readonly else "writable")
@@ -127,17 +144,6 @@ class BookieServer:
         info = records.bookie_service_info_for(self.bookie_id, conf.advertised_address, self.port,
                                                properties=props)
         return records.encode_bookie_service_info(info)
-
-    def _start_autorecovery(self) -> None:
-        """Hook for the AutoRecovery issue: `bkaudit.autorecovery.service.start(settings, zk, bookie_id)`."""
-        try:
-            module = importlib.import_module("bkaudit.autorecovery.service")
-            start = module.start
-        except (ImportError, AttributeError):
-            raise ClusterError("--autorecovery is not available yet: bkaudit.autorecovery has no runnable "
-                               "service in this build; run the bookie without --autorecovery") from None
-        self._autorecovery = start(self.settings, self.zk, self.bookie_id)
-        self._closers.append(self._autorecovery.stop)
 
     # -- disk space ------------------------------------------------------------------------------------------
     def disk_usage(self) -> tuple[int, int]:

@@ -59,6 +59,10 @@ def test_registration_cookie_and_racks(cluster_factory) -> None:  # type: ignore
     with cluster.client_pool() as pool:
         assert pool.resolve(ids[0]) == ids[0]
         assert pool.get(ids[0]).get_bookie_info().result(10).total_disk > 0
+    added = cluster.add_bookie(rack="/rack-9")
+    assert registry.bookie_state(zk, added.id, cluster.root) == "writable"
+    assert registry.read_racks(zk)["default"][added.id].rack == "/rack-9"
+    assert len(registry.read_racks(zk)["default"]) == 6
 
 
 def test_set_rack_concurrent_read_modify_write_loses_nothing(zk) -> None:  # type: ignore[no-untyped-def]
@@ -162,12 +166,33 @@ def test_reregisters_after_session_expiry(cluster_factory) -> None:  # type: ign
         assert c.get_bookie_info().result(10).total_disk > 0
 
 
-def test_bookie_refuses_uninitialised_cluster(zk_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def _run_bookie(zk_server, tmp_path, *extra: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
     from bkaudit.zk.server import free_port
 
     cmd = [sys.executable, "-m", "bkaudit.cli", "bookie", "run", "--zk", zk_server.connect_string,
            "--root", f"/u{uuid.uuid4().hex[:8]}/ledgers", "--port", str(free_port()),
-           "--data-dir", str(tmp_path)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+           "--data-dir", str(tmp_path), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_bookie_refuses_uninitialised_cluster(zk_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    done = _run_bookie(zk_server, tmp_path)
     assert done.returncode == 2
     assert "bkaudit cluster init" in done.stderr
+
+
+def test_autorecovery_runs_inside_the_bookie(cluster_factory, zk_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    if importlib.util.find_spec("bkaudit.autorecovery.service") is None:
+        done = _run_bookie(zk_server, tmp_path, "--autorecovery")
+        assert done.returncode == 2 and "not available yet" in done.stderr
+        return
+    cluster = cluster_factory(bookies=1, racks=1, bookie_args=["--autorecovery"])
+    b = cluster.bookies[0]
+    zk = cluster.zk_client()
+    election = paths.election_root(root=cluster.root)
+    wait_for(lambda: bool(zk.exists(election) and zk.get_children(election)))  # it joined the election
+    proc = cluster._procs[b.id]
+    cluster.stop_bookie(b.id)
+    assert proc.returncode == 0
