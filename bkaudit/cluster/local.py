@@ -106,6 +106,7 @@ class LocalCluster:
             cluster._start_many(cluster.bookies)
         except BaseException:
             cluster.down()
+            (path / STATE_FILE).unlink(missing_ok=True)  # nothing runs: `up` may be retried here (logs stay)
             raise
         return cluster
 
