@@ -34,7 +34,10 @@ def autorecovery() -> None:
 @click.option("--once", is_flag=True, help="drain the queue, then exit (non-zero on --timeout)")
 @click.option("--json", "as_json", is_flag=True, help="print the final summary as JSON")
 @click.option(
-    "--workers", type=click.IntRange(min=1), default=None, help="worker threads (default [autorecovery])"
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="worker threads (default [autorecovery] workers; 0 = auditor only)",
 )
 @click.option(
     "--timeout",

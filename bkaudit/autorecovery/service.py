@@ -59,7 +59,7 @@ class AutoRecoveryService:
         self.zk_settings = settings.get(ZkSettings)
         self.root = self.zk_settings.root
         self.node_id = node_id or default_node_id()
-        self.n_workers = workers or self.conf.workers
+        self.n_workers = self.conf.workers if workers is None else workers
         self.run_auditor = auditor
         self.metrics = m.AutoRecoveryMetrics(embedded=embedded)
         self.events = EventLog(events_path, node=self.node_id)
