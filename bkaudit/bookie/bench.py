@@ -27,7 +27,7 @@ KEY = master_key(b"bench")
 
 def _bodies(ledgers: int, per_ledger: int, size: int = 1024) -> list[tuple[int, int, bytes]]:
     payload = b"x" * size
-    out = []
+    out: list[tuple[int, int, bytes]] = []
     for lid in range(1, ledgers + 1):
         dm = DigestManager(lid, b"bench", DigestType.CRC32C)
         out.extend((lid, e, dm.package(e, e - 1, (e + 1) * size, payload)) for e in range(per_ledger))

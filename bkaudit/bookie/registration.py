@@ -49,7 +49,7 @@ def instance_id(zk: KazooClient, root: str) -> str:
             f"no BookKeeper cluster at {root} (missing {paths.instanceid_path(root=root)}); "
             f"initialise it first: bkaudit cluster init --zk ... --root {root}"
         ) from None
-    return data.decode("utf-8")
+    return str(data.decode("utf-8"))
 
 
 def expected_cookie(bookie_id: str, data_dir: str | os.PathLike[str], instance: str) -> records.Cookie:

@@ -76,7 +76,7 @@ class RpcServer:
             raise OSError(f"could not bind {target}")
         await server.start()
         self._server = server
-        return port
+        return int(port)
 
     async def _exchange(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         """One request per gRPC message, one response per gRPC message."""

@@ -298,16 +298,16 @@ def _undecodable(txn_id: int = 0) -> bytes:
     resp = pb.Response(status=pb.EBADREQ)
     resp.header.version = pb.VERSION_THREE
     resp.header.txnId = txn_id
-    return resp.SerializePartialToString()
+    return bytes(resp.SerializePartialToString())
 
 
-def _bare(req: pb.Request, status: int) -> bytes:
+def _bare(req: pb.Request, status: Any) -> bytes:
     resp = pb.Response(status=status)
     resp.header.CopyFrom(req.header)
-    return resp.SerializePartialToString()
+    return bytes(resp.SerializePartialToString())
 
 
-def _response(req: pb.Request, status: int, *, body: bytes | None = None, lac_body: bytes | None = None,
+def _response(req: pb.Request, status: Any, *, body: bytes | None = None, lac_body: bytes | None = None,
               last_entry: bytes | None = None, availability: bytes | None = None,
               info: dict[str, int] | None = None) -> bytes:
     """The Response for `req` with `status` in both the top level and the operation's sub-response."""
@@ -350,4 +350,4 @@ def _response(req: pb.Request, status: int, *, body: bytes | None = None, lac_bo
     elif op == pb.FORCE_LEDGER:
         sub = resp.forceLedgerResponse
         sub.status, sub.ledgerId = status, req.forceLedgerRequest.ledgerId
-    return resp.SerializePartialToString()
+    return bytes(resp.SerializePartialToString())

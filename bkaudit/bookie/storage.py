@@ -355,7 +355,7 @@ class Storage:
                     ops = []
                     self._run_admin(item)
                 else:
-                    ops.append(item)  # type: ignore[arg-type]
+                    ops.append(item)
                     if len(ops) >= self.max_batch:
                         self._commit(ops)
                         ops = []
@@ -493,12 +493,12 @@ class Storage:
 _EMPTY_RUNS = EntryRuns()
 
 
-def _resolver(fut: Future[None], **where: int) -> Done:
+def _resolver(fut: Future[None], *, ledger_id: int, entry_id: int | None = None) -> Done:
     def done(status: str) -> None:
         if status == "EOK":
             fut.set_result(None)
         else:
-            fut.set_exception(BookieError(status, **where))
+            fut.set_exception(BookieError(status, ledger_id=ledger_id, entry_id=entry_id))
 
     return done
 
