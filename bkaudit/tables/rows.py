@@ -1,0 +1,319 @@
+"""Pure transformations: znode bytes + stat → Arrow columns of bkaudit's tables (no I/O).
+
+Kept apart from the ZooKeeper and Spark code so every rule (what a corrupt blob becomes, how custom
+metadata is rendered, how segment ranges are derived) is unit-testable without servers, and so the hot path
+appends to plain Python lists per column and builds each Arrow array once per batch: per-row Arrow or
+pandas objects would dominate the cost of a 1,000,000-ledger snapshot.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from bkaudit.tables.schemas import BOOKIES, SOURCE_SCHEMA, STRING_LIST, STRING_MAP, UNDERREPLICATED_LEDGERS
+
+PULSAR_MANAGED_LEDGER_KEY = "pulsar/managed-ledger"
+BINARY_PREFIX = "base64:"  # custom metadata values that are not UTF-8 text
+
+
+def metadata_text(value: bytes) -> str:
+    """A custom metadata value as text: UTF-8 when it is, else 'base64:' + base64 (lossless either way)."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return BINARY_PREFIX + base64.b64encode(value).decode("ascii")
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a `parse_error` column: the exception type and message."""
+    text = " ".join(str(exc).split()) or "no detail"
+    return f"{type(exc).__name__}: {text}"
+
+
+class LedgerBatchBuilder:
+    """Accumulates ledger znodes; `flush()` returns a RecordBatch in SOURCE_SCHEMA.
+
+    `add()` decodes with `bkaudit.formats.ledger_metadata.parse`; a blob it rejects (or any decoder crash)
+    becomes a row with `parse_error` and the raw bytes in base64, never an exception: one bad znode must not
+    stop a snapshot of a million ledgers. Per ledger the hot path appends one tuple of scalars (transposed
+    into columns by `zip` at flush) plus the nested custom metadata and segment values.
+    """
+
+    # the scalar columns, in the order of the tuples `add` appends
+    _SCALARS = (
+        "ledger_id", "state", "ensemble_size", "write_quorum", "ack_quorum", "last_entry_id", "length",
+        "digest_type", "ctime", "managed_ledger", "segment_count", "znode_version", "znode_mzxid",
+        "znode_ctime", "parse_error", "raw_metadata",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        from bkaudit.formats.ledger_metadata import parse
+
+        self._parse = parse
+        self.unparseable = 0
+        self._reset()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def _reset(self) -> None:
+        self._rows: list[tuple[Any, ...]] = []
+        self._cm_offsets = [0]
+        self._cm_keys: list[str] = []
+        self._cm_values: list[str] = []
+        self._seg_offsets = [0]
+        self._seg_index: list[int] = []
+        self._seg_first: list[int] = []
+        self._seg_last: list[int | None] = []
+        self._ens_offsets = [0]
+        self._ens_members: list[str] = []
+
+    def add(self, ledger_id: int, data: bytes, version: int, mzxid: int, ctime_ms: int) -> None:
+        """One ledger znode: its id (from the path), data and stat fields (version, mzxid, ctime)."""
+        try:
+            md = self._parse(data)
+        except Exception as exc:
+            self._add_unparseable(ledger_id, data, version, mzxid, ctime_ms, describe_error(exc))
+            return
+        managed = None
+        custom = md.custom_metadata
+        if custom:
+            keys, values = self._cm_keys, self._cm_values
+            for key in custom:
+                text = metadata_text(custom[key])
+                keys.append(key)
+                values.append(text)
+                if key == PULSAR_MANAGED_LEDGER_KEY:
+                    managed = text
+        self._cm_offsets.append(len(self._cm_keys))
+        segments = md.segments
+        last = len(segments) - 1
+        members = self._ens_members
+        for i, seg in enumerate(segments):
+            self._seg_index.append(i)
+            self._seg_first.append(seg.first_entry_id)
+            if i < last:
+                self._seg_last.append(segments[i + 1].first_entry_id - 1)
+            else:
+                self._seg_last.append(md.last_entry_id if md.is_closed else None)
+            members.extend(seg.ensemble)
+            self._ens_offsets.append(len(members))
+        self._seg_offsets.append(len(self._seg_index))
+        # BookKeeper uses the znode's ctime when the metadata carries none (storeCtime off)
+        ctime = md.ctime if md.ctime is not None else ctime_ms
+        self._rows.append((
+            ledger_id, md.state.name, md.ensemble_size, md.write_quorum, md.ack_quorum, md.last_entry_id,
+            md.length, md.digest_type.name, ctime * 1000, managed, len(segments), version, mzxid,
+            ctime_ms * 1000, None, None,
+        ))  # fmt: skip
+
+    def _add_unparseable(
+        self, ledger_id: int, data: bytes, version: int, mzxid: int, ctime_ms: int, error: str
+    ) -> None:
+        self.unparseable += 1
+        raw = base64.b64encode(bytes(data)).decode("ascii")
+        self._rows.append((ledger_id, *([None] * 10), version, mzxid, ctime_ms * 1000, error, raw))
+        self._cm_offsets.append(len(self._cm_keys))
+        self._seg_offsets.append(len(self._seg_index))
+
+    def flush(self) -> pa.RecordBatch:
+        """The rows added since the last flush, as one RecordBatch (SOURCE_SCHEMA)."""
+        columns = dict(zip(self._SCALARS, zip(*self._rows, strict=True), strict=True)) if self._rows else {}
+        # unparseable rows have null custom metadata and segments (not empty ones)
+        valid = [r[1] is not None for r in self._rows]
+        arrays = []
+        for f in SOURCE_SCHEMA:
+            if f.name == "custom_metadata":
+                arrays.append(self._custom_metadata(valid))
+            elif f.name == "segments":
+                arrays.append(self._segments(valid))
+            else:
+                arrays.append(pa.array(columns.get(f.name, ()), f.type))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=SOURCE_SCHEMA)
+        self._reset()
+        return batch
+
+    @staticmethod
+    def _null_mask(valid: list[bool]) -> pa.Array | None:
+        return None if all(valid) else pa.array([not v for v in valid], pa.bool_())
+
+    def _custom_metadata(self, valid: list[bool]) -> pa.Array:
+        return pa.MapArray.from_arrays(
+            pa.array(self._cm_offsets, pa.int32()),
+            pa.array(self._cm_keys, pa.string()),
+            pa.array(self._cm_values, pa.string()),
+            type=STRING_MAP,
+            mask=self._null_mask(valid),
+        )
+
+    def _segments(self, valid: list[bool]) -> pa.Array:
+        seg_type = SOURCE_SCHEMA.field("segments").type
+        ensembles = pa.ListArray.from_arrays(
+            pa.array(self._ens_offsets, pa.int32()), pa.array(self._ens_members, pa.string())
+        )
+        structs = pa.StructArray.from_arrays(
+            [
+                pa.array(self._seg_index, pa.int32()),
+                pa.array(self._seg_first, pa.int64()),
+                pa.array(self._seg_last, pa.int64()),
+                ensembles.cast(STRING_LIST),
+            ],
+            fields=list(seg_type.value_type),
+        )
+        return pa.ListArray.from_arrays(
+            pa.array(self._seg_offsets, pa.int32()), structs, type=seg_type, mask=self._null_mask(valid)
+        )
+
+
+# -- small tables (built on the driver) ----------------------------------------------------------------------
+WRITABLE = "writable"
+READONLY = "readonly"
+UNAVAILABLE = "unavailable"  # has a cookie, registered neither writable nor read-only
+UNKNOWN = "unknown"  # named in a ledger's ensemble, but no registration and no cookie
+
+
+@dataclass(frozen=True)
+class BookieRecord:
+    """What ZooKeeper says about one bookie (input of `bookie_table`)."""
+
+    bookie_id: str
+    state: str
+    has_cookie: bool
+    service_info: bytes | None = None  # registration data (writable or read-only znode)
+
+
+def bookie_table(
+    records: Iterable[BookieRecord], topology: Any | None = None, hostnames: Mapping[str, str] | None = None
+) -> pa.Table:
+    """Rows of the `bookies` table; `topology` is a bkaudit.model.topology.Topology (None: no racks)."""
+    from bkaudit.formats.records import parse_bookie_service_info
+
+    rows = []
+    for rec in sorted(records, key=lambda r: r.bookie_id):
+        endpoints, properties, error = None, None, None
+        if rec.service_info is not None:
+            try:
+                info = parse_bookie_service_info(rec.service_info, rec.bookie_id)
+                endpoints = [
+                    {
+                        "id": e.id,
+                        "host": e.host,
+                        "port": e.port,
+                        "protocol": e.protocol,
+                        "auth": list(e.auth),
+                        "extensions": list(e.extensions),
+                    }
+                    for e in info.endpoints
+                ]
+                properties = list(info.properties)
+            except Exception as exc:
+                error = describe_error(exc)
+        row = {
+            "bookie_id": rec.bookie_id,
+            "state": rec.state,
+            "has_cookie": rec.has_cookie,
+            "endpoints": endpoints,
+            "properties": properties,
+            "error": error,
+            "hostname": (hostnames or {}).get(rec.bookie_id),
+        }
+        row.update(_location(topology, rec.bookie_id))
+        rows.append(row)
+    schema = pa.schema([f for f in BOOKIES.schema if f.name not in ("snapshot_id", "snapshot_date")])
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _location(topology: Any | None, bookie_id: str) -> dict[str, str | None]:
+    """location/rack/region/zone from the rack map; all None when the bookie is not mapped.
+
+    A two-component location reads as /region/rack for region-aware placement and as /zone/upgradedomain for
+    zone-aware placement; both columns are filled and the checker picks the one its policy uses.
+    """
+    if topology is None or not topology.is_resolved(bookie_id):
+        return {"location": None, "rack": None, "region": None, "zone": None}
+    return {
+        "location": topology.location(bookie_id),
+        "rack": topology.rack(bookie_id),
+        "region": topology.region(bookie_id),
+        "zone": topology.zone(bookie_id),
+    }
+
+
+@dataclass(frozen=True)
+class MarkerRecord:
+    """One under-replication marker znode and its lock (lock_data None = no lock znode)."""
+
+    ledger_id: int
+    data: bytes
+    lock_data: bytes | None = None
+
+
+def underreplicated_table(markers: Iterable[MarkerRecord]) -> pa.Table:
+    """Rows of `underreplicated_ledgers`: missing replicas, mark time, lock holder ('' = anonymous lock)."""
+    from bkaudit.formats.records import parse_lock_data, parse_underreplicated_marker
+
+    rows = []
+    for m in sorted(markers, key=lambda r: r.ledger_id):
+        row: dict[str, Any] = {
+            "ledger_id": m.ledger_id,
+            "missing_replicas": None,
+            "marked_at": None,
+            "locked_by": None,
+            "parse_error": None,
+        }
+        try:
+            marker = parse_underreplicated_marker(m.data)
+            row["missing_replicas"] = list(marker.replicas)
+            row["marked_at"] = marker.ctime * 1000 if marker.ctime is not None and marker.ctime >= 0 else None
+        except Exception as exc:
+            row["parse_error"] = describe_error(exc)
+        if m.lock_data is not None:
+            try:
+                row["locked_by"] = parse_lock_data(m.lock_data) or ""
+            except Exception:
+                row["locked_by"] = ""
+        rows.append(row)
+    schema = pa.schema(
+        [f for f in UNDERREPLICATED_LEDGERS.schema if f.name not in ("snapshot_id", "snapshot_date")]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+__all__ = [
+    "BookieRecord",
+    "LedgerBatchBuilder",
+    "MarkerRecord",
+    "bookie_table",
+    "describe_error",
+    "explode_segments",
+    "metadata_text",
+    "underreplicated_table",
+]
+
+
+def explode_segments(batch: pa.RecordBatch | pa.Table) -> pa.Table:
+    """The nested `segments` of data source rows as `ledger_segments` rows (ledger_id + segment columns)."""
+    import pyarrow.compute as pc
+
+    segments = batch.column("segments")
+    if isinstance(segments, pa.ChunkedArray):
+        segments = segments.combine_chunks()
+    flat = pc.list_flatten(segments)
+    parents = pc.list_parent_indices(segments)
+    ledger_ids = batch.column("ledger_id")
+    if isinstance(ledger_ids, pa.ChunkedArray):
+        ledger_ids = ledger_ids.combine_chunks()
+    return pa.table(
+        {
+            "ledger_id": pc.take(ledger_ids, parents),
+            "segment_index": flat.field("segment_index"),
+            "first_entry_id": flat.field("first_entry_id"),
+            "last_entry_id": flat.field("last_entry_id"),
+            "ensemble": flat.field("ensemble"),
+        }
+    )
