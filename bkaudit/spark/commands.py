@@ -1,0 +1,90 @@
+"""`bkaudit snapshot` (and the slot for `bkaudit check`): the Spark jobs on a local session.
+
+bkaudit/cli.py maps both `snapshot` and `check` to this module. `check` belongs to the checker job and is
+defined in `bkaudit.spark.checker_commands`; it is looked up lazily (module `__getattr__`) so this file never
+imports the checker, and `bkaudit check` says so clearly until that module exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from bkaudit.cli_common import emit, fail, load_settings, zk_options
+
+
+def _human(summary: dict[str, Any]) -> str:
+    return (
+        f"snapshot {summary['snapshot_id']}: {summary['ledgers']} ledgers "
+        f"({summary['unparseable']} unparseable), {summary['bookies']} bookies, "
+        f"{summary['underreplicated']} under-replicated, {summary['seconds']:.1f}s"
+    )
+
+
+@click.command("snapshot")
+@zk_options
+@click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
+@click.option(
+    "--snapshot-id",
+    default=None,
+    help="id of this snapshot (default: UTC time + random suffix); "
+    "re-using an id replaces that snapshot's rows",
+)
+@click.option("--master", default=None, help="Spark master (default [snapshot] master, local[2])")
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
+def snapshot(
+    zk: str | None,
+    cluster_dir: str | None,
+    root: str | None,
+    config_path: str | None,
+    warehouse: str | None,
+    snapshot_id: str | None,
+    master: str | None,
+    as_json: bool,
+) -> None:
+    """Snapshot ledger, bookie and under-replication metadata from ZooKeeper into Delta tables."""
+    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
+    from bkaudit.errors import BkAuditError
+    from bkaudit.spark.settings import SnapshotSettings
+
+    settings = load_settings(zk, cluster_dir, root, config_path, **{"snapshot.warehouse": warehouse})
+    try:
+        snap = settings.get(SnapshotSettings)
+        if not snap.warehouse:
+            fail(
+                "no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE"
+            )
+        from bkaudit.spark.session import get_session
+        from bkaudit.spark.snapshot import run_snapshot
+
+        spark = get_session(master or snap.master, app_name="bkaudit-snapshot")
+        result = run_snapshot(spark, settings, snapshot_id=snapshot_id)
+    except BkAuditError as exc:
+        fail(" ".join(str(exc).split()))
+        return
+    except ValueError as exc:  # e.g. an invalid --snapshot-id
+        fail(str(exc))
+        return
+    emit(result.summary(), as_json, _human)
+
+
+def __getattr__(name: str) -> Any:
+    """`check` comes from bkaudit.spark.checker_commands (the checker job's own module), imported on use."""
+    if name == "check":
+        try:
+            from bkaudit.spark.checker_commands import check
+        except ModuleNotFoundError as exc:
+            if exc.name != "bkaudit.spark.checker_commands":
+                raise
+            return _unavailable_check()
+        return check
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _unavailable_check() -> click.Command:
+    @click.command("check", help="(unavailable: bkaudit.spark.checker_commands is not built yet)")
+    def check() -> None:
+        raise click.ClickException("bkaudit check is not built yet (bkaudit.spark.checker_commands)")
+
+    return check

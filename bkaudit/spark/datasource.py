@@ -1,0 +1,207 @@
+"""The "bookkeeper" Spark data source: every ledger metadata znode as one row, read in parallel tasks.
+
+    spark.read.format("bookkeeper").option("zk", "zk1:2181").option("root", "/ledgers").load()
+
+Rows follow `bkaudit.tables.schemas.SOURCE_SCHEMA`: the `ledgers` columns plus a nested `segments` array, so
+one pass over ZooKeeper feeds both the `ledgers` and the `ledger_segments` tables.
+
+Protecting ZooKeeper (BookKeeper users' top complaint is audits that expire sessions): the driver plans at
+most `max_zk_sessions` partitions (`bkaudit.spark.zkscan`), each task opens its own session inside `read()`
+(clients never cross a pickle boundary), keeps at most `max_in_flight` reads outstanding and takes a token
+from a per-task `RateLimiter` (`reads_per_second_per_task`, 0 = unlimited) before each read. Transient
+errors are retried with jittered backoff by `bkaudit.zk.ledgers.read_many`; a ledger deleted between
+listing and reading is simply absent. Decoding never raises: a bad blob is a row with `parse_error`.
+
+Options (snake_case, as in the [snapshot] settings): zk (required), root, session_timeout_s,
+connect_timeout_s, auth_digest_secret ("user:password"; named so Spark redacts it), max_zk_sessions,
+partitions, reads_per_second_per_task, max_in_flight, batch_size, attempts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+NAME = "bookkeeper"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Validated data source options (picklable: it travels to every task)."""
+
+    zk: str
+    root: str = "/ledgers"
+    session_timeout_s: float = 30.0
+    connect_timeout_s: float = 15.0
+    auth_digest_secret: str = ""
+    max_zk_sessions: int = 4
+    partitions: int = 0  # 0 = max_zk_sessions
+    reads_per_second_per_task: float = 2000.0
+    max_in_flight: int = 500
+    batch_size: int = 10_000
+    attempts: int = 5
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        lowered = {k.lower(): v for k, v in options.items() if k.lower() not in ("path",)}
+        if not lowered.get("zk"):
+            raise ValueError('the bookkeeper data source needs .option("zk", "host:port[,host:port]")')
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(lowered) - set(known))
+        if unknown:
+            raise ValueError(f"unknown bookkeeper data source option(s) {unknown} (known: {sorted(known)})")
+        kwargs: dict[str, Any] = {}
+        for key, raw in lowered.items():
+            kind = known[key].type
+            try:
+                kwargs[key] = int(raw) if kind == "int" else float(raw) if kind == "float" else str(raw)
+            except ValueError:
+                raise ValueError(f"bookkeeper data source option {key}={raw!r}: expected {kind}") from None
+        opts = cls(**kwargs)
+        opts.check()
+        return opts
+
+    def check(self) -> None:
+        from bkaudit.zk.paths import validate_root
+
+        validate_root(self.root)
+        if self.max_zk_sessions < 1:
+            raise ValueError("max_zk_sessions must be >= 1")
+        if self.partitions < 0 or self.partitions > self.max_zk_sessions:
+            raise ValueError(
+                f"partitions={self.partitions} would open more than max_zk_sessions={self.max_zk_sessions} "
+                "concurrent ZooKeeper sessions (use 0 for max_zk_sessions)"
+            )
+        if self.max_in_flight < 1 or self.batch_size < 1 or self.attempts < 1:
+            raise ValueError("max_in_flight, batch_size and attempts must be >= 1")
+        if self.reads_per_second_per_task < 0:
+            raise ValueError("reads_per_second_per_task must be >= 0 (0 = unlimited)")
+
+    @property
+    def task_count(self) -> int:
+        return self.partitions or self.max_zk_sessions
+
+    def zk_settings(self) -> Any:
+        from bkaudit.config import ZkSettings
+
+        return ZkSettings(
+            connect=self.zk,
+            root=self.root,
+            session_timeout_s=self.session_timeout_s,
+            connect_timeout_s=self.connect_timeout_s,
+            auth_digest=self.auth_digest_secret,
+        )
+
+
+class LedgerPartition(InputPartition):
+    """The ledger-tree units (dirs relative to the root) one task reads."""
+
+    def __init__(self, units: list[str]) -> None:
+        super().__init__(tuple(units))
+        self.units = list(units)
+
+
+class BookKeeperReader(DataSourceReader):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        """Plan on the driver with one short session; at most max_zk_sessions partitions."""
+        from bkaudit.spark.zkscan import pack, plan_units
+        from bkaudit.zk.client import close, connect
+
+        zk = connect(self.options.zk_settings())
+        try:
+            units = plan_units(zk, self.options.root, self.options.task_count)
+        finally:
+            close(zk)
+        groups = pack(units, self.options.task_count)
+        return [LedgerPartition(g) for g in groups] or [LedgerPartition([])]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        units = getattr(partition, "units", None) or list(partition.value or ())
+        if units:
+            yield from read_units(self.options, units)
+
+
+def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
+    """Arrow RecordBatches (SOURCE_SCHEMA) of every ledger under `units`, on a session of our own."""
+    from bkaudit.spark.zkscan import iter_ledgers, read_batched
+    from bkaudit.tables.rows import LedgerBatchBuilder
+    from bkaudit.zk.client import RateLimiter, close, connect
+
+    zk = connect(options.zk_settings())
+    try:
+        limiter = (
+            RateLimiter(options.reads_per_second_per_task) if options.reads_per_second_per_task else None
+        )
+        ids: dict[str, int] = {}
+
+        def listed() -> Iterator[str]:
+            for ledger_id, path in iter_ledgers(zk, options.root, units):
+                ids[path] = ledger_id
+                yield path
+
+        builder = LedgerBatchBuilder()
+        for path, data, stat in read_batched(
+            zk, listed(), max_in_flight=options.max_in_flight, rate_limiter=limiter, attempts=options.attempts
+        ):
+            ledger_id = ids.pop(path)
+            if stat is None:
+                continue  # deleted between listing and reading: simply absent
+            builder.add(ledger_id, data or b"", stat.version, stat.mzxid, stat.ctime)
+            if len(builder) >= options.batch_size:
+                yield builder.flush()
+        if len(builder):
+            yield builder.flush()
+    finally:
+        close(zk)
+
+
+class BookKeeperDataSource(DataSource):
+    """`spark.read.format("bookkeeper")`: ledger metadata straight from ZooKeeper."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> Any:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from bkaudit.tables.schemas import SOURCE_SCHEMA
+
+        return from_arrow_schema(SOURCE_SCHEMA)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return BookKeeperReader(ReadOptions.parse(dict(self.options)))
+
+
+_REGISTERED: set[int] = set()
+
+
+def register(spark: Any) -> None:
+    """Register the data source with this session (idempotent per SparkContext)."""
+    key = id(spark.sparkContext)
+    if key not in _REGISTERED:
+        spark.dataSource.register(BookKeeperDataSource)
+        _REGISTERED.add(key)
+
+
+def options_from_settings(zk: Any, snapshot: Any) -> dict[str, str]:
+    """Data source options from ZkSettings and SnapshotSettings."""
+    return {
+        "zk": zk.connect,
+        "root": zk.root,
+        "session_timeout_s": str(zk.session_timeout_s),
+        "connect_timeout_s": str(zk.connect_timeout_s),
+        "auth_digest_secret": zk.auth_digest,
+        "max_zk_sessions": str(snapshot.max_zk_sessions),
+        "partitions": str(snapshot.partitions),
+        "reads_per_second_per_task": str(snapshot.reads_per_second_per_task),
+        "max_in_flight": str(snapshot.max_in_flight),
+        "batch_size": str(snapshot.batch_size),
+        "attempts": str(snapshot.attempts),
+    }

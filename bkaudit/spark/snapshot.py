@@ -1,0 +1,406 @@
+"""Spark job 1: snapshot ZooKeeper's BookKeeper metadata into Delta tables, validated, committed atomically.
+
+Steps (each a function, so jobs/snapshot_metadata.py, `bkaudit snapshot` and tests share them):
+1. `stage_ledgers`: the "bookkeeper" data source reads every ledger znode once, in at most
+   `max_zk_sessions` parallel tasks; in the same tasks `mapInArrow` writes the `ledgers` and
+   `ledger_segments` Parquet files into the table directories (not yet visible). A task Spark re-runs
+   re-reads ZooKeeper (read-only) and writes new files; only the files of the attempt whose result the
+   driver collected are ever committed.
+2. `read_cluster_state` (driver): bookies, cookies, racks, under-replication markers and locks.
+3. validation (Great Expectations) on the staged rows; results staged as `validation_results`.
+4. commit: one Delta commit per table, replacing the rows of this snapshot_id, the `snapshots` row last.
+
+A failed run (any exception, or a critical expectation failing with `fail_on_critical_validation`) deletes
+its staged files, reverts any table it already committed, and writes one `snapshots` row with status
+'failed' and the error (plus its `validation_results` when validation is what failed, for diagnosis): the
+only rows a failed run leaves. Latest-snapshot reads only ever pick a 'succeeded' row.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from bkaudit.errors import BkAuditError, ConfigError
+from bkaudit.tables.schemas import SNAPSHOT_TABLES
+from bkaudit.tables.store import (
+    Commit,
+    StagedFile,
+    commit,
+    discard,
+    stage_table,
+    table_uri,
+    validate_snapshot_id,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from bkaudit.config import Settings, ZkSettings
+    from bkaudit.spark.settings import SnapshotSettings
+
+log = logging.getLogger(__name__)
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+MANIFEST_SCHEMA = "kind string, payload string"
+
+
+class SnapshotFailed(BkAuditError):
+    """The snapshot run failed; `result` holds what was recorded in the `snapshots` table."""
+
+    def __init__(self, message: str, result: SnapshotResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ValidationFailed(BkAuditError):
+    """Critical expectations failed and `fail_on_critical_validation` is on."""
+
+
+@dataclass
+class Hooks:
+    """Test seams: `before_commit` runs after everything is staged and validated, before any commit."""
+
+    before_commit: Callable[[], None] | None = None
+
+
+@dataclass
+class SnapshotResult:
+    snapshot_id: str
+    snapshot_date: str
+    status: str = "running"
+    ledgers: int = 0
+    unparseable: int = 0
+    segments: int = 0
+    bookies: int = 0
+    underreplicated: int = 0
+    validation_failures: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    table_versions: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """What `bkaudit snapshot --json` prints."""
+        return {
+            "snapshot_id": self.snapshot_id,
+            "ledgers": self.ledgers,
+            "unparseable": self.unparseable,
+            "bookies": self.bookies,
+            "underreplicated": self.underreplicated,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def new_snapshot_id(now: datetime | None = None) -> str:
+    """`20261122T051500Z-1a2b3c`: sortable by time, unique across concurrent runs."""
+    now = now or datetime.now(UTC)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+# -- step 1: ledgers -----------------------------------------------------------------------------------------
+@dataclass
+class StagedLedgers:
+    files: list[StagedFile]
+    ledgers: int
+    unparseable: int
+    segments: int
+    ensemble_bookies: set[str]
+
+
+def stage_ledgers(
+    spark: SparkSession,
+    zk: ZkSettings,
+    snap: SnapshotSettings,
+    warehouse: str,
+    snapshot_id: str,
+    snapshot_date: str,
+) -> StagedLedgers:
+    """Read every ledger znode (parallel tasks) and stage `ledgers` + `ledger_segments` files."""
+    from bkaudit.spark.datasource import NAME, options_from_settings
+
+    df = spark.read.format(NAME).options(**options_from_settings(zk, snap)).load()
+    rows = df.mapInArrow(_stager(warehouse, snapshot_id, snapshot_date), MANIFEST_SCHEMA).collect()
+    staged = StagedLedgers([], 0, 0, 0, set())
+    for row in rows:
+        if row.kind == "file":
+            staged.files.append(StagedFile.from_json(row.payload))
+        else:
+            summary = json.loads(row.payload)
+            staged.ledgers += summary["ledgers"]
+            staged.unparseable += summary["unparseable"]
+            staged.segments += summary["segments"]
+            staged.ensemble_bookies.update(summary["bookies"])
+    return staged
+
+
+def _stager(warehouse: str, snapshot_id: str, snapshot_date: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The mapInArrow function: writes one task's rows as staged files, yields their manifest."""
+
+    def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        from bkaudit.tables.rows import explode_segments
+        from bkaudit.tables.store import StagingWriter
+
+        kw = {"snapshot_id": snapshot_id, "snapshot_date": snapshot_date}
+        ledgers = StagingWriter(warehouse, "ledgers", **kw)
+        segments = StagingWriter(warehouse, "ledger_segments", **kw)
+        counts = {"ledgers": 0, "unparseable": 0, "segments": 0}
+        bookies: set[str] = set()
+        try:
+            for batch in batches:
+                ledgers.write(batch)
+                seg = explode_segments(batch)
+                segments.write(seg)
+                counts["ledgers"] += batch.num_rows
+                counts["unparseable"] += batch.num_rows - batch.column("parse_error").null_count
+                counts["segments"] += seg.num_rows
+                bookies.update(pc.unique(pc.list_flatten(seg.column("ensemble"))).to_pylist())
+            files = ledgers.close() + segments.close()
+        except BaseException:
+            ledgers.abort()
+            segments.abort()
+            raise
+        payload = [f.to_json() for f in files] + [json.dumps({**counts, "bookies": sorted(bookies)})]
+        kinds = ["file"] * len(files) + ["summary"]
+        yield pa.RecordBatch.from_pydict({"kind": kinds, "payload": payload})
+
+    return stage
+
+
+# -- the job -------------------------------------------------------------------------------------------------
+def run_snapshot(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    warehouse: str | None = None,
+    snapshot_id: str | None = None,
+    hooks: Hooks | None = None,
+) -> SnapshotResult:
+    """Run one snapshot; returns its result or raises SnapshotFailed (after recording the failure)."""
+    from bkaudit.config import ZkSettings
+    from bkaudit.spark.settings import SnapshotSettings
+
+    zk = settings.get(ZkSettings)
+    snap = settings.get(SnapshotSettings)
+    warehouse = warehouse or snap.warehouse
+    if not warehouse:
+        raise ConfigError(
+            "snapshot.warehouse",
+            "no warehouse given (--warehouse, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE)",
+        )
+    started = datetime.now(UTC)
+    sid = validate_snapshot_id(snapshot_id or new_snapshot_id(started))
+    run = _Run(spark, settings, zk, snap, warehouse, sid, started, hooks or Hooks())
+    return run.execute()
+
+
+class _Run:
+    """One execution of the job: tracks staged files and commits so a failure can be undone."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        zk: ZkSettings,
+        snap: SnapshotSettings,
+        warehouse: str,
+        snapshot_id: str,
+        started: datetime,
+        hooks: Hooks,
+    ) -> None:
+        self.spark, self.settings, self.zk, self.snap = spark, settings, zk, snap
+        self.warehouse, self.started, self.hooks = warehouse, started, hooks
+        self.t0 = time.monotonic()
+        self.result = SnapshotResult(snapshot_id, started.strftime("%Y-%m-%d"))
+        self.staged: dict[str, list[StagedFile]] = {}
+        self.commits: list[Commit] = []
+        self.keep_on_failure: set[str] = set()
+
+    @property
+    def key(self) -> dict[str, str]:
+        return {"snapshot_id": self.result.snapshot_id, "snapshot_date": self.result.snapshot_date}
+
+    def _lap(self, name: str, since: float) -> float:
+        now = time.monotonic()
+        self.result.timings[name] = round(now - since, 3)
+        return now
+
+    def execute(self) -> SnapshotResult:
+        if self.snap.validate:
+            _preload_great_expectations()
+        try:
+            self._stage_and_commit()
+        except BaseException as exc:
+            self._fail(exc)
+            raise SnapshotFailed(
+                f"snapshot {self.result.snapshot_id} failed: {self.result.error}", self.result
+            ) from exc
+        return self.result
+
+    def _stage_and_commit(self) -> None:
+        from bkaudit.spark.cluster_state import read_cluster_state
+        from bkaudit.tables.rows import UNKNOWN, BookieRecord, bookie_table, underreplicated_table
+        from bkaudit.zk.client import RateLimiter, close, connect
+
+        res, t = self.result, time.monotonic()
+        ledgers = stage_ledgers(
+            self.spark, self.zk, self.snap, self.warehouse, res.snapshot_id, res.snapshot_date
+        )
+        self.staged["ledgers"] = [f for f in ledgers.files if f.table == "ledgers"]
+        self.staged["ledger_segments"] = [f for f in ledgers.files if f.table == "ledger_segments"]
+        res.ledgers, res.unparseable, res.segments = ledgers.ledgers, ledgers.unparseable, ledgers.segments
+        t = self._lap("ledgers", t)
+
+        client = connect(self.zk)
+        try:
+            limiter = (
+                RateLimiter(self.snap.reads_per_second_per_task)
+                if self.snap.reads_per_second_per_task
+                else None
+            )
+            state = read_cluster_state(
+                client, self.zk.root, max_in_flight=self.snap.max_in_flight, rate_limiter=limiter
+            )
+        finally:
+            close(client)
+        known = state.known_bookies
+        records = state.bookies + [
+            BookieRecord(b, UNKNOWN, False) for b in sorted(ledgers.ensemble_bookies - known)
+        ]
+        bookies = bookie_table(records, state.topology, state.hostnames)
+        markers = underreplicated_table(state.markers)
+        res.bookies, res.underreplicated = bookies.num_rows, markers.num_rows
+        self.staged["bookies"] = stage_table(self.warehouse, "bookies", bookies, **self.key)
+        self.staged["underreplicated_ledgers"] = stage_table(
+            self.warehouse, "underreplicated_ledgers", markers, **self.key
+        )
+        t = self._lap("cluster_state", t)
+
+        report = None
+        if self.snap.validate:
+            from bkaudit.spark.validate import validate_staged
+
+            report = validate_staged(self.spark, self.warehouse, self.staged, known, self.snap, res.ledgers)
+            res.validation_failures = report.failures
+            self.staged["validation_results"] = stage_table(
+                self.warehouse, "validation_results", report.table(), **self.key
+            )
+            for warning in report.warnings:
+                log.warning("snapshot %s: expectation %s failed (warning)", res.snapshot_id, warning)
+            t = self._lap("validation", t)
+
+        if self.hooks.before_commit is not None:
+            self.hooks.before_commit()
+        if report is not None and report.critical_failures and self.snap.fail_on_critical_validation:
+            self._commit("validation_results")
+            self.keep_on_failure.add("validation_results")
+            raise ValidationFailed(report.describe_failures())
+        for table in SNAPSHOT_TABLES:
+            self._commit(table)
+        res.table_versions = {c.table: c.version for c in self.commits}
+        res.status = SUCCEEDED
+        self._write_snapshot_row(replace={"snapshot_id": res.snapshot_id})
+        self._lap("commit", t)
+
+    def _commit(self, table: str) -> None:
+        files = self.staged.pop(table, [])
+        info = {"bkaudit.snapshot_id": self.result.snapshot_id, "bkaudit.job": "snapshot"}
+        self.commits.append(
+            commit(self.warehouse, table, files, replace={"snapshot_id": self.result.snapshot_id}, info=info)
+        )
+
+    def _write_snapshot_row(self, *, replace: dict[str, str]) -> None:
+        res = self.result
+        res.seconds = time.monotonic() - self.t0
+        row = {
+            "zk": self.zk.connect,
+            "root": self.zk.root,
+            "started_at": _micros(self.started),
+            "finished_at": _micros(datetime.now(UTC)),
+            "status": res.status,
+            "error": res.error,
+            "ledgers": res.ledgers,
+            "unparseable": res.unparseable,
+            "segments": res.segments,
+            "bookies": res.bookies,
+            "underreplicated": res.underreplicated,
+            "validation_failures": res.validation_failures,
+            "seconds": res.seconds,
+            "table_versions": list(res.table_versions.items()),
+            "config": json.dumps(_redacted(self.settings)),
+        }
+        from bkaudit.tables.schemas import SNAPSHOTS
+        from bkaudit.tables.store import write_table
+
+        schema = pa.schema([f for f in SNAPSHOTS.schema if f.name not in ("snapshot_id", "snapshot_date")])
+        write_table(
+            self.warehouse,
+            "snapshots",
+            pa.Table.from_pylist([row], schema=schema),
+            replace=replace,
+            **self.key,
+        )
+
+    def _fail(self, exc: BaseException) -> None:
+        res = self.result
+        res.status = FAILED
+        res.error = (
+            " ".join(f"{type(exc).__name__}: {exc}".split())[:2000]
+            if not isinstance(exc, BkAuditError)
+            else " ".join(str(exc).split())[:2000]
+        )
+        for table, files in self.staged.items():
+            discard(table_uri(self.warehouse, table), files)
+        self.staged.clear()
+        for done in reversed(self.commits):
+            if done.table in self.keep_on_failure:
+                continue
+            try:
+                from bkaudit.tables.store import revert
+
+                revert(done)
+            except Exception as undo:
+                log.error("could not revert commit of %s v%s: %s", done.table, done.version, undo)
+        res.table_versions = {}
+        try:
+            # a failed run only replaces earlier *failed* rows of its id: a good earlier run stays visible
+            self._write_snapshot_row(replace={"snapshot_id": res.snapshot_id, "status": FAILED})
+        except Exception as record:
+            log.error("could not record the failed snapshot %s: %s", res.snapshot_id, record)
+
+
+def _micros(moment: datetime) -> int:
+    return int(moment.timestamp() * 1_000_000)
+
+
+def _redacted(settings: Settings) -> dict[str, Any]:
+    raw = settings.raw()
+    for values in raw.values():
+        for key in list(values):
+            if any(word in key for word in ("auth", "password", "secret", "token")):
+                values[key] = "***"
+    return raw
+
+
+def _preload_great_expectations() -> None:
+    """Import GX in the background while Spark reads ZooKeeper: the import alone takes seconds."""
+
+    def load() -> None:
+        try:
+            import great_expectations  # noqa: F401
+        except Exception:
+            pass
+
+    threading.Thread(target=load, name="bkaudit-gx-preload", daemon=True).start()

@@ -1,0 +1,49 @@
+"""spark-submit entry point of job 1: snapshot ZooKeeper's BookKeeper metadata into Delta tables.
+
+    spark-submit --master yarn jobs/snapshot_metadata.py --zk zk1:2181 --warehouse s3a://bucket/bkaudit
+
+The session (master, executors) comes from spark-submit; bkaudit must be importable on the executors
+(installed in their Python, or shipped with --py-files). Prints the run summary as JSON on stdout; exits 1
+with a one-line error (and a 'failed' row in the `snapshots` table) when the run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="snapshot_metadata", description=__doc__.splitlines()[0])
+    parser.add_argument("--zk", help="ZooKeeper connect string (default [zk] connect / $BKAUDIT_ZK)")
+    parser.add_argument("--root", help="ledgers root znode (default /ledgers)")
+    parser.add_argument("--warehouse", help="Delta tables directory or URI (default [snapshot] warehouse)")
+    parser.add_argument("--snapshot-id", help="snapshot id (default: UTC timestamp + random suffix)")
+    parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
+    args = parser.parse_args(argv)
+
+    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
+    from bkaudit import config
+    from bkaudit.errors import BkAuditError
+    from bkaudit.spark.session import prepare
+    from bkaudit.spark.snapshot import run_snapshot
+
+    try:
+        settings = config.load(
+            path=args.config,
+            overrides={"zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse},
+        )
+        from pyspark.sql import SparkSession
+
+        spark = prepare(SparkSession.builder.appName("bkaudit-snapshot").getOrCreate())
+        result = run_snapshot(spark, settings, snapshot_id=args.snapshot_id)
+    except (BkAuditError, ValueError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    print(json.dumps(result.summary()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
