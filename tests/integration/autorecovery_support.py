@@ -1,13 +1,14 @@
 """Helpers for the AutoRecovery integration tests: real `bkaudit autorecovery run` processes, ground truth.
 
-Ground truth is what a test injected: the payload of every acknowledged entry (`write_ledgers`), the bookies it
-killed or wiped. Durability is verified without bkaudit's own fragment logic: per ledger, per segment, per
-bookie index, GetListOfEntries must list every entry of that index's striping, and every acknowledged entry
-must read back with its payload.
+Ground truth is what a test injected: the payload of every acknowledged entry (`write_ledgers`), the
+bookies it killed or wiped. Durability is verified without bkaudit's own fragment logic: per ledger, per
+segment, per bookie index, GetListOfEntries must list every entry of that index's striping, and every
+acknowledged entry must read back with its payload.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -50,29 +51,52 @@ def env(**overrides: str) -> dict[str, str]:
 
 
 def ar_command(cluster: Any, *args: str) -> list[str]:
-    return [sys.executable, "-m", "bkaudit.cli", "autorecovery", *args, "--zk", cluster.zk, "--root", cluster.root]
+    return [
+        sys.executable,
+        "-m",
+        "bkaudit.cli",
+        "autorecovery",
+        *args,
+        "--zk",
+        cluster.zk,
+        "--root",
+        cluster.root,
+    ]
 
 
 def start_run(cluster: Any, tmp: Path, name: str, *args: str, **overrides: str) -> subprocess.Popen[bytes]:
     """A long-running `autorecovery run` process; stderr/stdout in tmp/<name>.log, events in <name>.events."""
     log = (tmp / f"{name}.log").open("ab")
-    return subprocess.Popen(ar_command(cluster, "run", "--id", name, "--events", str(tmp / f"{name}.events"),
-                                       *args),
-                            stdout=log, stderr=subprocess.STDOUT, env=env(**overrides), cwd=ROOT)
+    return subprocess.Popen(
+        ar_command(cluster, "run", "--id", name, "--events", str(tmp / f"{name}.events"), *args),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env(**overrides),
+        cwd=ROOT,
+    )
 
 
-def run_once(cluster: Any, tmp: Path, name: str, *args: str, timeout: float = 120,
-             **overrides: str) -> tuple[int, dict[str, Any]]:
+def run_once(
+    cluster: Any, tmp: Path, name: str, *args: str, timeout: float = 120, **overrides: str
+) -> tuple[int, dict[str, Any]]:
     """`autorecovery run --once --json`; (exit code, summary)."""
-    proc = subprocess.run(ar_command(cluster, "run", "--once", "--json", "--id", name, "--events",
-                                     str(tmp / f"{name}.events"), *args),
-                          capture_output=True, env=env(**overrides), cwd=ROOT, timeout=timeout)
+    proc = subprocess.run(
+        ar_command(
+            cluster, "run", "--once", "--json", "--id", name, "--events", str(tmp / f"{name}.events"), *args
+        ),
+        capture_output=True,
+        env=env(**overrides),
+        cwd=ROOT,
+        timeout=timeout,
+    )
     (tmp / f"{name}.log").write_bytes(proc.stderr)
     try:
         summary = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise AssertionError(f"no JSON summary (exit {proc.returncode}):\n{proc.stdout.decode()}\n"
-                             f"{proc.stderr.decode()[-4000:]}") from None
+        raise AssertionError(
+            f"no JSON summary (exit {proc.returncode}):\n{proc.stdout.decode()}\n"
+            f"{proc.stderr.decode()[-4000:]}"
+        ) from None
     return proc.returncode, summary
 
 
@@ -80,9 +104,15 @@ def start_once(cluster: Any, tmp: Path, name: str, *args: str, **overrides: str)
     """`autorecovery run --once --json` in the background (stdout = the summary, in tmp/<name>.out)."""
     out = (tmp / f"{name}.out").open("wb")
     log = (tmp / f"{name}.log").open("ab")
-    return subprocess.Popen(ar_command(cluster, "run", "--once", "--json", "--id", name, "--events",
-                                       str(tmp / f"{name}.events"), *args),
-                            stdout=out, stderr=log, env=env(**overrides), cwd=ROOT)
+    return subprocess.Popen(
+        ar_command(
+            cluster, "run", "--once", "--json", "--id", name, "--events", str(tmp / f"{name}.events"), *args
+        ),
+        stdout=out,
+        stderr=log,
+        env=env(**overrides),
+        cwd=ROOT,
+    )
 
 
 def summary_of(tmp: Path, name: str) -> dict[str, Any]:
@@ -100,8 +130,9 @@ def events(tmp: Path, name: str) -> list[dict[str, Any]]:
     return read_events(path) if path.exists() else []
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition",
-             interval: float = 0.1) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 60, what: str = "condition", interval: float = 0.1
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -114,12 +145,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "con
 
 def wait_absent(cluster: Any, bookie: str, timeout: float = 30) -> None:
     zk = cluster.zk_client()
-    wait_for(lambda: registry.bookie_state(zk, bookie, cluster.root) == "absent", timeout,
-             f"{bookie} to deregister")
+    wait_for(
+        lambda: registry.bookie_state(zk, bookie, cluster.root) == "absent",
+        timeout,
+        f"{bookie} to deregister",
+    )
 
 
-def write_ledgers(bk: Any, count: int, entries: int, *, ensemble: int = 3, wq: int = 2,
-                  aq: int = 2) -> dict[int, list[bytes]]:
+def write_ledgers(
+    bk: Any, count: int, entries: int, *, ensemble: int = 3, wq: int = 2, aq: int = 2
+) -> dict[int, list[bytes]]:
     """Closed ledgers; ledger id -> the payloads acknowledged (entry i = list[i])."""
     truth: dict[int, list[bytes]] = {}
     for n in range(count):
@@ -134,9 +169,10 @@ def queue(cluster: Any) -> list[int]:
     return list(ur.list_underreplicated(cluster.zk_client(), root=cluster.root))
 
 
-def durability_violations(cluster: Any, bk: Any, ledger_ids: list[int], *, lost: set[str] = frozenset()
-                          ) -> list[str]:
-    """Per ledger / segment / bookie index: the bookie is registered, not lost, and lists its whole striping."""
+def durability_violations(
+    cluster: Any, bk: Any, ledger_ids: list[int], *, lost: set[str] = frozenset()
+) -> list[str]:
+    """Per ledger / segment / bookie index: the bookie is not lost and lists its whole striping."""
     pool = cluster.client_pool()
     problems = []
     for ledger_id in ledger_ids:
@@ -149,8 +185,9 @@ def durability_violations(cluster: Any, bk: Any, ledger_ids: list[int], *, lost:
                 if bookie in lost:
                     problems.append(f"ledger {ledger_id} segment {i} still names lost bookie {bookie}")
                     continue
-                want = entries_of_bookie(b, segment.first_entry_id, last, metadata.ensemble_size,
-                                         metadata.write_quorum)
+                want = entries_of_bookie(
+                    b, segment.first_entry_id, last, metadata.ensemble_size, metadata.write_quorum
+                )
                 if want.count() == 0:
                     continue
                 try:
@@ -191,5 +228,5 @@ def lock_intervals(tmp: Path, names: list[str]) -> dict[int, list[tuple[float, f
 def assert_no_overlap(intervals: dict[int, list[tuple[float, float, str]]]) -> None:
     for ledger, spans in intervals.items():
         spans = sorted(spans)
-        for (s1, e1, w1), (s2, e2, w2) in zip(spans, spans[1:], strict=False):
+        for (_, e1, w1), (s2, _, w2) in itertools.pairwise(spans):
             assert e1 <= s2, f"ledger {ledger}: {w1} held it until {e1}, {w2} took it at {s2}"

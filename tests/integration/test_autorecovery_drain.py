@@ -47,10 +47,18 @@ def test_lost_bookie_is_audited_after_its_delay_and_drained_by_two_workers(clust
         on_victim = {lid for lid in truth if victim in bk.ledger_metadata(lid).bookies()}
         assert len(on_victim) >= 20
 
-        auditor = start_run(cluster, tmp_path, "auditor", "--workers", "0",
-                            BKAUDIT_AUTORECOVERY__LOST_BOOKIE_RECOVERY_DELAY_S="10")
+        auditor = start_run(
+            cluster,
+            tmp_path,
+            "auditor",
+            "--workers",
+            "0",
+            BKAUDIT_AUTORECOVERY__LOST_BOOKIE_RECOVERY_DELAY_S="10",
+        )
         try:
-            wait_for(lambda: last_event(tmp_path, "auditor", "auditor_started"), 30, "the auditor to be elected")
+            wait_for(
+                lambda: last_event(tmp_path, "auditor", "auditor_started"), 30, "the auditor to be elected"
+            )
             zk = cluster.zk_client()
             assert ur.get_lost_bookie_recovery_delay(zk, root=cluster.root) == 10  # seeded from the config
 
@@ -59,7 +67,9 @@ def test_lost_bookie_is_audited_after_its_delay_and_drained_by_two_workers(clust
             wait_absent(cluster, other)
             wait_for(lambda: last_event(tmp_path, "auditor", "audit_delayed"), 10, "a delayed audit")
             cluster.start_bookie(other)
-            wait_for(lambda: last_event(tmp_path, "auditor", "audit_cancelled"), 20, "the audit to be cancelled")
+            wait_for(
+                lambda: last_event(tmp_path, "auditor", "audit_cancelled"), 20, "the audit to be cancelled"
+            )
             assert last_event(tmp_path, "auditor", "audit_started") is None
             assert queue(cluster) == []
 
@@ -67,9 +77,15 @@ def test_lost_bookie_is_audited_after_its_delay_and_drained_by_two_workers(clust
             ur.set_lost_bookie_recovery_delay(zk, 2, root=cluster.root)
             cluster.kill_bookie(victim)
             wait_absent(cluster, victim)
-            delayed = wait_for(lambda: [e for e in events(tmp_path, "auditor")
-                                        if e["event"] == "audit_delayed" and victim in e["reason"]], 10,
-                               "the victim's delayed audit")[-1]
+            delayed = wait_for(
+                lambda: [
+                    e
+                    for e in events(tmp_path, "auditor")
+                    if e["event"] == "audit_delayed" and victim in e["reason"]
+                ],
+                10,
+                "the victim's delayed audit",
+            )[-1]
             done = wait_for(lambda: last_event(tmp_path, "auditor", "audit_done"), 30, "the audit")
             assert done["lost"] == [victim]
             assert done["t"] - delayed["t"] >= 2.0 - 0.05
@@ -79,8 +95,10 @@ def test_lost_bookie_is_audited_after_its_delay_and_drained_by_two_workers(clust
                 assert marker.replicas == (victim,)
 
             # 3. two worker processes drain the queue; never both on one ledger
-            workers = [start_once(cluster, tmp_path, name, "--no-auditor", "--timeout", "120")
-                       for name in ("w1", "w2")]
+            workers = [
+                start_once(cluster, tmp_path, name, "--no-auditor", "--timeout", "120")
+                for name in ("w1", "w2")
+            ]
             assert [w.wait(150) for w in workers] == [0, 0]
             summaries = [summary_of(tmp_path, name) for name in ("w1", "w2")]
             assert all(s["drained"] and s["left"] == [] for s in summaries)

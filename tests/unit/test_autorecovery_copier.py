@@ -97,8 +97,18 @@ def cluster(e: int = 3, wq: int = 2, last: int = 29, executor=None) -> tuple[Poo
 
 def task(ensemble, bad: int, last: int = 29, e: int = 3, wq: int = 2, **kw) -> CopyTask:
     striping = entries_of_bookie(bad, 0, last, e, wq)
-    return CopyTask(LEDGER, KEY, DIGEST, ensemble, e, wq, list(striping.runs()), "new",
-                    excluded=frozenset({ensemble[bad], "new"}), **kw)
+    return CopyTask(
+        LEDGER,
+        KEY,
+        DIGEST,
+        ensemble,
+        e,
+        wq,
+        list(striping.runs()),
+        "new",
+        excluded=frozenset({ensemble[bad], "new"}),
+        **kw,
+    )
 
 
 def test_copies_exactly_the_striping_with_recovery_adds() -> None:
@@ -117,8 +127,10 @@ def test_prefers_replicas_that_list_the_entry() -> None:
     pool, ens = cluster()
     b0 = pool.get("b0")
     del b0.entries[2]  # entry 2 is on b2 and b0; b2 is the bad index
-    holdings = {"b0": availability.decode(availability.encode(sorted(b0.entries))),
-                "b2": availability.decode(availability.encode(sorted(pool.get("b2").entries)))}
+    holdings = {
+        "b0": availability.decode(availability.encode(sorted(b0.entries))),
+        "b2": availability.decode(availability.encode(sorted(pool.get("b2").entries))),
+    }
     t = task(ens, 2, holdings=holdings)  # index 2 stores entries with e % 3 in {1, 2}
     result = FragmentCopier(pool).copy(t)
     assert list(result.missing) == [2]  # b0 listed without entry 2 and b2 is the one being replaced
@@ -182,8 +194,17 @@ class Store:
 
 
 def meta(*segments) -> LedgerMetadata:
-    return LedgerMetadata(3, 2, 2, LedgerState.CLOSED, 59, 0, DigestType.CRC32C, b"",
-                          tuple(Segment(f, tuple(e)) for f, e in segments))
+    return LedgerMetadata(
+        3,
+        2,
+        2,
+        LedgerState.CLOSED,
+        59,
+        0,
+        DigestType.CRC32C,
+        b"",
+        tuple(Segment(f, tuple(e)) for f, e in segments),
+    )
 
 
 def test_swap_replaces_only_that_segment_and_retries_conflicts() -> None:
@@ -205,8 +226,10 @@ def test_swap_refuses_when_the_segment_changed_or_the_lock_is_gone() -> None:
     assert swapped(m, 5, 59, {1: ("b", "x")}) is None  # no such segment
     assert swapped(m, 0, 59, {1: ("b", "c")}) is None  # target already in the ensemble
     store = Store(m)
-    assert replace_bookies(store, 1, 0, 59, {1: ("b", "x")}, still_locked=lambda: False).outcome \
+    assert (
+        replace_bookies(store, 1, 0, 59, {1: ("b", "x")}, still_locked=lambda: False).outcome
         is SwapOutcome.LOCK_LOST
+    )
     store.deleted = True
     assert replace_bookies(store, 1, 0, 59, {1: ("b", "x")}).outcome is SwapOutcome.GONE
 

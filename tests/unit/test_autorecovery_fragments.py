@@ -30,8 +30,17 @@ W = BookieState.WRITABLE
 
 
 def md(segments, *, e=3, wq=2, aq=2, state=LedgerState.CLOSED, last=99) -> LedgerMetadata:
-    return LedgerMetadata(e, wq, aq, state, last if state is LedgerState.CLOSED else -1, 0, DigestType.CRC32C,
-                          b"", tuple(Segment(f, tuple(ens)) for f, ens in segments))
+    return LedgerMetadata(
+        e,
+        wq,
+        aq,
+        state,
+        last if state is LedgerState.CLOSED else -1,
+        0,
+        DigestType.CRC32C,
+        b"",
+        tuple(Segment(f, tuple(ens)) for f, ens in segments),
+    )
 
 
 def holding(ids) -> availability.Availability:
@@ -43,8 +52,11 @@ def full(metadata: LedgerMetadata) -> dict[str, availability.Availability]:
     held: dict[str, set[int]] = {}
     for _i, seg, last in metadata.segment_ranges():
         for b, bookie in enumerate(seg.ensemble):
-            ids = [x for x in range(seg.first_entry_id, (last if last is not None else -1) + 1)
-                   if stores_entry(b, x, metadata.ensemble_size, metadata.write_quorum)]
+            ids = [
+                x
+                for x in range(seg.first_entry_id, (last if last is not None else -1) + 1)
+                if stores_entry(b, x, metadata.ensemble_size, metadata.write_quorum)
+            ]
             held.setdefault(bookie, set()).update(ids)
     return {b: holding(ids) for b, ids in held.items()}
 
@@ -60,8 +72,10 @@ def test_lost_bookie_gives_one_fragment_per_segment_with_only_its_striping() -> 
     states = {"a": W, "b": W, "c": W, "d": W}
     states["b"] = BookieState.LOST
     frags = find_fragments(m, states, full(m))
-    assert [(f.segment_index, f.bookie_index, f.reason) for f in frags] == [(0, 1, Reason.LOST),
-                                                                          (1, 1, Reason.LOST)]
+    assert [(f.segment_index, f.bookie_index, f.reason) for f in frags] == [
+        (0, 1, Reason.LOST),
+        (1, 1, Reason.LOST),
+    ]
     f0 = frags[0]
     assert f0.replace and f0.closed
     naive = [x for x in range(0, 50) if stores_entry(1, x, 3, 2)]
@@ -159,14 +173,22 @@ def test_bookie_state() -> None:
 # -- targets ------------------------------------------------------------------------------------------------
 def test_targets_respect_racks_and_never_reuse_an_ensemble_member() -> None:
     m = md([(0, ("a1", "b1", "c1"))], e=3, wq=2)
-    topology = Topology.from_mapping({"a1": "/r1", "b1": "/r2", "c1": "/r3", "a2": "/r1", "c2": "/r3",
-                                      "b2": "/r2"}, default_location="/default-rack")
+    topology = Topology.from_mapping(
+        {"a1": "/r1", "b1": "/r2", "c1": "/r3", "a2": "/r1", "c2": "/r3", "b2": "/r2"},
+        default_location="/default-rack",
+    )
     states = {"a1": W, "b1": BookieState.LOST, "c1": W}
     (repair,) = plan_repairs(m, find_fragments(m, states, full(m)))
     for seed in range(20):
-        chosen = choose_targets(repair, m, RackAwarePolicy(min_racks_per_write_quorum=2),
-                                ["a1", "a2", "b2", "c1", "c2"], topology, exclude={"b1"},
-                                rng=random.Random(seed))
+        chosen = choose_targets(
+            repair,
+            m,
+            RackAwarePolicy(min_racks_per_write_quorum=2),
+            ["a1", "a2", "b2", "c1", "c2"],
+            topology,
+            exclude={"b1"},
+            rng=random.Random(seed),
+        )
         assert set(chosen) == {1}
         assert chosen[1] not in {"a1", "b1", "c1"}
         assert chosen[1] == "b2"  # the only candidate keeping both write sets of index 1 on two racks
@@ -176,8 +198,9 @@ def test_two_replacements_in_one_segment_are_distinct() -> None:
     m = md([(0, "abcd")], e=4, wq=2)
     states = {"a": BookieState.LOST, "b": BookieState.LOST, "c": W, "d": W}
     (repair,) = plan_repairs(m, find_fragments(m, states, full(m)))
-    chosen = choose_targets(repair, m, DefaultPolicy(), ["c", "d", "x", "y"], Topology.from_mapping({}),
-                            exclude={"a", "b"})
+    chosen = choose_targets(
+        repair, m, DefaultPolicy(), ["c", "d", "x", "y"], Topology.from_mapping({}), exclude={"a", "b"}
+    )
     assert set(chosen) == {0, 1} and set(chosen.values()) == {"x", "y"}
     assert repair.target_of(repair.fragments[0]) in {"x", "y"}
 

@@ -31,16 +31,25 @@ def test_defaults_are_bookkeepers() -> None:
 
 def test_failed_ledger_backoff_doubles_from_grace_over_32_up_to_grace() -> None:
     s = AutoRecoverySettings()
-    assert [s.failed_ledger_backoff_s(n) for n in range(1, 8)] == [9.375, 18.75, 37.5, 75.0, 150.0, 300.0,
-                                                                   300.0]
+    assert [s.failed_ledger_backoff_s(n) for n in range(1, 8)] == [
+        9.375,
+        18.75,
+        37.5,
+        75.0,
+        150.0,
+        300.0,
+        300.0,
+    ]
     assert AutoRecoverySettings(lock_release_of_failed_ledger_grace_s=3.2).failed_ledger_backoff_s(1) == 0.1
 
 
 def test_settings_from_environment_and_validation() -> None:
-    settings = config.load(environ={
-        "BKAUDIT_AUTORECOVERY__OPEN_LEDGER_REREPLICATION_GRACE": "1.5",
-        "BKAUDIT_AUTORECOVERY__WORKERS": "2",
-    })
+    settings = config.load(
+        environ={
+            "BKAUDIT_AUTORECOVERY__OPEN_LEDGER_REREPLICATION_GRACE": "1.5",
+            "BKAUDIT_AUTORECOVERY__WORKERS": "2",
+        }
+    )
     s = settings.get(AutoRecoverySettings)
     assert s.open_ledger_rereplication_grace == 1.5 and s.workers == 2
     with pytest.raises(ConfigError):
@@ -55,8 +64,14 @@ def test_conf_file_section_loads() -> None:
 
 
 def test_data_loss_record_round_trip_and_ranges() -> None:
-    record = dataloss.DataLossRecord(7, dataloss.merge_ranges([5, 3, 4, 9, 10, 20]), "2026-01-01T00:00:00Z",
-                                     ("b1:3181", "b2:3181"), attempts=3, detector="w")
+    record = dataloss.DataLossRecord(
+        7,
+        dataloss.merge_ranges([5, 3, 4, 9, 10, 20]),
+        "2026-01-01T00:00:00Z",
+        ("b1:3181", "b2:3181"),
+        attempts=3,
+        detector="w",
+    )
     assert record.lost_entry_ranges == ((3, 5), (9, 10), (20, 20))
     assert record.lost_entries == 6
     doc = record.to_json()
@@ -102,6 +117,11 @@ def test_metrics_use_bookkeeper_names_and_scopes() -> None:
     embedded = m.AutoRecoveryMetrics(embedded=True)
     embedded.inc(m.NUM_ENTRIES_READ)
     assert "replication_replication_worker_NUM_ENTRIES_READ 1" in embedded.render()
-    for name in ("NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION", "NUM_BYTES_READ", "NUM_BYTES_WRITTEN",
-                 "NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER", "election_attempts"):
+    for name in (
+        "NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION",
+        "NUM_BYTES_READ",
+        "NUM_BYTES_WRITTEN",
+        "NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER",
+        "election_attempts",
+    ):
         assert name in m.names()

@@ -1,0 +1,75 @@
+"""The seed's open-ledger scenario: an idle writer with a lost bookie in its last ensemble.
+
+The worker must not copy the open last fragment. After the (shortened) open-ledger grace it fences and
+recovers the ledger, which closes at the last acknowledged entry, then re-replicates it as a closed ledger;
+the writer, resuming, is fenced.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bkaudit.client import BookKeeper
+from bkaudit.errors import FencedError
+from bkaudit.model.ledger import LedgerState
+from tests.integration.autorecovery_support import (
+    assert_readable,
+    durability_violations,
+    events,
+    payload,
+    queue,
+    run_once,
+    wait_absent,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+def test_idle_writer_is_fenced_after_the_grace_and_its_ledger_replicated(cluster_factory, tmp_path) -> None:
+    cluster = cluster_factory(bookies=4, racks=4)
+    bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    writer = bk.create_ledger(3, 2, 2)
+    try:
+        acked = [payload(0, e) for e in range(60)]
+        futures = [writer.add_entry_async(p) for p in acked[:50]]
+        assert [f.result(60) for f in futures] == list(range(50))
+        for e in range(50, 60):  # one at a time: the bookies learn the LAC (58) from the last entry
+            assert writer.add_entry(acked[e]) == e
+        ledger_id = writer.ledger_id
+        # index 1 stores entries e % 3 in {0, 1}: recovery (reading from LAC 58 on) never writes to it, so the
+        # lost bookie's data must come back through the worker's copy, not through recovery's write-back
+        victim = writer.metadata.segments[-1].ensemble[1]
+        assert bk.ledger_metadata(ledger_id).state is LedgerState.OPEN
+
+        cluster.kill_bookie(victim)
+        wait_absent(cluster, victim)
+        code, summary = run_once(
+            cluster,
+            tmp_path,
+            "ar",
+            "--timeout",
+            "90",
+            BKAUDIT_AUTORECOVERY__OPEN_LEDGER_REREPLICATION_GRACE="2",
+        )
+        assert code == 0, summary
+        assert summary["left"] == [] and summary["replicated"] == 1
+
+        seen = {e["event"]: e for e in events(tmp_path, "ar") if e.get("ledger") == ledger_id}
+        assert {"deferred_open", "fencing", "recovered", "swapped", "replicated"} <= set(seen)
+        assert seen["fencing"]["t"] - seen["deferred_open"]["t"] >= 2.0 - 0.05  # the writer had its grace
+        assert seen["recovered"]["last_entry_id"] == 59
+        copies = [e for e in events(tmp_path, "ar") if e["event"] == "copy" and e["ledger"] == ledger_id]
+        assert copies and all(c["t"] > seen["recovered"]["t"] for c in copies)  # nothing copied while open
+
+        metadata = bk.ledger_metadata(ledger_id)
+        assert metadata.state is LedgerState.CLOSED and metadata.last_entry_id == 59
+        assert victim not in metadata.bookies()
+        assert queue(cluster) == []
+        assert durability_violations(cluster, bk, [ledger_id], lost={victim}) == []
+        assert_readable(bk, {ledger_id: acked})
+
+        with pytest.raises(FencedError):
+            writer.add_entry(b"late", timeout=30)
+    finally:
+        writer.abandon()
+        bk.close()
