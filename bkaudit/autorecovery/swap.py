@@ -68,16 +68,24 @@ def replace_bookies(
     last_entry_id: int | None,
     replacements: Mapping[int, tuple[str, str]],
     *,
+    known: tuple[LedgerMetadata, int] | None = None,
     still_locked: Callable[[], bool] | None = None,
     on_conflict: Callable[[int], None] | None = None,
 ) -> SwapResult:
-    """Swap bookies in one segment with CAS retries. `store` is a client MetadataStore (read / write)."""
+    """Swap bookies in one segment with CAS retries. `store` is a client MetadataStore (read / write).
+
+    `known` is the (metadata, version) the caller evaluated: the first attempt writes on top of it without a
+    read (a stale version only costs one conflict); every retry re-reads.
+    """
     conflicts = 0
     for _ in range(MAX_ATTEMPTS):
-        try:
-            metadata, version = store.read(ledger_id)  # type: ignore[attr-defined]
-        except NoSuchLedger:
-            return SwapResult(SwapOutcome.GONE, conflicts=conflicts)
+        if known is not None:
+            (metadata, version), known = known, None
+        else:
+            try:
+                metadata, version = store.read(ledger_id)  # type: ignore[attr-defined]
+            except NoSuchLedger:
+                return SwapResult(SwapOutcome.GONE, conflicts=conflicts)
         proposed = swapped(metadata, first_entry_id, last_entry_id, replacements)
         if proposed is None:
             return SwapResult(SwapOutcome.CHANGED, metadata, version, conflicts)

@@ -260,10 +260,10 @@ class ReplicationWorker:
         repaired_any = False
         for _ in range(MAX_EVALUATIONS):
             try:
-                metadata, _ = sh.store.read(ledger_id)
+                metadata, md_version = sh.store.read(ledger_id)
             except NoSuchLedger:
                 return self._resolve_deleted(ledger_id, version)
-            outcome, report = self._evaluate_and_repair(ledger_id, version, metadata, marked)
+            outcome, report = self._evaluate_and_repair(ledger_id, version, metadata, md_version, marked)
             if report is not None and report.repaired:
                 repaired_any = True
             if outcome is not None:
@@ -277,7 +277,7 @@ class ReplicationWorker:
         return self._fail(ledger_id, version, "metadata kept changing during repair")
 
     def _evaluate_and_repair(
-        self, ledger_id: int, version: int, metadata: LedgerMetadata, marked: set[str]
+        self, ledger_id: int, version: int, metadata: LedgerMetadata, md_version: int, marked: set[str]
     ) -> tuple[Outcome | None, RepairReport | None]:
         """One evaluation: the final outcome, or None to evaluate again (after a repair or a change)."""
         sh = self.shared
@@ -291,7 +291,7 @@ class ReplicationWorker:
             if open_last_segment_at_risk(metadata, writable) or any(not f.closed for f in fragments):
                 return self._defer_open(ledger_id, version), None
             return self._resolve(ledger_id, version), None
-        report = self._repair(ledger_id, metadata, repairs, answers, states)
+        report = self._repair(ledger_id, (metadata, md_version), repairs, answers, states)
         if report.lock_lost:
             sh.events.emit("lock_lost", ledger=ledger_id, worker=self.name)
             return Outcome.LOCK_LOST, report
@@ -311,7 +311,7 @@ class ReplicationWorker:
     def _repair(
         self,
         ledger_id: int,
-        metadata: LedgerMetadata,
+        known: tuple[LedgerMetadata, int],
         repairs: list[SegmentRepair],
         answers: Mapping[str, Answer],
         states: Mapping[str, BookieState],
@@ -319,6 +319,7 @@ class ReplicationWorker:
         from bkaudit.formats.entry import DigestManager, master_key
 
         sh = self.shared
+        metadata = known[0]
         report = RepairReport()
         digest = DigestManager(ledger_id, metadata.password, metadata.digest_type)
         key = master_key(metadata.password)
@@ -346,8 +347,10 @@ class ReplicationWorker:
             if not repair.targets:
                 report.repaired += 1  # refilled in place: no metadata change
                 continue
-            if not self._swap(ledger_id, metadata, repair, report):
+            swapped = self._swap(ledger_id, metadata, known, repair, report)
+            if swapped is None:
                 break
+            known = swapped
         return report
 
     def _copy_segment(
@@ -407,9 +410,15 @@ class ReplicationWorker:
         return ok
 
     def _swap(
-        self, ledger_id: int, metadata: LedgerMetadata, repair: SegmentRepair, report: RepairReport
-    ) -> bool:
-        """Swap the segment's targets in; False when the ledger must be re-evaluated (stop repairing)."""
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        known: tuple[LedgerMetadata, int],
+        repair: SegmentRepair,
+        report: RepairReport,
+    ) -> tuple[LedgerMetadata, int] | None:
+        """Swap the segment's targets in, first CAS at the version evaluated (like BookKeeper's loop); the new
+        (metadata, version), or None when the ledger must be re-evaluated (stop repairing)."""
         sh = self.shared
         replacements = {i: (repair.ensemble[i], t) for i, t in repair.targets.items()}
         result = replace_bookies(
@@ -418,6 +427,7 @@ class ReplicationWorker:
             repair.first_entry_id,
             metadata.segment_last_entry(repair.segment_index),
             replacements,
+            known=known,
             still_locked=lambda: holds_lock(sh.zk, ledger_id, root=sh.root),
             on_conflict=lambda n: sh.events.emit("swap_conflict", ledger=ledger_id, attempt=n),
         )
@@ -431,7 +441,8 @@ class ReplicationWorker:
                 conflicts=result.conflicts,
                 worker=self.name,
             )
-            return True
+            assert result.metadata is not None and result.version is not None
+            return result.metadata, result.version
         if result.outcome is SwapOutcome.CHANGED:
             report.changed = True
             sh.events.emit("segment_changed", ledger=ledger_id, segment=repair.segment_index)
@@ -439,7 +450,7 @@ class ReplicationWorker:
             report.gone = True
         else:
             report.lock_lost = True
-        return False
+        return None
 
     # -- probes ----------------------------------------------------------------------------------------------
     def _probe(self, ledger_id: int, bookies: list[str]) -> dict[str, Answer]:

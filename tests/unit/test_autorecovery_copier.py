@@ -239,3 +239,13 @@ def test_swap_keeps_every_other_field(state: LedgerState) -> None:
     m = meta((0, "abc")).evolve(state=state, custom_metadata={"k": b"v"}, ctime=123)
     out = swapped(m, 0, 59, {0: ("a", "x")})
     assert out is not None and out.evolve(segments=m.segments) == m
+
+
+def test_swap_first_writes_on_the_evaluated_version_then_re_reads() -> None:
+    store = Store(meta((0, "abc")))
+    evaluated = (store.metadata, store.version)
+    store.version = 5  # written by someone else since the worker evaluated the ledger
+    result = replace_bookies(store, 1, 0, 59, {1: ("b", "x")}, known=evaluated)
+    assert result.outcome is SwapOutcome.DONE and result.conflicts == 1 and result.version == 6
+    fresh = (store.metadata, store.version)
+    assert replace_bookies(store, 1, 0, 59, {0: ("a", "y")}, known=fresh).conflicts == 0
