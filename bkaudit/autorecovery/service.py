@@ -94,6 +94,8 @@ class AutoRecoveryService:
         ur.ensure_underreplication_layout(self._zk, root=self.root, acl=acl)
         self.view = BookieView(self._zk, root=self.root, settings=self.settings).start()
         self.shared = self._shared(acl)
+        # ledgers already recorded as data-lost are left alone from the first pick on (no lock, no probe)
+        self.shared.data_lost.update(dataloss.list_ids(self._zk, root=self.root))
         self.events.emit("started", workers=self.n_workers, root=self.root)
         for i in range(self.n_workers):
             worker = ReplicationWorker(self.shared, f"{self.node_id}/w{i}")

@@ -30,11 +30,17 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def service(cluster, tmp_path):
-    settings = config.load(environ={}, overrides={
-        "zk.connect": cluster.zk, "zk.root": cluster.root, "zk.session_timeout_s": 6,
-        "autorecovery.replication_rate_by_bytes": 60000, "autorecovery.idle_poll_s": 0.2,
-        "autorecovery.lock_release_of_failed_ledger_grace_s": 1.6,
-    })
+    settings = config.load(
+        environ={},
+        overrides={
+            "zk.connect": cluster.zk,
+            "zk.root": cluster.root,
+            "zk.session_timeout_s": 6,
+            "autorecovery.replication_rate_by_bytes": 60000,
+            "autorecovery.idle_poll_s": 0.2,
+            "autorecovery.lock_release_of_failed_ledger_grace_s": 1.6,
+        },
+    )
     return AutoRecoveryService(settings, node_id="w", auditor=False, events_path=str(tmp_path / "w.events"))
 
 
@@ -62,8 +68,13 @@ def test_cas_conflict_during_the_swap_is_retried(cluster_factory, tmp_path) -> N
     try:
         wait_for(lambda: copying(tmp_path, ledger_id), 30, "the copy to start")
         metadata, stat = ledgers.read_ledger_metadata(zk, ledger_id, root=cluster.root)
-        ledgers.write_ledger_metadata(zk, ledger_id, metadata.evolve(custom_metadata={"touched": b"yes"}),
-                                      expected_version=stat.version, root=cluster.root)
+        ledgers.write_ledger_metadata(
+            zk,
+            ledger_id,
+            metadata.evolve(custom_metadata={"touched": b"yes"}),
+            expected_version=stat.version,
+            root=cluster.root,
+        )
         summary = svc.drain(timeout_s=60)
     finally:
         svc.stop()
@@ -89,8 +100,13 @@ def test_segment_changed_under_the_worker_is_re_evaluated(cluster_factory, tmp_p
         # an operator (or another tool) swaps the lost bookie for `spare` without copying anything
         metadata, stat = ledgers.read_ledger_metadata(zk, ledger_id, root=cluster.root)
         replaced = tuple(spare if b == victim else b for b in metadata.segments[0].ensemble)
-        ledgers.write_ledger_metadata(zk, ledger_id, metadata.evolve(segments=(Segment(0, replaced),)),
-                                      expected_version=stat.version, root=cluster.root)
+        ledgers.write_ledger_metadata(
+            zk,
+            ledger_id,
+            metadata.evolve(segments=(Segment(0, replaced),)),
+            expected_version=stat.version,
+            root=cluster.root,
+        )
         summary = svc.drain(timeout_s=90)
     finally:
         svc.stop()

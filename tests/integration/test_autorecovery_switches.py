@@ -30,8 +30,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def cli(cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(ar_command(cluster, *args), capture_output=True, text=True, env=env(), cwd=ROOT,
-                          timeout=60)
+    return subprocess.run(
+        ar_command(cluster, *args), capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60
+    )
 
 
 def status(cluster) -> dict:
@@ -61,7 +62,9 @@ def test_disable_stops_auditor_and_workers_until_enabled(cluster_factory, tmp_pa
             cluster.kill_bookie(victim)
             wait_absent(cluster, victim)
             ur.mark_underreplicated(zk, first, [victim], root=cluster.root)  # as a checker would
-            wait_for(lambda: status(cluster)["bookies"]["lost"] == [victim], 10, "status to show the lost bookie")
+            wait_for(
+                lambda: status(cluster)["bookies"]["lost"] == [victim], 10, "status to show the lost bookie"
+            )
             doc = status(cluster)
             assert doc["enabled"] is False and doc["auditor"] == "ar" and doc["queue_size"] == 1
             time.sleep(3.0)  # the auditor would have audited and the worker locked by now, were it enabled
@@ -79,7 +82,9 @@ def test_disable_stops_auditor_and_workers_until_enabled(cluster_factory, tmp_pa
             trigger = cli(cluster, "trigger-audit")
             assert trigger.returncode == 0, trigger.stderr
             assert "ar" in trigger.stdout
-            wait_for(lambda: kinds(tmp_path, "ar").count("audit_started") == audits + 1, 20, "triggered audit")
+            wait_for(
+                lambda: kinds(tmp_path, "ar").count("audit_started") == audits + 1, 20, "triggered audit"
+            )
             doc = status(cluster)
             assert doc["queue_size"] == 0 and doc["data_lost"] == [] and doc["enabled"] is True
         finally:

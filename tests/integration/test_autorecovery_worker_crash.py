@@ -37,8 +37,9 @@ def test_killed_worker_releases_its_lock_with_its_session(cluster_factory, tmp_p
         assert ur.mark_underreplicated(zk, ledger_id, [victim], root=cluster.root)
 
         # ~1000 entries of ~250 bytes at 20 kB/s: the copy takes >10 s, plenty of time to kill it mid-way
-        slow = start_run(cluster, tmp_path, "slow", "--no-auditor",
-                         BKAUDIT_AUTORECOVERY__REPLICATION_RATE_BY_BYTES="20000")
+        slow = start_run(
+            cluster, tmp_path, "slow", "--no-auditor", BKAUDIT_AUTORECOVERY__REPLICATION_RATE_BY_BYTES="20000"
+        )
         try:
             wait_for(lambda: [e for e in events(tmp_path, "slow") if e["event"] == "copy"], 30, "the copy")
             time.sleep(1.0)
