@@ -386,7 +386,7 @@ class ReplicationWorker:
                 ledger=ledger_id,
                 segment=repair.segment_index,
                 index=fragment.bookie_index,
-                source=fragment.bookie,
+                bookie=fragment.bookie,
                 target=target,
                 reason=fragment.reason.value,
                 entries=fragment.entry_count(),
