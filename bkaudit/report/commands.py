@@ -1,0 +1,57 @@
+"""`bkaudit report --warehouse W [--run-id ID] --out DIR`: write the HTML audit report of a checker run.
+
+`--fail-on` lets a scheduler turn a bad run red *after* the report exists (the Airflow DAG's last task):
+exit 2 when the run's new violations reach that severity, as `bkaudit check --fail-on` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from bkaudit.cli_common import emit, fail, load_settings
+
+
+@click.command("report")
+@click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
+@click.option("--run-id", default=None, help="checker run to report (default: the latest succeeded run)")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="directory for report-<run_id>.html and index.html")
+@click.option("--fail-on", type=click.Choice(["never", "warning", "critical"]), default="never",
+              show_default=True, help="exit 2 when the run's new violations reach this severity")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
+def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str, config_path: str | None,
+           as_json: bool) -> None:
+    """Write a self-contained HTML report (summary, categories, bookies, topics, trend, worst ledgers)."""
+    import bkaudit.spark.settings
+    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
+    from bkaudit.audit.classification import exit_code
+    from bkaudit.errors import BkAuditError
+    from bkaudit.report.builder import write
+    from bkaudit.report.data import load
+    from bkaudit.spark.settings import SnapshotSettings
+
+    settings = load_settings(None, None, None, config_path, need_zk=False,
+                             **({"snapshot.warehouse": warehouse} if warehouse else {}))
+    warehouse = settings.get(SnapshotSettings).warehouse
+    if not warehouse:
+        fail("no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE")
+        return
+    try:
+        data = load(warehouse, run_id)
+        path = write(data, out_dir)
+    except BkAuditError as exc:
+        fail(" ".join(str(exc).split()))
+        return
+    run = data.run
+    counts = {k: int(v or 0) for k, v in dict(run.get("counts") or []).items()}
+    result: dict[str, Any] = {"report": str(path), "index": str(path.parent / "index.html"),
+                              "run_id": run["run_id"], "snapshot_id": run["snapshot_id"],
+                              "status": run["status"], "counts": counts}
+    emit(result, as_json, lambda r: f"report of run {r['run_id']}: {r['report']}")
+    code = exit_code(counts, fail_on)
+    if code:
+        raise SystemExit(code)

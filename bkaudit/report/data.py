@@ -1,0 +1,133 @@
+"""What the report shows, read from the warehouse with delta-rs (no Spark: a report must render in seconds).
+
+One checker run is the subject: `--run-id`, else the most recently finished 'succeeded' row of `audit_runs`
+(the checker commits that row last, so a half-written run is never picked). Around it: its `violations` and
+`bookie_checks` rows, the `snapshots` row and `validation_results` of the snapshot it checked, the last runs
+of `audit_runs` (trend) and the Delta history of `violations` (which table version each run committed).
+Tables other than `audit_runs` are optional: a section without data says so instead of failing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bkaudit.errors import BkAuditError
+from bkaudit.tables.store import table_uri
+
+SUCCEEDED = "succeeded"
+HISTORY_RUNS = 30
+"""How many runs the trend covers."""
+
+
+class ReportError(BkAuditError):
+    """The warehouse holds nothing to report on (or not the run asked for)."""
+
+
+@dataclass
+class ReportData:
+    """Everything the builder needs, as plain Arrow tables and dicts."""
+
+    warehouse: str
+    run: dict[str, Any]
+    violations: pa.Table
+    bookie_checks: pa.Table | None = None
+    snapshot: dict[str, Any] | None = None
+    validation: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """Succeeded runs, oldest first, ending with (at most) the reported run."""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """Delta commits of `violations`, newest first."""
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run["run_id"])
+
+
+def _table(warehouse: str, name: str) -> Any | None:
+    from deltalake import DeltaTable
+
+    uri = table_uri(warehouse, name)
+    return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
+
+
+def _rows_where(warehouse: str, name: str, column: str, value: str) -> pa.Table | None:
+    """The rows of `name` with `column == value` (pushed down to the Parquet scan), None if no table."""
+    import pyarrow.dataset as ds
+
+    from bkaudit.tables.schemas import spec
+
+    dt = _table(warehouse, name)
+    if dt is None:
+        return None
+    data = dt.to_pyarrow_dataset().to_table(filter=ds.field(column) == value)
+    return data.select(spec(name).schema.names)
+
+
+def pick_run(runs: pa.Table, run_id: str | None) -> dict[str, Any]:
+    """The run to report: `run_id` (its succeeded row if it has one), else the latest succeeded run."""
+    if run_id is not None:
+        rows = runs.filter(pc.equal(runs.column("run_id"), run_id)).to_pylist()
+        if not rows:
+            raise ReportError(f"no checker run {run_id!r} in audit_runs")
+        ok = [r for r in rows if r["status"] == SUCCEEDED]
+        return (ok or rows)[0]
+    ok = runs.filter(pc.equal(runs.column("status"), SUCCEEDED))
+    if ok.num_rows == 0:
+        raise ReportError("audit_runs holds no succeeded checker run yet (run `bkaudit check` first)")
+    ok = ok.sort_by([("finished_at", "descending"), ("started_at", "descending")])
+    return ok.slice(0, 1).to_pylist()[0]
+
+
+def load(warehouse: str, run_id: str | None = None, *, history_runs: int = HISTORY_RUNS) -> ReportData:
+    """Read one run and its context from `warehouse`; ReportError when there is no such run."""
+    from bkaudit.tables.schemas import spec
+
+    runs_dt = _table(warehouse, "audit_runs")
+    if runs_dt is None:
+        raise ReportError(f"no audit_runs table in {warehouse} (run `bkaudit check --warehouse {warehouse}` "
+                          "first)")
+    runs = runs_dt.to_pyarrow_table().select(spec("audit_runs").schema.names)
+    run = pick_run(runs, run_id)
+    rid = str(run["run_id"])
+    violations = _rows_where(warehouse, "violations", "run_id", rid)
+    if violations is None:
+        violations = spec("violations").schema.empty_table()
+    data = ReportData(warehouse=warehouse, run=run, violations=violations,
+                      bookie_checks=_rows_where(warehouse, "bookie_checks", "run_id", rid))
+    snap = _rows_where(warehouse, "snapshots", "snapshot_id", str(run["snapshot_id"]))
+    if snap is not None and snap.num_rows:
+        rows = snap.to_pylist()
+        data.snapshot = next((r for r in rows if r["status"] == SUCCEEDED), rows[0])
+    results = _rows_where(warehouse, "validation_results", "snapshot_id", str(run["snapshot_id"]))
+    if results is not None:
+        data.validation = sorted(results.to_pylist(), key=lambda r: (r["success"], r["expectation"]))
+    data.runs = _trend_runs(runs, run, history_runs)
+    data.history = _violations_history(warehouse)
+    return data
+
+
+def _trend_runs(runs: pa.Table, run: dict[str, Any], limit: int) -> list[dict[str, Any]]:
+    """Succeeded runs up to (and including) the reported one, oldest first, at most `limit`."""
+    ok = runs.filter(pc.equal(runs.column("status"), SUCCEEDED)).sort_by([("started_at", "ascending")])
+    rows = [r for r in ok.to_pylist() if r["started_at"] is None or run["started_at"] is None
+            or r["started_at"] <= run["started_at"]]
+    if not any(r["run_id"] == run["run_id"] for r in rows):
+        rows.append(run)
+    return rows[-limit:]
+
+
+def _violations_history(warehouse: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The last commits of `violations` (version, time, operation, bkaudit's commit info)."""
+    dt = _table(warehouse, "violations")
+    if dt is None:
+        return []
+    out = []
+    for entry in dt.history(limit):
+        info = {k: v for k, v in entry.items() if str(k).startswith("bkaudit.")}
+        out.append({"version": entry.get("version"), "timestamp": entry.get("timestamp"),
+                    "operation": entry.get("operation"), "info": info})
+    return out
