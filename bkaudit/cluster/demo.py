@@ -1,0 +1,554 @@
+"""`bkaudit demo` (`make demo`): the whole audit story on a throw-away local cluster, in a few minutes.
+
+1. start ZooKeeper + 6 bookies on 3 racks;            5. snapshot + check: the damage, per category,
+2. write a few hundred ledgers (mixed E/WQ/AQ, some       published to the under-replication queue;
+   open, some on Pulsar topics);                        6. auto-recovery drains the queue;
+3. snapshot + check: clean;                            7. snapshot + check: durability clean again, what
+4. faults: kill a bookie; wipe, format and restart        remains explained in plain words;
+   another; a ledger with every copy on one rack;      8. the HTML report;   9. stop everything.
+
+The two damaged bookies share a rack on purpose: rack-aware placement never puts two bookies of one rack in
+a WQ=2 write set, so every entry keeps a copy and recovery can succeed (losing two racks' worth of bookies
+at once would be real data loss, which no audit can undo). The demo is also an end-to-end test: every
+expectation is checked, `--json` prints them, and the exit status is 1 when one fails.
+
+Spark runs in this process (one JVM for the three runs); auto-recovery runs as `bkaudit autorecovery run
+--once`, a separate process like in production. Everything it started is stopped on exit, failure or
+Ctrl-C, unless `--keep`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+
+from bkaudit.model.ledger import DigestType
+from bkaudit.model.placement import DefaultPolicy
+
+MARKER = ".bkaudit-demo"
+BOOKIES, RACKS = 6, 3
+DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
+STEPS = (
+    "start a local cluster: ZooKeeper + 6 bookies on 3 racks",
+    "write ledgers",
+    "snapshot + check: expect a clean cluster",
+    "inject faults",
+    "snapshot + check: find the damage, publish it to the under-replication queue",
+    "auto-recovery: drain the under-replication queue",
+    "snapshot + check: expect durability clean again",
+    "write the HTML report",
+    "stop the cluster",
+)
+EXPLAIN = {
+    "no_replica": "entries with no copy left anywhere: data loss",
+    "below_ack_quorum": "entries with fewer copies than the writer was promised (ack quorum)",
+    "below_write_quorum": "entries missing some of their write-quorum copies: re-replication restores them",
+    "ledger_unverifiable": "a bookie that must hold entries of the ledger did not answer (here: the killed "
+                           "bookie, gone from ZooKeeper), so its copies could not be counted",
+    "bookie_unreachable_but_registered": "a bookie still registered in ZooKeeper does not answer",
+    "placement_fail": "every copy on one rack: losing that rack loses the ledger; auto-recovery repairs "
+                      "durability, not placement (BookKeeper only relocates with BP-54, publish_placement)",
+    "placement_soft": "placement meets the soft rule only (fewer racks than desired)",
+    "extra_entries": "copies a bookie still holds although the ledger's metadata no longer assigns them to "
+                     "it (left behind when recovery changed an ensemble); harmless, BookKeeper's garbage "
+                     "collector reclaims the space",
+    "underreplicated_too_long": "a ledger stayed in the under-replication queue past the grace period",
+    "metadata_unparseable": "a ledger znode bookkeeper cannot decode",
+}
+
+# -- the workload -----------------------------------------------------------------------------------------
+SHAPES: tuple[tuple[int, int, int], ...] = ((3, 2, 2), (3, 3, 2), (4, 3, 2), (5, 3, 3), (4, 2, 2), (3, 3, 3))
+"""(E, WQ, AQ) mixes seen in practice (Pulsar's default is 2/2/2; 3/3/2 and 5/3/3 are common choices)."""
+MANAGED_LEDGER_KEY = "pulsar/managed-ledger"
+PAYLOAD = b"bkaudit-demo-entry-" + b"x" * 100
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One ledger to write."""
+
+    shape: tuple[int, int, int]
+    entries: int
+    leave_open: bool
+    topic: str | None
+    digest: DigestType
+
+
+@dataclass
+class Written:
+    """What the workload wrote: the ground truth the audit is compared with."""
+
+    ledgers: list[int] = field(default_factory=list)
+    open_ledgers: list[int] = field(default_factory=list)
+    managed: dict[int, str] = field(default_factory=dict)
+    entries: int = 0
+    shapes: dict[str, int] = field(default_factory=dict)
+
+
+def plan(count: int, seed: int = 7, topics: int = 12) -> list[Plan]:
+    """`count` ledgers: shapes round robin, 1-40 entries, ~10% open, ~40% on Pulsar topics (deterministic)."""
+    rng = random.Random(seed)
+    digests = (DigestType.CRC32C, DigestType.CRC32, DigestType.MAC)
+    out = []
+    for i in range(count):
+        topic = None
+        if rng.random() < 0.4:
+            topic = f"public/default/persistent/demo-topic-{rng.randrange(topics)}"
+        out.append(Plan(SHAPES[i % len(SHAPES)], rng.randint(1, 40), rng.random() < 0.1, topic,
+                        digests[i % len(digests)]))
+    return out
+
+
+def write_ledgers(bk: Any, plans: Sequence[Plan], *, threads: int = 8,
+                  progress: Callable[[int, int], None] | None = None) -> Written:
+    """Write every planned ledger (adds pipelined per ledger, ledgers in parallel); open ones are abandoned
+    by their writer, like a broker that crashed."""
+    written = Written()
+
+    def one(p: Plan) -> tuple[int, Plan]:
+        custom = {MANAGED_LEDGER_KEY: p.topic} if p.topic else None
+        handle = bk.create_ledger(*p.shape, digest_type=p.digest, password=b"demo", custom_metadata=custom)
+        for future in [handle.add_entry_async(PAYLOAD) for _ in range(p.entries)]:
+            future.result(timeout=60)
+        if p.leave_open:
+            handle.abandon()
+        else:
+            handle.close()
+        return int(handle.ledger_id), p
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="demo-writer") as pool:
+        for ledger_id, p in pool.map(one, plans):
+            written.ledgers.append(ledger_id)
+            written.entries += p.entries
+            key = "E{}/WQ{}/AQ{}".format(*p.shape)
+            written.shapes[key] = written.shapes.get(key, 0) + 1
+            if p.leave_open:
+                written.open_ledgers.append(ledger_id)
+            if p.topic:
+                written.managed[ledger_id] = p.topic
+            if progress is not None:
+                progress(len(written.ledgers), len(plans))
+    return written
+
+
+class PinnedEnsemble(DefaultPolicy):
+    """A placement "policy" that always answers the same ensemble: how a misconfigured client (or a
+    hand-edited znode) ends up with every copy on one rack."""
+
+    def __init__(self, ensemble: Sequence[str]) -> None:
+        super().__init__()
+        object.__setattr__(self, "pinned", tuple(ensemble))
+
+    def choose_ensemble(self, ensemble_size: int, write_quorum: int, ack_quorum: int,
+                        candidates: Sequence[str], topology: Any, **_: Any) -> tuple[str, ...]:
+        return tuple(self.pinned[:ensemble_size])  # type: ignore[attr-defined]
+
+
+def write_pinned(zk: str, root: str, ensemble: Sequence[str], entries: int, topic: str) -> int:
+    """One closed ledger with E = WQ = AQ = len(ensemble) on exactly `ensemble`; returns its id."""
+    from bkaudit.client import BookKeeper
+
+    n = len(ensemble)
+    with BookKeeper.connect(zk, root, placement=PinnedEnsemble(ensemble)) as bk:
+        handle = bk.create_ledger(n, n, n, password=b"demo", custom_metadata={MANAGED_LEDGER_KEY: topic})
+        for _ in range(entries):
+            handle.add_entry(PAYLOAD)
+        handle.close()
+        return int(handle.ledger_id)
+
+
+# -- progress ----------------------------------------------------------------------------------------------
+class Progress:
+    """`[3/9 01:12] step` lines plus indented details; to stderr under --json so stdout stays one document."""
+
+    def __init__(self, out: TextIO, total: int) -> None:
+        self.out, self.total, self.t0, self.step = out, total, time.monotonic(), 0
+        self.tty = out.isatty()
+
+    def elapsed(self) -> str:
+        s = int(time.monotonic() - self.t0)
+        return f"{s // 60:02d}:{s % 60:02d}"
+
+    def start(self, title: str) -> None:
+        self.step += 1
+        self._line(click.style(f"[{self.step}/{self.total} {self.elapsed()}] ", bold=True) + title)
+
+    def say(self, text: str) -> None:
+        self._line(f"    {text}")
+
+    def counter(self, label: str) -> Callable[[int, int], None]:
+        """A callback printing `label done/total` (in place on a terminal, every 25% otherwise)."""
+
+        def show(done: int, total: int) -> None:
+            if self.tty:
+                end = "\n" if done == total else ""
+                self.out.write(f"\r    {label} {done}/{total}{end}")
+                self.out.flush()
+            elif done == total or done % max(1, total // 4) == 0:
+                self._line(f"    {label} {done}/{total}")
+
+        return show
+
+    def _line(self, text: str) -> None:
+        click.echo(text, file=self.out, color=self.tty)
+
+
+# -- the demo ----------------------------------------------------------------------------------------------
+@dataclass
+class Expectation:
+    name: str
+    ok: bool
+    detail: str
+
+
+class Demo:
+    """One run of the demo in `directory` (cluster/, warehouse/, report/, bkaudit.toml, demo.json)."""
+
+    def __init__(self, directory: Path, ledgers: int, *, keep: bool, seed: int, out: TextIO) -> None:
+        self.dir, self.ledgers, self.keep, self.seed = directory, ledgers, keep, seed
+        self.progress = Progress(out, len(STEPS))
+        self.warehouse = str(directory / "warehouse")
+        self.report_dir = directory / "report"
+        self.config_path = directory / "bkaudit.toml"
+        self.cluster: Any = None
+        self.spark: Any = None
+        self.settings: Any = None
+        self.expectations: list[Expectation] = []
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.summary: dict[str, Any] = {"dir": str(directory), "warehouse": self.warehouse,
+                                        "config": str(self.config_path)}
+
+    def expect(self, name: str, ok: bool, detail: str) -> bool:
+        self.expectations.append(Expectation(name, bool(ok), detail))
+        mark = click.style("ok  ", fg="green") if ok else click.style("FAIL", fg="red", bold=True)
+        self.progress.say(f"{mark} {name}: {detail}")
+        return bool(ok)
+
+    # -- driver ------------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        t0 = time.monotonic()
+        spark_future: Future[Any] | None = None
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="demo-spark")
+        try:
+            spark_future = pool.submit(self._start_spark)  # the JVM starts while the cluster does
+            self.step_cluster()
+            written = self.step_write()
+            self.spark = spark_future.result()
+            self.step_check("baseline", "demo-1-baseline", expect_clean=True, written=written)
+            faults = self.step_faults()
+            self.step_check("faults", "demo-2-faults", publish=True, faults=faults)
+            self.step_recover()
+            self.step_check("recovered", "demo-3-recovered", final=True, faults=faults)
+            self.step_report()
+        except KeyboardInterrupt:
+            self.expect("finished", False, "interrupted (Ctrl-C)")
+            raise
+        except Exception as exc:
+            self.expect("finished", False, f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}")
+        finally:
+            self.step_stop(spark_future)
+            pool.shutdown(wait=False)
+            self.summary.update({
+                "runs": self.runs,
+                "expectations": [e.__dict__ for e in self.expectations],
+                "ok": all(e.ok for e in self.expectations) and bool(self.expectations),
+                "seconds": round(time.monotonic() - t0, 1),
+            })
+            (self.dir / "demo.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
+        return self.summary
+
+    def _start_spark(self) -> Any:
+        from bkaudit.spark.session import get_session
+
+        log4j = self.dir / "log4j2.properties"
+        log4j.write_text("rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
+                         "appender.console.type = Console\nappender.console.name = console\n"
+                         "appender.console.target = SYSTEM_ERR\n"
+                         "appender.console.layout.type = PatternLayout\n"
+                         "appender.console.layout.pattern = spark %p %c{1}: %m%n\n")
+        opts = f"-Dlog4j2.configurationFile=file:{log4j}"  # Spark's own WARN chatter off the terminal
+        conf = {"spark.driver.extraJavaOptions": opts, "spark.executor.extraJavaOptions": opts}
+        return get_session("local[2]", app_name="bkaudit-demo", conf=conf)
+
+    # -- steps -------------------------------------------------------------------------------------------
+    def step_cluster(self) -> None:
+        from bkaudit.cluster.local import LocalCluster
+
+        self.progress.start(STEPS[0])
+        self.cluster = LocalCluster.up(self.dir / "cluster", bookies=BOOKIES, racks=RACKS, detach=self.keep)
+        self._write_settings()
+        for b in self.cluster.bookies:
+            self.progress.say(f"bookie {b.id} on {b.rack}")
+        self.summary["cluster"] = {"zk": self.cluster.zk, "dir": str(self.cluster.directory),
+                                   "bookies": {b.id: b.rack for b in self.cluster.bookies}}
+        self.progress.say(f"ZooKeeper {self.cluster.zk}; settings in {self.config_path}")
+
+    def _write_settings(self) -> None:
+        """The demo's settings file: where things are, plus timings tuned for a cluster that lives minutes."""
+        from bkaudit import config
+
+        self.config_path.write_text(
+            "# written by `bkaudit demo`: use it with --config to query or re-run against this cluster\n"
+            f'[zk]\nconnect = "{self.cluster.zk}"\nroot = "{self.cluster.root}"\n'
+            f'[snapshot]\nwarehouse = "{self.warehouse}"\n'
+            "[checker]\nretry_delay_s = 1.0\ncall_timeout_s = 5.0\n"
+            "[autorecovery]\nopen_ledger_rereplication_grace = 2.0\nworkers = 2\n"
+            "rw_rereplicate_backoff_s = 1.0\nlock_release_of_failed_ledger_grace_s = 8.0\n",
+            encoding="utf-8",
+        )
+        self.settings = config.load(path=self.config_path)
+
+    def step_write(self) -> Written:
+        from bkaudit.client import BookKeeper
+
+        self.progress.start(f"{STEPS[1]}: {self.ledgers} of mixed E/WQ/AQ, some open, some on topics")
+        with BookKeeper.connect(self.cluster.zk, self.cluster.root) as bk:
+            written = write_ledgers(bk, plan(self.ledgers, self.seed),
+                                    progress=self.progress.counter("ledgers"))
+        shapes = ", ".join(f"{k} x{v}" for k, v in sorted(written.shapes.items()))
+        self.progress.say(f"{written.entries} entries; {len(written.open_ledgers)} left open; "
+                          f"{len(written.managed)} on {len(set(written.managed.values()))} Pulsar topics")
+        self.progress.say(f"shapes: {shapes}")
+        self.summary["written"] = {"ledgers": len(written.ledgers), "entries": written.entries,
+                                   "open": len(written.open_ledgers), "managed": len(written.managed),
+                                   "shapes": written.shapes}
+        return written
+
+    def step_check(self, phase: str, run_id: str, *, publish: bool = False, expect_clean: bool = False,
+                   final: bool = False, written: Written | None = None, faults: dict[str, Any] | None = None,
+                   ) -> None:
+        from bkaudit.spark.checker import CheckOptions, run_check
+        from bkaudit.spark.snapshot import run_snapshot
+
+        self.progress.start(STEPS[{"baseline": 2, "faults": 4, "recovered": 6}[phase]])
+        snap = run_snapshot(self.spark, self.settings, warehouse=self.warehouse, snapshot_id=run_id)
+        self.progress.say(f"snapshot {snap.snapshot_id}: {snap.ledgers} ledgers, {snap.bookies} bookies, "
+                          f"{snap.underreplicated} under-replicated ({snap.seconds:.1f}s)")
+        result = run_check(self.spark, self.settings, CheckOptions(
+            warehouse=self.warehouse, snapshot_id=snap.snapshot_id, run_id=run_id,
+            publish_underreplicated=publish, fail_on="never", progress=None))
+        counts = {k: int(v) for k, v in result.counts.items()}
+        self.runs[phase] = {"run_id": result.run_id, "snapshot_id": snap.snapshot_id, "ledgers": snap.ledgers,
+                            "counts": counts, "published": result.published,
+                            "under_repair": dict(result.under_repair), "seconds": round(result.seconds, 1)}
+        self.progress.say(f"check {result.run_id}: {result.ledgers_checked} ledgers, "
+                          f"{result.entries_checked} entries on {len(result.bookies)} bookies "
+                          f"({result.seconds:.1f}s)")
+        if expect_clean:
+            assert written is not None
+            self.expect("snapshot saw every ledger", snap.ledgers == len(written.ledgers),
+                        f"{snap.ledgers} in the snapshot, {len(written.ledgers)} written")
+            found = {k: v for k, v in counts.items() if v}
+            self.expect("baseline is clean", not found, "no violation" if not found else f"found {found}")
+        elif final:
+            self._print_table()
+            self._final_expectations(counts, faults or {})
+        else:
+            self._print_table(only=("faults",))
+            durable = sum(counts.get(c, 0) for c in DURABILITY)
+            self.expect("damage detected", durable > 0, f"{durable} ledger(s) below their write quorum")
+            self.expect("placement violation detected", counts.get("placement_fail", 0) >= 1,
+                        f"{counts.get('placement_fail', 0)} placement_fail")
+            self.expect("published to the queue", result.published > 0,
+                        f"{result.published} ledger(s) marked under-replicated")
+
+    def step_faults(self) -> dict[str, Any]:
+        from bkaudit.zk import registry
+
+        self.progress.start(STEPS[3])
+        c = self.cluster
+        rack1 = [b.id for b in c.bookies if b.rack == "/rack-1"]
+        rack2 = [b.id for b in c.bookies if b.rack == "/rack-2"]
+        killed, wiped = rack1[0], rack1[1]
+        c.kill_bookie(killed)
+        self.progress.say(f"killed bookie {killed} (SIGKILL: its disk is gone for good)")
+        c.stop_bookie(wiped)
+        c.wipe_bookie(wiped)
+        c.format_bookie(wiped)
+        c.start_bookie(wiped)
+        self.progress.say(f"wiped, formatted and restarted bookie {wiped}: same id, empty disk")
+        pinned = write_pinned(c.zk, c.root, rack2, 10, "public/default/persistent/misplaced-topic")
+        self.progress.say(f"wrote ledger {pinned} with every copy on /rack-2 ({', '.join(rack2)})")
+        deadline = time.monotonic() + 30
+        zk = c.zk_client()
+        while registry.bookie_state(zk, killed, c.root) != "absent" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.progress.say(f"{killed}'s ZooKeeper session expired: it is no longer registered")
+        faults = {"killed": killed, "wiped": wiped, "misplaced_ledger": pinned, "misplaced_on": rack2}
+        self.summary["faults"] = faults
+        return faults
+
+    def step_recover(self) -> None:
+        self.progress.start(STEPS[5])
+        events = self.dir / "autorecovery-events.jsonl"
+        args = ["autorecovery", "run", "--zk", self.cluster.zk, "--config", str(self.config_path), "--once",
+                "--json", "--timeout", "150"]
+        self.progress.say("$ bkaudit " + " ".join(args))
+        cmd = [sys.executable, "-m", "bkaudit.cli", *args, "--events", str(events)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
+        (self.dir / "autorecovery.log").write_text(proc.stderr, encoding="utf-8")
+        lines = proc.stdout.strip().splitlines()
+        try:
+            summary = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            summary = {"output": proc.stdout[-2000:]}
+        self.summary["autorecovery"] = {"exit_code": proc.returncode, **summary}
+        shown = {k: v for k, v in summary.items() if isinstance(v, int | float | str)}
+        self.progress.say(f"summary: {json.dumps(shown)[:300]}")
+        self.expect("auto-recovery drained the queue", proc.returncode == 0,
+                    f"exit {proc.returncode} (log: {self.dir / 'autorecovery.log'})")
+
+    def _final_expectations(self, counts: dict[str, int], faults: dict[str, Any]) -> None:
+        durable = {c: counts.get(c, 0) for c in DURABILITY}
+        self.expect("durability clean after recovery", not any(durable.values()), json.dumps(durable))
+        remaining = {k: v for k, v in counts.items() if v}
+        self.expect("placement violation still reported", counts.get("placement_fail", 0) >= 1,
+                    f"ledger {faults.get('misplaced_ledger')} keeps every copy on one rack")
+        if remaining:
+            self.progress.say("what remains, in plain words:")
+            for category, n in remaining.items():
+                self.progress.say(f"  {category} x{n}: {EXPLAIN.get(category, 'see docs/checks.md')}")
+        killed = faults.get("killed")
+        if killed:
+            self.progress.say(f"  bookie {killed} stays dead: ZooKeeper keeps its cookie (state "
+                              "'unavailable' in the bookies table) until an operator decommissions it; no "
+                              "ledger needs it any more, recovery moved its copies")
+
+    def _print_table(self, only: Sequence[str] | None = None) -> None:
+        from bkaudit.audit.base import Category
+
+        phases = [p for p in ("baseline", "faults", "recovered")
+                  if p in self.runs and (not only or p in only)]
+        cats = sorted(Category, key=lambda c: (-c.severity.rank, c.value))
+        rows = [(c.value, c.severity.value, [self.runs[p]["counts"].get(c.value, 0) for p in phases])
+                for c in cats]
+        rows = [r for r in rows if any(r[2]) or r[0] in DURABILITY]
+        header = f"{'category':<34} {'severity':<9}" + "".join(f"{p:>11}" for p in phases)
+        self.progress.say(header)
+        self.progress.say("-" * len(header))
+        for name, severity, values in rows:
+            self.progress.say(f"{name:<34} {severity:<9}" + "".join(f"{v:>11}" for v in values))
+
+    def step_report(self) -> None:
+        from bkaudit.report.builder import write_report
+
+        self.progress.start(STEPS[7])
+        path = write_report(self.warehouse, self.report_dir, self.runs["recovered"]["run_id"])
+        self.summary["report"] = str(path)
+        self.summary["report_index"] = str(self.report_dir / "index.html")
+        self.expect("report written", path.is_file() and path.stat().st_size > 0, str(path))
+
+    def step_stop(self, spark_future: Future[Any] | None) -> None:
+        self.progress.start(STEPS[8] + (" (skipped: --keep)" if self.keep else ""))
+        if spark_future is not None:
+            try:
+                spark = spark_future.result(timeout=120)
+                spark.stop()
+            except Exception:
+                pass
+        if self.cluster is not None and not self.keep:
+            self.cluster.down()
+            self.progress.say("ZooKeeper and bookies stopped")
+        elif self.cluster is not None:
+            self.progress.say("still running; stop it with: "
+                              f"bkaudit cluster down --dir {self.cluster.directory}")
+
+
+# -- output -----------------------------------------------------------------------------------------------
+def where(summary: dict[str, Any], bin_dir: str) -> str:
+    """The closing text: where everything is and how to query it."""
+    d, wh, cfg = summary["dir"], summary["warehouse"], summary["config"]
+    run = summary.get("runs", {}).get("recovered", {}).get("run_id", "demo-3-recovered")
+    bk = f"{bin_dir}/bkaudit" if bin_dir else "bkaudit"
+    py = f"{bin_dir}/python" if bin_dir else "python"
+    lines = [
+        "",
+        click.style("Everything is in " + d, bold=True),
+        f"  report     {summary.get('report_index', '(not written)')}   (open in a browser; works offline)",
+        f"  warehouse  {wh}   (Delta tables: ledgers, violations, audit_runs, bookie_checks, ...)",
+        f"  cluster    {summary.get('cluster', {}).get('dir', d + '/cluster')}   (cluster.json, bookie logs)",
+        f"  settings   {cfg}   (use with --config)",
+        f"  summary    {d}/demo.json",
+        "",
+        click.style("Query the tables:", bold=True),
+        f"  {bk} violations --config {cfg} --run-id demo-2-faults",
+        f"  {bk} violations --config {cfg} --run-id {run} --category placement_fail --json",
+        f"  {bk} report --warehouse {wh} --run-id demo-2-faults --out {d}/report",
+        f"  {py} -c \"from bkaudit import tables; from bkaudit.spark.session import get_session; "
+        f"tables.load(get_session(), '{wh}', 'violations', latest=False)"
+        ".groupBy('run_id', 'category').count().orderBy('run_id').show(50, False)\"",
+    ]
+    return "\n".join(lines)
+
+
+def _prepare_dir(directory: str | None) -> Path:
+    """A fresh directory: ./demo-output/<UTC time> by default; an earlier demo's directory is reused."""
+    if directory is None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        path = Path("demo-output") / stamp
+    else:
+        path = Path(directory)
+    path = path.resolve()
+    if path.exists() and any(path.iterdir()):
+        if not (path / MARKER).exists():
+            raise click.UsageError(f"{path} is not empty and was not made by `bkaudit demo`; "
+                                   "choose another --dir")
+        _stop_leftover(path / "cluster")
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER).write_text("made by bkaudit demo\n")
+    return path
+
+
+def _stop_leftover(cluster_dir: Path) -> None:
+    """Stop a cluster an earlier `--keep` demo left running in this directory."""
+    if not (cluster_dir / "cluster.json").exists():
+        return
+    from bkaudit.cluster.local import LocalCluster
+
+    try:
+        LocalCluster.load(cluster_dir).down()
+    except Exception:
+        pass
+
+
+@click.command("demo")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
+              help="working directory (default ./demo-output/<UTC time>; an earlier demo's is reused)")
+@click.option("--ledgers", type=click.IntRange(20, 20_000), default=300, show_default=True,
+              help="ledgers to write")
+@click.option("--seed", type=int, default=7, show_default=True, help="workload seed")
+@click.option("--keep", is_flag=True, help="leave the cluster running at the end")
+@click.option("--json", "as_json", is_flag=True, help="progress on stderr, the summary as JSON on stdout")
+def demo(directory: str | None, ledgers: int, seed: int, keep: bool, as_json: bool) -> None:
+    """Start a local cluster, damage it, audit it, repair it, audit again, write the report."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    out = sys.stderr if as_json else sys.stdout
+    path = _prepare_dir(directory)
+    click.echo(click.style(f"bkaudit demo in {path}", bold=True), file=out)
+    summary = Demo(path, ledgers, keep=keep, seed=seed, out=out).run()
+    verdict = "all expectations met" if summary["ok"] else "SOME EXPECTATIONS FAILED"
+    click.echo(where(summary, str(Path(sys.executable).parent)), file=out)
+    click.echo(click.style(f"\n{verdict} in {summary['seconds']:.0f}s", bold=True,
+                           fg="green" if summary["ok"] else "red"), file=out)
+    if as_json:
+        click.echo(json.dumps(summary, default=str))
+    sys.exit(0 if summary["ok"] else 1)
+
+
+__all__ = ["Demo", "demo", "plan", "write_ledgers", "write_pinned"]
