@@ -60,12 +60,15 @@ class Check:
 
 
 def checks(known_bookies: Iterable[str], engine: str = "spark") -> list[Check]:
-    """The suite; `known_bookies` are the bookie ids ZooKeeper knows (registered or with a cookie)."""
+    """The suite; `known_bookies` are the bookie ids ZooKeeper knows (registered or with a cookie).
+
+    The same expectations serve both engines (`engine` is accepted for callers that pass it).
+    """
+    from great_expectations.expectations.row_conditions import Column
+
     pair = {"or_equal": True, "ignore_row_if": "either_value_is_missing"}
-    if engine == "spark":
-        closed = {"row_condition": "state = 'CLOSED'", "condition_parser": "spark"}
-    else:
-        closed = {"row_condition": 'state=="CLOSED"', "condition_parser": "pandas"}
+    # a Condition object works on every GX engine (string row conditions are deprecated since GX 1.9)
+    closed = {"row_condition": Column("state") == "CLOSED"}
     return [
         Check(
             "ledger_id_unique", "ledgers", "ledgers", "ExpectColumnValuesToBeUnique", {"column": "ledger_id"}

@@ -1,0 +1,269 @@
+"""The table layer: staged writes + one commit, replace by snapshot_id, revert, Spark reads, row builders.
+
+Most tests here need only delta-rs and pyarrow; the ones that read through Spark are marked `spark`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from bkaudit.formats.ledger_metadata import serialize
+from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+from bkaudit.tables import read, store
+from bkaudit.tables.rows import LedgerBatchBuilder, explode_segments, metadata_text
+from bkaudit.tables.schemas import LEDGERS, SOURCE_SCHEMA, conform, spec
+
+DATE = "2026-11-22"
+
+
+def _bookies(*ids: str, state: str = "writable") -> pa.Table:
+    return pa.table({"bookie_id": list(ids), "state": [state] * len(ids)})
+
+
+def _ids(warehouse: Path, table: str, snapshot_id: str | None = None) -> list[tuple[str, str]]:
+    rows = read.read_arrow(str(warehouse), table, snapshot_id=snapshot_id).to_pylist()
+    return sorted((r["snapshot_id"], r["bookie_id"]) for r in rows)
+
+
+# -- store ---------------------------------------------------------------------------------------------------
+def test_staged_files_are_invisible_until_committed(tmp_path: Path) -> None:
+    files = store.stage_table(
+        str(tmp_path), "bookies", _bookies("a:1", "b:1"), snapshot_id="s1", snapshot_date=DATE
+    )
+    assert len(files) == 1 and (tmp_path / "bookies" / files[0].path).exists()
+    assert not read.table_exists(str(tmp_path), "bookies")
+    done = store.commit(str(tmp_path), "bookies", files, replace={"snapshot_id": "s1"})
+    assert _ids(tmp_path, "bookies") == [("s1", "a:1"), ("s1", "b:1")]
+    assert files[0].path.startswith(f"snapshot_date={DATE}/") and done.version == 1
+    stats = json.loads(files[0].stats)
+    assert stats["numRecords"] == 2 and stats["minValues"]["snapshot_id"] == "s1"
+    assert stats["minValues"]["bookie_id"] == "a:1" and stats["maxValues"]["bookie_id"] == "b:1"
+
+
+def test_replace_by_snapshot_id_in_one_commit(tmp_path: Path) -> None:
+    wh = str(tmp_path)
+    store.write_table(wh, "bookies", _bookies("a:1"), snapshot_id="s1", snapshot_date=DATE)
+    store.write_table(wh, "bookies", _bookies("x:1"), snapshot_id="s2", snapshot_date=DATE)
+    done = store.write_table(
+        wh, "bookies", _bookies("b:1", "c:1"), snapshot_id="s1", snapshot_date="2026-11-23"
+    )
+    assert _ids(tmp_path, "bookies") == [("s1", "b:1"), ("s1", "c:1"), ("s2", "x:1")]
+    # the replacement was a single commit: the version before it still shows the old rows
+    old = read.read_arrow(wh, "bookies", version=done.version - 1)
+    assert sorted(old.column("bookie_id").to_pylist()) == ["a:1", "x:1"]
+
+
+def test_replace_rewrites_a_file_that_mixes_snapshots(tmp_path: Path) -> None:
+    """After an OPTIMIZE-like compaction one file holds two snapshots: only the replaced rows go."""
+    wh = str(tmp_path)
+    mixed = pa.table({"snapshot_id": ["s1", "s2"], "bookie_id": ["a:1", "x:1"], "state": ["writable"] * 2})
+    writer = store.StagingWriter(wh, "bookies", snapshot_id="s1", snapshot_date=DATE)
+    writer.write(mixed)
+    store.commit(wh, "bookies", writer.close())
+    store.write_table(wh, "bookies", _bookies("b:1"), snapshot_id="s1", snapshot_date=DATE)
+    assert _ids(tmp_path, "bookies") == [("s1", "b:1"), ("s2", "x:1")]
+
+
+def test_revert_undoes_a_commit(tmp_path: Path) -> None:
+    wh = str(tmp_path)
+    store.write_table(wh, "bookies", _bookies("a:1"), snapshot_id="s1", snapshot_date=DATE)
+    done = store.write_table(wh, "bookies", _bookies("b:1"), snapshot_id="s1", snapshot_date=DATE)
+    store.revert(done)
+    assert _ids(tmp_path, "bookies") == [("s1", "a:1")]
+
+
+def test_conform_casts_and_fills_missing_columns() -> None:
+    data = pa.table({"ledger_id": pa.array([1], pa.int32()), "snapshot_id": ["s"], "extra": [1]})
+    table = conform(data, LEDGERS.file_schema)
+    assert table.schema == LEDGERS.file_schema
+    assert table.column("ledger_id").type == pa.int64() and table.column("state").null_count == 1
+
+
+def test_invalid_snapshot_ids_are_rejected() -> None:
+    for bad in ("", "a b", "../x", "x;drop", "-lead"):
+        with pytest.raises(ValueError):
+            store.validate_snapshot_id(bad)
+    assert store.validate_snapshot_id("20261122T051500Z-1a2b3c") == "20261122T051500Z-1a2b3c"
+
+
+def test_latest_snapshot_ignores_failed_runs(tmp_path: Path) -> None:
+    wh = str(tmp_path)
+    schema = pa.schema(
+        [f for f in spec("snapshots").schema if f.name not in ("snapshot_id", "snapshot_date")]
+    )
+
+    def run(sid: str, status: str, finished: int) -> None:
+        row = {"status": status, "started_at": finished - 1, "finished_at": finished}
+        store.write_table(
+            wh, "snapshots", pa.Table.from_pylist([row], schema=schema), snapshot_id=sid, snapshot_date=DATE
+        )
+
+    assert read.latest_snapshot_id(wh) is None
+    run("a", "succeeded", 1_000)
+    run("b", "failed", 2_000)
+    assert read.latest_snapshot_id(wh) == "a"
+    run("c", "succeeded", 3_000)
+    assert read.latest_snapshot_id(wh) == "c"
+
+
+# -- Spark reads ---------------------------------------------------------------------------------------------
+@pytest.mark.spark
+@pytest.mark.slow
+def test_load_latest_snapshot_version_and_errors(spark: Any, tmp_path: Path) -> None:
+    wh = str(tmp_path)
+    with pytest.raises(read.TableNotFound):
+        read.load(spark, wh, "bookies", snapshot_id="s1")
+    with pytest.raises(read.NoSnapshot):
+        read.load(spark, wh, "bookies")
+    first = store.write_table(wh, "bookies", _bookies("a:1", "b:1"), snapshot_id="s1", snapshot_date=DATE)
+    store.write_table(wh, "bookies", _bookies("c:1"), snapshot_id="s2", snapshot_date=DATE)
+    store.write_table(
+        wh,
+        "snapshots",
+        pa.table({"status": ["succeeded"], "finished_at": pa.array([1], pa.timestamp("us", tz="UTC"))}),
+        snapshot_id="s1",
+        snapshot_date=DATE,
+    )
+
+    latest = read.load(spark, wh, "bookies", native=False)
+    assert sorted(r.bookie_id for r in latest.collect()) == ["a:1", "b:1"]  # s2 has no 'succeeded' row
+    assert latest.columns == spec("bookies").schema.names
+    assert latest.where("snapshot_date = '2026-11-22'").count() == 2  # partition column read as a string
+    assert read.load(spark, wh, "bookies", snapshot_id="s2").count() == 1
+    assert read.load(spark, wh, "bookies", latest=False).count() == 3
+    assert read.load(spark, wh, "bookies", version=first.version).count() == 2  # time travel
+    assert not read.native_delta_available(spark)
+
+
+# -- row builders (pure) -------------------------------------------------------------------------------------
+def _ledger(**kw: Any) -> LedgerMetadata:
+    base: dict[str, Any] = dict(
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        state=LedgerState.CLOSED,
+        last_entry_id=7,
+        length=80,
+        digest_type=DigestType.CRC32C,
+        password=b"",
+        segments=(Segment(0, ("a:1", "b:1", "c:1")), Segment(4, ("a:1", "b:1", "d:1"))),
+    )
+    base.update(kw)
+    return LedgerMetadata(**base)
+
+
+def test_builder_columns_and_segments() -> None:
+    builder = LedgerBatchBuilder()
+    builder.add(7, serialize(_ledger(ctime=5_000)), version=3, mzxid=99, ctime_ms=1_000)
+    builder.add(8, serialize(_ledger(state=LedgerState.OPEN, last_entry_id=-1, length=0)), 0, 100, 2_000)
+    builder.add(9, b"\x00junk", 1, 101, 3_000)
+    batch = builder.flush()
+    assert batch.schema == SOURCE_SCHEMA and len(builder) == 0 and builder.unparseable == 1
+    rows = batch.to_pylist()
+    assert [r["ctime"].timestamp() for r in rows[:2]] == [5.0, 2.0]  # metadata ctime, else the znode's
+    assert rows[0]["segments"] == [
+        {"segment_index": 0, "first_entry_id": 0, "last_entry_id": 3, "ensemble": ["a:1", "b:1", "c:1"]},
+        {"segment_index": 1, "first_entry_id": 4, "last_entry_id": 7, "ensemble": ["a:1", "b:1", "d:1"]},
+    ]
+    assert rows[1]["segments"][1]["last_entry_id"] is None  # open ledger: last segment is open
+    bad = rows[2]
+    assert bad["segments"] is None and bad["custom_metadata"] is None and bad["state"] is None
+    assert base64.b64decode(bad["raw_metadata"]) == b"\x00junk" and bad["parse_error"].startswith(
+        "FormatError"
+    )
+    exploded = explode_segments(batch)
+    assert exploded.num_rows == 4 and exploded.column("ledger_id").to_pylist() == [7, 7, 8, 8]
+
+
+def test_custom_metadata_text_and_binary() -> None:
+    assert metadata_text(b"public/default/t") == "public/default/t"
+    assert metadata_text(b"\xff\x00") == "base64:" + base64.b64encode(b"\xff\x00").decode()
+    builder = LedgerBatchBuilder()
+    custom = {"pulsar/managed-ledger": b"tenant/ns/persistent/t", "bin": b"\xfe"}
+    builder.add(1, serialize(_ledger(custom_metadata=custom)), 0, 1, 1)
+    row = builder.flush().to_pylist()[0]
+    assert row["managed_ledger"] == "tenant/ns/persistent/t"
+    assert row["custom_metadata"] == [
+        ("pulsar/managed-ledger", "tenant/ns/persistent/t"),
+        ("bin", "base64:/g=="),
+    ]
+
+
+# -- ZooKeeper scan planning and listing (pure parts) --------------------------------------------------------
+def test_fast_listing_parse_agrees_with_zk_paths() -> None:
+    """iter_ledgers assembles ids from dir names; it must accept exactly what parse_ledger_path accepts."""
+    from bkaudit.spark.zkscan import LONG_WIDTHS, SHORT_WIDTHS, _is_dir_name
+    from bkaudit.zk import paths
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        ledger_id = rng.choice([rng.randrange(0, 2**31), rng.randrange(2**31, 2**63)])
+        for layout in ("hierarchical", "longhierarchical"):
+            path = paths.ledger_path(ledger_id, root="/r", layout=layout)
+            parts = path.split("/")[2:]
+            widths = SHORT_WIDTHS if len(parts) == 3 else LONG_WIDTHS
+            assert [len(p) for p in parts[:-1]] == list(widths)
+            assert all(_is_dir_name("/".join(parts[:i]), parts[i]) for i in range(1, len(parts) - 1))
+            assert int("".join(parts[:-1]) + parts[-1][1:]) == paths.parse_ledger_path(path, root="/r")
+    assert not _is_dir_name("00", "123") and not _is_dir_name("000", "12a4")
+
+
+def test_pack_balances_and_caps_partitions() -> None:
+    from bkaudit.spark.zkscan import Unit, pack
+
+    units = [Unit(f"00/{i:04d}", 10_000) for i in range(10)] + [Unit("000", 5)]
+    groups = pack(units, 3)
+    assert len(groups) == 3 and sorted(p for g in groups for p in g) == sorted(u.path for u in units)
+    loads = [sum(10_000 if "/" in p else 5 for p in g) for g in groups]
+    assert max(loads) - min(loads) <= 10_000
+    assert pack([Unit("00")], 4) == [["00"]]
+
+
+def test_multiread_request_bytes() -> None:
+    from bkaudit.spark.zkscan import MultiRead
+
+    raw = MultiRead(["/a", "/bc"]).serialize()
+    # MultiHeader(getData=4, done=false, err=-1) + path + watch=false, twice, then the end marker
+    one = b"\x00\x00\x00\x04\x00\xff\xff\xff\xff"
+    assert raw == (
+        one
+        + b"\x00\x00\x00\x02/a\x00"
+        + one
+        + b"\x00\x00\x00\x03/bc\x00"
+        + b"\xff\xff\xff\xff\x01\xff\xff\xff\xff"
+    )
+
+
+def test_read_batched_matches_single_reads_and_falls_back(zk: Any, zk_root: str, monkeypatch: Any) -> None:
+    from kazoo.exceptions import UnimplementedError
+
+    from bkaudit.spark import zkscan
+
+    zk.ensure_path(zk_root)
+    znodes = [f"{zk_root}/n{i:03d}" for i in range(250)]
+    for i, path in enumerate(znodes):
+        zk.create(path, str(i).encode())
+    wanted = [*znodes[:120], f"{zk_root}/missing", *znodes[120:]]
+    got = [(p, d, s.version if s else None) for p, d, s in zkscan.read_batched(zk, wanted, max_in_flight=300)]
+    expected = [
+        (p, str(int(p[-3:])).encode(), 0) if not p.endswith("missing") else (p, None, None) for p in wanted
+    ]
+    assert got == expected
+
+    def unsupported(client: Any, chunk: list[str]) -> Any:  # a ZooKeeper without multiRead (< 3.6)
+        result = client.handler.async_result()
+        result.set_exception(UnimplementedError())
+        return result
+
+    monkeypatch.setattr(zkscan, "_submit", unsupported)
+    fallback = [
+        (p, d, s.version if s else None) for p, d, s in zkscan.read_batched(zk, wanted, max_in_flight=300)
+    ]
+    assert fallback == expected
