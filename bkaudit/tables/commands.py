@@ -1,0 +1,159 @@
+"""`bkaudit violations`: a checker run's violations for a person (or `--json` for a script).
+
+Reads the Delta tables with delta-rs on the driver (no Spark start-up): the run's `audit_runs` row must say
+'succeeded' (a failed run has no visible violations), then its `violations` rows, optionally one category.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from bkaudit.cli_common import emit, fail, load_settings
+
+
+def _ranges_text(ranges: list[dict[str, int]] | None, limit: int = 4) -> str:
+    if not ranges:
+        return ""
+    parts = [
+        f"{r['first']}" if r["first"] == r["last"] else f"{r['first']}-{r['last']}" for r in ranges[:limit]
+    ]
+    more = f" +{len(ranges) - limit} more" if len(ranges) > limit else ""
+    return ",".join(parts) + more
+
+
+def _why(row: dict[str, Any]) -> str:
+    d = row.get("detail") or {}
+    category = row["category"]
+    if category in ("no_replica", "below_ack_quorum", "below_write_quorum"):
+        return (
+            f"{d.get('entries_below_write_quorum', '?')} entries below WQ, missing on "
+            f"{', '.join(d.get('bookies_missing_entries') or []) or '?'}"
+            + (" (partial)" if d.get("partial") else "")
+        )
+    if category in ("placement_fail", "placement_soft"):
+        reasons = [r for s in d.get("segments") or [] for r in s.get("reasons") or []]
+        return reasons[0] if reasons else d.get("adherence", "")
+    if category == "extra_entries":
+        extra = [{"first": a, "last": b} for a, b in d.get("extra_entries") or []]
+        return f"{d.get('extra_count')} extra entries: {_ranges_text(extra)}"
+    if category == "underreplicated_too_long":
+        return (
+            f"marked {d.get('age_s')}s ago (grace {d.get('grace_period_s')}s), replicas {d.get('replicas')}"
+        )
+    if category in ("ledger_unverifiable", "metadata_unparseable"):
+        return str(d.get("reason") or d.get("error") or "")
+    if category == "bookie_unreachable_but_registered":
+        return f"{d.get('state')}, {d.get('status')} after {d.get('attempts')} attempt(s): {d.get('error')}"
+    return ""
+
+
+def _human(data: dict[str, Any]) -> str:
+    rows = data["violations"]
+    head = f"run {data['run_id']} (snapshot {data['snapshot_id']}): {len(rows)} violation(s)"
+    if not rows:
+        return head
+    lines = [
+        head,
+        f"{'severity':<8} {'category':<33} {'ledger':>10} {'seg':>3} {'bookie':<22} {'min':>3} "
+        f"{'missing':<24} flags  why",
+    ]
+    for r in rows:
+        flags = ("R" if r.get("under_repair") else "-") + ("P" if r.get("published") else "-")
+        ledger = "" if r["ledger_id"] is None else r["ledger_id"]
+        segment = "" if r["segment_index"] is None else r["segment_index"]
+        least = "" if r["min_replicas"] is None else r["min_replicas"]
+        lines.append(
+            f"{r['severity']:<8} {r['category']:<33} {ledger:>10} "
+            f"{segment:>3} {(r['bookie_id'] or '')[:22]:<22} {least:>3} "
+            f"{_ranges_text(r.get('missing_entries'))[:24]:<24} {flags:<6} {_why(r)[:120]}"
+        )
+    lines.append("flags: R = ledger already under repair (not counted as new), P = published to the UR queue")
+    return "\n".join(lines)
+
+
+def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
+    """The `audit_runs` row of `run_id`, or of the latest succeeded run."""
+    import pyarrow.compute as pc
+
+    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
+    from bkaudit.errors import BkAuditError
+    from bkaudit.tables.read import read_arrow, table_exists
+
+    if not table_exists(warehouse, "audit_runs"):
+        raise BkAuditError(f"no checker run in {warehouse} (run `bkaudit check` first)")
+    runs = read_arrow(warehouse, "audit_runs")
+    runs = runs.filter(pc.equal(runs.column("status"), "succeeded"))
+    if run_id is not None:
+        runs = runs.filter(pc.equal(runs.column("run_id"), run_id))
+        if runs.num_rows == 0:
+            raise BkAuditError(f"no succeeded checker run {run_id!r} in {warehouse}")
+    elif runs.num_rows == 0:
+        raise BkAuditError(f"no succeeded checker run in {warehouse}")
+    rows = sorted(runs.to_pylist(), key=lambda r: (r["finished_at"], r["run_id"]), reverse=True)
+    return rows[0]
+
+
+def read_violations(warehouse: str, run_id: str, category: str | None = None) -> list[dict[str, Any]]:
+    """The violations of one run (detail parsed), worst severity first."""
+    import pyarrow.compute as pc
+
+    from bkaudit.tables.read import read_arrow
+
+    data = read_arrow(warehouse, "violations")
+    data = data.filter(pc.equal(data.column("run_id"), run_id))
+    if category:
+        data = data.filter(pc.equal(data.column("category"), category))
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    rows = data.to_pylist()
+    for r in rows:
+        try:
+            r["detail"] = json.loads(r["detail"]) if r.get("detail") else {}
+        except ValueError:
+            pass
+    rows.sort(
+        key=lambda r: (
+            rank.get(r["severity"], 3),
+            r["category"],
+            -1 if r["ledger_id"] is None else r["ledger_id"],
+            r["bookie_id"] or "",
+        )
+    )
+    return rows
+
+
+@click.command("violations")
+@click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
+@click.option("--run-id", default=None, help="checker run (default: the latest succeeded run)")
+@click.option("--category", default=None, help="only this category (e.g. no_replica, placement_fail)")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="settings file")
+@click.option(
+    "--json", "as_json", is_flag=True, help="print {run_id, snapshot_id, violations: [...]} as JSON"
+)
+def violations(
+    warehouse: str | None, run_id: str | None, category: str | None, config_path: str | None, as_json: bool
+) -> None:
+    """Print the violations found by a checker run."""
+    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
+    from bkaudit.audit.base import Category
+    from bkaudit.errors import BkAuditError
+    from bkaudit.spark.settings import SnapshotSettings
+
+    if category is not None and category not in {c.value for c in Category}:
+        fail(f"unknown category {category!r} (one of {', '.join(c.value for c in Category)})")
+    settings = load_settings(
+        None, None, None, config_path, need_zk=False, **{"snapshot.warehouse": warehouse}
+    )
+    wh = settings.get(SnapshotSettings).warehouse
+    if not wh:
+        fail("no warehouse given: use --warehouse DIR or [snapshot] warehouse")
+    try:
+        run = select_run(wh, run_id)
+        rows = read_violations(wh, run["run_id"], category)
+    except BkAuditError as exc:
+        fail(str(exc))
+        return
+    data = {"run_id": run["run_id"], "snapshot_id": run["snapshot_id"], "violations": rows}
+    emit(data, as_json, _human)
