@@ -1,0 +1,1276 @@
+"""Spark job 2: the cluster metadata checker (BP-34) over a snapshot, with a bookie fan-out.
+
+Steps of one run (`run_check`; `jobs/metadata_checker.py` and `bkaudit check` both call it):
+
+1. **snapshot**: the given `--snapshot-id`, the latest successful one, or a fresh one (`--fresh`); 2.
+**ledger pass** (Spark, `mapInArrow` over every ledger with its segments): metadata BookKeeper would refuse
+→
+   `metadata_unparseable`; placement of every segment's ensemble → `placement_fail` / `placement_soft`; and
+   one request row per (ledger, bookie) that must hold entries;
+3. **fan-out** (Spark, `bkaudit.spark.fanout`): requests repartitioned by bookie, one batched GetListOfEntries
+   per (ledger, bookie), decoded and compared on the executors; the answers are written to staging files at
+   once (Spark may re-run tasks; the calls are read-only and never repeated downstream);
+4. **delayed re-check** (BP-34): every (ledger, bookie) that failed is asked again after `retry_delay_s`;
+5. **combine** (Spark): per ledger, the bookies' missing ranges → replica counts → `no_replica` /
+   `below_ack_quorum` / `below_write_quorum`, `extra_entries`, `ledger_unverifiable`;
+6. **re-read before reporting** (driver, rate-limited pipelined ZooKeeper reads): each ledger with a finding
+is
+   re-read; deleted → dropped; metadata changed → re-evaluated from the new metadata (its bookies asked
+   again); marked under-replicated → kept as `under_repair` (not a new violation);
+7. **progress and availability** (driver): overdue markers (re-read) → `underreplicated_too_long`; bookies
+that
+   stayed unreachable while registered → `bookie_unreachable_but_registered`;
+8. **publish** (optional) into the under-replication queue, then **write** `violations`, `bookie_checks` and
+   finally `audit_runs` (the visibility marker), each one Delta commit replacing this run_id's rows;
+9. **metrics** (Prometheus text file and/or push gateway).
+
+A failure at any step reverts what this run committed, deletes its staging files and records one `audit_runs`
+row with status 'failed': nothing of a failed run is visible as violations.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from bkaudit.audit.availability import (
+    REASON_METADATA_CHANGING,
+    STATUS_CIRCUIT_OPEN,
+    STATUS_NOT_REGISTERED,
+    BookieAvailabilityCheck,
+    BookieReport,
+    LedgerAvailabilityCheck,
+    is_transport_failure,
+    latency_percentiles,
+    unverifiable,
+)
+from bkaudit.audit.base import Category, Finding
+from bkaudit.audit.classification import (
+    FailOn,
+    count_findings,
+    count_under_repair,
+    exit_code,
+)
+from bkaudit.audit.durability import (
+    BookieEvidence,
+    DurabilityCheck,
+    LedgerShape,
+    assess,
+    expected_by_bookie,
+    failed_evidence,
+)
+from bkaudit.audit.metadata import MetadataCheck, MetadataRecord
+from bkaudit.audit.progress import Marker, ProgressCheck
+from bkaudit.audit.reconcile import MarkerState, Recheck, ZnodeVersion, apply_marker, recheck
+from bkaudit.audit.settings import CheckerSettings
+from bkaudit.errors import BkAuditError, ConfigError, FormatError
+from bkaudit.spark.fanout import (
+    REQUEST_SCHEMA,
+    RESPONSE_SCHEMA,
+    SHAPE_SCHEMA,
+    FanoutConfig,
+    evidence_of,
+    fanout_partition,
+    query_bookie,
+    shape_of,
+)
+from bkaudit.tables.checker_schemas import AUDIT_RUNS, BOOKIE_CHECKS, RANGE_STRUCT, VIOLATIONS
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+    from pyspark.sql import DataFrame, SparkSession
+
+    from bkaudit.config import Settings, ZkSettings
+    from bkaudit.tables.store import Commit
+
+log = logging.getLogger(__name__)
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+
+FINDING_SCHEMA = pa.schema(
+    [
+        pa.field("ledger_id", pa.int64()),
+        pa.field("category", pa.string()),
+        pa.field("segment_index", pa.int32()),
+        pa.field("bookie_id", pa.string()),
+        pa.field("missing_entries", pa.list_(RANGE_STRUCT)),
+        pa.field("min_replicas", pa.int32()),
+        pa.field("detail", pa.string()),
+        pa.field("znode_version", pa.int32()),
+        pa.field("znode_mzxid", pa.int64()),
+        pa.field("managed_ledger", pa.string()),
+    ]
+)
+"""A finding on its way from the executors to the driver (before the re-read)."""
+
+
+class CheckFailed(BkAuditError):
+    """The run could not complete; its failure is recorded in `audit_runs` (status 'failed')."""
+
+    def __init__(self, message: str, result: CheckResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+# -- findings <-> rows -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A finding with the znode version it was computed from and the ledger's managed ledger (Pulsar)."""
+
+    finding: Finding
+    version: int | None = None
+    mzxid: int | None = None
+    managed_ledger: str | None = None
+
+
+def finding_row(
+    f: Finding, version: int | None = None, mzxid: int | None = None, managed_ledger: str | None = None
+) -> dict[str, Any]:
+    return {
+        "ledger_id": f.ledger_id,
+        "category": f.category.value,
+        "segment_index": f.segment_index,
+        "bookie_id": f.bookie_id,
+        "missing_entries": None
+        if f.missing_entries is None
+        else [{"first": lo, "last": hi} for lo, hi in f.missing_entries],
+        "min_replicas": f.min_replicas,
+        "detail": json.dumps(dict(f.detail), separators=(",", ":"), default=str),
+        "znode_version": version,
+        "znode_mzxid": mzxid,
+        "managed_ledger": managed_ledger,
+    }
+
+
+def located_of(row: Mapping[str, Any]) -> Located:
+    ranges = row.get("missing_entries")
+    finding = Finding(
+        category=Category(row["category"]),
+        ledger_id=row.get("ledger_id"),
+        segment_index=row.get("segment_index"),
+        bookie_id=row.get("bookie_id"),
+        missing_entries=None if ranges is None else tuple((int(r["first"]), int(r["last"])) for r in ranges),
+        min_replicas=row.get("min_replicas"),
+        detail=json.loads(row["detail"]) if row.get("detail") else {},
+    )
+    return Located(finding, row.get("znode_version"), row.get("znode_mzxid"), row.get("managed_ledger"))
+
+
+# -- executor functions (picklable closures) -----------------------------------------------------------------
+
+
+PLAN_SCHEMA = pa.schema(
+    [pa.field("kind", pa.string())]
+    + [pa.field(f.name, f.type) for f in REQUEST_SCHEMA]
+    + [pa.field(f.name, f.type) for f in FINDING_SCHEMA if f.name not in REQUEST_SCHEMA.names]
+)
+"""The ledger pass's output: kind 'request' (REQUEST_SCHEMA columns), 'finding' (FINDING_SCHEMA columns) or
+'stats' (one per task: ledgers, ledgers with checked entries and entries, as JSON in `detail`)."""
+
+LEDGER_INPUT_SCHEMA = pa.schema(
+    [*SHAPE_SCHEMA, pa.field("parse_error", pa.string()), pa.field("raw_size", pa.int32())]
+)
+
+
+def ledger_pass_partition(
+    policy: Any, topology: Any, policy_name: str, check_open_ledgers: bool
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """One pass over every ledger (LEDGER_INPUT_SCHEMA rows → PLAN_SCHEMA rows).
+
+    Per ledger: unparseable metadata or metadata BookKeeper would refuse → `metadata_unparseable`; otherwise
+    placement of every segment, and one request row per (ledger, bookie) that must hold entries. Open
+    ledgers get requests for their closed segments unless `check_open_ledgers` is off (BookKeeper skips them).
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from bkaudit.audit.durability import checked_segments
+        from bkaudit.audit.placement import PlacementCheck
+
+        placement = PlacementCheck(policy, topology, policy_name)
+        metadata = MetadataCheck()
+        ledgers = durable = entries = 0
+        for batch in batches:
+            out: list[dict[str, Any]] = []
+            for row in batch.to_pylist():
+                ledgers += 1
+                version, mzxid, ml = (
+                    row.get("znode_version"),
+                    row.get("znode_mzxid"),
+                    row.get("managed_ledger"),
+                )
+                if row.get("parse_error"):
+                    record = MetadataRecord(
+                        int(row["ledger_id"]),
+                        parse_error=row["parse_error"],
+                        raw_size=row.get("raw_size"),
+                        version=version,
+                    )
+                    for f in metadata.evaluate(record):
+                        out.append(
+                            {
+                                "kind": "finding",
+                                **finding_row(f.with_detail(znode_version=version), version, mzxid, ml),
+                            }
+                        )
+                    continue
+                shape = shape_of(row)
+                found = metadata.evaluate(MetadataRecord(shape.ledger_id, shape=shape, version=version))
+                problems = bool(found)
+                if not problems:
+                    found = placement.evaluate(shape)
+                for f in found:
+                    out.append(
+                        {
+                            "kind": "finding",
+                            **finding_row(f.with_detail(znode_version=version), version, mzxid, ml),
+                        }
+                    )
+                if problems or (not shape.closed and not check_open_ledgers):
+                    continue
+                wanted = expected_by_bookie(shape)
+                n = sum(sp.last - sp.first + 1 for sp in checked_segments(shape))
+                if wanted:
+                    durable += 1
+                    entries += n
+                base = {k: row.get(k) for k in SHAPE_SCHEMA.names}
+                for k, bookie in enumerate(wanted):
+                    out.append(
+                        {**base, "kind": "request", "bookie_id": bookie, "ledger_entries": n if k == 0 else 0}
+                    )
+            if out:
+                yield pa.RecordBatch.from_pylist(out, schema=PLAN_SCHEMA)
+        stats = {"ledgers": ledgers, "durability_ledgers": durable, "entries": entries}
+        yield pa.RecordBatch.from_pylist([{"kind": "stats", "detail": json.dumps(stats)}], schema=PLAN_SCHEMA)
+
+    return run
+
+
+def refine_status(ev: BookieEvidence, registered: frozenset[str] | set[str]) -> BookieEvidence:
+    """A transport failure of a bookie that is not registered is reported as such (the Auditor knows it)."""
+    if ev.answered or ev.bookie_id in registered:
+        return ev
+    if is_transport_failure(ev.status):
+        return failed_evidence(
+            ev.bookie_id,
+            STATUS_NOT_REGISTERED,
+            f"not registered in ZooKeeper; call failed with {ev.status}: {ev.error}",
+        )
+    return ev
+
+
+def ledger_findings(
+    shape: LedgerShape,
+    evidence: Iterable[BookieEvidence],
+    *,
+    max_ranges: int,
+    registered: frozenset[str] | set[str],
+) -> list[Finding]:
+    """Durability, extra entries and unverifiable findings of one ledger from its bookies' evidence."""
+    a = assess(shape, [refine_status(ev, registered) for ev in evidence])
+    found = DurabilityCheck(max_ranges).findings(a)
+    found += LedgerAvailabilityCheck().from_unverified(shape.ledger_id, a.unverified)
+    return [f.with_detail(znode_version=shape.version) for f in found]
+
+
+def combine_partition(
+    max_ranges: int, registered: frozenset[str]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """RESPONSE rows sorted by ledger → FINDING rows (every row of a ledger must be in one partition)."""
+
+    def flush(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        shape = shape_of(rows[0])
+        found = ledger_findings(
+            shape, (evidence_of(r) for r in rows), max_ranges=max_ranges, registered=registered
+        )
+        head = rows[0]
+        return [
+            finding_row(f, head.get("znode_version"), head.get("znode_mzxid"), head.get("managed_ledger"))
+            for f in found
+        ]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        current: list[dict[str, Any]] = []
+        out: list[dict[str, Any]] = []
+        for batch in batches:
+            for row in batch.to_pylist():
+                if current and row["ledger_id"] != current[0]["ledger_id"]:
+                    out.extend(flush(current))
+                    current = []
+                current.append(row)
+            if len(out) >= 2048:
+                yield pa.RecordBatch.from_pylist(out, schema=FINDING_SCHEMA)
+                out = []
+        if current:
+            out.extend(flush(current))
+        if out:
+            yield pa.RecordBatch.from_pylist(out, schema=FINDING_SCHEMA)
+
+    return run
+
+
+# -- options and result --------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckOptions:
+    """Per-run choices (CLI flags / job arguments); None = take the `[checker]` setting."""
+
+    warehouse: str
+    snapshot_id: str | None = None
+    fresh: bool = False
+    run_id: str | None = None
+    publish_underreplicated: bool | None = None
+    publish_placement: bool | None = None
+    fail_on: str | None = None
+    metrics_file: str | None = None
+    pushgateway_url: str | None = None
+    now_ms: int | None = None
+    progress: Callable[[str], None] | None = None
+
+
+@dataclass
+class CheckResult:
+    run_id: str
+    snapshot_id: str | None
+    run_date: str
+    status: str = "running"
+    error: str | None = None
+    ledgers_checked: int = 0
+    ledgers_durability_checked: int = 0
+    entries_checked: int = 0
+    bookies_checked: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    under_repair: dict[str, int] = field(default_factory=dict)
+    reevaluated: int = 0
+    deleted_during_run: int = 0
+    published: int = 0
+    seconds: float = 0.0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    bookies: list[dict[str, Any]] = field(default_factory=list)
+    exit_code: int = 1
+    metrics_error: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """What `--json` prints: exactly the issue's keys."""
+        return {
+            "run_id": self.run_id,
+            "snapshot_id": self.snapshot_id,
+            "ledgers_checked": self.ledgers_checked,
+            "counts": dict(self.counts),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """`20261122T051500Z-1a2b3c`: sortable by time, unique across concurrent runs."""
+    now = now or datetime.now(UTC)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+def run_check(spark: SparkSession, settings: Settings, options: CheckOptions) -> CheckResult:
+    """Run the checker once; returns the result (exit_code set) or raises CheckFailed after recording it."""
+    return _Run(spark, settings, options).execute()
+
+
+# -- the run -------------------------------------------------------------------------------------------------
+
+
+class _Run:
+    def __init__(self, spark: SparkSession, settings: Settings, options: CheckOptions) -> None:
+        from bkaudit.config import ZkSettings
+        from bkaudit.tables.store import validate_snapshot_id
+
+        self.spark = spark
+        self.settings = settings
+        self.options = options
+        self.conf: CheckerSettings = settings.get(CheckerSettings)
+        self.zk_settings: ZkSettings = settings.get(ZkSettings)
+        self.root = self.zk_settings.root
+        self.started = datetime.now(UTC)
+        self.t0 = time.monotonic()
+        self.now_ms = options.now_ms if options.now_ms is not None else int(time.time() * 1000)
+        run_id = validate_snapshot_id(options.run_id or new_run_id(self.started))
+        self.result = CheckResult(run_id, options.snapshot_id, self.started.strftime("%Y-%m-%d"))
+        self.fail_on = FailOn(options.fail_on or self.conf.fail_on)
+        self.publish = (
+            self.conf.publish_underreplicated
+            if options.publish_underreplicated is None
+            else options.publish_underreplicated
+        )
+        self.publish_placement = (
+            self.conf.publish_placement if options.publish_placement is None else options.publish_placement
+        )
+        self.staging = _staging_dir(options.warehouse, run_id)
+        self.commits: list[Commit] = []
+        self.zk: KazooClient | None = None
+        self.registered: dict[str, str] = {}
+        self.targets: dict[str, str] = {}
+        self.layout = "hierarchical"
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def _say(self, message: str) -> None:
+        log.info("check %s: %s", self.result.run_id, message)
+        if self.options.progress is not None:
+            self.options.progress(message)
+
+    def _lap(self, phase: str, since: float) -> float:
+        now = time.monotonic()
+        self.result.phase_seconds[phase] = round(self.result.phase_seconds.get(phase, 0.0) + now - since, 3)
+        return now
+
+    # -- driver flow -----------------------------------------------------------------------------------------
+    def execute(self) -> CheckResult:
+        try:
+            self._execute()
+        except BaseException as exc:
+            self._fail(exc)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise CheckFailed(f"check {self.result.run_id} failed: {exc}", self.result) from exc
+        finally:
+            self._cleanup()
+        return self.result
+
+    def _execute(self) -> None:
+        from bkaudit.zk.client import connect
+        from bkaudit.zk.ledgers import read_layout
+
+        t = time.monotonic()
+        snapshot_id = self._resolve_snapshot()
+        self.result.snapshot_id = snapshot_id
+        t = self._lap("snapshot", t)
+        self.zk = connect(self.zk_settings)
+        self.layout = read_layout(self.zk, root=self.root)
+        frames = self._load(snapshot_id)
+        self._cluster_view()
+        t = self._lap("load", t)
+
+        self._say("ledger pass: metadata, placement, requests")
+        located = self._ledger_pass(frames)
+        t = self._lap("ledger_pass", t)
+        self._say("fan-out: asking bookies for their entries")
+        final, calls = self._fanout()
+        self.call_log = calls
+        t = self._lap("fanout", t)
+        located += self._combine(final)
+        self._bookie_stats(calls, final)
+        t = self._lap("combine", t)
+
+        self._say(f"re-reading {len({x.finding.ledger_id for x in located})} ledgers before reporting")
+        findings = self._reread(located)
+        t = self._lap("reread", t)
+        findings += self._progress()
+        findings += self._bookie_findings(findings)
+        t = self._lap("progress", t)
+
+        rows = self._violation_rows(findings)
+        if self.publish:
+            self._say("publishing under-replicated ledgers")
+            self._publish(rows)
+            t = self._lap("publish", t)
+        self.result.violations = rows
+        all_findings = [f for f, _ in findings]
+        self.result.counts = count_findings(all_findings)
+        self.result.under_repair = count_under_repair(all_findings)
+        self.result.published = sum(1 for r in rows if r["published"])
+        self.result.seconds = time.monotonic() - self.t0
+        self._say("writing tables")
+        self._write(rows)
+        self._lap("write", t)
+        self.result.status = SUCCEEDED
+        self.result.exit_code = exit_code(self.result.counts, self.fail_on)
+        self.result.seconds = time.monotonic() - self.t0
+        self._metrics(success=True)
+
+    def _resolve_snapshot(self) -> str:
+        from bkaudit.tables.read import latest_snapshot_id
+
+        if self.options.fresh:
+            from bkaudit.spark.snapshot import run_snapshot
+
+            self._say("taking a fresh snapshot")
+            snap = run_snapshot(self.spark, self.settings, warehouse=self.options.warehouse)
+            return str(snap.snapshot_id)
+        if self.options.snapshot_id:
+            return self.options.snapshot_id
+        latest = latest_snapshot_id(self.options.warehouse)
+        if latest is None:
+            raise BkAuditError(
+                f"no successful snapshot in {self.options.warehouse}: run `bkaudit snapshot` "
+                "first or pass --fresh"
+            )
+        return latest
+
+    def _load(self, snapshot_id: str) -> dict[str, Any]:
+        """Spark frames of the big tables; the small ones (bookies, markers) as Arrow via delta-rs."""
+        from bkaudit import tables
+        from bkaudit.tables.read import read_arrow
+
+        wh = self.options.warehouse
+        self.bookies_table = read_arrow(wh, "bookies", snapshot_id=snapshot_id)
+        self.markers_table = read_arrow(wh, "underreplicated_ledgers", snapshot_id=snapshot_id)
+        return {
+            "ledgers": tables.load(self.spark, wh, "ledgers", snapshot_id=snapshot_id),
+            "segments": tables.load(self.spark, wh, "ledger_segments", snapshot_id=snapshot_id),
+        }
+
+    def _cluster_view(self) -> None:
+        """Registered bookies (now) and where every known bookie listens (resolved once, on the driver).
+
+        The snapshot's `bookies` table lists registered, read-only, cookie-only and ensemble-only bookies,
+        so every ensemble member is resolved here; executors get a static map and need no ZooKeeper session.
+        """
+        from bkaudit.rpc.pool import BookieClientPool
+        from bkaudit.zk import registry
+
+        assert self.zk is not None
+        for b in registry.list_writable(self.zk, self.root):
+            self.registered[b] = "writable"
+        for b in registry.list_readonly(self.zk, self.root):
+            self.registered[b] = "readonly"
+        known = set(self.bookies_table.column("bookie_id").to_pylist()) | set(self.registered)
+        pool = BookieClientPool(zk=self.zk, root=self.root)
+        self.targets = {b: pool.resolve(b) for b in sorted(known)}
+
+    def _ledger_input(self, frames: Mapping[str, DataFrame]) -> DataFrame:
+        """Every ledger row with its ordered segments (LEDGER_INPUT_SCHEMA)."""
+        from pyspark.sql import functions as F
+
+        segs = (
+            frames["segments"]
+            .groupBy("ledger_id")
+            .agg(
+                F.sort_array(F.collect_list(F.struct("segment_index", "first_entry_id", "ensemble"))).alias(
+                    "segments"
+                )
+            )
+        )
+        cols = [f.name for f in SHAPE_SCHEMA if f.name != "segments"]
+        ledgers = frames["ledgers"].select(
+            *cols, "parse_error", F.length("raw_metadata").cast("int").alias("raw_size")
+        )
+        return ledgers.join(segs, "ledger_id", "left").select(*LEDGER_INPUT_SCHEMA.names)
+
+    def _placement_setup(self) -> tuple[Any, Any, str]:
+        from bkaudit.model.placement import PlacementSettings, policy_from_settings, topology_from_settings
+        from bkaudit.zk.registry import read_racks
+
+        assert self.zk is not None
+        ps = self.settings.get(PlacementSettings)
+        try:
+            racks = read_racks(self.zk)
+        except FormatError as exc:  # bad rack JSON must not stop the audit: judge on the configured map
+            log.warning("rack configuration /bookies unreadable (%s); using [placement] locations", exc)
+            racks = {}
+        topology = (
+            topology_from_settings(ps) if ps.locations or not racks else topology_from_settings(ps, racks)
+        )
+        return policy_from_settings(ps), topology, ps.policy
+
+    def _ledger_pass(self, frames: Mapping[str, DataFrame]) -> list[Located]:
+        """One Spark pass over every ledger; its output is staged (requests feed the fan-out)."""
+        import pyarrow.parquet as pq
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        policy, topology, name = self._placement_setup()
+        fn = ledger_pass_partition(policy, topology, name, self.conf.check_open_ledgers)
+        path = f"{self.staging}/plan"
+        self._ledger_input(frames).mapInArrow(fn, from_arrow_schema(PLAN_SCHEMA)).write.mode(
+            "overwrite"
+        ).parquet(path)
+        self.plan_path = path
+        small = pq.read_table(
+            path, columns=[f.name for f in FINDING_SCHEMA] + ["kind"], filters=[("kind", "!=", "request")]
+        ).to_pylist()
+        located: list[Located] = []
+        for row in small:
+            if row["kind"] == "stats":
+                stats = json.loads(row["detail"])
+                self.result.ledgers_checked += int(stats["ledgers"])
+                self.result.ledgers_durability_checked += int(stats["durability_ledgers"])
+                self.result.entries_checked += int(stats["entries"])
+            else:
+                located.append(located_of(row))
+        return located
+
+    # -- fan-out ---------------------------------------------------------------------------------------------
+    def _fanout_config(self, attempt: int) -> FanoutConfig:
+        from bkaudit.rpc.settings import RpcSettings
+
+        rpc = self.settings.get(RpcSettings)
+        from bkaudit.rpc.tls import TlsConfig
+
+        tls = TlsConfig.from_settings(self.settings)
+        return FanoutConfig(
+            targets=dict(self.targets),
+            batch_size=self.conf.batch_size,
+            max_in_flight=self.conf.max_in_flight_per_bookie,
+            call_timeout_s=self.conf.call_timeout_s,
+            connect_timeout_s=min(rpc.connect_timeout_s, self.conf.call_timeout_s),
+            failure_threshold=self.conf.bookie_failure_threshold,
+            attempt=attempt,
+            tls=tls,
+        )
+
+    def _fanout(self) -> tuple[DataFrame | None, pa.Table]:
+        """Requests → responses, with BP-34's delayed re-check of failures.
+
+        Returns the final responses (Spark, staged files; None when there was nothing to ask) and, as Arrow on
+        the driver, the per-row call log of every attempt (bookie, status, call id and latency) for
+        `bookie_checks`.
+        """
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        response_type = from_arrow_schema(RESPONSE_SCHEMA)
+        plan_type = from_arrow_schema(PLAN_SCHEMA)
+        pending = (
+            self.spark.read.schema(plan_type)
+            .parquet(self.plan_path)
+            .where(F.col("kind") == "request")
+            .select(*REQUEST_SCHEMA.names)
+        )
+        partitions = max(1, len(self.targets) * self.conf.partitions_per_bookie)
+        answered = F.col("status").isin("OK", "ENOLEDGER")
+        log_columns = [
+            "ledger_id",
+            "bookie_id",
+            "status",
+            "error",
+            "missing_count",
+            "extra_count",
+            "call_id",
+            "call_ms",
+            "attempt",
+        ]
+        logs: list[pa.Table] = []
+        final: DataFrame | None = None
+        failed = -1
+        for attempt in range(self.conf.retry_attempts + 1):
+            if attempt:
+                if failed == 0:
+                    break
+                self._say(
+                    f"re-checking {failed} failed (ledger, bookie) calls in {self.conf.retry_delay_s:g}s"
+                )
+                time.sleep(self.conf.retry_delay_s)
+            fn = fanout_partition(self._fanout_config(attempt))
+            if self.conf.partitions_per_bookie > 1:
+                shard = F.col("ledger_id") % self.conf.partitions_per_bookie
+                keyed = pending.withColumn("_shard", shard).repartition(partitions, "bookie_id", "_shard")
+                keyed = keyed.drop("_shard")
+            else:
+                keyed = pending.repartition(partitions, "bookie_id")
+            path = f"{self.staging}/responses-{attempt}"
+            keyed.mapInArrow(fn, response_type).write.mode("overwrite").parquet(path)
+            log_table = pq.read_table(path, columns=log_columns)
+            logs.append(log_table)
+            got = self.spark.read.schema(response_type).parquet(path)
+            ok = got.where(answered)
+            final = ok if final is None else final.unionByName(ok)
+            ok_mask = pc.is_in(log_table.column("status"), pa.array(["OK", "ENOLEDGER"]))
+            failed = log_table.num_rows - (pc.sum(ok_mask).as_py() or 0)
+            last_failed = got.where(~answered)
+            pending = last_failed.select(*REQUEST_SCHEMA.names)
+        assert final is not None
+        final = final.unionByName(last_failed)
+        return final, pa.concat_tables(logs) if logs else pa.table({c: [] for c in log_columns})
+
+    def _combine(self, final: DataFrame | None) -> list[Located]:
+        """Per ledger with anything to report, combine its bookies' evidence (Spark, grouped by ledger)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        ids = self._interesting_ledgers()
+        if final is None or not ids:
+            return []
+        self._say(f"combining answers of {len(ids)} ledgers")
+        ids_df = self.spark.createDataFrame(pa.table({"ledger_id": pa.array(sorted(ids), pa.int64())}))
+        rows = final.join(F.broadcast(ids_df), "ledger_id", "left_semi")
+        partitions = max(2, int(self.spark.conf.get("spark.sql.shuffle.partitions", "2")))
+        fn = combine_partition(self.conf.max_ranges_per_row, frozenset(self.registered))
+        table = (
+            rows.repartition(partitions, "ledger_id")
+            .sortWithinPartitions("ledger_id", "bookie_id")
+            .mapInArrow(fn, from_arrow_schema(FINDING_SCHEMA))
+            .toArrow()
+        )
+        return [located_of(r) for r in table.to_pylist()]
+
+    def _interesting_ledgers(self) -> set[int]:
+        """Ledgers whose final answers hold something: missing or extra entries, or a bookie not answering."""
+        import pyarrow.compute as pc
+
+        logs = getattr(self, "call_log", None)
+        if logs is None or logs.num_rows == 0:
+            return set()
+        ok = pc.is_in(logs.column("status"), pa.array(["OK", "ENOLEDGER"]))
+        last = pc.max(logs.column("attempt")).as_py() or 0
+        unanswered_now = pc.and_(pc.invert(ok), pc.equal(logs.column("attempt"), last))
+        findings = pc.or_(
+            pc.greater(logs.column("missing_count"), 0), pc.greater(logs.column("extra_count"), 0)
+        )
+        mask = pc.or_(pc.and_(ok, findings), unanswered_now)
+        return set(pc.unique(logs.filter(mask).column("ledger_id")).to_pylist())
+
+    def _bookie_stats(self, calls: pa.Table, final: DataFrame | None) -> None:
+        """Per bookie: calls, answers, errors, latency percentiles, reachability in its last attempt."""
+        del final
+        rows = calls.to_pylist()
+        info: dict[str, dict[str, Any]] = {}
+        last_attempt: dict[str, int] = {}
+        latencies: dict[str, dict[str, float]] = {}
+        for r in rows:
+            last_attempt[r["bookie_id"]] = max(last_attempt.get(r["bookie_id"], 0), int(r["attempt"]))
+        answered_pairs: set[tuple[int, str]] = set()
+        for r in rows:
+            if r["status"] in ("OK", "ENOLEDGER"):
+                answered_pairs.add((r["ledger_id"], r["bookie_id"]))
+        unverified: dict[str, set[int]] = {}
+        for r in rows:
+            b = r["bookie_id"]
+            row = info.setdefault(
+                b,
+                {
+                    "bookie_id": b,
+                    "ledgers_listed": 0,
+                    "errors": 0,
+                    "error_statuses": {},
+                    "last_error": None,
+                    "reachable": False,
+                    "attempts": last_attempt[b] + 1,
+                },
+            )
+            status = str(r["status"])
+            if r["call_id"] is not None:
+                latencies.setdefault(b, {})[r["call_id"]] = float(r["call_ms"] or 0.0)
+            if status in ("OK", "ENOLEDGER"):
+                row["ledgers_listed"] += 1
+            else:
+                row["errors"] += 1
+                row["error_statuses"][status] = row["error_statuses"].get(status, 0) + 1
+                row["last_error"] = r["error"] or row["last_error"]
+                if (r["ledger_id"], b) not in answered_pairs:
+                    unverified.setdefault(b, set()).add(int(r["ledger_id"]))
+            if (
+                int(r["attempt"]) == last_attempt[b]
+                and not is_transport_failure(status)
+                and status != STATUS_CIRCUIT_OPEN
+            ):
+                row["reachable"] = True
+        out = []
+        for b, row in sorted(info.items()):
+            lat = list(latencies.get(b, {}).values())
+            pct = latency_percentiles(lat)
+            row.update(
+                {
+                    "state": self.registered.get(b, "absent"),
+                    "registered": b in self.registered,
+                    "target": self.targets.get(b),
+                    "calls": len(lat),
+                    "ledgers_unverified": len(unverified.get(b, ())),
+                    "latency_ms_p50": pct.get("p50"),
+                    "latency_ms_p95": pct.get("p95"),
+                    "latency_ms_p99": pct.get("p99"),
+                    "latency_ms_max": max(lat) if lat else None,
+                }
+            )
+            out.append(row)
+        self.result.bookies = out
+
+    # -- re-read before reporting ----------------------------------------------------------------------------
+    def _reread(self, located: list[Located]) -> list[tuple[Finding, Located]]:
+        """BP-34's rule: re-read each ledger's znode and marker before its findings are written."""
+        by_ledger: dict[int, list[Located]] = {}
+        others: list[Located] = []
+        for x in located:
+            if x.finding.ledger_id is None:
+                others.append(x)
+            else:
+                by_ledger.setdefault(int(x.finding.ledger_id), []).append(x)
+        current = self._read_znodes(sorted(by_ledger))
+        markers = self._read_markers(sorted(by_ledger))
+        out: list[tuple[Finding, Located]] = [(x.finding, x) for x in others]
+        changed: dict[int, tuple[bytes, ZnodeVersion, Located]] = {}
+        for ledger_id, items in by_ledger.items():
+            seen_version = items[0].version
+            seen = None if seen_version is None else ZnodeVersion(int(seen_version), items[0].mzxid)
+            now = current.get(ledger_id)
+            verdict = recheck(seen, None if now is None else now[1])
+            if verdict is Recheck.DELETED:
+                self.result.deleted_during_run += 1
+                continue
+            if verdict is Recheck.CHANGED:
+                assert now is not None
+                changed[ledger_id] = (now[0], now[1], items[0])
+                continue
+            for x in items:
+                out.extend((f, x) for f in apply_marker([x.finding], markers.get(ledger_id)))
+        if changed:
+            self._say(f"metadata changed for {len(changed)} ledgers: re-evaluating them")
+            redone = self._reevaluate(changed)
+            fresh_markers = self._read_markers(
+                sorted({int(f.ledger_id) for f, _ in redone if f.ledger_id is not None})
+            )
+            for f, x in redone:
+                marker = fresh_markers.get(int(f.ledger_id)) if f.ledger_id is not None else None
+                out.extend((g, x) for g in apply_marker([f], marker))
+        return out
+
+    def _read_znodes(self, ledger_ids: Sequence[int]) -> dict[int, tuple[bytes, ZnodeVersion]]:
+        from bkaudit.zk import paths
+        from bkaudit.zk.client import rate_limiter
+        from bkaudit.zk.ledgers import read_many
+
+        assert self.zk is not None
+        by_path = {paths.ledger_path(i, root=self.root, layout=self.layout): i for i in ledger_ids}
+        out: dict[int, tuple[bytes, ZnodeVersion]] = {}
+        limiter = rate_limiter(self.conf.zk_reads_per_s) if self.conf.zk_reads_per_s else None
+        for path, data, stat in read_many(self.zk, list(by_path), rate_limiter=limiter):
+            if stat is not None and data is not None:
+                out[by_path[path]] = (data, ZnodeVersion(int(stat.version), int(stat.mzxid)))
+        return out
+
+    def _read_markers(self, ledger_ids: Sequence[int]) -> dict[int, MarkerState]:
+        from bkaudit.formats.records import parse_underreplicated_marker
+        from bkaudit.zk import paths
+        from bkaudit.zk.client import rate_limiter
+        from bkaudit.zk.ledgers import read_many
+
+        assert self.zk is not None
+        by_path = {paths.underreplicated_ledger_path(i, root=self.root): i for i in ledger_ids}
+        limiter = rate_limiter(self.conf.zk_reads_per_s) if self.conf.zk_reads_per_s else None
+        out: dict[int, MarkerState] = {}
+        for path, data, stat in read_many(self.zk, list(by_path), rate_limiter=limiter):
+            if stat is None or data is None:
+                continue
+            try:
+                m = parse_underreplicated_marker(data)
+                out[by_path[path]] = MarkerState(tuple(m.replicas), m.ctime)
+            except FormatError:
+                out[by_path[path]] = MarkerState((), None)  # a corrupt marker is still a marker
+        return out
+
+    def _reevaluate(
+        self, changed: dict[int, tuple[bytes, ZnodeVersion, Located]]
+    ) -> list[tuple[Finding, Located]]:
+        """Check ledgers again from their current metadata (their bookies asked again), until it is stable."""
+        from bkaudit.formats.ledger_metadata import parse
+
+        results: list[tuple[Finding, Located]] = []
+        todo = dict(changed)
+        for _round in range(self.conf.max_reevaluations):
+            if not todo:
+                break
+            self.result.reevaluated += len(todo)
+            shapes: dict[int, tuple[LedgerShape, ZnodeVersion, Located]] = {}
+            fresh: dict[int, list[Finding]] = {}
+            for ledger_id, (data, ver, loc) in todo.items():
+                try:
+                    md = parse(data)
+                except FormatError as exc:
+                    f = MetadataCheck().evaluate(
+                        MetadataRecord(
+                            ledger_id, parse_error=str(exc), raw_size=len(data), version=ver.version
+                        )
+                    )
+                    fresh[ledger_id] = f
+                    continue
+                shape = LedgerShape.from_metadata(ledger_id, md, version=ver.version)
+                found = MetadataCheck().evaluate(MetadataRecord(ledger_id, shape=shape, version=ver.version))
+                if found:
+                    fresh[ledger_id] = found
+                    continue
+                shapes[ledger_id] = (shape, ver, loc)
+                fresh[ledger_id] = self._placement_check().evaluate(shape)
+            evidence = self._ask_bookies([s for s, _v, _l in shapes.values()])
+            for ledger_id, (shape, _ver, _loc) in shapes.items():
+                fresh[ledger_id] += ledger_findings(
+                    shape,
+                    evidence.get(ledger_id, []),
+                    max_ranges=self.conf.max_ranges_per_row,
+                    registered=set(self.registered),
+                )
+            # stable only if the znode did not move again while we were asking
+            again = self._read_znodes(sorted(todo))
+            next_todo: dict[int, tuple[bytes, ZnodeVersion, Located]] = {}
+            for ledger_id, (_data, ver, loc) in todo.items():
+                now = again.get(ledger_id)
+                verdict = recheck(ver, None if now is None else now[1])
+                if verdict is Recheck.DELETED:
+                    self.result.deleted_during_run += 1
+                    continue
+                if verdict is Recheck.CHANGED:
+                    assert now is not None
+                    next_todo[ledger_id] = (now[0], now[1], loc)
+                    continue
+                new_loc = Located(loc.finding, ver.version, ver.mzxid, loc.managed_ledger)
+                for f in fresh.get(ledger_id, []):
+                    results.append((f.with_detail(znode_version=ver.version, reevaluated=True), new_loc))
+            todo = next_todo
+        for ledger_id, (_data, ver, loc) in todo.items():
+            f = unverifiable(
+                ledger_id,
+                f"metadata changed {self.conf.max_reevaluations} times while it was being checked",
+                REASON_METADATA_CHANGING,
+                znode_version=ver.version,
+            )
+            results.append((f, Located(f, ver.version, ver.mzxid, loc.managed_ledger)))
+        return results
+
+    def _placement_check(self) -> Any:
+        from bkaudit.audit.placement import PlacementCheck
+
+        if getattr(self, "_placement", None) is None:
+            policy, topology, name = self._placement_setup()
+            self._placement = PlacementCheck(policy, topology, name)
+        return self._placement
+
+    def _ask_bookies(self, shapes: Sequence[LedgerShape]) -> dict[int, list[BookieEvidence]]:
+        """Driver-side fan-out for a few re-evaluated ledgers (batching and judgement as on executors)."""
+        from bkaudit.rpc.pool import BookieClientPool
+
+        by_bookie: dict[str, list[LedgerShape]] = {}
+        for s in shapes:
+            for bookie in expected_by_bookie(s):
+                by_bookie.setdefault(bookie, []).append(s)
+        out: dict[int, list[BookieEvidence]] = {}
+        if not by_bookie:
+            return out
+        pool = BookieClientPool(zk=self.zk, root=self.root, request_timeout_s=self.conf.call_timeout_s)
+
+        def one(bookie: str, items: list[LedgerShape]) -> list[tuple[int, BookieEvidence]]:
+            client = pool.get(bookie)
+            return [
+                (s.ledger_id, ev)
+                for s, ev, _c in query_bookie(
+                    client,
+                    bookie,
+                    items,
+                    batch_size=self.conf.batch_size,
+                    max_in_flight=self.conf.max_in_flight_per_bookie,
+                    failure_threshold=self.conf.bookie_failure_threshold,
+                )
+            ]
+
+        try:
+            with ThreadPoolExecutor(max_workers=min(16, len(by_bookie))) as ex:
+                for pairs in ex.map(lambda kv: one(*kv), by_bookie.items()):
+                    for ledger_id, ev in pairs:
+                        out.setdefault(ledger_id, []).append(ev)
+        finally:
+            pool.close()
+        return out
+
+    # -- progress and availability ---------------------------------------------------------------------------
+    def _progress(self) -> list[tuple[Finding, Located]]:
+        """Markers of the snapshot older than the grace period, confirmed on the live marker."""
+        from bkaudit.zk.underreplication import get_marker
+
+        if self.conf.grace_period_s <= 0:
+            return []
+        check = ProgressCheck(self.conf.grace_period_s, self.now_ms)
+        assert self.zk is not None
+        out: list[tuple[Finding, Located]] = []
+        for r in self.markers_table.to_pylist():
+            if r.get("parse_error") or r.get("marked_at") is None:
+                continue
+            ctime_ms = int(r["marked_at"].timestamp() * 1000)
+            if not check.overdue(Marker(int(r["ledger_id"]), (), ctime_ms)):
+                continue
+            ledger_id = int(r["ledger_id"])
+            try:
+                live = get_marker(self.zk, ledger_id, root=self.root)
+            except FormatError:
+                live = None
+            if live is None:
+                continue  # resolved since the snapshot: nothing overdue to report
+            marker, _stat = live
+            m = Marker(ledger_id, tuple(marker.replicas), marker.ctime, r.get("locked_by"))
+            for f in check.evaluate(m):
+                out.append((f, Located(f)))
+        return out
+
+    def _bookie_findings(self, findings: list[tuple[Finding, Located]]) -> list[tuple[Finding, Located]]:
+        from bkaudit.zk import registry
+
+        assert self.zk is not None
+        check = BookieAvailabilityCheck()
+        out: list[tuple[Finding, Located]] = []
+        for b in self.result.bookies:
+            if b["reachable"]:
+                continue
+            state = registry.bookie_state(self.zk, b["bookie_id"], self.root)  # re-read: still registered?
+            report = BookieReport(
+                bookie_id=b["bookie_id"],
+                registered=state != "absent",
+                reachable=False,
+                attempts=int(b["attempts"]),
+                state=state,
+                last_status=max(b["error_statuses"], key=b["error_statuses"].get)
+                if b["error_statuses"]
+                else None,
+                last_error=b["last_error"],
+                ledgers_unverified=int(b.get("ledgers_unverified") or 0),
+            )
+            for f in check.evaluate(report):
+                out.append((f, Located(f)))
+        return out
+
+    # -- output ----------------------------------------------------------------------------------------------
+    def _violation_rows(self, findings: list[tuple[Finding, Located]]) -> list[dict[str, Any]]:
+        detected = datetime.now(UTC)
+        rows = []
+        for f, loc in findings:
+            rows.append(
+                {
+                    "run_id": self.result.run_id,
+                    "snapshot_id": self.result.snapshot_id,
+                    "run_date": self.result.run_date,
+                    "ledger_id": f.ledger_id,
+                    "category": f.category.value,
+                    "severity": f.severity.value,
+                    "segment_index": f.segment_index,
+                    "bookie_id": f.bookie_id,
+                    "missing_entries": None
+                    if f.missing_entries is None
+                    else [{"first": lo, "last": hi} for lo, hi in f.missing_entries],
+                    "min_replicas": f.min_replicas,
+                    "managed_ledger": loc.managed_ledger,
+                    "detail": json.dumps(dict(f.detail), separators=(",", ":"), default=str),
+                    "under_repair": f.under_repair,
+                    "published": False,
+                    "detected_at": detected,
+                }
+            )
+        rows.sort(
+            key=lambda r: (
+                r["category"],
+                r["ledger_id"] if r["ledger_id"] is not None else -1,
+                r["bookie_id"] or "",
+            )
+        )
+        return rows
+
+    def _publish(self, rows: list[dict[str, Any]]) -> None:
+        from bkaudit.spark.publish import publish_rows
+
+        assert self.zk is not None
+        publish_rows(
+            self.zk,
+            rows,
+            root=self.root,
+            publish_placement=self.publish_placement,
+            rate_per_s=self.conf.publish_rate_per_s,
+            layout=self.layout,
+        )
+
+    def _write(self, rows: list[dict[str, Any]]) -> None:
+        from bkaudit.tables.store import commit, discard, stage_table, table_uri
+
+        assert self.result.snapshot_id is not None
+        key = {"snapshot_id": self.result.snapshot_id, "snapshot_date": self.result.run_date}
+        replace = {"run_id": self.result.run_id}
+        violations = pa.Table.from_pylist(rows, schema=VIOLATIONS.schema)
+        bookies = pa.Table.from_pylist(
+            [
+                {
+                    **b,
+                    "run_id": self.result.run_id,
+                    "snapshot_id": self.result.snapshot_id,
+                    "run_date": self.result.run_date,
+                    "error_statuses": list(b["error_statuses"].items()),
+                }
+                for b in self.result.bookies
+            ],
+            schema=BOOKIE_CHECKS.schema,
+        )
+        for table, data in (("violations", violations), ("bookie_checks", bookies)):
+            files = stage_table(self.options.warehouse, table, data, **key)
+            try:
+                self.commits.append(
+                    commit(
+                        self.options.warehouse,
+                        table,
+                        files,
+                        replace=replace,
+                        info={"run_id": self.result.run_id},
+                    )
+                )
+            except BaseException:
+                discard(table_uri(self.options.warehouse, table), files)
+                raise
+        self._write_run_row(SUCCEEDED)
+
+    def _run_row(self, status: str) -> dict[str, Any]:
+        r = self.result
+        return {
+            "run_id": r.run_id,
+            "snapshot_id": r.snapshot_id or "none",
+            "run_date": r.run_date,
+            "status": status,
+            "error": r.error,
+            "started_at": self.started,
+            "finished_at": datetime.now(UTC),
+            "seconds": round(time.monotonic() - self.t0, 3),
+            "zk": self.zk_settings.connect,
+            "root": self.root,
+            "config": json.dumps(self._config(), sort_keys=True, default=str),
+            "ledgers_checked": r.ledgers_checked,
+            "ledgers_durability_checked": r.ledgers_durability_checked,
+            "entries_checked": r.entries_checked,
+            "bookies_checked": r.bookies_checked,
+            "counts": list(r.counts.items()),
+            "under_repair": list(r.under_repair.items()),
+            "reevaluated": r.reevaluated,
+            "deleted_during_run": r.deleted_during_run,
+            "published": r.published,
+            "phase_seconds": list(r.phase_seconds.items()),
+        }
+
+    def _config(self) -> dict[str, Any]:
+        raw = self.settings.raw()
+        zk = dict(raw.get("zk", {}))
+        if zk.get("auth_digest"):
+            zk["auth_digest"] = "***"
+        raw["zk"] = zk
+        import dataclasses
+
+        return {
+            "checker": dataclasses.asdict(self.conf),
+            "settings": raw,
+            "fail_on": self.fail_on.value,
+            "publish_underreplicated": self.publish,
+            "publish_placement": self.publish_placement,
+            "fresh": self.options.fresh,
+        }
+
+    def _write_run_row(self, status: str) -> None:
+        from bkaudit.tables.store import write_table
+
+        table = pa.Table.from_pylist([self._run_row(status)], schema=AUDIT_RUNS.schema)
+        self.commits.append(
+            write_table(
+                self.options.warehouse,
+                "audit_runs",
+                table,
+                snapshot_id=self.result.snapshot_id or "none",
+                snapshot_date=self.result.run_date,
+                replace={"run_id": self.result.run_id},
+            )
+        )
+
+    def _fail(self, exc: BaseException) -> None:
+        from bkaudit.tables.store import revert
+
+        self.result.status = FAILED
+        self.result.exit_code = 1
+        self.result.error = f"{type(exc).__name__}: {exc}"
+        self.result.seconds = time.monotonic() - self.t0
+        log.error("check %s failed: %s", self.result.run_id, self.result.error)
+        for done in reversed(self.commits):
+            try:
+                revert(done)
+            except Exception as rexc:  # keep going: the failed run row below still says what happened
+                log.error("could not revert %s v%s: %s", done.table, done.version, rexc)
+        self.commits = []
+        try:
+            self._write_run_row(FAILED)
+        except Exception as wexc:
+            log.error("could not record the failed run: %s", wexc)
+        self._metrics(success=False)
+
+    def _metrics(self, *, success: bool) -> None:
+        from bkaudit.metrics import CheckerRunMetrics, MetricsError, push, render, write_textfile
+
+        path = self.options.metrics_file if self.options.metrics_file is not None else self.conf.metrics_file
+        url = (
+            self.options.pushgateway_url
+            if self.options.pushgateway_url is not None
+            else self.conf.pushgateway_url
+        )
+        if not path and not url:
+            return
+        m = CheckerRunMetrics(
+            run_id=self.result.run_id,
+            snapshot_id=self.result.snapshot_id or "",
+            success=success,
+            counts=self.result.counts,
+            under_repair=self.result.under_repair,
+            ledgers_total=self.result.ledgers_checked,
+            ledgers_checked=self.result.ledgers_durability_checked,
+            entries_checked=self.result.entries_checked,
+            published=self.result.published,
+            reevaluated=self.result.reevaluated,
+            seconds=self.result.seconds,
+            phase_seconds=self.result.phase_seconds,
+            finished_at_s=time.time(),
+            bookies=self.result.bookies,
+        )
+        text = render(m.samples(self.conf.metrics_scope))
+        try:
+            if path:
+                write_textfile(path, text)
+            if url:
+                push(url, self.conf.metrics_job, text)
+        except MetricsError as exc:  # metrics never fail an audit; the error is recorded and logged
+            self.result.metrics_error = str(exc)
+            log.warning("%s", exc)
+
+    def _cleanup(self) -> None:
+        if self.zk is not None:
+            from bkaudit.zk.client import close
+
+            try:
+                close(self.zk)
+            except Exception:
+                pass
+            self.zk = None
+        _remove_dir(self.staging)
+
+
+def _staging_dir(warehouse: str, run_id: str) -> str:
+    base = warehouse.rstrip("/") if "://" in warehouse else os.path.abspath(warehouse)
+    return f"{base}/_checker_staging/{run_id}"
+
+
+def _remove_dir(path: str) -> None:
+    if "://" in path:
+        try:
+            import pyarrow.fs as pafs
+
+            fs, rel = pafs.FileSystem.from_uri(path)
+            fs.delete_dir(rel)
+        except Exception:
+            pass
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def validate_options(options: CheckOptions) -> None:
+    if not options.warehouse:
+        raise ConfigError("--warehouse", "a warehouse (Delta tables directory) is required")
+    if options.fresh and options.snapshot_id:
+        raise ConfigError("--fresh", "use either --snapshot-id or --fresh, not both")
+    if options.fail_on is not None:
+        try:
+            FailOn(options.fail_on)
+        except ValueError:
+            raise ConfigError("--fail-on", "must be one of never, warning, critical") from None

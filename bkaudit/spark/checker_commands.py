@@ -1,0 +1,192 @@
+"""`bkaudit check`: the metadata checker (Spark job 2) on a local Spark session.
+
+Exit codes (the issue's contract): 0 when the run completed and nothing counted reached `--fail-on`
+(default critical), 2 when something did, 1 when it could not run (bad arguments, no snapshot, ZooKeeper or
+warehouse trouble, any failure of the job itself; the failure is recorded in `audit_runs`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from bkaudit.cli_common import emit, load_settings, zk_options
+
+FAIL_ON = click.Choice(["never", "warning", "critical"])
+
+
+def human_summary(summary: dict[str, Any], result: Any = None) -> str:
+    """A person's view of a run: counts per category with severity, worst first."""
+    from bkaudit.audit.base import Category, Severity
+
+    lines = [
+        f"check {summary['run_id']} of snapshot {summary['snapshot_id']}: "
+        f"{summary['ledgers_checked']} ledgers checked in {summary['seconds']:.1f}s"
+    ]
+    order = sorted(Category, key=lambda c: (-c.severity.rank, c.value))
+    for c in order:
+        n = summary["counts"].get(c.value, 0)
+        if n or c.severity is Severity.CRITICAL:
+            lines.append(f"  {c.severity.value:<8} {c.value:<34} {n}")
+    if result is not None:
+        under = sum(result.under_repair.values())
+        if under:
+            lines.append(f"  ({under} more finding(s) on ledgers already under repair, not counted)")
+        if result.published:
+            lines.append(f"  published {result.published} ledger(s) to the under-replication queue")
+        if result.metrics_error:
+            lines.append(f"  metrics: {result.metrics_error}")
+    lines.append(f"details: bkaudit violations --warehouse ... --run-id {summary['run_id']}")
+    return "\n".join(lines)
+
+
+@click.command("check")
+@zk_options
+@click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
+@click.option("--snapshot-id", default=None, help="snapshot to check (default: the latest successful one)")
+@click.option("--fresh", is_flag=True, help="take a fresh snapshot first and check it")
+@click.option(
+    "--run-id",
+    default=None,
+    help="id of this run (default: UTC time + suffix); re-using one replaces that run's rows",
+)
+@click.option(
+    "--publish-underreplicated/--no-publish-underreplicated",
+    "publish",
+    default=None,
+    help="mark ledgers with durability violations under-replicated in ZooKeeper ([checker] "
+    "publish_underreplicated, off by default)",
+)
+@click.option(
+    "--publish-placement/--no-publish-placement",
+    "publish_placement",
+    default=None,
+    help="also mark placement_fail ledgers, with no replicas (BookKeeper's BP-54)",
+)
+@click.option(
+    "--fail-on",
+    type=FAIL_ON,
+    default=None,
+    help="lowest severity that makes the exit code 2 (default [checker] fail_on = critical)",
+)
+@click.option("--metrics-file", default=None, help="write Prometheus text here ([checker] metrics_file)")
+@click.option(
+    "--pushgateway",
+    "pushgateway_url",
+    default=None,
+    help="push metrics to this Prometheus push gateway URL ([checker] pushgateway_url)",
+)
+@click.option("--master", default=None, help="Spark master (default [snapshot] master, local[2])")
+@click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
+def check(
+    zk: str | None,
+    cluster_dir: str | None,
+    root: str | None,
+    config_path: str | None,
+    warehouse: str | None,
+    snapshot_id: str | None,
+    fresh: bool,
+    run_id: str | None,
+    publish: bool | None,
+    publish_placement: bool | None,
+    fail_on: str | None,
+    metrics_file: str | None,
+    pushgateway_url: str | None,
+    master: str | None,
+    as_json: bool,
+) -> None:
+    """Check a snapshot against the bookies: durability, placement, progress, availability (BP-34)."""
+    code = run_command(
+        zk=zk,
+        cluster_dir=cluster_dir,
+        root=root,
+        config_path=config_path,
+        warehouse=warehouse,
+        snapshot_id=snapshot_id,
+        fresh=fresh,
+        run_id=run_id,
+        publish=publish,
+        publish_placement=publish_placement,
+        fail_on=fail_on,
+        metrics_file=metrics_file,
+        pushgateway_url=pushgateway_url,
+        master=master,
+        as_json=as_json,
+    )
+    sys.exit(code)
+
+
+def run_command(
+    *,
+    zk: str | None,
+    cluster_dir: str | None,
+    root: str | None,
+    config_path: str | None,
+    warehouse: str | None,
+    snapshot_id: str | None,
+    fresh: bool,
+    run_id: str | None,
+    publish: bool | None,
+    publish_placement: bool | None,
+    fail_on: str | None,
+    metrics_file: str | None,
+    pushgateway_url: str | None,
+    master: str | None,
+    as_json: bool,
+    spark: Any = None,
+) -> int:
+    """Shared by the CLI and jobs/metadata_checker.py; returns the exit code (0 / 2 / 1)."""
+    import bkaudit.audit.settings
+    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
+    from bkaudit.errors import BkAuditError
+
+    def err(message: str) -> int:
+        click.echo(f"error: {' '.join(message.split())}", err=True)
+        return 1
+
+    try:
+        settings = load_settings(zk, cluster_dir, root, config_path, **{"snapshot.warehouse": warehouse})
+        from bkaudit.audit.settings import CheckerSettings
+        from bkaudit.model.placement import PlacementSettings
+        from bkaudit.spark.settings import SnapshotSettings
+
+        snap = settings.get(SnapshotSettings)
+        settings.get(CheckerSettings)  # fail fast on a bad [checker] or [placement] section
+        settings.get(PlacementSettings)
+    except click.UsageError as exc:
+        return err(exc.format_message())
+    except BkAuditError as exc:
+        return err(str(exc))
+    from bkaudit.spark.checker import CheckFailed, CheckOptions, run_check, validate_options
+
+    def progress(message: str) -> None:
+        if not as_json:
+            click.echo(f"... {message}", err=True)
+
+    options = CheckOptions(
+        warehouse=snap.warehouse,
+        snapshot_id=snapshot_id,
+        fresh=fresh,
+        run_id=run_id,
+        publish_underreplicated=publish,
+        publish_placement=publish_placement,
+        fail_on=fail_on,
+        metrics_file=metrics_file,
+        pushgateway_url=pushgateway_url,
+        progress=progress,
+    )
+    try:
+        validate_options(options)
+        if spark is None:
+            from bkaudit.spark.session import get_session
+
+            spark = get_session(master or snap.master, app_name="bkaudit-check")
+        result = run_check(spark, settings, options)
+    except CheckFailed as exc:
+        return err(str(exc))
+    except (BkAuditError, ValueError) as exc:
+        return err(str(exc))
+    emit(result.summary(), as_json, lambda s: human_summary(s, result))
+    return int(result.exit_code)

@@ -1,0 +1,71 @@
+"""spark-submit entry point of job 2: the cluster metadata checker (BP-34) over a snapshot.
+
+    spark-submit --master yarn jobs/metadata_checker.py --zk zk1:2181 --warehouse s3a://bucket/bkaudit \
+        [--snapshot-id ID | --fresh] [--publish-underreplicated] [--fail-on never|warning|critical]
+
+The session (master, executors) comes from spark-submit; bkaudit must be importable on the executors. Prints
+the run summary as JSON on stdout ({"run_id", "snapshot_id", "ledgers_checked", "counts", "seconds"}) and
+exits like `bkaudit check`: 0 nothing reached --fail-on, 2 something did, 1 the run could not complete
+(recorded as a 'failed' row in `audit_runs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="metadata_checker", description=__doc__.splitlines()[0])
+    parser.add_argument("--zk", help="ZooKeeper connect string (default [zk] connect / $BKAUDIT_ZK)")
+    parser.add_argument("--root", help="ledgers root znode (default /ledgers)")
+    parser.add_argument("--warehouse", help="Delta tables directory or URI (default [snapshot] warehouse)")
+    parser.add_argument("--snapshot-id", help="snapshot to check (default: the latest successful one)")
+    parser.add_argument("--fresh", action="store_true", help="take a fresh snapshot first")
+    parser.add_argument("--run-id", help="run id (default: UTC timestamp + random suffix); re-use replaces")
+    parser.add_argument(
+        "--publish-underreplicated",
+        action="store_true",
+        default=None,
+        help="mark ledgers with durability violations under-replicated in ZooKeeper",
+    )
+    parser.add_argument(
+        "--publish-placement",
+        action="store_true",
+        default=None,
+        help="also mark placement_fail ledgers (empty replica list, BP-54)",
+    )
+    parser.add_argument("--fail-on", choices=["never", "warning", "critical"], default=None)
+    parser.add_argument("--metrics-file", help="Prometheus text file to write")
+    parser.add_argument("--pushgateway", help="Prometheus push gateway URL")
+    parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
+    args = parser.parse_args(argv)
+
+    from pyspark.sql import SparkSession
+
+    from bkaudit.spark.checker_commands import run_command
+    from bkaudit.spark.session import prepare
+
+    spark = prepare(SparkSession.builder.appName("bkaudit-check").getOrCreate())
+    return run_command(
+        zk=args.zk,
+        cluster_dir=None,
+        root=args.root,
+        config_path=args.config,
+        warehouse=args.warehouse,
+        snapshot_id=args.snapshot_id,
+        fresh=args.fresh,
+        run_id=args.run_id,
+        publish=args.publish_underreplicated,
+        publish_placement=args.publish_placement,
+        fail_on=args.fail_on,
+        metrics_file=args.metrics_file,
+        pushgateway_url=args.pushgateway,
+        master=None,
+        as_json=True,
+        spark=spark,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Job 3: publish a finished checker run's durability violations into BookKeeper's under-replication queue.
+
+    spark-submit jobs/publish_underreplicated.py --zk zk1:2181 --warehouse s3a://bucket/bkaudit --run-id R
+    python jobs/publish_underreplicated.py --zk ... --warehouse ... --run-id R   (no Spark needed)
+
+The same code path as `bkaudit check --publish-underreplicated` (`bkaudit.spark.publish.publish_rows`): each
+durability violation's ledger is marked exactly as BookKeeper marks it (merged into an existing marker with a
+version CAS), with the bookies missing entries as replicas; placement_fail too with --publish-placement (empty
+replicas, BP-54). Rows already published or already under repair, and ledgers whose metadata changed since the
+check, are left alone; the run's rows are rewritten with their `published` flags in one Delta commit.
+Idempotent: publishing a run twice writes nothing the second time. Prints {"run_id", "published", "marked",
+"already_marked", "skipped"} as JSON; exits 1 on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="publish_underreplicated", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-id", required=True, help="the checker run whose violations to publish")
+    parser.add_argument("--zk", help="ZooKeeper connect string (default [zk] connect / $BKAUDIT_ZK)")
+    parser.add_argument("--root", help="ledgers root znode (default /ledgers)")
+    parser.add_argument("--warehouse", help="Delta tables directory or URI (default [snapshot] warehouse)")
+    parser.add_argument(
+        "--publish-placement",
+        action="store_true",
+        default=None,
+        help="also mark placement_fail ledgers (default [checker] publish_placement)",
+    )
+    parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
+    args = parser.parse_args(argv)
+
+    import bkaudit.audit.settings
+    import bkaudit.spark.settings
+    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
+    from bkaudit import config
+    from bkaudit.audit.settings import CheckerSettings
+    from bkaudit.config import ZkSettings
+    from bkaudit.errors import BkAuditError
+    from bkaudit.spark.publish import publish_run
+    from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.zk.client import close, connect
+    from bkaudit.zk.ledgers import read_layout
+
+    try:
+        settings = config.load(
+            path=args.config,
+            overrides={"zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse},
+        )
+        warehouse = settings.get(SnapshotSettings).warehouse
+        if not warehouse:
+            raise BkAuditError("no warehouse given: use --warehouse or [snapshot] warehouse")
+        conf = settings.get(CheckerSettings)
+        zk_settings = settings.get(ZkSettings)
+        placement = conf.publish_placement if args.publish_placement is None else args.publish_placement
+        zk = connect(zk_settings)
+        try:
+            stats = publish_run(
+                warehouse,
+                args.run_id,
+                zk,
+                root=zk_settings.root,
+                publish_placement=placement,
+                rate_per_s=conf.publish_rate_per_s,
+                layout=read_layout(zk, root=zk_settings.root),
+            )
+        finally:
+            close(zk)
+    except (BkAuditError, ValueError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    print(
+        json.dumps(
+            {
+                "run_id": args.run_id,
+                "published": stats.published,
+                "marked": stats.marked,
+                "already_marked": stats.unchanged,
+                "skipped": stats.skipped,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
