@@ -179,15 +179,9 @@ class BookKeeperDataSource(DataSource):
         return BookKeeperReader(ReadOptions.parse(dict(self.options)))
 
 
-_REGISTERED: set[int] = set()
-
-
 def register(spark: Any) -> None:
-    """Register the data source with this session (idempotent per SparkContext)."""
-    key = id(spark.sparkContext)
-    if key not in _REGISTERED:
-        spark.dataSource.register(BookKeeperDataSource)
-        _REGISTERED.add(key)
+    """Register the data source with this session (cheap; re-registering replaces the same class)."""
+    spark.dataSource.register(BookKeeperDataSource)
 
 
 def options_from_settings(zk: Any, snapshot: Any) -> dict[str, str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import threading
 import time
@@ -356,11 +357,7 @@ class _Run:
     def _fail(self, exc: BaseException) -> None:
         res = self.result
         res.status = FAILED
-        res.error = (
-            " ".join(f"{type(exc).__name__}: {exc}".split())[:2000]
-            if not isinstance(exc, BkAuditError)
-            else " ".join(str(exc).split())[:2000]
-        )
+        res.error = describe_failure(exc)
         for table, files in self.staged.items():
             discard(table_uri(self.warehouse, table), files)
         self.staged.clear()
@@ -379,6 +376,27 @@ class _Run:
             self._write_snapshot_row(replace={"snapshot_id": res.snapshot_id, "status": FAILED})
         except Exception as record:
             log.error("could not record the failed snapshot %s: %s", res.snapshot_id, record)
+
+
+_PY_ERROR = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed)): ")
+
+
+def describe_failure(exc: BaseException, limit: int = 1000) -> str:
+    """One line for the `snapshots.error` column and the CLI: the root cause, not a Spark stack dump.
+
+    An error raised inside a Spark task or data source reaches the driver wrapped in a Spark exception whose
+    text embeds the Python traceback; the last `SomethingError: message` in it is what went wrong.
+    """
+    text = " ".join(str(exc).split())
+    if isinstance(exc, BkAuditError) and "Traceback (most recent call last)" not in text:
+        return text[:limit]
+    if "Traceback (most recent call last)" in text:
+        found = list(_PY_ERROR.finditer(text))
+        if found:
+            cause = text[found[-1].start():]
+            cause = re.split(r" SQLSTATE: | at org\.apache\.| at java\.| at scala\.", cause)[0]
+            return cause[:limit]
+    return f"{type(exc).__name__}: {text}"[:limit]
 
 
 def _micros(moment: datetime) -> int:
