@@ -507,6 +507,9 @@ class _Run:
             snap = run_snapshot(self.spark, self.settings, warehouse=self.options.warehouse)
             return str(snap.snapshot_id)
         if self.options.snapshot_id:
+            from bkaudit.tables.read import snapshot_versions
+
+            snapshot_versions(self.options.warehouse, self.options.snapshot_id)  # NoSnapshot unless succeeded
             return self.options.snapshot_id
         latest = latest_snapshot_id(self.options.warehouse)
         if latest is None:

@@ -1,0 +1,324 @@
+"""The checker job on Spark, no bookie processes: tables, atomicity, idempotency, exit codes, CLI, metrics.
+
+Ledger metadata is written straight into a real ZooKeeper (BookKeeper bytes) and snapshotted by the real
+snapshot job. Nothing here needs a bookie to answer: the ledgers are empty, open with one segment, or on
+bookie ids nothing listens on (which must become `ledger_unverifiable`, never silence). Ground truth is the
+metadata each test wrote.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+import uuid
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+from click.testing import CliRunner
+
+import bkaudit.audit.settings
+import bkaudit.spark.settings
+import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
+from bkaudit import config
+from bkaudit.formats import records
+from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+from bkaudit.tables.read import read_arrow
+from bkaudit.zk import paths
+from bkaudit.zk.client import close, connect
+from bkaudit.zk.ledgers import create_ledger_metadata, init_cluster
+from bkaudit.zk.underreplication import get_marker, mark_underreplicated
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+# nothing listens on these ports: calls fail fast with connection refused
+A, B, C = "127.0.0.1:9", "127.0.0.1:11", "127.0.0.1:13"
+LOCATIONS = {A: "/r1", B: "/r1", C: "/r2"}
+ONE_RACK, CORRUPT, STALE, UNREACHABLE, EMPTY_OK, OPEN_ONE_SEGMENT = 1, 2, 3, 4, 5, 6
+
+
+def _md(
+    ensemble: tuple[str, ...],
+    *,
+    state: LedgerState = LedgerState.CLOSED,
+    last: int = -1,
+    wq: int = 2,
+    aq: int = 2,
+) -> LedgerMetadata:
+    return LedgerMetadata(
+        len(ensemble),
+        wq,
+        aq,
+        state,
+        last,
+        max(last + 1, 0) * 8,
+        DigestType.CRC32C,
+        b"",
+        (Segment(0, ensemble),),
+        ctime=1_700_000_000_000,
+    )
+
+
+@pytest.fixture(scope="module")
+def world(zk_server, tmp_path_factory) -> dict[str, Any]:
+    """A cluster root in ZooKeeper with one ledger per case, snapshotted once."""
+    root = f"/t{uuid.uuid4().hex[:12]}/ledgers"
+    zk = connect(zk_server.connect_string)
+    init_cluster(zk, root=root)
+    create_ledger_metadata(zk, ONE_RACK, _md((A, B)), root=root)  # both on /r1: placement_fail
+    zk.create(paths.ledger_path(CORRUPT, root=root), b"\x08\xff not metadata", makepath=True)
+    create_ledger_metadata(zk, STALE, _md((A, C)), root=root)
+    mark_underreplicated(zk, STALE, [A], root=root, now_ms=int(time.time() * 1000) - 10 * 3600 * 1000)
+    create_ledger_metadata(zk, UNREACHABLE, _md((A, C), last=4), root=root)  # entries on dead bookies
+    create_ledger_metadata(zk, EMPTY_OK, _md((A, C)), root=root)
+    create_ledger_metadata(zk, OPEN_ONE_SEGMENT, _md((A, C), state=LedgerState.OPEN), root=root)
+    close(zk)
+    warehouse = str(tmp_path_factory.mktemp("wh"))
+    return {"zk": zk_server.connect_string, "root": root, "warehouse": warehouse}
+
+
+def settings(world: dict[str, Any], **extra: Any) -> config.Settings:
+    overrides = {
+        "zk.connect": world["zk"],
+        "zk.root": world["root"],
+        "snapshot.warehouse": world["warehouse"],
+        "snapshot.validate": False,
+        "checker.retry_delay_s": 0.2,
+        "checker.call_timeout_s": 2.0,
+        "placement.locations": LOCATIONS,
+        **extra,
+    }
+    return config.load(environ={}, overrides=overrides)
+
+
+@pytest.fixture(scope="module")
+def snapshot_id(spark, world) -> str:
+    from bkaudit.spark.snapshot import run_snapshot
+
+    return str(run_snapshot(spark, settings(world), warehouse=world["warehouse"]).snapshot_id)
+
+
+def check(spark, world, snapshot_id, **opts: Any):
+    from bkaudit.spark.checker import CheckOptions, run_check
+
+    extra = opts.pop("settings", {})
+    return run_check(
+        spark,
+        settings(world, **extra),
+        CheckOptions(warehouse=world["warehouse"], snapshot_id=snapshot_id, **opts),
+    )
+
+
+def by_category(rows) -> dict[str, set[Any]]:
+    out: dict[str, set[Any]] = {}
+    for r in rows:
+        out.setdefault(r["category"], set()).add(r["ledger_id"])
+    return out
+
+
+def run_rows(warehouse: str, table: str, run_id: str) -> list[dict[str, Any]]:
+    data = read_arrow(warehouse, table)
+    return data.filter(pc.equal(data.column("run_id"), run_id)).to_pylist()
+
+
+def test_findings_match_what_was_written(spark, world, snapshot_id):
+    result = check(spark, world, snapshot_id)
+    assert result.status == "succeeded"
+    assert by_category(result.violations) == {
+        "placement_fail": {ONE_RACK},
+        "metadata_unparseable": {CORRUPT},
+        "underreplicated_too_long": {STALE},
+        "ledger_unverifiable": {UNREACHABLE},
+    }
+    unverifiable = next(r for r in result.violations if r["category"] == "ledger_unverifiable")
+    detail = json.loads(unverifiable["detail"])
+    # unreachable AND unregistered: the Auditor knows they are gone, so no bookie row, but never silence
+    assert detail["reason_code"] == "bookie_not_registered"
+    assert {b["bookie"] for b in detail["bookies"]} == {A, C}
+    assert result.counts["bookie_unreachable_but_registered"] == 0
+    assert result.ledgers_checked == 6 and result.ledgers_durability_checked == 1
+    assert result.exit_code == 2  # metadata_unparseable is critical
+    stats = {b["bookie_id"]: b for b in result.bookies}
+    assert set(stats) == {A, C} and all(not b["reachable"] for b in stats.values())
+    assert all(b["attempts"] == 2 for b in stats.values())  # asked again after the delay
+
+
+def test_tables_written_and_rerun_replaces(spark, world, snapshot_id):
+    first = check(spark, world, snapshot_id, run_id="rerun-1")
+    again = check(spark, world, snapshot_id, run_id="rerun-1")
+    wh = world["warehouse"]
+    rows = run_rows(wh, "violations", "rerun-1")
+    assert len(rows) == len(again.violations) == len(first.violations) == 4
+    assert {r["severity"] for r in rows} == {"critical", "warning"}
+    assert all(r["snapshot_id"] == snapshot_id and r["run_date"] == again.run_date for r in rows)
+    runs = run_rows(wh, "audit_runs", "rerun-1")
+    assert len(runs) == 1 and runs[0]["status"] == "succeeded"
+    assert dict(runs[0]["counts"]) == again.counts
+    assert json.loads(runs[0]["config"])["checker"]["retry_delay_s"] == 0.2
+    bookies = run_rows(wh, "bookie_checks", "rerun-1")
+    assert {b["bookie_id"] for b in bookies} == {A, C}
+    assert all(b["errors"] >= 1 and b["calls"] >= 1 and b["latency_ms_p99"] is not None for b in bookies)
+
+
+def test_failed_run_leaves_no_violations(spark, world, snapshot_id, monkeypatch):
+    from bkaudit.spark.checker import CheckFailed
+    from bkaudit.tables import store
+
+    real = store.commit
+
+    def flaky(warehouse, table, files, **kw):
+        if table == "bookie_checks":
+            raise store.CommitError("disk full (injected)")
+        return real(warehouse, table, files, **kw)
+
+    monkeypatch.setattr(store, "commit", flaky)
+    with pytest.raises(CheckFailed, match="injected"):
+        check(spark, world, snapshot_id, run_id="doomed")
+    monkeypatch.setattr(store, "commit", real)
+    wh = world["warehouse"]
+    assert run_rows(wh, "violations", "doomed") == []  # committed, then reverted
+    runs = run_rows(wh, "audit_runs", "doomed")
+    assert [r["status"] for r in runs] == ["failed"] and "injected" in runs[0]["error"]
+
+
+def test_progress_disabled_with_zero_grace(spark, world, snapshot_id):
+    result = check(spark, world, snapshot_id, settings={"checker.grace_period_s": 0})
+    assert "underreplicated_too_long" not in by_category(result.violations)
+
+
+def test_cli_exit_codes_json_and_violations(spark, world, snapshot_id, tmp_path):
+    from bkaudit.cli import cli
+
+    runner = CliRunner()
+    base = [
+        "check",
+        "--zk",
+        world["zk"],
+        "--root",
+        world["root"],
+        "--warehouse",
+        world["warehouse"],
+        "--snapshot-id",
+        snapshot_id,
+        "--json",
+    ]
+    env = {
+        "BKAUDIT_CHECKER__RETRY_DELAY_S": "0.1",
+        "BKAUDIT_CHECKER__CALL_TIMEOUT_S": "2",
+        "BKAUDIT_SNAPSHOT__VALIDATE": "false",
+    }
+    conf = tmp_path / "conf.toml"
+    conf.write_text(
+        '[placement]\nlocations = { "127.0.0.1:9" = "/r1", "127.0.0.1:11" = "/r1", "127.0.0.1:13" = "/r2" }\n'
+    )
+    res = runner.invoke(cli, [*base, "--config", str(conf)], env=env)
+    assert res.exit_code == 2, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert list(out) == ["run_id", "snapshot_id", "ledgers_checked", "counts", "seconds"]
+    assert out["snapshot_id"] == snapshot_id and out["counts"]["metadata_unparseable"] == 1
+    assert runner.invoke(cli, [*base, "--config", str(conf), "--fail-on", "never"], env=env).exit_code == 0
+    assert runner.invoke(cli, [*base, "--config", str(conf), "--fail-on", "warning"], env=env).exit_code == 2
+    # could not run: a snapshot that does not exist
+    bad = runner.invoke(cli, [*base[:-3], "--snapshot-id", "nope", "--json", "--config", str(conf)], env=env)
+    assert bad.exit_code == 1
+
+    shown = runner.invoke(
+        cli,
+        [
+            "violations",
+            "--warehouse",
+            world["warehouse"],
+            "--run-id",
+            out["run_id"],
+            "--category",
+            "placement_fail",
+            "--json",
+        ],
+    )
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    assert data["run_id"] == out["run_id"] and [v["ledger_id"] for v in data["violations"]] == [ONE_RACK]
+    human = runner.invoke(cli, ["violations", "--warehouse", world["warehouse"], "--run-id", out["run_id"]])
+    assert human.exit_code == 0 and "metadata_unparseable" in human.stdout and "critical" in human.stdout
+
+
+class _Gateway(http.server.BaseHTTPRequestHandler):
+    bodies: list[tuple[str, bytes]] = []
+
+    def do_PUT(self):
+        self.bodies.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(202)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_metrics_file_and_push_gateway(spark, world, snapshot_id, tmp_path):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Gateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        path = tmp_path / "m" / "checker.prom"
+        result = check(
+            spark,
+            world,
+            snapshot_id,
+            metrics_file=str(path),
+            pushgateway_url=f"http://127.0.0.1:{server.server_address[1]}",
+        )
+    finally:
+        server.shutdown()
+    text = path.read_text()
+    assert result.counts["placement_fail"] == 1
+    assert "auditor_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY 1\n" in text
+    assert "auditor_NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD 1\n" in text
+    assert 'bkaudit_checker_violations{category="metadata_unparseable",severity="critical"} 1\n' in text
+    assert f'bkaudit_checker_last_run_success{{run_id="{result.run_id}"}} 1\n' in text
+    ((where, body),) = _Gateway.bodies
+    assert where == "/metrics/job/bkaudit_checker" and body.decode() == text
+
+
+def test_job_entry_point(spark, world, snapshot_id, capsys, tmp_path):
+    from jobs.metadata_checker import main
+
+    conf = tmp_path / "conf.toml"
+    conf.write_text(
+        '[placement]\nlocations = { "127.0.0.1:9" = "/r1", "127.0.0.1:11" = "/r1", '
+        '"127.0.0.1:13" = "/r2" }\n[checker]\nretry_delay_s = 0.1\ncall_timeout_s = 2.0\n'
+    )
+    code = main(
+        [
+            "--zk",
+            world["zk"],
+            "--root",
+            world["root"],
+            "--warehouse",
+            world["warehouse"],
+            "--snapshot-id",
+            snapshot_id,
+            "--fail-on",
+            "never",
+            "--config",
+            str(conf),
+        ]
+    )
+    assert code == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["counts"]["placement_fail"] == 1
+
+
+def test_publish_placement_marks_with_no_replicas(spark, world, snapshot_id):
+    # last in the module: the marker it writes makes later runs report ONE_RACK as under repair
+    result = check(spark, world, snapshot_id, publish_underreplicated=True, publish_placement=True)
+    zk = connect(world["zk"])
+    try:
+        marker, _ = get_marker(zk, ONE_RACK, root=world["root"])
+        data, _ = zk.get(paths.underreplicated_ledger_path(ONE_RACK, root=world["root"]))
+    finally:
+        close(zk)
+    assert marker.replicas == () and records.parse_underreplicated_marker(data).ctime is not None
+    row = next(r for r in result.violations if r["category"] == "placement_fail")
+    assert row["published"] is True
+    assert not any(r["published"] for r in result.violations if r["category"] != "placement_fail")

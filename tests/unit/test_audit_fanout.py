@@ -1,0 +1,180 @@
+"""The executor side of the bookie fan-out, in process: batching, in-flight bound, circuit breaker, statuses.
+
+A scripted client stands in for BookieClient here because these are properties of *our* loop (how many ids per
+message, how many messages outstanding, what happens after transport failures) that a real bookie cannot be
+made to expose; the real client and bookies are exercised by tests/integration/test_checker_cluster.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from bkaudit.audit.durability import LedgerShape, expected_by_bookie
+from bkaudit.errors import BookieError
+from bkaudit.formats.availability import encode
+from bkaudit.model.ledger import Segment
+from bkaudit.spark.fanout import (
+    REQUEST_SCHEMA,
+    RESPONSE_SCHEMA,
+    FanoutConfig,
+    evidence_of,
+    fanout_partition,
+    query_bookie,
+    shape_row,
+)
+
+A, B, C = "a:1", "b:1", "c:1"
+
+
+def shape(ledger_id: int, last: int = 9) -> LedgerShape:
+    return LedgerShape(ledger_id, 3, 2, 2, True, last, (Segment(0, (A, B, C)),), version=1)
+
+
+class ScriptedClient:
+    """Answers batch calls from a script after a short delay, recording sizes and concurrency."""
+
+    def __init__(
+        self, bookie: str, answers: dict[int, Any] | None = None, fail: str | None = None, delay: float = 0.01
+    ) -> None:
+        self.bookie = bookie
+        self.answers = answers or {}
+        self.fail = fail
+        self.delay = delay
+        self.calls: list[list[int]] = []
+        self.outstanding = 0
+        self.max_outstanding = 0
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(8)
+        self.closed = False
+
+    def get_list_of_entries_batch(self, ids):
+        fut: Future[Any] = Future()
+        with self.lock:
+            self.calls.append(list(ids))
+            self.outstanding += 1
+            self.max_outstanding = max(self.max_outstanding, self.outstanding)
+
+        def finish() -> None:
+            time.sleep(self.delay)
+            with self.lock:
+                self.outstanding -= 1
+            if self.fail:
+                fut.set_exception(BookieError(self.fail, "scripted", bookie_id=self.bookie))
+                return
+            fut.set_result({i: self.answers[i] for i in ids if i in self.answers})
+
+        self.pool.submit(finish)
+        return fut
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def healthy_bytes(s: LedgerShape, bookie: str) -> bytes:
+    ids: set[int] = set()
+    for w in expected_by_bookie(s)[bookie]:
+        ids |= set(w.striping)
+    return encode(ids)
+
+
+def test_one_id_per_ledger_batched_and_bounded_in_flight():
+    shapes = [shape(i) for i in range(1, 101)]
+    client = ScriptedClient(A, {s.ledger_id: healthy_bytes(s, A) for s in shapes})
+    out = list(query_bookie(client, A, shapes, batch_size=7, max_in_flight=3, failure_threshold=2))
+    assert len(out) == 100 and {s.ledger_id for s, _e, _c in out} == set(range(1, 101))
+    asked = [i for call in client.calls for i in call]
+    assert sorted(asked) == list(range(1, 101))  # one GetListOfEntries per (ledger, bookie)
+    assert max(len(c) for c in client.calls) == 7 and len(client.calls) == 15
+    assert client.max_outstanding <= 3
+    assert all(ev.status == "OK" and not ev.missing and not ev.extra for _s, ev, _c in out)
+    assert len({c.call_id for _s, _e, c in out}) == 15
+
+
+def test_per_ledger_statuses():
+    s_ok, s_none, s_eio, s_bad, s_absent = (shape(i) for i in (1, 2, 3, 4, 5))
+    answers = {
+        1: encode(set(range(10)) - {0}),  # index 0 must hold e with e mod 3 in {0, 2}: 0 is missing
+        2: BookieError("ENOLEDGER", bookie_id=A, ledger_id=2),
+        3: BookieError("EIO", bookie_id=A, ledger_id=3),
+        4: b"\x00\x00\x00\x09junk",
+    }
+    client = ScriptedClient(A, answers)
+    out = {
+        s.ledger_id: ev
+        for s, ev, _c in query_bookie(
+            client,
+            A,
+            [s_ok, s_none, s_eio, s_bad, s_absent],
+            batch_size=10,
+            max_in_flight=1,
+            failure_threshold=2,
+        )
+    }
+    assert out[1].status == "OK" and [m.ranges for m in out[1].missing] == [((0, 0),)]
+    assert out[1].extra_count == 3  # 1, 4, 7 are not striped onto index 0
+    assert out[2].status == "ENOLEDGER" and out[2].missing_count == 7
+    assert out[3].status == "EIO"
+    assert out[4].status == "INVALID_RESPONSE" and "bytes" in (out[4].error or "")
+    assert out[5].status == "EBADREQ"
+
+
+def test_circuit_breaker_stops_calling_a_dead_bookie():
+    shapes = [shape(i) for i in range(1, 51)]
+    client = ScriptedClient(B, fail="UNAVAILABLE")
+    out = list(query_bookie(client, B, shapes, batch_size=5, max_in_flight=1, failure_threshold=2))
+    assert len(out) == 50
+    assert len(client.calls) == 2  # then the breaker opened
+    statuses = [ev.status for _s, ev, _c in out]
+    assert statuses.count("UNAVAILABLE") == 10 and statuses.count("CIRCUIT_OPEN") == 40
+    assert all(c is None for _s, ev, c in out if ev.status == "CIRCUIT_OPEN")
+
+
+def test_bookie_errors_do_not_open_the_breaker():
+    shapes = [shape(i) for i in range(1, 21)]
+    client = ScriptedClient(B, fail="ETOOMANYREQUESTS")
+    out = list(query_bookie(client, B, shapes, batch_size=5, max_in_flight=2, failure_threshold=1))
+    assert len(client.calls) == 4 and {ev.status for _s, ev, _c in out} == {"ETOOMANYREQUESTS"}
+
+
+def test_partition_function_round_trips_rows():
+    shapes = [shape(i) for i in range(1, 31)]
+    rows = []
+    for s in shapes:
+        for bookie in (A, B, C):
+            rows.append(
+                {
+                    **shape_row(s, znode_mzxid=7, managed_ledger="t"),
+                    "bookie_id": bookie,
+                    "ledger_entries": 10 if bookie == A else 0,
+                }
+            )
+    batch = pa.RecordBatch.from_pylist(rows, schema=REQUEST_SCHEMA)
+    clients: dict[str, ScriptedClient] = {}
+
+    def factory(bookie: str, config: FanoutConfig) -> ScriptedClient:
+        answers = {s.ledger_id: healthy_bytes(s, bookie) for s in shapes}
+        if bookie == C:
+            answers[5] = BookieError("ENOLEDGER", bookie_id=C, ledger_id=5)
+        clients[bookie] = ScriptedClient(bookie, answers)
+        return clients[bookie]
+
+    config = FanoutConfig(targets={}, batch_size=8, max_in_flight=2, attempt=1)
+    out = pa.Table.from_batches(
+        list(fanout_partition(config, factory)(iter([batch]))), schema=RESPONSE_SCHEMA
+    )
+    assert out.num_rows == 90
+    got = out.to_pylist()
+    assert {(r["ledger_id"], r["bookie_id"]) for r in got} == {
+        (s.ledger_id, b) for s in shapes for b in (A, B, C)
+    }
+    assert all(r["attempt"] == 1 and r["managed_ledger"] == "t" and r["znode_mzxid"] == 7 for r in got)
+    bad = [r for r in got if r["status"] != "OK"]
+    assert [(r["ledger_id"], r["bookie_id"], r["status"]) for r in bad] == [(5, C, "ENOLEDGER")]
+    assert evidence_of(bad[0]).missing_count == bad[0]["missing_count"] > 0
+    assert all(c.closed for c in clients.values())  # one client per bookie per task, closed at the end
+    assert all(max(len(x) for x in c.calls) <= 8 and c.max_outstanding <= 2 for c in clients.values())
