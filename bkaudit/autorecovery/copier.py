@@ -44,6 +44,7 @@ class CopyTask:
     target: str
     excluded: frozenset[str] = frozenset()  # never read from these (lost / being replaced / the target)
     holdings: Mapping[str, AvailabilityLike | BaseException | None] = field(default_factory=dict)
+    size_hint: int = 1024  # expected bytes per entry, for the byte rate limit until real sizes are seen
 
     def entry_ids(self) -> Iterator[int]:
         for lo, hi in self.ranges:
@@ -153,7 +154,7 @@ class _CopyRun:
         self.pending: set[int] = set()
         self.closed = False
         self.idle = threading.Condition(self.lock)
-        self.last_size = 0
+        self.last_size = task.size_hint
 
     def start(self, entry_id: int) -> None:
         limiter = self.copier.byte_limiter

@@ -40,7 +40,7 @@ from bkaudit.autorecovery.fragments import (
     open_last_segment_at_risk,
     plan_repairs,
 )
-from bkaudit.autorecovery.queue import holds_lock, pick_ledger
+from bkaudit.autorecovery.queue import LedgerPicker, holds_lock
 from bkaudit.autorecovery.settings import AutoRecoverySettings
 from bkaudit.autorecovery.swap import SwapOutcome, replace_bookies
 from bkaudit.errors import (
@@ -132,6 +132,20 @@ class RepairReport:
     lock_lost: bool = False
     cluster_problem: bool = False  # NotEnoughBookies: nothing to gain from retrying other ledgers now
     disabled: bool = False  # the disable switch appeared mid-pass
+    known: tuple[LedgerMetadata, int] | None = None  # the metadata as our last swap left it
+
+    @property
+    def clean(self) -> bool:
+        """Everything planned was copied and swapped in: nothing failed, nothing changed under us."""
+        return (
+            self.known is not None
+            and not self.errors
+            and not self.copy.missing
+            and not self.changed
+            and not self.gone
+            and not self.lock_lost
+            and not self.disabled
+        )
 
 
 class ReplicationWorker:
@@ -157,6 +171,14 @@ class ReplicationWorker:
         )
         self.rng = rng or random.Random()
         self.held: dict[int, Held] = {}
+        self.picker = LedgerPicker(
+            shared.zk,
+            root=shared.root,
+            holder=shared.holder,
+            rng=self.rng,
+            acl=shared.acl,
+            on_refresh=self._reload_data_lost,
+        )
         self.idle = False
         self.current: int | None = None
         self._wake = threading.Event()
@@ -192,14 +214,7 @@ class ReplicationWorker:
             return None
         if sh.task_limiter is not None:
             sh.task_limiter.acquire()
-        picked = pick_ledger(
-            sh.zk,
-            root=sh.root,
-            holder=sh.holder,
-            rng=self.rng,
-            acl=sh.acl,
-            skip=lambda lid: lid in sh.data_lost or lid in self.held,
-        )
+        picked = self.picker.pick(skip=lambda lid: lid in sh.data_lost or lid in self.held)
         if picked is None:
             self.idle = True
             return None
@@ -207,6 +222,11 @@ class ReplicationWorker:
         ledger_id, version = picked
         sh.events.emit("locked", ledger=ledger_id, version=version, worker=self.name)
         return self._timed(ledger_id, version, self._rereplicate)
+
+    def _reload_data_lost(self) -> None:
+        """Ledgers other workers recorded as data-lost are skipped too (re-read with every queue listing)."""
+        sh = self.shared
+        sh.data_lost.update(dataloss.list_ids(sh.zk, root=sh.root))
 
     def _due_held(self) -> Outcome | None:
         now = time.monotonic()
@@ -231,7 +251,9 @@ class ReplicationWorker:
         except Exception as exc:
             if type(exc).__module__.startswith("kazoo"):
                 return self._fail(ledger_id, version, f"ZooKeeper: {exc!r}", cluster_problem=True)
-            raise
+            # a bug must not strand the ledger under a lock nobody will release: back off, then let go
+            log.exception("worker %s: unexpected error on ledger %s", self.name, ledger_id)
+            return self._fail(ledger_id, version, f"internal error: {type(exc).__name__}: {exc}")
         finally:
             self.current = None
             self.shared.metrics.observe_ms(m.REREPLICATE_OP, 1000 * (time.monotonic() - started))
@@ -248,22 +270,18 @@ class ReplicationWorker:
     # -- one ledger ------------------------------------------------------------------------------------------
     def _rereplicate(self, ledger_id: int, version: int) -> Outcome:
         sh = self.shared
-        if dataloss.exists(sh.zk, ledger_id, root=sh.root):
-            sh.data_lost.add(ledger_id)
-            self._release(ledger_id, "already recorded as data-lost")
-            return Outcome.SKIPPED
-        found = ur.get_marker(sh.zk, ledger_id, root=sh.root)
-        if found is None:
-            self._release(ledger_id, "marker vanished")
-            return Outcome.SKIPPED
-        marked = set(found[0].replicas)
         repaired_any = False
+        known: tuple[LedgerMetadata, int] | None = None  # the metadata our own clean repair just wrote
         for _ in range(MAX_EVALUATIONS):
-            try:
-                metadata, md_version = sh.store.read(ledger_id)
-            except NoSuchLedger:
-                return self._resolve_deleted(ledger_id, version)
-            outcome, report = self._evaluate_and_repair(ledger_id, version, metadata, md_version, marked)
+            if known is None:
+                try:
+                    known = sh.store.read(ledger_id)
+                except NoSuchLedger:
+                    return self._resolve_deleted(ledger_id, version)
+                verified = False
+            else:
+                verified = True
+            outcome, report = self._evaluate_and_repair(ledger_id, version, known, verified=verified)
             if report is not None and report.repaired:
                 repaired_any = True
             if outcome is not None:
@@ -272,26 +290,41 @@ class ReplicationWorker:
                 if repaired_any:
                     sh.metrics.inc(m.NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED)
                 return outcome
+            known = report.known if report is not None and report.clean else None
         if repaired_any:
             sh.metrics.inc(m.NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED)
         return self._fail(ledger_id, version, "metadata kept changing during repair")
 
     def _evaluate_and_repair(
-        self, ledger_id: int, version: int, metadata: LedgerMetadata, md_version: int, marked: set[str]
+        self, ledger_id: int, version: int, known: tuple[LedgerMetadata, int], *, verified: bool
     ) -> tuple[Outcome | None, RepairReport | None]:
-        """One evaluation: the final outcome, or None to evaluate again (after a repair or a change)."""
+        """One evaluation: the final outcome, or None to evaluate again (after a repair or a change).
+
+        `verified`: `known` is what this worker's clean repair just wrote (every copy acknowledged), so only
+        bookie states are re-checked (did another bookie go missing meanwhile?); probing again would only
+        confirm the writes. Anything left over falls back to a full evaluation.
+        """
         sh = self.shared
+        metadata = known[0]
         writable, readonly = sh.view.writable(), sh.view.readonly()
         states = {b: bookie_state(b, writable, readonly) for b in metadata.bookies()}
         lac = None if metadata.is_closed else self._lac(ledger_id, metadata)
+        if verified:
+            left = find_fragments(metadata, states, {}, lac=lac)
+            if not left and not open_last_segment_at_risk(metadata, writable):
+                return self._resolve(ledger_id, version), None
+            return None, RepairReport()  # not clean: re-read and evaluate fully
         answers = self._probe(ledger_id, bookies_to_probe(metadata, states, lac))
+        marked = (
+            self._marked(ledger_id) if any(isinstance(a, BaseException) for a in answers.values()) else ()
+        )
         fragments = find_fragments(metadata, states, answers, lac=lac, marked=marked)
         repairs = plan_repairs(metadata, fragments)
         if not repairs:
             if open_last_segment_at_risk(metadata, writable) or any(not f.closed for f in fragments):
                 return self._defer_open(ledger_id, version), None
             return self._resolve(ledger_id, version), None
-        report = self._repair(ledger_id, (metadata, md_version), repairs, answers, states)
+        report = self._repair(ledger_id, known, repairs, answers, states)
         if report.lock_lost:
             sh.events.emit("lock_lost", ledger=ledger_id, worker=self.name)
             return Outcome.LOCK_LOST, report
@@ -308,6 +341,11 @@ class ReplicationWorker:
             ), report
         return None, report
 
+    def _marked(self, ledger_id: int) -> set[str]:
+        """The bookies the marker names (read only when a bookie could not be asked: see find_fragments)."""
+        found = ur.get_marker(self.shared.zk, ledger_id, root=self.shared.root)
+        return set(found[0].replicas) if found is not None else set()
+
     def _repair(
         self,
         ledger_id: int,
@@ -320,18 +358,18 @@ class ReplicationWorker:
 
         sh = self.shared
         metadata = known[0]
-        report = RepairReport()
+        report = RepairReport(known=known)
         digest = DigestManager(ledger_id, metadata.password, metadata.digest_type)
         key = master_key(metadata.password)
         unusable = {b for b, s in states.items() if s is not BookieState.WRITABLE}
         lost = {b for b, s in states.items() if s is BookieState.LOST}
         candidates = sorted(sh.view.writable())
         topology = sh.view.topology()
-        for repair in repairs:
+        for n, repair in enumerate(repairs):
             if self._should_stop():
                 report.errors.append("worker stopping")
                 break
-            if not ur.is_replication_enabled(sh.zk, root=sh.root):
+            if n and not ur.is_replication_enabled(sh.zk, root=sh.root):  # step() checked before segment 0
                 report.disabled = True
                 break
             try:
@@ -350,7 +388,7 @@ class ReplicationWorker:
             swapped = self._swap(ledger_id, metadata, known, repair, report)
             if swapped is None:
                 break
-            known = swapped
+            known = report.known = swapped
         return report
 
     def _copy_segment(
@@ -380,6 +418,7 @@ class ReplicationWorker:
                 target,
                 excluded=frozenset(leaving | lost | {target}),
                 holdings=answers,
+                size_hint=_entry_size(metadata),
             )
             sh.events.emit(
                 "copy",
@@ -598,3 +637,11 @@ class ReplicationWorker:
 
     def _should_stop(self) -> bool:
         return self.shared.stop.is_set()
+
+
+def _entry_size(metadata: LedgerMetadata) -> int:
+    """Average stored entry size (payload plus header and digest, roughly), for the byte limiter."""
+    entries = metadata.last_entry_id + 1
+    if metadata.is_closed and entries > 0 and metadata.length > 0:
+        return metadata.length // entries + 40
+    return 1024

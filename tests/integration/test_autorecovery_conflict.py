@@ -36,7 +36,7 @@ def service(cluster, tmp_path):
             "zk.connect": cluster.zk,
             "zk.root": cluster.root,
             "zk.session_timeout_s": 6,
-            "autorecovery.replication_rate_by_bytes": 60000,
+            "autorecovery.replication_rate_by_bytes": 20000,
             "autorecovery.idle_poll_s": 0.2,
             "autorecovery.lock_release_of_failed_ledger_grace_s": 1.6,
         },
