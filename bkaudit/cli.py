@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "autorecovery": "bkaudit.autorecovery.commands:autorecovery",
     "report": "bkaudit.report.commands:report",
     "demo": "bkaudit.cluster.demo:demo",
+    "decommission-audit": "bkaudit.spark.decommission:decommission_audit",
 }
 
 

@@ -1,0 +1,216 @@
+"""Decommission audit (read-only): may these bookies be removed without losing an entry? Pure logic.
+
+The question an SRE asks before taking bookies away. Evidence comes from a fresh checker run restricted to
+the ledgers those bookies appear in (bkaudit.spark.decommission): what every *other* bookie actually holds.
+For each such ledger the answer is a what-if with the checker's own arithmetic (`audit.durability.assess`):
+the bookies to remove are treated as holding nothing, every other bookie as holding what it proved it holds.
+The requested bookies are evaluated as removed *together* (removing two bookies of one write set at once is
+exactly how data is lost), so a ledger that blocks is listed under each requested bookie it names.
+
+A ledger blocks when, after the removal,
+- `would_lose_entries`: some entries would have fewer than `min_copies` copies (default 1: none at all);
+- `unverifiable`: a bookie that is staying did not answer, so its copies could not be counted;
+- `evidence_truncated`: the check kept only part of the missing ranges (`max_ranges_per_row`), so the
+  what-if cannot be exact: re-run with a larger limit.
+An open ledger's last segment (still being written) is not judged: when its writer loses a bookie it
+replaces it with an ensemble change, as BookKeeper does; such ledgers are counted as `open_ledgers`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from bkaudit.audit.durability import (
+    STATUS_OK,
+    BookieEvidence,
+    LedgerShape,
+    MissingRun,
+    assess,
+    compare_bookie,
+    expected_by_bookie,
+)
+from bkaudit.tables.checker_schemas import RANGE_STRUCT
+from bkaudit.tables.schemas import STRING_LIST, TIMESTAMP, TableSpec, register
+
+AUDIT_PARTITION = "audit_date"
+WOULD_LOSE_ENTRIES = "would_lose_entries"
+UNVERIFIABLE = "unverifiable"
+EVIDENCE_TRUNCATED = "evidence_truncated"
+MAX_RANGES = 100
+
+BLOCKING_STRUCT = pa.struct([
+    pa.field("ledger_id", pa.int64(), nullable=False),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("min_copies_after", pa.int32()),
+    pa.field("entries_at_risk", pa.int64()),
+    pa.field("ranges", pa.list_(RANGE_STRUCT)),
+    pa.field("managed_ledger", pa.string()),
+    pa.field("detail", pa.string()),
+])
+
+DECOMMISSION_AUDITS = register(
+    TableSpec(
+        "decommission_audits",
+        pa.schema([
+            pa.field("audit_id", pa.string(), nullable=False),
+            pa.field("snapshot_id", pa.string(), nullable=False),
+            pa.field(AUDIT_PARTITION, pa.string(), nullable=False),
+            pa.field("bookie_id", pa.string(), nullable=False),
+            pa.field("requested", STRING_LIST),
+            pa.field("state", pa.string()),
+            pa.field("safe", pa.bool_()),
+            pa.field("ledgers", pa.int64()),
+            pa.field("open_ledgers", pa.int64()),
+            pa.field("entries", pa.int64()),
+            pa.field("blocking_count", pa.int64()),
+            pa.field("blocking", pa.list_(BLOCKING_STRUCT)),
+            pa.field("min_copies", pa.int32()),
+            pa.field("check_run_id", pa.string()),
+            pa.field("audited_at", TIMESTAMP),
+        ]),
+        partition_by=(AUDIT_PARTITION,),
+        description="one row per bookie per decommission audit: safe to remove, and the ledgers blocking it",
+    )
+)
+
+
+@dataclass(frozen=True)
+class LedgerVerdict:
+    """The what-if for one ledger that names a requested bookie."""
+
+    ledger_id: int
+    bookies: tuple[str, ...]  # requested bookies in its ensembles
+    entries_on: Mapping[str, int]  # entries each requested bookie must hold in the judged segments
+    open_tail: bool  # an open ledger whose last (unjudged) segment names a requested bookie
+    reason: str | None = None  # None = not blocking
+    min_copies_after: int | None = None
+    entries_at_risk: int = 0
+    ranges: tuple[tuple[int, int], ...] = ()
+    managed_ledger: str | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+def evidence_from_rows(
+    rows: Iterable[Mapping[str, Any]],
+) -> tuple[dict[str, list[MissingRun]], set[str], bool]:
+    """From one ledger's violation rows: missing runs per bookie, unverified bookies, truncated evidence."""
+    missing: dict[str, list[MissingRun]] = {}
+    unverified: set[str] = set()
+    truncated = False
+    for r in rows:
+        d = r.get("detail")
+        detail = json.loads(d) if isinstance(d, str) and d else dict(d or {})
+        if r.get("category") in ("no_replica", "below_ack_quorum", "below_write_quorum"):
+            truncated |= bool(detail.get("ranges_truncated"))
+            for m in detail.get("missing_by_bookie") or ():
+                ranges = tuple((int(a), int(b)) for a, b in m.get("missing") or ())
+                run = MissingRun(int(m["segment"]), int(m["bookie_index"]), ranges,
+                                 int(m.get("missing_count") or 0))
+                missing.setdefault(str(m["bookie"]), []).append(run)
+        elif r.get("category") == "ledger_unverifiable":
+            for b in detail.get("bookies") or ():
+                unverified.add(str(b.get("bookie")))
+            if r.get("bookie_id"):
+                unverified.add(str(r["bookie_id"]))
+    return missing, unverified, truncated
+
+
+def judge(shape: LedgerShape, removing: Sequence[str], rows: Iterable[Mapping[str, Any]] = (), *,
+          min_copies: int = 1, managed_ledger: str | None = None) -> LedgerVerdict:
+    """The what-if for one ledger: remove `removing` together; `rows`: its violation rows from the check."""
+    gone = set(removing)
+    named = tuple(sorted({b for seg in shape.segments for b in seg.ensemble if b in gone}))
+    expected = expected_by_bookie(shape)
+    entries_on = {b: sum(e.count for e in expected.get(b, ())) for b in named}
+    last = shape.segments[-1] if shape.segments else None
+    open_tail = (not shape.closed) and last is not None and any(b in gone for b in last.ensemble)
+    missing, unverified, truncated = evidence_from_rows(rows)
+    base = {"ledger_id": shape.ledger_id, "bookies": named, "entries_on": entries_on, "open_tail": open_tail,
+            "managed_ledger": managed_ledger}
+    staying_unverified = sorted(unverified - gone)
+    if staying_unverified:
+        return LedgerVerdict(**base, reason=UNVERIFIABLE, detail={"unverified_bookies": staying_unverified})
+    if truncated:
+        return LedgerVerdict(**base, reason=EVIDENCE_TRUNCATED)
+    evidence = []
+    for bookie in expected:
+        if bookie in gone:
+            evidence.append(compare_bookie(shape, bookie, None, expected[bookie]))
+        else:
+            evidence.append(BookieEvidence(bookie, STATUS_OK, tuple(missing.get(bookie, ()))))
+    a = assess(shape, evidence)
+    if not a.entries_checked:
+        return LedgerVerdict(**base, min_copies_after=shape.write_quorum)
+    at_risk = a.entries_below(min_copies)
+    if at_risk:
+        worst = a.worst_entries[:MAX_RANGES]
+        histogram = {str(k): v for k, v in a.replicas_histogram.items()}
+        return LedgerVerdict(**base, reason=WOULD_LOSE_ENTRIES, min_copies_after=a.min_replicas,
+                             entries_at_risk=at_risk, ranges=tuple(worst),
+                             detail={"replicas_histogram": histogram})
+    return LedgerVerdict(**base, min_copies_after=a.min_replicas)
+
+
+@dataclass
+class BookieAnswer:
+    """The answer for one requested bookie."""
+
+    bookie_id: str
+    state: str | None
+    ledgers: int = 0
+    open_ledgers: int = 0
+    entries: int = 0
+    blocking: list[LedgerVerdict] = field(default_factory=list)
+
+    @property
+    def safe(self) -> bool:
+        return not self.blocking
+
+    def summary(self) -> dict[str, Any]:
+        return {"bookie_id": self.bookie_id, "safe": self.safe, "state": self.state, "ledgers": self.ledgers,
+                "open_ledgers": self.open_ledgers, "entries": self.entries,
+                "blocking": [blocking_summary(v) for v in self.blocking]}
+
+
+def blocking_summary(v: LedgerVerdict) -> dict[str, Any]:
+    return {"ledger_id": v.ledger_id, "reason": v.reason, "min_copies_after": v.min_copies_after,
+            "entries_at_risk": v.entries_at_risk}
+
+
+def answers(requested: Sequence[str], verdicts: Iterable[LedgerVerdict],
+            states: Mapping[str, str] | None = None) -> list[BookieAnswer]:
+    """Per requested bookie (in the order asked): its ledgers, and those that block its removal."""
+    out = {b: BookieAnswer(b, (states or {}).get(b)) for b in requested}
+    for v in verdicts:
+        for b in v.bookies:
+            ans = out[b]
+            ans.ledgers += 1
+            ans.open_ledgers += 1 if v.open_tail else 0
+            ans.entries += v.entries_on.get(b, 0)
+            if v.reason is not None:
+                ans.blocking.append(v)
+    return list(out.values())
+
+
+def table_rows(audit_id: str, snapshot_id: str, audit_date: str, results: Sequence[BookieAnswer], *,
+               min_copies: int, check_run_id: str | None, audited_at_us: int) -> pa.Table:
+    """The `decommission_audits` rows of one audit."""
+    requested = [a.bookie_id for a in results]
+    rows = []
+    for a in results:
+        rows.append({
+            "audit_id": audit_id, "snapshot_id": snapshot_id, AUDIT_PARTITION: audit_date,
+            "bookie_id": a.bookie_id, "requested": requested, "state": a.state, "safe": a.safe,
+            "ledgers": a.ledgers, "open_ledgers": a.open_ledgers, "entries": a.entries,
+            "blocking_count": len(a.blocking),
+            "blocking": [{**blocking_summary(v), "ranges": [{"first": x, "last": y} for x, y in v.ranges],
+                          "managed_ledger": v.managed_ledger, "detail": json.dumps(dict(v.detail))}
+                         for v in a.blocking],
+            "min_copies": min_copies, "check_run_id": check_run_id, "audited_at": audited_at_us,
+        })
+    return pa.Table.from_pylist(rows, schema=DECOMMISSION_AUDITS.schema)
