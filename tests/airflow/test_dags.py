@@ -1,0 +1,182 @@
+"""The Airflow DAGs: integrity (DagBag) and a real `airflow dags test bk_metadata_checker` run.
+
+Airflow has its own virtual environment (.venv-airflow, `make airflow`; see airflow_dags/requirements.txt),
+so these tests drive it through subprocesses from the project's pytest: `make test` runs them like any other.
+The real run uses Airflow's own `dags test` (SQLite metadata DB in a temporary AIRFLOW_HOME), the Spark
+connection pointed at `local[2]`, and the project's `spark-submit` and `bkaudit` first on PATH, against a
+local cluster; then the Delta tables it wrote are checked against what the test wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "airflow_dags"
+AIRFLOW_PY = REPO / ".venv-airflow" / "bin" / "python"
+AIRFLOW_BIN = REPO / ".venv-airflow" / "bin" / "airflow"
+PROJECT_BIN = Path(sys.executable).parent
+
+pytestmark = [
+    pytest.mark.airflow,
+    pytest.mark.skipif(not AIRFLOW_PY.exists(), reason="no .venv-airflow: `make airflow` (make test does)"),
+]
+
+
+def airflow_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BKAUDIT_"))}
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PATH": f"{PROJECT_BIN}{os.pathsep}{env.get('PATH', '')}",  # spark-submit and bkaudit of the project
+        **extra,
+    })
+    return env
+
+
+@pytest.fixture(scope="module")
+def dagbag(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    home = tmp_path_factory.mktemp("airflow-home")
+    probe = [str(AIRFLOW_PY), str(Path(__file__).with_name("dag_probe.py")), str(DAGS)]
+    proc = subprocess.run(probe, env=airflow_env(home), cwd=home, capture_output=True, text=True, timeout=180,
+                          check=False)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("BKAUDIT-PROBE ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("BKAUDIT-PROBE "))
+
+
+def test_dags_import_without_errors(dagbag: dict[str, Any]) -> None:
+    assert dagbag["import_errors"] == {}
+    assert set(dagbag["dags"]) == {"bk_metadata_checker", "bk_decommission_audit"}
+
+
+def test_metadata_checker_structure(dagbag: dict[str, Any]) -> None:
+    dag = dagbag["dags"]["bk_metadata_checker"]
+    tasks = dag["tasks"]
+    upstream = {t: v["upstream"] for t, v in tasks.items()}
+    assert upstream == {
+        "snapshot": [], "validate": ["snapshot"], "check": ["snapshot", "validate"],
+        "publish_gate": ["check", "validate"], "publish": ["publish_gate"], "report": ["check", "publish"],
+    }
+    assert dag["schedule"] == "@daily"
+    for name, script in (("snapshot", "snapshot_metadata.py"), ("validate", "validate_snapshot.py"),
+                         ("check", "metadata_checker.py"), ("publish", "publish_underreplicated.py")):
+        assert tasks[name]["operator"] == "SparkSubmitOperator"
+        assert tasks[name]["application"].endswith(f"/jobs/{script}")
+        assert (REPO / "jobs" / script).is_file()
+        assert tasks[name]["timeout_s"] and tasks[name]["exponential_backoff"]
+    assert tasks["validate"]["retries"] == 0  # a verdict on fixed data
+    assert tasks["snapshot"]["retries"] >= 1 and tasks["check"]["retries"] >= 1
+    assert tasks["check"]["trigger_rule"] == "all_done_min_one_success"
+    assert tasks["publish_gate"]["operator"] == "_ShortCircuitDecoratedOperator"
+    assert tasks["report"]["trigger_rule"] == "all_done"
+    assert "bkaudit_violations" in tasks["check"]["outlets"]
+    assert "bkaudit_violations" in tasks["publish"]["outlets"]
+    # deterministic ids from the Airflow run: snapshot and check agree, retries replace their own rows
+    check_args = tasks["check"]["application_args"]
+    assert check_args[check_args.index("--run-id") + 1] == check_args[check_args.index("--snapshot-id") + 1]
+    assert "--run-id" in tasks["publish"]["application_args"]
+    params = dag["params"]
+    assert {"zk", "zk_root", "warehouse", "config", "publish", "publish_placement", "fail_on",
+            "validation_fail_on", "report_dir"} <= set(params)
+    assert params["publish"]["default"] is False and params["fail_on"]["default"] == "critical"
+    assert params["zk"]["default"] == "" and params["warehouse"]["default"] == ""  # no hard-coded hosts
+
+
+def test_decommission_audit_structure(dagbag: dict[str, Any]) -> None:
+    dag = dagbag["dags"]["bk_decommission_audit"]
+    assert dag["schedule"] is None  # manual only
+    assert {t: v["upstream"] for t, v in dag["tasks"].items()} == {
+        "snapshot": [], "audit": ["snapshot"], "answer": ["audit"]}
+    assert dag["tasks"]["audit"]["application"].endswith("/jobs/decommission_audit.py")
+    assert dag["params"]["bookies"]["schema"]["type"] == "array"
+    assert dag["params"]["bookies"]["schema"]["minItems"] == 1
+
+
+def test_run_ids_are_valid_snapshot_ids(dagbag: dict[str, Any]) -> None:
+    from bkaudit.tables.store import validate_snapshot_id
+
+    ids = dagbag["bk_id"]
+    for key in ids.values():
+        assert validate_snapshot_id(key) == key
+        assert len(key) <= 100
+    assert len(set(ids.values())) == len(ids)
+
+
+# -- a real run --------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.cluster
+def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_path: Path) -> None:
+    import pyarrow.compute as pc
+
+    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
+    from bkaudit.client import BookKeeper
+    from bkaudit.cluster.demo import write_pinned
+    from bkaudit.tables.read import read_arrow
+
+    cluster = cluster_factory(bookies=4, racks=3)  # /rack-1 holds two bookies
+    written = []
+    with BookKeeper.connect(cluster.zk, cluster.root) as bk:
+        for i in range(20):
+            custom = {"pulsar/managed-ledger": f"public/default/persistent/t{i % 3}"} if i % 2 else None
+            handle = bk.create_ledger(3, 2, 2, custom_metadata=custom)
+            for _ in range(3 + i % 5):
+                handle.add_entry(b"airflow")
+            handle.close()
+            written.append(handle.ledger_id)
+    rack1 = [b.id for b in cluster.bookies if b.rack == "/rack-1"]
+    misplaced = write_pinned(cluster.zk, cluster.root, rack1, 4, "public/default/persistent/misplaced")
+    written.append(misplaced)
+
+    home, warehouse, reports = tmp_path / "airflow", tmp_path / "warehouse", tmp_path / "reports"
+    home.mkdir()
+    env = airflow_env(
+        home,
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        AIRFLOW_VAR_BKAUDIT_SPARK_CONF=json.dumps({
+            "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+            # short jobs: a JVM that starts fast matters more than peak JIT speed
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}),
+        AIRFLOW_VAR_BKAUDIT_TASK_RETRIES="0",
+        PYSPARK_PYTHON=sys.executable,
+    )
+    migrate = subprocess.run([str(AIRFLOW_BIN), "db", "migrate"], env=env, cwd=home, capture_output=True,
+                             text=True, timeout=300, check=False)
+    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+    conf = {"zk": cluster.zk, "warehouse": str(warehouse), "report_dir": str(reports)}
+    proc = subprocess.run([str(AIRFLOW_BIN), "dags", "test", "bk_metadata_checker", "2026-11-22", "-c",
+                           json.dumps(conf)], env=env, cwd=home, capture_output=True, text=True, timeout=600,
+                          check=False)
+    log = proc.stdout + proc.stderr
+    (tmp_path / "dags-test.log").write_text(log)
+    finished = [x for x in log.splitlines() if "DagRun Finished" in x]
+    assert proc.returncode == 0 and finished and "state=success" in finished[-1], log[-6000:]
+    for task in ("snapshot", "validate", "check", "publish_gate", "report"):
+        assert f"end task task_id={task}" in log
+    assert "Spark-Submit cmd: spark-submit --master local[2]" in log
+
+    runs = read_arrow(str(warehouse), "audit_runs").to_pylist()
+    assert len(runs) == 1 and runs[0]["status"] == "succeeded"
+    run_id = runs[0]["run_id"]
+    assert run_id.startswith("af-manual__") and runs[0]["snapshot_id"] == run_id
+    snaps = read_arrow(str(warehouse), "snapshots").to_pylist()
+    assert [(s["snapshot_id"], s["status"]) for s in snaps] == [(run_id, "succeeded")]
+    assert snaps[0]["ledgers"] == len(written)
+    ledgers = read_arrow(str(warehouse), "ledgers", snapshot_id=run_id)
+    assert sorted(ledgers.column("ledger_id").to_pylist()) == sorted(written)
+    violations = read_arrow(str(warehouse), "violations")
+    mine = violations.filter(pc.equal(violations.column("run_id"), run_id)).to_pylist()
+    assert [(v["category"], v["ledger_id"]) for v in mine] == [("placement_fail", misplaced)]
+    assert dict(runs[0]["counts"])["placement_fail"] == 1
+    assert not mine[0]["published"]  # publish param off: the gate skipped publishing
+    assert read_arrow(str(warehouse), "validation_results", snapshot_id=run_id).num_rows > 0
+    assert (reports / f"report-{run_id}.html").is_file() and (reports / "index.html").is_file()
