@@ -22,6 +22,7 @@ class SnapshotSettings:
     partitions: int = 0  # ledger-reading tasks; 0 = max_zk_sessions; never more than max_zk_sessions
     reads_per_second_per_task: float = 2000.0  # token-bucket cap per task; 0 = unlimited
     max_in_flight: int = 500  # pipelined reads outstanding per session
+    multi_read: bool = True  # batch reads as ZooKeeper multiRead (>= 3.6; older servers: automatic fallback)
     attempts: int = 5  # tries per ZooKeeper request on transient errors (jittered exponential backoff)
     batch_size: int = 10_000  # ledgers per Arrow batch handed to Spark
     # validation (Great Expectations)

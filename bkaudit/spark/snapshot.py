@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from bkaudit.config import Settings, ZkSettings
     from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.tables.validation import ValidationReport
 
 log = logging.getLogger(__name__)
 
@@ -251,76 +252,88 @@ class _Run:
         return self.result
 
     def _stage_and_commit(self) -> None:
-        from bkaudit.spark.cluster_state import read_cluster_state
-        from bkaudit.tables.rows import UNKNOWN, BookieRecord, bookie_table, underreplicated_table
-        from bkaudit.zk.client import RateLimiter, close, connect
-
-        res, t = self.result, time.monotonic()
-        ledgers = stage_ledgers(
-            self.spark, self.zk, self.snap, self.warehouse, res.snapshot_id, res.snapshot_date
-        )
-        self.staged["ledgers"] = [f for f in ledgers.files if f.table == "ledgers"]
-        self.staged["ledger_segments"] = [f for f in ledgers.files if f.table == "ledger_segments"]
-        res.ledgers, res.unparseable, res.segments = ledgers.ledgers, ledgers.unparseable, ledgers.segments
+        t = time.monotonic()
+        ensemble_bookies = self._stage_ledgers()
         t = self._lap("ledgers", t)
-
-        client = connect(self.zk)
-        try:
-            limiter = (
-                RateLimiter(self.snap.reads_per_second_per_task)
-                if self.snap.reads_per_second_per_task
-                else None
-            )
-            state = read_cluster_state(
-                client, self.zk.root, max_in_flight=self.snap.max_in_flight, rate_limiter=limiter
-            )
-        finally:
-            close(client)
-        known = state.known_bookies
-        records = state.bookies + [
-            BookieRecord(b, UNKNOWN, False) for b in sorted(ledgers.ensemble_bookies - known)
-        ]
-        bookies = bookie_table(records, state.topology, state.hostnames)
-        markers = underreplicated_table(state.markers)
-        res.bookies, res.underreplicated = bookies.num_rows, markers.num_rows
-        self.staged["bookies"] = stage_table(self.warehouse, "bookies", bookies, **self.key)
-        self.staged["underreplicated_ledgers"] = stage_table(
-            self.warehouse, "underreplicated_ledgers", markers, **self.key
-        )
+        known = self._stage_cluster_state(ensemble_bookies)
         t = self._lap("cluster_state", t)
-
-        report = None
-        if self.snap.validate:
-            from bkaudit.spark.validate import validate_staged
-
-            report = validate_staged(self.spark, self.warehouse, self.staged, known, self.snap, res.ledgers)
-            res.validation_failures = report.failures
-            self.staged["validation_results"] = stage_table(
-                self.warehouse, "validation_results", report.table(), **self.key
-            )
-            for warning in report.warnings:
-                log.warning("snapshot %s: expectation %s failed (warning)", res.snapshot_id, warning)
-            t = self._lap("validation", t)
-
+        report = self._validate(known) if self.snap.validate else None
+        t = self._lap("validation", t)
         if self.hooks.before_commit is not None:
             self.hooks.before_commit()
         if report is not None and report.critical_failures and self.snap.fail_on_critical_validation:
-            self._commit("validation_results")
+            self._commit("validation_results")  # kept on failure: they explain it
             self.keep_on_failure.add("validation_results")
             raise ValidationFailed(report.describe_failures())
         for table in SNAPSHOT_TABLES:
             self._commit(table)
-        res.table_versions = {c.table: c.version for c in self.commits}
-        res.status = SUCCEEDED
-        self._write_snapshot_row(replace={"snapshot_id": res.snapshot_id})
+        self.result.table_versions = {c.table: c.version for c in self.commits}
+        self.result.status = SUCCEEDED
+        self._write_snapshot_row(replace={"snapshot_id": self.result.snapshot_id})
         self._lap("commit", t)
 
-    def _commit(self, table: str) -> None:
-        files = self.staged.pop(table, [])
-        info = {"bkaudit.snapshot_id": self.result.snapshot_id, "bkaudit.job": "snapshot"}
-        self.commits.append(
-            commit(self.warehouse, table, files, replace={"snapshot_id": self.result.snapshot_id}, info=info)
+    def _stage_ledgers(self) -> set[str]:
+        """Step 1 (Spark): stage `ledgers` and `ledger_segments`; returns the bookies named in ensembles."""
+        res = self.result
+        staged = stage_ledgers(
+            self.spark, self.zk, self.snap, self.warehouse, res.snapshot_id, res.snapshot_date
         )
+        for table in ("ledgers", "ledger_segments"):
+            self.staged[table] = [f for f in staged.files if f.table == table]
+        res.ledgers, res.unparseable, res.segments = staged.ledgers, staged.unparseable, staged.segments
+        return staged.ensemble_bookies
+
+    def _stage_cluster_state(self, ensemble_bookies: set[str]) -> set[str]:
+        """Step 2 (driver): stage `bookies` and `underreplicated_ledgers`; returns the known bookie ids."""
+        from bkaudit.spark.cluster_state import read_cluster_state
+        from bkaudit.tables.rows import UNKNOWN, BookieRecord, bookie_table, underreplicated_table
+        from bkaudit.zk.client import RateLimiter, close, connect
+
+        rate = self.snap.reads_per_second_per_task
+        client = connect(self.zk)
+        try:
+            state = read_cluster_state(
+                client,
+                self.zk.root,
+                max_in_flight=self.snap.max_in_flight,
+                rate_limiter=RateLimiter(rate) if rate else None,
+            )
+        finally:
+            close(client)
+        known = state.known_bookies
+        unknown = [BookieRecord(b, UNKNOWN, False) for b in sorted(ensemble_bookies - known)]
+        bookies = bookie_table(state.bookies + unknown, state.topology, state.hostnames)
+        markers = underreplicated_table(state.markers)
+        self.result.bookies, self.result.underreplicated = bookies.num_rows, markers.num_rows
+        self.staged["bookies"] = stage_table(self.warehouse, "bookies", bookies, **self.key)
+        self.staged["underreplicated_ledgers"] = stage_table(
+            self.warehouse, "underreplicated_ledgers", markers, **self.key
+        )
+        return known
+
+    def _validate(self, known: set[str]) -> ValidationReport:
+        """Step 3: the GX suite on the staged rows; results staged as `validation_results`."""
+        from bkaudit.spark.validate import validate_staged
+
+        res = self.result
+        report = validate_staged(self.spark, self.warehouse, self.staged, known, self.snap, res.ledgers)
+        res.validation_failures = report.failures
+        self.staged["validation_results"] = stage_table(
+            self.warehouse, "validation_results", report.table(), **self.key
+        )
+        for warning in report.warnings:
+            log.warning("snapshot %s: expectation %s failed (warning)", res.snapshot_id, warning)
+        return report
+
+    def _commit(self, table: str) -> None:
+        """Step 4: one Delta commit for `table`, replacing this snapshot_id's earlier rows."""
+        files = self.staged.get(table, [])
+        info = {"bkaudit.snapshot_id": self.result.snapshot_id, "bkaudit.job": "snapshot"}
+        done = commit(
+            self.warehouse, table, files, replace={"snapshot_id": self.result.snapshot_id}, info=info
+        )
+        self.commits.append(done)
+        self.staged.pop(table, None)  # committed: no longer ours to delete on failure
 
     def _write_snapshot_row(self, *, replace: dict[str, str]) -> None:
         res = self.result
@@ -393,7 +406,7 @@ def describe_failure(exc: BaseException, limit: int = 1000) -> str:
     if "Traceback (most recent call last)" in text:
         found = list(_PY_ERROR.finditer(text))
         if found:
-            cause = text[found[-1].start():]
+            cause = text[found[-1].start() :]
             cause = re.split(r" SQLSTATE: | at org\.apache\.| at java\.| at scala\.", cause)[0]
             return cause[:limit]
     return f"{type(exc).__name__}: {text}"[:limit]

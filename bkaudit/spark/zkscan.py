@@ -278,7 +278,8 @@ def read_batched(
     from bkaudit.zk.ledgers import read_many
 
     source = iter(znodes)
-    requests = max(1, max_in_flight // max(1, batch))
+    batch = max(1, min(batch, max_in_flight))  # one request never carries more than max_in_flight reads
+    requests = max(1, max_in_flight // batch)
     window: deque[tuple[list[str], Any]] = deque()
     proven = False
     while True:

@@ -500,8 +500,9 @@ def test_duplicate_ledger_id_is_a_critical_breach(
     assert statuses == ["succeeded"]  # the successful re-run replaced the failed row
 
 
+@pytest.mark.parametrize("multi_read", [True, False])
 def test_ledger_deleted_between_listing_and_reading_is_absent(
-    zk: Any, zk_root: str, zk_server: Any, monkeypatch: Any
+    zk: Any, zk_root: str, zk_server: Any, monkeypatch: Any, multi_read: bool
 ) -> None:
     """Deterministic mid-listing deletion: the listing yields a path, then the ledger is deleted."""
     from bkaudit.spark import zkscan
@@ -520,7 +521,15 @@ def test_ledger_deleted_between_listing_and_reading_is_absent(
                 zk.delete(path)
 
     monkeypatch.setattr(zkscan, "iter_ledgers", listing_then_delete)
-    opts = ReadOptions(zk=zk_server.connect_string, root=zk_root, reads_per_second_per_task=0)
+    opts = ReadOptions.parse(
+        {
+            "zk": zk_server.connect_string,
+            "root": zk_root,
+            "reads_per_second_per_task": "0",
+            "multi_read": str(multi_read).lower(),
+        }
+    )
+    assert opts.multi_read is multi_read
     batches = list(read_units(opts, ["00"]))
     ids = [i for b in batches for i in b.column("ledger_id").to_pylist()]
     assert ids == [1, 3]
