@@ -117,6 +117,7 @@ with DAG(
     )
 
     @task.bash(trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=15),
+               retries=0,  # its failures are verdicts on this run: retrying would only delay the alert
                output_processor=last_json_line)
     def report(params: dict[str, Any] | None = None, run_id: str | None = None, ti: Any = None) -> str:
         """`bkaudit report` for this run, then the run's verdict: exit 2 when new violations reach
