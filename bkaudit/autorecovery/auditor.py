@@ -180,6 +180,7 @@ class Auditor:
         return self
 
     def stop(self) -> None:
+        self.view.remove_listener(self._on_bookies)
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:

@@ -90,6 +90,10 @@ class BookieView:
         """Called (on kazoo's event thread: must not block) whenever either set changes."""
         self._listeners.append(listener)
 
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def writable(self) -> frozenset[str]:
         with self._lock:
             return self._writable
