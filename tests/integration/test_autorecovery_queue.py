@@ -1,0 +1,139 @@
+"""The queue picker and the auditor election against a real ZooKeeper (no bookies), several sessions."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from bkaudit.autorecovery import admin, dataloss
+from bkaudit.autorecovery import metrics as m
+from bkaudit.autorecovery.election import AuditorElector
+from bkaudit.autorecovery.queue import LedgerPicker, holds_lock, locked_ids, queued_ids
+from bkaudit.zk import underreplication as ur
+from bkaudit.zk.client import close, connect
+from bkaudit.zk.ledgers import init_cluster
+from tests.integration.autorecovery_support import wait_for
+
+pytestmark = pytest.mark.cluster
+
+IDS = [0, 1, 7, 65535, 65536, 2**31 + 5, 0x4AFEBEEF0000FEED]
+
+
+@pytest.fixture
+def sessions(zk_server):
+    opened = []
+
+    def open_session():
+        client = connect(zk_server.connect_string)
+        opened.append(client)
+        return client
+
+    yield open_session
+    for client in opened:
+        try:
+            close(client)
+        except Exception:
+            pass
+
+
+def test_queued_ids_come_from_the_hex_directories(zk, zk_root) -> None:
+    init_cluster(zk, root=zk_root)
+    for lid in IDS:
+        ur.mark_underreplicated(zk, lid, ["b:1"], root=zk_root)
+    assert queued_ids(zk, root=zk_root) == sorted(IDS)
+    assert list(ur.list_underreplicated(zk, root=zk_root)) == sorted(IDS)
+
+
+def test_picker_takes_each_unlocked_ledger_once_in_random_order(zk, sessions, zk_root) -> None:
+    init_cluster(zk, root=zk_root)
+    for lid in IDS:
+        ur.mark_underreplicated(zk, lid, ["b:1"], root=zk_root)
+    other = sessions()
+    assert ur.acquire_lock(other, 7, root=zk_root, holder="other") is not None
+    picker = LedgerPicker(zk, root=zk_root, holder="me", rng=random.Random(1))
+    taken = []
+    while (picked := picker.pick(skip=lambda lid: lid == 1)) is not None:
+        lid, version = picked
+        assert version == 0 and holds_lock(zk, lid, root=zk_root)
+        assert ur.lock_holder(zk, lid, root=zk_root) == "me"
+        taken.append(lid)
+    assert sorted(taken) == sorted(set(IDS) - {1, 7})  # locked elsewhere and skipped ones are left
+    assert taken != sorted(taken)  # shuffled
+    assert locked_ids(zk, root=zk_root) == set(IDS) - {1}
+    assert not holds_lock(zk, 7, root=zk_root)
+
+
+def test_picker_survives_markers_resolved_under_it(zk, sessions, zk_root) -> None:
+    init_cluster(zk, root=zk_root)
+    for lid in range(20):
+        ur.mark_underreplicated(zk, lid, ["b:1"], root=zk_root)
+    picker = LedgerPicker(zk, root=zk_root, holder="me", rng=random.Random(2))
+    first = picker.pick()
+    assert first is not None
+    other = sessions()
+    for lid in range(20):  # another worker resolves everything else meanwhile
+        version = ur.acquire_lock(other, lid, root=zk_root, holder="other")
+        if version is not None:
+            assert ur.mark_replicated(other, lid, version=version, root=zk_root)
+    assert picker.pick() is None
+    assert queued_ids(zk, root=zk_root) == [first[0]]
+
+
+def test_status_reports_queue_locks_and_data_loss(zk, zk_root) -> None:
+    init_cluster(zk, root=zk_root)
+    ur.mark_underreplicated(zk, 3, ["b:1"], root=zk_root)
+    ur.mark_underreplicated(zk, 4, ["b:1"], root=zk_root)
+    ur.acquire_lock(zk, 4, root=zk_root, holder="w")
+    record = dataloss.DataLossRecord(3, ((5, 9),), dataloss.now_iso(), ("b:1",), 3, "w")
+    dataloss.write(zk, record, root=zk_root)
+    doc = admin.status(zk, root=zk_root)
+    assert doc["queue_size"] == 2 and doc["underreplicated"] == [3, 4]
+    assert doc["locked"] == [{"ledger_id": 4, "holder": "w"}]
+    assert doc["data_lost"][0]["lost_entry_ranges"] == [[5, 9]]
+    assert doc["auditor"] is None and doc["enabled"] is True
+    assert list(dataloss.list_ids(zk, root=zk_root)) == [3]
+    assert dataloss.delete(zk, 3, root=zk_root) and not dataloss.exists(zk, 3, root=zk_root)
+    assert "data lost:    0 ledgers" in admin.human_status(admin.status(zk, root=zk_root))
+
+
+def test_election_lowest_vote_wins_and_the_successor_takes_over(sessions, zk_root) -> None:
+    init_cluster(sessions(), root=zk_root)
+    terms: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    electors = []
+    clients = []
+    metrics = m.AutoRecoveryMetrics()
+    for name in ("a", "b", "c"):
+        client = sessions()
+        clients.append(client)
+
+        def on_elected(name: str = name) -> None:
+            with lock:
+                terms.append(("elected", name))
+
+        def on_demoted(name: str = name) -> None:
+            with lock:
+                terms.append(("demoted", name))
+
+        electors.append(
+            AuditorElector(
+                client, name, root=zk_root, on_elected=on_elected, on_demoted=on_demoted, metrics=metrics
+            ).start()
+        )
+        wait_for(lambda n=len(electors): len(ur.list_votes(clients[0], root=zk_root)) == n, 10, "votes")
+    observer = sessions()
+    wait_for(lambda: terms == [("elected", "a")], 10, "a elected")
+    assert admin.who_is_auditor(observer, root=zk_root) == "a"
+    close(clients[0])  # a's session ends: its vote goes, b (a's successor) is elected, c keeps waiting
+    wait_for(lambda: ("elected", "b") in terms, 10, "b elected")
+    assert admin.who_is_auditor(observer, root=zk_root) == "b"
+    electors[1].stop()  # graceful: vote deleted, c takes over at once
+    wait_for(lambda: ("elected", "c") in terms, 10, "c elected")
+    assert [t for t in terms if t[0] == "elected"] == [("elected", "a"), ("elected", "b"), ("elected", "c")]
+    assert terms.index(("demoted", "b")) < terms.index(("elected", "c"))
+    assert metrics.get(m.ELECTION_ATTEMPTS) == 3
+    electors[2].stop()
+    electors[0].stop()
+    assert admin.who_is_auditor(observer, root=zk_root) is None
