@@ -46,7 +46,6 @@ import pyarrow as pa
 
 from bkaudit.audit.availability import (
     REASON_METADATA_CHANGING,
-    STATUS_CIRCUIT_OPEN,
     STATUS_NOT_REGISTERED,
     BookieAvailabilityCheck,
     BookieReport,
@@ -76,11 +75,13 @@ from bkaudit.audit.reconcile import MarkerState, Recheck, ZnodeVersion, apply_ma
 from bkaudit.audit.settings import CheckerSettings
 from bkaudit.errors import BkAuditError, ConfigError, FormatError
 from bkaudit.spark.fanout import (
+    ANSWERED,
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
     SHAPE_SCHEMA,
+    ExpectedDigests,
     FanoutConfig,
-    evidence_of,
+    evidence_of_row,
     fanout_partition,
     query_bookie,
     shape_of,
@@ -98,6 +99,25 @@ log = logging.getLogger(__name__)
 
 SUCCEEDED = "succeeded"
 FAILED = "failed"
+_NON_TRANSPORT = frozenset(
+    {
+        "OK",
+        "ENOLEDGER",
+        "ENOENTRY",
+        "EBADREQ",
+        "EIO",
+        "EUA",
+        "EBADVERSION",
+        "EFENCED",
+        "EREADONLY",
+        "ETOOMANYREQUESTS",
+        "EUNKNOWNLEDGERSTATE",
+        "INVALID_RESPONSE",
+        "NOT_REGISTERED",
+        "NOT_CHECKED",
+    }
+)
+"""Statuses that prove the bookie answered (BookKeeper statuses and our own judgements of an answer)."""
 
 FINDING_SCHEMA = pa.schema(
     [
@@ -202,6 +222,7 @@ def ledger_pass_partition(
 
         placement = PlacementCheck(policy, topology, policy_name)
         metadata = MetadataCheck()
+        digests = ExpectedDigests()
         ledgers = durable = entries = 0
         for batch in batches:
             out: list[dict[str, Any]] = []
@@ -241,15 +262,21 @@ def ledger_pass_partition(
                     )
                 if problems or (not shape.closed and not check_open_ledgers):
                     continue
-                wanted = expected_by_bookie(shape)
+                wanted = digests.for_shape(shape)
+                if not wanted:
+                    continue
                 n = sum(sp.last - sp.first + 1 for sp in checked_segments(shape))
-                if wanted:
-                    durable += 1
-                    entries += n
-                base = {k: row.get(k) for k in SHAPE_SCHEMA.names}
-                for k, bookie in enumerate(wanted):
+                durable += 1
+                entries += n
+                for k, (bookie, expected) in enumerate(wanted.items()):
                     out.append(
-                        {**base, "kind": "request", "bookie_id": bookie, "ledger_entries": n if k == 0 else 0}
+                        {
+                            "kind": "request",
+                            "ledger_id": shape.ledger_id,
+                            "bookie_id": bookie,
+                            "expected_digest": expected,
+                            "ledger_entries": n if k == 0 else 0,
+                        }
                     )
             if out:
                 yield pa.RecordBatch.from_pylist(out, schema=PLAN_SCHEMA)
@@ -286,15 +313,22 @@ def ledger_findings(
     return [f.with_detail(znode_version=shape.version) for f in found]
 
 
+COMBINE_SCHEMA = pa.schema([*SHAPE_SCHEMA, *(f for f in RESPONSE_SCHEMA if f.name not in SHAPE_SCHEMA.names)])
+"""A response row with its ledger's shape: the input of the per-ledger combine."""
+
+
 def combine_partition(
     max_ranges: int, registered: frozenset[str]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """RESPONSE rows sorted by ledger → FINDING rows (every row of a ledger must be in one partition)."""
+    """COMBINE rows sorted by ledger → FINDING rows (every row of a ledger must be in one partition).
+
+    Answers that differed from the expected encoding are decoded here and compared with group arithmetic.
+    """
 
     def flush(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         shape = shape_of(rows[0])
         found = ledger_findings(
-            shape, (evidence_of(r) for r in rows), max_ranges=max_ranges, registered=registered
+            shape, (evidence_of_row(shape, r) for r in rows), max_ranges=max_ranges, registered=registered
         )
         head = rows[0]
         return [
@@ -465,10 +499,9 @@ class _Run:
         t = self._lap("ledger_pass", t)
         self._say("fan-out: asking bookies for their entries")
         final, calls = self._fanout()
-        self.call_log = calls
         t = self._lap("fanout", t)
-        located += self._combine(final)
-        self._bookie_stats(calls, final)
+        located += self._combine(final, frames)
+        self._bookie_stats(calls)
         t = self._lap("combine", t)
 
         self._say(f"re-reading {len({x.finding.ledger_id for x in located})} ledgers before reporting")
@@ -633,9 +666,10 @@ class _Run:
     def _fanout(self) -> tuple[DataFrame | None, pa.Table]:
         """Requests → responses, with BP-34's delayed re-check of failures.
 
-        Returns the final responses (Spark, staged files; None when there was nothing to ask) and, as Arrow on
-        the driver, the per-row call log of every attempt (bookie, status, call id and latency) for
-        `bookie_checks`.
+        Returns the final responses (Spark over staged files; None when there was nothing to ask) and, as
+        Arrow on the driver, the call log of every attempt (no answer bytes) for `bookie_checks`. Also notes
+        which ledgers need the per-ledger combine: an answer that differs from the expected entries, an
+        ENOLEDGER, or a bookie that never answered.
         """
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
@@ -651,20 +685,13 @@ class _Run:
             .select(*REQUEST_SCHEMA.names)
         )
         partitions = max(1, len(self.targets) * self.conf.partitions_per_bookie)
-        answered = F.col("status").isin("OK", "ENOLEDGER")
-        log_columns = [
-            "ledger_id",
-            "bookie_id",
-            "status",
-            "error",
-            "missing_count",
-            "extra_count",
-            "call_id",
-            "call_ms",
-            "attempt",
-        ]
+        answered = F.col("status").isin(*ANSWERED)
+        log_columns = ["ledger_id", "bookie_id", "status", "error", "call_id", "call_ms", "attempt"]
         logs: list[pa.Table] = []
+        interesting: set[int] = set()
+        unanswered: set[int] = set()
         final: DataFrame | None = None
+        last_failed: DataFrame | None = None
         failed = -1
         for attempt in range(self.conf.retry_attempts + 1):
             if attempt:
@@ -683,71 +710,92 @@ class _Run:
                 keyed = pending.repartition(partitions, "bookie_id")
             path = f"{self.staging}/responses-{attempt}"
             keyed.mapInArrow(fn, response_type).write.mode("overwrite").parquet(path)
-            log_table = pq.read_table(path, columns=log_columns)
-            logs.append(log_table)
+            table = pq.read_table(path, columns=[*log_columns, "answer"])
+            ok = pc.is_in(table.column("status"), pa.array(list(ANSWERED)))
+            differs = pc.or_(
+                pc.equal(table.column("status"), "ENOLEDGER"), pc.is_valid(table.column("answer"))
+            )
+            interesting |= set(table.filter(pc.and_(ok, differs)).column("ledger_id").to_pylist())
+            unanswered = set(table.filter(pc.invert(ok)).column("ledger_id").to_pylist())
+            logs.append(table.select(log_columns))
+            failed = table.num_rows - (pc.sum(ok).as_py() or 0)
             got = self.spark.read.schema(response_type).parquet(path)
-            ok = got.where(answered)
-            final = ok if final is None else final.unionByName(ok)
-            ok_mask = pc.is_in(log_table.column("status"), pa.array(["OK", "ENOLEDGER"]))
-            failed = log_table.num_rows - (pc.sum(ok_mask).as_py() or 0)
+            final = got.where(answered) if final is None else final.unionByName(got.where(answered))
             last_failed = got.where(~answered)
             pending = last_failed.select(*REQUEST_SCHEMA.names)
-        assert final is not None
-        final = final.unionByName(last_failed)
-        return final, pa.concat_tables(logs) if logs else pa.table({c: [] for c in log_columns})
+        self.interesting = interesting | unanswered
+        if final is None or last_failed is None:
+            return None, pa.table({c: pa.array([], RESPONSE_SCHEMA.field(c).type) for c in log_columns})
+        return final.unionByName(last_failed), pa.concat_tables(logs)
 
-    def _combine(self, final: DataFrame | None) -> list[Located]:
+    def _combine(self, final: DataFrame | None, frames: Mapping[str, DataFrame]) -> list[Located]:
         """Per ledger with anything to report, combine its bookies' evidence (Spark, grouped by ledger)."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        ids = self._interesting_ledgers()
+        ids = getattr(self, "interesting", set())
         if final is None or not ids:
             return []
         self._say(f"combining answers of {len(ids)} ledgers")
-        ids_df = self.spark.createDataFrame(pa.table({"ledger_id": pa.array(sorted(ids), pa.int64())}))
-        rows = final.join(F.broadcast(ids_df), "ledger_id", "left_semi")
+        ids_table = pa.table({"ledger_id": pa.array(sorted(ids), pa.int64())})
+        ids_df = F.broadcast(self.spark.createDataFrame(ids_table))
+        rows = final.join(ids_df, "ledger_id", "left_semi")
+        shapes = self._ledger_input(frames).where(F.col("parse_error").isNull())
+        shapes = shapes.join(ids_df, "ledger_id", "left_semi").select(*SHAPE_SCHEMA.names)
+        joined = rows.join(shapes, "ledger_id").select(*COMBINE_SCHEMA.names)
         partitions = max(2, int(self.spark.conf.get("spark.sql.shuffle.partitions", "2")))
         fn = combine_partition(self.conf.max_ranges_per_row, frozenset(self.registered))
         table = (
-            rows.repartition(partitions, "ledger_id")
+            joined.repartition(partitions, "ledger_id")
             .sortWithinPartitions("ledger_id", "bookie_id")
             .mapInArrow(fn, from_arrow_schema(FINDING_SCHEMA))
             .toArrow()
         )
         return [located_of(r) for r in table.to_pylist()]
 
-    def _interesting_ledgers(self) -> set[int]:
-        """Ledgers whose final answers hold something: missing or extra entries, or a bookie not answering."""
+    def _bookie_stats(self, calls: pa.Table) -> None:
+        """Per bookie: calls, answers, errors, latency percentiles, reachability in its last attempt.
+
+        Column-wise over the call log (one row per (ledger, bookie, attempt)): no per-row Python objects.
+        """
         import pyarrow.compute as pc
 
-        logs = getattr(self, "call_log", None)
-        if logs is None or logs.num_rows == 0:
-            return set()
-        ok = pc.is_in(logs.column("status"), pa.array(["OK", "ENOLEDGER"]))
-        last = pc.max(logs.column("attempt")).as_py() or 0
-        unanswered_now = pc.and_(pc.invert(ok), pc.equal(logs.column("attempt"), last))
-        findings = pc.or_(
-            pc.greater(logs.column("missing_count"), 0), pc.greater(logs.column("extra_count"), 0)
+        if calls.num_rows == 0:
+            self.result.bookies = []
+            return
+        status = calls.column("status")
+        ok = pc.is_in(status, pa.array(list(ANSWERED)))
+        transport = pc.invert(pc.is_in(status, pa.array(sorted(_NON_TRANSPORT))))
+        t = calls.append_column("ok", ok).append_column("transport", transport)
+        last = {
+            r["bookie_id"]: r["attempt_max"]
+            for r in t.group_by("bookie_id").aggregate([("attempt", "max")]).to_pylist()
+        }
+        by_status = t.group_by(["bookie_id", "status"]).aggregate([("ledger_id", "count"), ("error", "max")])
+        calls_t = (
+            t.filter(pc.is_valid(t.column("call_id")))
+            .group_by(["bookie_id", "call_id"])
+            .aggregate([("call_ms", "max")])
         )
-        mask = pc.or_(pc.and_(ok, findings), unanswered_now)
-        return set(pc.unique(logs.filter(mask).column("ledger_id")).to_pylist())
-
-    def _bookie_stats(self, calls: pa.Table, final: DataFrame | None) -> None:
-        """Per bookie: calls, answers, errors, latency percentiles, reachability in its last attempt."""
-        del final
-        rows = calls.to_pylist()
+        lat: dict[str, list[float]] = {}
+        for r in calls_t.to_pylist():
+            lat.setdefault(r["bookie_id"], []).append(float(r["call_ms_max"] or 0.0))
+        # reachable: some call in the bookie's last attempt got a BookKeeper answer
+        reach: dict[str, bool] = {}
+        groups = t.group_by(["bookie_id", "attempt", "transport"]).aggregate([("ledger_id", "count")])
+        for r in groups.to_pylist():
+            if r["attempt"] == last[r["bookie_id"]] and not r["transport"]:
+                reach[r["bookie_id"]] = True
+        # (ledger, bookie) pairs never answered in any attempt: unverified
+        answered_pairs = t.filter(ok).select(["ledger_id", "bookie_id"])
+        failed_pairs = t.filter(pc.invert(ok)).select(["ledger_id", "bookie_id"])
+        unverified: dict[str, int] = {}
+        if failed_pairs.num_rows:
+            still = failed_pairs.join(answered_pairs, ["ledger_id", "bookie_id"], join_type="left anti")
+            for r in still.group_by("bookie_id").aggregate([("ledger_id", "count_distinct")]).to_pylist():
+                unverified[r["bookie_id"]] = int(r["ledger_id_count_distinct"])
         info: dict[str, dict[str, Any]] = {}
-        last_attempt: dict[str, int] = {}
-        latencies: dict[str, dict[str, float]] = {}
-        for r in rows:
-            last_attempt[r["bookie_id"]] = max(last_attempt.get(r["bookie_id"], 0), int(r["attempt"]))
-        answered_pairs: set[tuple[int, str]] = set()
-        for r in rows:
-            if r["status"] in ("OK", "ENOLEDGER"):
-                answered_pairs.add((r["ledger_id"], r["bookie_id"]))
-        unverified: dict[str, set[int]] = {}
-        for r in rows:
+        for r in by_status.to_pylist():
             b = r["bookie_id"]
             row = info.setdefault(
                 b,
@@ -757,42 +805,32 @@ class _Run:
                     "errors": 0,
                     "error_statuses": {},
                     "last_error": None,
-                    "reachable": False,
-                    "attempts": last_attempt[b] + 1,
+                    "attempts": int(last[b]) + 1,
                 },
             )
-            status = str(r["status"])
-            if r["call_id"] is not None:
-                latencies.setdefault(b, {})[r["call_id"]] = float(r["call_ms"] or 0.0)
-            if status in ("OK", "ENOLEDGER"):
-                row["ledgers_listed"] += 1
+            n = int(r["ledger_id_count"])
+            if r["status"] in ANSWERED:
+                row["ledgers_listed"] += n
             else:
-                row["errors"] += 1
-                row["error_statuses"][status] = row["error_statuses"].get(status, 0) + 1
-                row["last_error"] = r["error"] or row["last_error"]
-                if (r["ledger_id"], b) not in answered_pairs:
-                    unverified.setdefault(b, set()).add(int(r["ledger_id"]))
-            if (
-                int(r["attempt"]) == last_attempt[b]
-                and not is_transport_failure(status)
-                and status != STATUS_CIRCUIT_OPEN
-            ):
-                row["reachable"] = True
+                row["errors"] += n
+                row["error_statuses"][r["status"]] = n
+                row["last_error"] = r["error_max"] or row["last_error"]
         out = []
         for b, row in sorted(info.items()):
-            lat = list(latencies.get(b, {}).values())
-            pct = latency_percentiles(lat)
+            values = lat.get(b, [])
+            pct = latency_percentiles(values)
             row.update(
                 {
+                    "reachable": reach.get(b, False),
                     "state": self.registered.get(b, "absent"),
                     "registered": b in self.registered,
                     "target": self.targets.get(b),
-                    "calls": len(lat),
-                    "ledgers_unverified": len(unverified.get(b, ())),
+                    "calls": len(values),
+                    "ledgers_unverified": unverified.get(b, 0),
                     "latency_ms_p50": pct.get("p50"),
                     "latency_ms_p95": pct.get("p95"),
                     "latency_ms_p99": pct.get("p99"),
-                    "latency_ms_max": max(lat) if lat else None,
+                    "latency_ms_max": max(values) if values else None,
                 }
             )
             out.append(row)

@@ -1,12 +1,16 @@
 """Bookie fan-out of the metadata checker: ask every bookie which entries it holds, in batches, on executors.
 
-Shape of the work (ecosystem-notes.md "RPC fan-out"): the driver builds one request row per (ledger, bookie)
-that must hold entries, repartitions them by bookie and runs `fanout_partition` through `mapInArrow`. Each
-task opens its own gRPC channel per bookie inside the function (channels neither pickle nor survive a fork)
-and sends ONE GetListOfEntries per (ledger, bookie), packed `batch_size` ledgers per message through the
-bookie's batch operation, with at most `max_in_flight` messages outstanding per bookie. Answers are decoded
-and compared with the expected stripings right there (`bkaudit.audit.durability.compare_bookie`), so only
-small evidence rows travel back: missing ranges, extra ranges, status.
+Shape of the work (ecosystem-notes.md "RPC fan-out"): the ledger pass emits one request row per (ledger,
+bookie) that must hold entries; the job repartitions them by bookie and runs `fanout_partition` through
+`mapInArrow`. Each task opens its own gRPC channel per bookie inside the function (channels neither pickle nor
+survive a fork) and sends ONE GetListOfEntries per (ledger, bookie), packed `batch_size` ledgers per message
+through the bookie's batch operation, with at most `max_in_flight` messages outstanding per bookie.
+
+Healthy answers cost almost nothing: the ledger pass attached to each request the digest of the canonical
+encoding (`availability.encode_runs`, byte-identical to BookKeeper's encoder) of exactly the entries the
+bookie must hold. An answer with that digest holds those entries and no others, so it needs no decoding. Any
+other answer keeps its raw bytes in the row; the per-ledger combine step decodes it and computes missing and
+extra ranges with group arithmetic. ENOLEDGER and failures travel as statuses.
 
 The calls are read-only, so a task Spark re-runs only repeats harmless reads; the job writes this stage's
 output to staging files immediately, so downstream stages never trigger the calls again.
@@ -18,34 +22,33 @@ deadline per batch. The job's delayed retry (BP-34's re-check) gives it a fresh 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from bkaudit.audit.availability import (
-    STATUS_CIRCUIT_OPEN,
-    STATUS_INVALID_RESPONSE,
-    is_transport_failure,
-)
+from bkaudit.audit.availability import STATUS_CIRCUIT_OPEN, STATUS_INVALID_RESPONSE, is_transport_failure
 from bkaudit.audit.durability import (
     STATUS_NO_LEDGER,
+    STATUS_OK,
     BookieEvidence,
     LedgerShape,
-    MissingRun,
     compare_bookie,
+    expected_by_bookie,
     failed_evidence,
+    merge_sorted_ranges,
 )
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.model.ledger import Segment
-from bkaudit.tables.checker_schemas import RANGE_STRUCT
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ SEGMENT_STRUCT = pa.struct(
 )
 
 SHAPE_FIELDS = [
-    pa.field("ledger_id", pa.int64(), nullable=False),
+    pa.field("ledger_id", pa.int64()),
     pa.field("ensemble_size", pa.int32()),
     pa.field("write_quorum", pa.int32()),
     pa.field("ack_quorum", pa.int32()),
@@ -75,39 +78,43 @@ SHAPE_SCHEMA = pa.schema(SHAPE_FIELDS)
 
 REQUEST_SCHEMA = pa.schema(
     [
-        pa.field("bookie_id", pa.string(), nullable=False),
-        *SHAPE_FIELDS,
+        pa.field("bookie_id", pa.string()),
+        pa.field("ledger_id", pa.int64()),
+        pa.field("expected_digest", pa.binary()),
         pa.field("ledger_entries", pa.int64()),
     ]
 )
-"""One row per (ledger, bookie) to ask; `ledger_entries` (entries checked) is set on one row per ledger."""
-
-MISSING_STRUCT = pa.struct(
-    [
-        pa.field("segment_index", pa.int32()),
-        pa.field("bookie_index", pa.int32()),
-        pa.field("count", pa.int64()),
-        pa.field("ranges", pa.list_(RANGE_STRUCT)),
-    ]
-)
+"""One row per (ledger, bookie) to ask. `expected_digest`: digest of the canonical encoding of what the
+bookie must hold (null = always compare in detail); `ledger_entries` (entries checked) is set on one row per
+ledger, 0 on the others."""
 
 RESPONSE_SCHEMA = pa.schema(
     [
-        *REQUEST_SCHEMA,
+        pa.field("bookie_id", pa.string()),
+        pa.field("ledger_id", pa.int64()),
+        pa.field("expected_digest", pa.binary()),
+        pa.field("ledger_entries", pa.int64()),
         pa.field("status", pa.string()),
         pa.field("error", pa.string()),
-        pa.field("missing", pa.list_(MISSING_STRUCT)),
-        pa.field("missing_count", pa.int64()),
-        pa.field("extra", pa.list_(RANGE_STRUCT)),
-        pa.field("extra_count", pa.int64()),
+        pa.field("answer", pa.binary()),
         pa.field("call_id", pa.string()),
         pa.field("call_ms", pa.float64()),
         pa.field("attempt", pa.int32()),
     ]
 )
-"""One row per (ledger, bookie) answered (or failed), with the call it travelled in."""
+"""One row per (ledger, bookie) asked. status OK with a null `answer`: exactly the expected entries. status OK
+with `answer`: something differs, the bytes are compared in detail downstream. ENOLEDGER: holds nothing.
+Anything else: not verified (UNAVAILABLE, CIRCUIT_OPEN, EIO, ...), `error` says why."""
 
-OUTPUT_BATCH_ROWS = 4096
+ANSWERED = ("OK", "ENOLEDGER")
+DIGEST_MAX_RUNS = 4096
+"""Above this many expected runs the digest is not computed: the answer is compared in detail instead."""
+OUTPUT_BATCH_ROWS = 8192
+
+
+def digest(data: bytes) -> bytes:
+    """16-byte BLAKE2b: equal digests mean equal bytes (no accidental collisions, unlike a CRC)."""
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,7 @@ class FanoutConfig:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-# -- row <-> value objects -----------------------------------------------------------------------------------
+# -- rows <-> value objects ----------------------------------------------------------------------------------
 
 
 def shape_of(row: Mapping[str, Any]) -> LedgerShape:
@@ -144,7 +151,7 @@ def shape_of(row: Mapping[str, Any]) -> LedgerShape:
 
 
 def shape_row(shape: LedgerShape, **extra: Any) -> dict[str, Any]:
-    """The SHAPE_SCHEMA row of a LedgerShape (driver-side re-evaluation builds rows this way)."""
+    """The SHAPE_SCHEMA row of a LedgerShape."""
     row: dict[str, Any] = {
         "ledger_id": shape.ledger_id,
         "ensemble_size": shape.ensemble_size,
@@ -164,57 +171,39 @@ def shape_row(shape: LedgerShape, **extra: Any) -> dict[str, Any]:
     return row
 
 
-def evidence_columns(ev: BookieEvidence) -> dict[str, Any]:
-    """The RESPONSE_SCHEMA columns describing one piece of evidence."""
-    return {
-        "status": ev.status,
-        "error": ev.error,
-        "missing": [
-            {
-                "segment_index": m.segment_index,
-                "bookie_index": m.bookie_index,
-                "count": m.count,
-                "ranges": [{"first": lo, "last": hi} for lo, hi in m.ranges],
-            }
-            for m in ev.missing
-        ],
-        "missing_count": ev.missing_count,
-        "extra": [{"first": lo, "last": hi} for lo, hi in ev.extra],
-        "extra_count": ev.extra_count,
-    }
+class ExpectedDigests:
+    """Digests of the canonical encoding of each bookie's expected entries, memoised by their stripings.
 
+    Ledgers of one workload repeat a handful of shapes (same E/WQ, same length), so the encoding and hashing
+    run a few times, not once per (ledger, bookie).
+    """
 
-def evidence_of(row: Mapping[str, Any]) -> BookieEvidence:
-    """Back from a RESPONSE_SCHEMA row to the value object the audit checks consume."""
-    missing = tuple(
-        MissingRun(
-            int(m["segment_index"]),
-            int(m["bookie_index"]),
-            tuple((int(r["first"]), int(r["last"])) for r in m["ranges"] or ()),
-            int(m["count"]),
-        )
-        for m in row.get("missing") or ()
-    )
-    extra = tuple((int(r["first"]), int(r["last"])) for r in row.get("extra") or ())
-    return BookieEvidence(
-        bookie_id=str(row["bookie_id"]),
-        status=str(row["status"]),
-        missing=missing,
-        extra=extra,
-        extra_count=int(row.get("extra_count") or 0),
-        error=row.get("error"),
-    )
+    def __init__(self) -> None:
+        self._memo: dict[tuple[tuple[int, int, int, int, int], ...], bytes | None] = {}
 
+    def for_shape(self, shape: LedgerShape) -> dict[str, bytes | None]:
+        from bkaudit.formats.availability import encode_runs
 
-# -- talking to one bookie -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CallInfo:
-    """The batch call an answer travelled in (for bookie_checks: calls, latency percentiles)."""
-
-    call_id: str
-    ms: float
+        out: dict[str, bytes | None] = {}
+        for bookie, wants in expected_by_bookie(shape).items():
+            key = tuple(
+                (w.striping.first, w.striping.last, w.striping.start, w.striping.period, w.striping.size)
+                for w in wants
+            )
+            if key not in self._memo:
+                runs: list[tuple[int, int]] = []
+                for w in wants:
+                    if len(runs) > DIGEST_MAX_RUNS:
+                        break
+                    runs.extend(w.striping.runs())
+                too_many = len(runs) > DIGEST_MAX_RUNS
+                value = None if too_many else digest(encode_runs(merge_sorted_ranges(sorted(runs))))
+                if len(self._memo) < 100_000:
+                    self._memo[key] = value
+                out[bookie] = value
+            else:
+                out[bookie] = self._memo[key]
+        return out
 
 
 def judge_answer(shape: LedgerShape, bookie_id: str, value: bytes | BaseException | None) -> BookieEvidence:
@@ -239,22 +228,60 @@ def judge_answer(shape: LedgerShape, bookie_id: str, value: bytes | BaseExceptio
         return failed_evidence(bookie_id, STATUS_INVALID_RESPONSE, str(exc))
 
 
-def query_bookie(
+def undecodable(value: bytes) -> str | None:
+    """Why `value` is not AvailabilityOfEntriesOfLedger bytes, or None when it decodes.
+
+    Checked on the executor so a garbled answer counts as a failure there and gets BP-34's delayed re-check.
+    """
+    from bkaudit.formats.availability import decode
+
+    try:
+        decode(value)
+    except FormatError as exc:
+        return f"{exc} ({len(value)} bytes)"
+    return None
+
+
+def evidence_of_row(shape: LedgerShape, row: Mapping[str, Any]) -> BookieEvidence:
+    """Evidence from a RESPONSE_SCHEMA row (the combine step; only differing answers carry bytes)."""
+    bookie, status = str(row["bookie_id"]), str(row["status"])
+    if status == STATUS_OK:
+        answer = row.get("answer")
+        return BookieEvidence(bookie, STATUS_OK) if answer is None else judge_answer(shape, bookie, answer)
+    if status == STATUS_NO_LEDGER:
+        return compare_bookie(shape, bookie, None)
+    return failed_evidence(bookie, status, row.get("error"))
+
+
+# -- talking to one bookie -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """The batch call an answer travelled in (for bookie_checks: calls, latency percentiles)."""
+
+    call_id: str
+    ms: float
+
+
+def ask(
     client: Any,
     bookie_id: str,
-    shapes: Sequence[LedgerShape],
+    ledger_ids: Sequence[int],
     *,
     batch_size: int,
     max_in_flight: int,
     failure_threshold: int,
     call_prefix: str = "",
-) -> Iterator[tuple[LedgerShape, BookieEvidence, CallInfo | None]]:
-    """Ask one bookie about `shapes`, one batch message per `batch_size` ledgers, bounded in flight.
+) -> Iterator[tuple[int, bytes | BookieError | None, CallInfo | None]]:
+    """Raw answers for `ledger_ids` (by position): one batch message per `batch_size` ids, bounded in flight.
 
-    Yields every shape exactly once with its evidence: nothing is dropped, failures are evidence too.
+    Every position is yielded exactly once: bytes, a BookieError (per ledger, or the whole call's failure,
+    CIRCUIT_OPEN for ids not asked after the breaker opened), or None when the answer lacks that ledger.
     """
-    chunks = iter([shapes[i : i + batch_size] for i in range(0, len(shapes), batch_size)])
-    pending: dict[Future[Any], tuple[Sequence[LedgerShape], float, str]] = {}
+    positions = list(range(len(ledger_ids)))
+    chunks = iter([positions[i : i + batch_size] for i in range(0, len(positions), batch_size)])
+    pending: dict[Future[Any], tuple[list[int], float, str]] = {}
     consecutive = 0
     breaker: str | None = None
     number = 0
@@ -266,7 +293,7 @@ def query_bookie(
             number += 1
             call_id = f"{call_prefix}{bookie_id}#{number}"
             try:
-                fut: Future[Any] = client.get_list_of_entries_batch([s.ledger_id for s in chunk])
+                fut: Future[Any] = client.get_list_of_entries_batch([ledger_ids[p] for p in chunk])
             except Exception as exc:  # a client that cannot even queue the call
                 fut = Future()
                 fut.set_exception(BookieError("UNAVAILABLE", str(exc), bookie_id=bookie_id))
@@ -281,6 +308,11 @@ def query_bookie(
                 answers = fut.result()
             except BaseException as exc:
                 status = exc.status if isinstance(exc, BookieError) else "UNAVAILABLE"
+                error = (
+                    exc
+                    if isinstance(exc, BookieError)
+                    else BookieError(status, str(exc), bookie_id=bookie_id)
+                )
                 if is_transport_failure(status):
                     consecutive += 1
                     if consecutive >= failure_threshold and breaker is None:
@@ -291,25 +323,51 @@ def query_bookie(
                             consecutive,
                             exc,
                         )
-                for shape in chunk:
-                    yield shape, failed_evidence(bookie_id, status, str(exc)), call
+                for p in chunk:
+                    yield p, error, call
                 continue
             consecutive = 0
             if not isinstance(answers, Mapping):
-                for shape in chunk:
-                    yield (
-                        shape,
-                        failed_evidence(bookie_id, STATUS_INVALID_RESPONSE, "not a batch answer"),
-                        call,
-                    )
+                bad = BookieError(STATUS_INVALID_RESPONSE, "not a batch answer", bookie_id=bookie_id)
+                for p in chunk:
+                    yield p, bad, call
                 continue
-            for shape in chunk:
-                yield shape, judge_answer(shape, bookie_id, answers.get(shape.ledger_id)), call
+            get = answers.get
+            for p in chunk:
+                yield p, get(ledger_ids[p]), call
     if breaker is not None:
-        reason = f"not asked after {failure_threshold} consecutive transport failures ({breaker})"
+        skipped = BookieError(
+            STATUS_CIRCUIT_OPEN,
+            f"not asked after {failure_threshold} consecutive transport failures ({breaker})",
+            bookie_id=bookie_id,
+        )
         for chunk in chunks:
-            for shape in chunk:
-                yield shape, failed_evidence(bookie_id, STATUS_CIRCUIT_OPEN, reason), None
+            for p in chunk:
+                yield p, skipped, None
+
+
+def query_bookie(
+    client: Any,
+    bookie_id: str,
+    shapes: Sequence[LedgerShape],
+    *,
+    batch_size: int,
+    max_in_flight: int,
+    failure_threshold: int,
+    call_prefix: str = "",
+) -> Iterator[tuple[LedgerShape, BookieEvidence, CallInfo | None]]:
+    """Ask one bookie about `shapes` and judge every answer in detail (driver-side re-evaluation)."""
+    ids = [s.ledger_id for s in shapes]
+    for p, value, call in ask(
+        client,
+        bookie_id,
+        ids,
+        batch_size=batch_size,
+        max_in_flight=max_in_flight,
+        failure_threshold=failure_threshold,
+        call_prefix=call_prefix,
+    ):
+        yield shapes[p], judge_answer(shapes[p], bookie_id, value), call
 
 
 def make_client(bookie_id: str, config: FanoutConfig) -> Any:
@@ -329,47 +387,112 @@ def make_client(bookie_id: str, config: FanoutConfig) -> Any:
 # -- the Spark task ------------------------------------------------------------------------------------------
 
 
+class _Columns:
+    """Output columns of one bookie's answers, appended to in arrival order."""
+
+    __slots__ = ("answer", "call_id", "call_ms", "digest", "entries", "error", "ledger", "status")
+
+    def __init__(self) -> None:
+        self.ledger: list[int] = []
+        self.digest: list[bytes | None] = []
+        self.entries: list[int] = []
+        self.status: list[str] = []
+        self.error: list[str | None] = []
+        self.answer: list[bytes | None] = []
+        self.call_id: list[str | None] = []
+        self.call_ms: list[float | None] = []
+
+    def __len__(self) -> int:
+        return len(self.ledger)
+
+    def batch(self, bookie_id: str, attempt: int) -> pa.RecordBatch:
+        n = len(self.ledger)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array([bookie_id] * n, pa.string()),
+                pa.array(self.ledger, pa.int64()),
+                pa.array(self.digest, pa.binary()),
+                pa.array(self.entries, pa.int64()),
+                pa.array(self.status, pa.string()),
+                pa.array(self.error, pa.string()),
+                pa.array(self.answer, pa.binary()),
+                pa.array(self.call_id, pa.string()),
+                pa.array(self.call_ms, pa.float64()),
+                pa.array([attempt] * n, pa.int32()),
+            ],
+            schema=RESPONSE_SCHEMA,
+        )
+
+
 def fanout_partition(
     config: FanoutConfig, client_factory: Callable[[str, FanoutConfig], Any] | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function: REQUEST_SCHEMA batches in, RESPONSE_SCHEMA batches out.
 
-    The partition's requests are grouped by bookie; each bookie is queried from its own thread so that a
-    slow bookie sharing the partition does not hold the others back. Output rows are streamed in batches.
+    The partition's requests are grouped by bookie (column-wise, no per-row objects); each bookie is queried
+    from its own thread so that a slow bookie sharing the partition does not hold the others back.
     """
     factory = client_factory or make_client
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        by_bookie: dict[str, list[dict[str, Any]]] = {}
-        for batch in batches:
-            for row in batch.to_pylist():
-                by_bookie.setdefault(row["bookie_id"], []).append(row)
-        if not by_bookie:
+        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+        if not tables:
             return
-        out: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue(maxsize=OUTPUT_BATCH_ROWS * 4)
+        requests = pa.concat_tables(tables)
+        groups: dict[str, tuple[list[int], list[bytes | None], list[int]]] = {}
+        for bookie in pc.unique(requests.column("bookie_id")).to_pylist():
+            part = requests.filter(pc.equal(requests.column("bookie_id"), bookie))
+            groups[bookie] = (
+                part.column("ledger_id").to_pylist(),
+                part.column("expected_digest").to_pylist(),
+                part.column("ledger_entries").to_pylist(),
+            )
+        out: queue.Queue[pa.RecordBatch | BaseException | None] = queue.Queue(maxsize=64)
         prefix = f"{config.attempt}:{uuid.uuid4().hex[:8]}:"
 
-        def worker(bookie_id: str, rows: list[dict[str, Any]]) -> None:
+        def worker(bookie_id: str, ids: list[int], digests: list[bytes | None], entries: list[int]) -> None:
             client = None
             try:
                 client = factory(bookie_id, config)
-                shapes = [shape_of(r) for r in rows]
-                by_id = {r["ledger_id"]: r for r in rows}
-                for shape, ev, call in query_bookie(
+                cols = _Columns()
+                for p, value, call in ask(
                     client,
                     bookie_id,
-                    shapes,
+                    ids,
                     batch_size=config.batch_size,
                     max_in_flight=config.max_in_flight,
                     failure_threshold=config.failure_threshold,
                     call_prefix=prefix,
                 ):
-                    row = dict(by_id[shape.ledger_id])
-                    row.update(evidence_columns(ev))
-                    row["call_id"] = call.call_id if call else None
-                    row["call_ms"] = call.ms if call else None
-                    row["attempt"] = config.attempt
-                    out.put(row)
+                    cols.ledger.append(ids[p])
+                    cols.digest.append(digests[p])
+                    cols.entries.append(entries[p])
+                    cols.call_id.append(call.call_id if call else None)
+                    cols.call_ms.append(call.ms if call else None)
+                    if type(value) is bytes:
+                        expected = digests[p]
+                        if expected is not None and digest(value) == expected:
+                            cols.status.append(STATUS_OK)
+                            cols.error.append(None)
+                            cols.answer.append(None)
+                        else:  # differs: keep the bytes for the detailed comparison, if they decode at all
+                            problem = undecodable(value)
+                            cols.status.append(STATUS_OK if problem is None else STATUS_INVALID_RESPONSE)
+                            cols.error.append(problem)
+                            cols.answer.append(value if problem is None else None)
+                    elif isinstance(value, BookieError):
+                        cols.status.append(value.status)
+                        cols.error.append(None if value.status == STATUS_NO_LEDGER else str(value))
+                        cols.answer.append(None)
+                    else:
+                        cols.status.append("EBADREQ")
+                        cols.error.append("the batch response has no answer for this ledger")
+                        cols.answer.append(None)
+                    if len(cols) >= OUTPUT_BATCH_ROWS:
+                        out.put(cols.batch(bookie_id, config.attempt))
+                        cols = _Columns()
+                if len(cols):
+                    out.put(cols.batch(bookie_id, config.attempt))
             except BaseException as exc:  # surface in the task, never lose rows silently
                 out.put(exc)
             finally:
@@ -380,35 +503,19 @@ def fanout_partition(
                         pass
                 out.put(None)
 
-        threads = [threading.Thread(target=worker, args=item, daemon=True) for item in by_bookie.items()]
+        threads = [
+            threading.Thread(target=worker, args=(b, *cols), daemon=True) for b, cols in groups.items()
+        ]
         for t in threads:
             t.start()
         running = len(threads)
-        buffer: list[dict[str, Any]] = []
         while running:
             item = out.get()
             if item is None:
                 running -= 1
-                continue
-            if isinstance(item, BaseException):
+            elif isinstance(item, BaseException):
                 raise item
-            buffer.append(item)
-            if len(buffer) >= OUTPUT_BATCH_ROWS:
-                yield pa.RecordBatch.from_pylist(buffer, schema=RESPONSE_SCHEMA)
-                buffer = []
-        if buffer:
-            yield pa.RecordBatch.from_pylist(buffer, schema=RESPONSE_SCHEMA)
+            else:
+                yield item
 
     return run
-
-
-def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    """Lists of at most `size` items."""
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

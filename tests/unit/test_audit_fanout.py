@@ -21,11 +21,12 @@ from bkaudit.model.ledger import Segment
 from bkaudit.spark.fanout import (
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
+    ExpectedDigests,
     FanoutConfig,
-    evidence_of,
+    digest,
+    evidence_of_row,
     fanout_partition,
     query_bookie,
-    shape_row,
 )
 
 A, B, C = "a:1", "b:1", "c:1"
@@ -141,25 +142,41 @@ def test_bookie_errors_do_not_open_the_breaker():
     assert len(client.calls) == 4 and {ev.status for _s, ev, _c in out} == {"ETOOMANYREQUESTS"}
 
 
+def test_expected_digest_is_the_canonical_encoding():
+    s = shape(1)
+    digests = ExpectedDigests().for_shape(s)
+    assert set(digests) == {A, B, C}
+    assert all(digests[b] == digest(healthy_bytes(s, b)) for b in (A, B, C))
+    # a bookie at two indexes of one segment: the union of both stripings
+    dup = LedgerShape(2, 3, 2, 2, True, 9, (Segment(0, (A, A, C)),))
+    expected = ExpectedDigests().for_shape(dup)
+    assert expected[A] == digest(encode(range(10)))  # indexes 0 and 1 together cover every entry
+
+
 def test_partition_function_round_trips_rows():
-    shapes = [shape(i) for i in range(1, 31)]
+    shapes = {i: shape(i) for i in range(1, 31)}
+    digests = ExpectedDigests()
     rows = []
-    for s in shapes:
-        for bookie in (A, B, C):
+    for s in shapes.values():
+        for k, (bookie, expected) in enumerate(digests.for_shape(s).items()):
             rows.append(
                 {
-                    **shape_row(s, znode_mzxid=7, managed_ledger="t"),
                     "bookie_id": bookie,
-                    "ledger_entries": 10 if bookie == A else 0,
+                    "ledger_id": s.ledger_id,
+                    "expected_digest": expected,
+                    "ledger_entries": 10 if k == 0 else 0,
                 }
             )
     batch = pa.RecordBatch.from_pylist(rows, schema=REQUEST_SCHEMA)
     clients: dict[str, ScriptedClient] = {}
+    damaged = encode(set(range(10)) - {0, 2})
 
     def factory(bookie: str, config: FanoutConfig) -> ScriptedClient:
-        answers = {s.ledger_id: healthy_bytes(s, bookie) for s in shapes}
+        answers = {s.ledger_id: healthy_bytes(s, bookie) for s in shapes.values()}
         if bookie == C:
             answers[5] = BookieError("ENOLEDGER", bookie_id=C, ledger_id=5)
+        if bookie == A:
+            answers[7] = damaged
         clients[bookie] = ScriptedClient(bookie, answers)
         return clients[bookie]
 
@@ -169,12 +186,26 @@ def test_partition_function_round_trips_rows():
     )
     assert out.num_rows == 90
     got = out.to_pylist()
-    assert {(r["ledger_id"], r["bookie_id"]) for r in got} == {
-        (s.ledger_id, b) for s in shapes for b in (A, B, C)
-    }
-    assert all(r["attempt"] == 1 and r["managed_ledger"] == "t" and r["znode_mzxid"] == 7 for r in got)
-    bad = [r for r in got if r["status"] != "OK"]
-    assert [(r["ledger_id"], r["bookie_id"], r["status"]) for r in bad] == [(5, C, "ENOLEDGER")]
-    assert evidence_of(bad[0]).missing_count == bad[0]["missing_count"] > 0
+    assert {(r["ledger_id"], r["bookie_id"]) for r in got} == {(i, b) for i in shapes for b in (A, B, C)}
+    assert all(r["attempt"] == 1 for r in got)
+    assert sum(r["ledger_entries"] for r in got) == 300
+    special = sorted(
+        (r["ledger_id"], r["bookie_id"], r["status"], r["answer"])
+        for r in got
+        if r["status"] != "OK" or r["answer"] is not None
+    )
+    assert special == [(5, C, "ENOLEDGER", None), (7, A, "OK", damaged)]
+    ev = evidence_of_row(shapes[7], next(r for r in got if r["ledger_id"] == 7 and r["bookie_id"] == A))
+    assert [m.ranges for m in ev.missing] == [((0, 0), (2, 2))] and ev.extra == ((1, 1), (4, 4), (7, 7))
+    assert (
+        evidence_of_row(
+            shapes[5], next(r for r in got if r["ledger_id"] == 5 and r["bookie_id"] == C)
+        ).missing_count
+        == 6
+    )  # index 2 holds e mod 3 in {1, 2}
+    healthy = next(r for r in got if r["ledger_id"] == 9 and r["bookie_id"] == B)
+    assert (
+        evidence_of_row(shapes[9], healthy).status == "OK" and not evidence_of_row(shapes[9], healthy).missing
+    )
     assert all(c.closed for c in clients.values())  # one client per bookie per task, closed at the end
     assert all(max(len(x) for x in c.calls) <= 8 and c.max_outstanding <= 2 for c in clients.values())
