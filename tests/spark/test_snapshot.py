@@ -504,7 +504,7 @@ def test_duplicate_ledger_id_is_a_critical_breach(
 def test_ledger_deleted_between_listing_and_reading_is_absent(
     zk: Any, zk_root: str, zk_server: Any, monkeypatch: Any, multi_read: bool
 ) -> None:
-    """Deterministic mid-listing deletion: the listing yields a path, then the ledger is deleted."""
+    """Deterministic mid-listing deletion: the listing has seen ledger 2, then it is deleted, then read."""
     from bkaudit.spark import zkscan
     from bkaudit.spark.datasource import ReadOptions, read_units
 
@@ -516,9 +516,9 @@ def test_ledger_deleted_between_listing_and_reading_is_absent(
 
     def listing_then_delete(client: Any, root: str, units: Any) -> Iterator[tuple[int, str]]:
         for ledger_id, path in listing(client, root, units):
-            yield ledger_id, path
-            if ledger_id == 2:
+            if ledger_id == 2:  # listed (getChildren saw it), deleted before the reader asks for it
                 zk.delete(path)
+            yield ledger_id, path
 
     monkeypatch.setattr(zkscan, "iter_ledgers", listing_then_delete)
     opts = ReadOptions.parse(
