@@ -267,3 +267,33 @@ def test_read_batched_matches_single_reads_and_falls_back(zk: Any, zk_root: str,
         (p, d, s.version if s else None) for p, d, s in zkscan.read_batched(zk, wanted, max_in_flight=300)
     ]
     assert fallback == expected
+
+
+def test_scan_respects_session_cap_and_read_rate(zk: Any, zk_root: str, zk_server: Any) -> None:
+    """At most max_zk_sessions partitions; a task reads no faster than reads_per_second_per_task."""
+    import time
+
+    from bkaudit.spark.datasource import BookKeeperReader, ReadOptions, read_units
+    from bkaudit.zk import paths
+    from bkaudit.zk.ledgers import init_cluster
+
+    init_cluster(zk, root=zk_root)
+    data = serialize(_ledger())
+    ids = [*range(0, 3000, 10), 2**31 + 1, 2**40]  # spread over short dirs and both long trees
+    for ledger_id in ids:
+        zk.create(paths.ledger_path(ledger_id, root=zk_root), data, makepath=True)
+    opts = ReadOptions(
+        zk=zk_server.connect_string, root=zk_root, max_zk_sessions=3, reads_per_second_per_task=200
+    )
+    parts = BookKeeperReader(opts).partitions()
+    assert 1 <= len(parts) <= 3
+    assert sorted(u for p in parts for u in p.units) == sorted({u for p in parts for u in p.units})
+
+    got = [i for p in parts for b in read_units(opts, p.units) for i in b.column("ledger_id").to_pylist()]
+    assert sorted(got) == sorted(ids)
+    slow = ReadOptions(
+        zk=zk_server.connect_string, root=zk_root, max_zk_sessions=1, reads_per_second_per_task=100
+    )
+    t0 = time.monotonic()
+    assert sum(b.num_rows for b in read_units(slow, [u for p in parts for u in p.units])) == len(ids)
+    assert time.monotonic() - t0 >= (len(ids) - 100) / 100 * 0.9  # 302 reads at 100/s, burst 100: ~2 s
