@@ -54,8 +54,24 @@ def test_wiped_entries_end_in_a_terminal_record_not_a_retry_loop(cluster_factory
         ur.mark_underreplicated(zk, deleted, [ensemble[0]], root=cluster.root)
         bk.delete_ledger(deleted)
 
-        code, summary = run_once(cluster, tmp_path, "ar", "--no-auditor", "--timeout", "60", **FAST_FAIL)
+        metrics_file = tmp_path / "metrics" / "autorecovery.prom"
+        code, summary = run_once(
+            cluster,
+            tmp_path,
+            "ar",
+            "--no-auditor",
+            "--timeout",
+            "60",
+            **FAST_FAIL,
+            BKAUDIT_AUTORECOVERY__METRICS_FILE=str(metrics_file),
+        )
         assert code == 3, summary  # nothing left to do, but data is lost
+        prom = metrics_file.read_text()  # written at exit, BookKeeper's names with their scope
+        assert "bkaudit_autorecovery_ledgers_data_lost 1" in prom
+        assert (
+            "replication_worker_NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION 9" in prom
+        )  # 3 entries x 3 passes
+        assert "replication_worker_NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER 2" in prom
         assert [x["ledger_id"] for x in summary["left"]] == [damaged]
         assert summary["left"][0]["reason"] == "data_lost"
         (record,) = summary["data_lost"]
