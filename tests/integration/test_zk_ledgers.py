@@ -5,11 +5,9 @@ Ground truth is what each test wrote, byte for byte, plus BookKeeper's documente
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from kazoo.exceptions import ConnectionLoss
@@ -19,10 +17,9 @@ from bkaudit.formats.ledger_metadata import serialize
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.zk import ledgers, paths
 from bkaudit.zk.client import RateLimiter, close, connect
+from tests import shared_vectors
 
-TEXTS = json.loads(
-    (Path(__file__).resolve().parents[3] / "shared" / "vectors" / "zk_paths_and_texts.json").read_text()
-)["texts"]
+TEXTS = shared_vectors.load("zk_paths_and_texts.json")["texts"]
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 BOOKIES = ("10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181")
 

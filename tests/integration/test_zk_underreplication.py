@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -13,10 +11,9 @@ from bkaudit.errors import FormatError, MetadataError
 from bkaudit.zk import paths
 from bkaudit.zk import underreplication as ur
 from bkaudit.zk.client import RateLimiter, close, connect
+from tests import shared_vectors
 
-VECTORS = json.loads(
-    (Path(__file__).resolve().parents[3] / "shared" / "vectors" / "zk_paths_and_texts.json").read_text()
-)
+VECTORS = shared_vectors.load("zk_paths_and_texts.json")
 TEXTS = VECTORS["texts"]
 A, B = "192.0.2.1:3181", "192.0.2.2:3181"
 

@@ -6,11 +6,9 @@ class) or from `JavaEncoder` below, entry sets from expanding groups by hand, mi
 
 from __future__ import annotations
 
-import json
 import struct
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -21,10 +19,9 @@ from bkaudit.errors import FormatError
 from bkaudit.formats import availability
 from bkaudit.formats.availability import Availability, decode, encode, encode_runs
 from bkaudit.model.quorum import Striping, entries_of_bookie
+from tests import shared_vectors
 
-VECTORS = json.loads(
-    (Path(__file__).resolve().parents[3] / "shared" / "vectors" / "availability.json").read_text()
-)
+VECTORS = shared_vectors.load("availability.json")
 Group = tuple[int, int, int, int]
 T = TypeVar("T")
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -20,8 +20,9 @@ from click.testing import CliRunner, Result
 from bkaudit.cli import cli
 from bkaudit.formats import ledger_metadata
 from bkaudit.model.ledger import DigestType, FrozenMap, LedgerMetadata, LedgerState, Segment
+from tests import shared_vectors
 
-VECTORS = Path("/work/shared/vectors")
+VECTORS = shared_vectors.VECTORS_DIR
 MD_VECTORS = json.loads((VECTORS / "ledger_metadata.json").read_text())["vectors"]
 AVAILABILITY = json.loads((VECTORS / "availability.json").read_text())
 BKAUDIT = Path(sys.executable).parent / "bkaudit"

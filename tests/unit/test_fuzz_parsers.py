@@ -14,7 +14,6 @@ import base64
 import json
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +21,9 @@ import pytest
 from bkaudit.errors import FormatError
 from bkaudit.formats import ledger_metadata, records
 from bkaudit.model.ledger import DigestType, FrozenMap, LedgerMetadata, LedgerState, Segment
+from tests import shared_vectors
 
-VECTORS = Path("/work/shared/vectors")
+VECTORS = shared_vectors.VECTORS_DIR
 CASES_PER_PARSER = 1000
 INTERESTING = [0x00, 0x01, 0x02, 0x08, 0x0A, 0x0D, 0x22, 0x27, 0x2D, 0x3A, 0x5C, 0x7B, 0x7D, 0x7F, 0x80, 0xC3,
                0xFF]

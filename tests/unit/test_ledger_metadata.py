@@ -8,9 +8,7 @@ and text template below that follow LedgerMetadataSerDe's field rules.
 from __future__ import annotations
 
 import base64
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +20,9 @@ from bkaudit.formats import ledger_metadata as lm
 from bkaudit.formats.proto import DataFormats_pb2
 from bkaudit.formats.textformat import escape_bytes
 from bkaudit.model.ledger import DigestType, FrozenMap, LedgerMetadata, LedgerState, Segment
+from tests import shared_vectors
 
-VECTORS = json.loads(Path("/work/shared/vectors/ledger_metadata.json").read_text())["vectors"]
+VECTORS = shared_vectors.load("ledger_metadata.json")["vectors"]
 HEADER3 = b"BookieMetadataFormatVersion\t3\n"
 HEADER2 = b"BookieMetadataFormatVersion\t2\n"
 V2_TEXT = next(v["text"] for v in VECTORS if v["name"] == "bk-test-v2")

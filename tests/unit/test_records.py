@@ -7,7 +7,6 @@ hand-written protobuf wire encodings, and BookKeeper's documented merge and pars
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -23,8 +22,9 @@ from bkaudit.formats.records import (
     LedgerLayout,
     UnderreplicatedMarker,
 )
+from tests import shared_vectors
 
-TEXTS = json.loads(Path("/work/shared/vectors/zk_paths_and_texts.json").read_text())["texts"]
+TEXTS = shared_vectors.load("zk_paths_and_texts.json")["texts"]
 
 
 def varint(value: int) -> bytes:
