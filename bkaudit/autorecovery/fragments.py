@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from bkaudit.model.ledger import LedgerMetadata, LedgerState
+from bkaudit.model.placement import PlacementPolicy
 from bkaudit.model.quorum import Striping, entries_of_bookie
+from bkaudit.model.topology import Topology
 
 
 class BookieState(enum.Enum):
@@ -223,27 +225,12 @@ def plan_repairs(metadata: LedgerMetadata, fragments: Iterable[Fragment]) -> lis
     return [repairs[i] for i in sorted(repairs)]
 
 
-class ReplacementPolicy(Protocol):
-    def replace_bookie(
-        self,
-        ensemble: Sequence[str],
-        index: int,
-        write_quorum: int,
-        ack_quorum: int,
-        candidates: Sequence[str],
-        topology: object,
-        *,
-        exclude: Collection[str] = (),
-        rng: random.Random | None = None,
-    ) -> str: ...
-
-
 def choose_targets(
     repair: SegmentRepair,
     metadata: LedgerMetadata,
-    policy: ReplacementPolicy,
+    policy: PlacementPolicy,
     candidates: Sequence[str],
-    topology: object,
+    topology: Topology,
     *,
     exclude: Collection[str] = (),
     rng: random.Random | None = None,
