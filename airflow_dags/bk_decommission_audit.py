@@ -10,7 +10,8 @@
   {"safe": false, "bookies": [{"bookie_id": "bk3:3181", "safe": false, "blocking": [{"ledger_id": 42,
   "reason": "would_lose_entries", ...}]}]}. "Not safe" is an answer, not a failure: the run stays green.
 
-Trigger with {"bookies": ["bk3:3181", "bk4:3181"]}; ids are derived from the Airflow run id.
+Trigger with {"bookies": ["bk3:3181", "bk4:3181"]}; snapshot and audit ids are derived from the Airflow run
+id ("dc-manual__…"), so a retry replaces its own rows.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from bkaudit_common import (
     SNAPSHOT_ASSET,
     WAREHOUSE,
     ZK,
-    bk_id,
+    decommission_id,
     last_json_line,
     resolve,
     runtime_variable,
@@ -59,7 +60,7 @@ with DAG(
     catchup=False,
     default_args=DEFAULT_ARGS,
     params=PARAMS,
-    user_defined_macros=MACROS,
+    user_defined_macros={**MACROS, "bk_id": decommission_id},  # ids "dc-…": told apart from audits
     tags=["bkaudit", "bookkeeper", "decommission"],
     doc_md=__doc__,
 ) as dag:
@@ -82,7 +83,7 @@ with DAG(
         p = params or {}
         argv = [runtime_variable("bkaudit_bin", "bkaudit"), "decommission-audit",
                 "--warehouse", resolve(p, "warehouse", "bkaudit_warehouse"),
-                "--audit-id", bk_id(run_id or ""), "--json"]
+                "--audit-id", decommission_id(run_id or ""), "--json"]
         config = p.get("config") or runtime_variable("bkaudit_config")
         if config:
             argv += ["--config", config]

@@ -100,6 +100,11 @@ def bk_id(airflow_run_id: str, prefix: str = "af") -> str:
     return key
 
 
+def decommission_id(airflow_run_id: str) -> str:
+    """`bk_id` for bk_decommission_audit: "dc-…", so its snapshots are told apart from scheduled audits'."""
+    return bk_id(airflow_run_id, prefix="dc")
+
+
 def bk_required(value: Any, what: str) -> str:
     """Fail the task at render time, naming the missing setting, instead of running a job without it."""
     if value in (None, ""):

@@ -228,6 +228,7 @@ class Demo:
         self.spark: Any = None
         self.settings: Any = None
         self.expectations: list[Expectation] = []
+        self.interrupted = False
         self.runs: dict[str, dict[str, Any]] = {}
         self.summary: dict[str, Any] = {"dir": str(directory), "warehouse": self.warehouse,
                                         "config": str(self.config_path)}
@@ -255,8 +256,8 @@ class Demo:
             self.step_check("recovered", "demo-3-recovered", final=True, faults=faults)
             self.step_report()
         except KeyboardInterrupt:
-            self.expect("finished", False, "interrupted (Ctrl-C)")
-            raise
+            self.interrupted = True
+            self.expect("finished", False, "interrupted (Ctrl-C): stopping everything it started")
         except Exception as exc:
             self.expect("finished", False, f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}")
         finally:
@@ -266,6 +267,7 @@ class Demo:
                 "runs": self.runs,
                 "expectations": [e.__dict__ for e in self.expectations],
                 "ok": all(e.ok for e in self.expectations) and bool(self.expectations),
+                "interrupted": self.interrupted,
                 "seconds": round(time.monotonic() - t0, 1),
             })
             (self.dir / "demo.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
@@ -542,13 +544,16 @@ def demo(directory: str | None, ledgers: int, seed: int, keep: bool, as_json: bo
     path = _prepare_dir(directory)
     click.echo(click.style(f"bkaudit demo in {path}", bold=True), file=out)
     summary = Demo(path, ledgers, keep=keep, seed=seed, out=out).run()
-    verdict = "all expectations met" if summary["ok"] else "SOME EXPECTATIONS FAILED"
-    click.echo(where(summary, str(Path(sys.executable).parent)), file=out)
+    if summary["interrupted"]:
+        verdict = "interrupted; what it started is stopped" + (" (but the cluster: --keep)" if keep else "")
+    else:
+        verdict = "all expectations met" if summary["ok"] else "SOME EXPECTATIONS FAILED"
+        click.echo(where(summary, str(Path(sys.executable).parent)), file=out)
     click.echo(click.style(f"\n{verdict} in {summary['seconds']:.0f}s", bold=True,
                            fg="green" if summary["ok"] else "red"), file=out)
     if as_json:
         click.echo(json.dumps(summary, default=str))
-    sys.exit(0 if summary["ok"] else 1)
+    sys.exit(130 if summary["interrupted"] else 0 if summary["ok"] else 1)
 
 
 __all__ = ["Demo", "demo", "plan", "write_ledgers", "write_pinned"]

@@ -37,6 +37,7 @@ def describe(folder: str) -> dict[str, Any]:
                        for k in dag.params},
             "tasks": tasks,
             "tags": sorted(dag.tags),
+            "sample_id": dag.user_defined_macros["bk_id"]("manual__2026-11-22T05:41:15+00:00"),
         }
     sys.path.insert(0, folder)
     import bkaudit_common

@@ -97,6 +97,8 @@ def test_decommission_audit_structure(dagbag: dict[str, Any]) -> None:
     assert {t: v["upstream"] for t, v in dag["tasks"].items()} == {
         "snapshot": [], "audit": ["snapshot"], "answer": ["audit"]}
     assert dag["tasks"]["audit"]["application"].endswith("/jobs/decommission_audit.py")
+    assert dag["sample_id"] == "dc-manual__2026-11-22T05-41-15-00-00"
+    assert dagbag["dags"]["bk_metadata_checker"]["sample_id"] == "af-manual__2026-11-22T05-41-15-00-00"
     assert dag["params"]["bookies"]["schema"]["type"] == "array"
     assert dag["params"]["bookies"]["schema"]["minItems"] == 1
 
