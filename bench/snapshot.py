@@ -125,9 +125,9 @@ def raw_read(connect: str, leaf_paths: list[str]) -> float:
 
 def raw_multiread(connect: str, leaf_paths: list[str]) -> float:
     """Seconds for one client to read every znode with the job's batched multiRead path (no decoding)."""
-    from bkaudit.spark.zkscan import read_batched
     from bkaudit.zk.client import close
     from bkaudit.zk.client import connect as zk_connect
+    from bkaudit.zk.multiread import read_batched
 
     zk = zk_connect(connect)
     try:

@@ -9,10 +9,10 @@ Protecting ZooKeeper (BookKeeper users' top complaint is audits that expire sess
 most `max_zk_sessions` partitions (`bkaudit.spark.zkscan`), each task opens its own session inside `read()`
 (clients never cross a pickle boundary), keeps at most `max_in_flight` reads outstanding and takes a token
 from a per-task `RateLimiter` (`reads_per_second_per_task`, 0 = unlimited) for each znode read. Reads go
-out as pipelined ZooKeeper multiRead requests of 100 getData ops (`zkscan.read_batched`; single pipelined
-reads with `multi_read=false` or on ZooKeeper < 3.6). Transient errors are retried with jittered backoff;
-a ledger deleted between listing and reading is simply absent. Decoding never raises: a bad blob is a row
-with `parse_error`.
+out as pipelined ZooKeeper multiRead requests of 100 getData ops (`bkaudit.zk.multiread.read_batched`;
+single pipelined reads with `multi_read=false` or on ZooKeeper < 3.6). Transient errors are retried with
+jittered backoff; a ledger deleted between listing and reading is simply absent. Decoding never raises: a bad
+blob is a row with `parse_error`.
 
 Options (snake_case, as in the [snapshot] settings): zk (required), root, session_timeout_s,
 connect_timeout_s, auth_digest_secret ("user:password"; named so Spark redacts it), max_zk_sessions,
@@ -141,10 +141,11 @@ class BookKeeperReader(DataSourceReader):
 
 def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
     """Arrow RecordBatches (SOURCE_SCHEMA) of every ledger under `units`, on a session of our own."""
-    from bkaudit.spark.zkscan import iter_ledgers, read_batched
+    from bkaudit.spark.zkscan import iter_ledgers
     from bkaudit.tables.rows import LedgerBatchBuilder
     from bkaudit.zk.client import RateLimiter, close, connect
     from bkaudit.zk.ledgers import read_many
+    from bkaudit.zk.multiread import read_batched
 
     zk = connect(options.zk_settings())
     try:

@@ -227,7 +227,7 @@ def test_pack_balances_and_caps_partitions() -> None:
 
 
 def test_multiread_request_bytes() -> None:
-    from bkaudit.spark.zkscan import MultiRead
+    from bkaudit.zk.multiread import MultiRead
 
     raw = MultiRead(["/a", "/bc"]).serialize()
     # MultiHeader(getData=4, done=false, err=-1) + path + watch=false, twice, then the end marker
@@ -244,14 +244,16 @@ def test_multiread_request_bytes() -> None:
 def test_read_batched_matches_single_reads_and_falls_back(zk: Any, zk_root: str, monkeypatch: Any) -> None:
     from kazoo.exceptions import UnimplementedError
 
-    from bkaudit.spark import zkscan
+    from bkaudit.zk import multiread
 
     zk.ensure_path(zk_root)
     znodes = [f"{zk_root}/n{i:03d}" for i in range(250)]
     for i, path in enumerate(znodes):
         zk.create(path, str(i).encode())
     wanted = [*znodes[:120], f"{zk_root}/missing", *znodes[120:]]
-    got = [(p, d, s.version if s else None) for p, d, s in zkscan.read_batched(zk, wanted, max_in_flight=300)]
+    got = [
+        (p, d, s.version if s else None) for p, d, s in multiread.read_batched(zk, wanted, max_in_flight=300)
+    ]
     expected = [
         (p, str(int(p[-3:])).encode(), 0) if not p.endswith("missing") else (p, None, None) for p in wanted
     ]
@@ -262,9 +264,9 @@ def test_read_batched_matches_single_reads_and_falls_back(zk: Any, zk_root: str,
         result.set_exception(UnimplementedError())
         return result
 
-    monkeypatch.setattr(zkscan, "_submit", unsupported)
+    monkeypatch.setattr(multiread, "_submit", unsupported)
     fallback = [
-        (p, d, s.version if s else None) for p, d, s in zkscan.read_batched(zk, wanted, max_in_flight=300)
+        (p, d, s.version if s else None) for p, d, s in multiread.read_batched(zk, wanted, max_in_flight=300)
     ]
     assert fallback == expected
 
