@@ -12,30 +12,13 @@ from bkaudit.autorecovery import metrics as m
 from bkaudit.autorecovery.election import AuditorElector
 from bkaudit.autorecovery.queue import LedgerPicker, holds_lock, locked_ids, queued_ids
 from bkaudit.zk import underreplication as ur
-from bkaudit.zk.client import close, connect
+from bkaudit.zk.client import close
 from bkaudit.zk.ledgers import init_cluster
 from tests.integration.autorecovery_support import wait_for
 
 pytestmark = pytest.mark.cluster
 
 IDS = [0, 1, 7, 65535, 65536, 2**31 + 5, 0x4AFEBEEF0000FEED]
-
-
-@pytest.fixture
-def sessions(zk_server):
-    opened = []
-
-    def open_session():
-        client = connect(zk_server.connect_string)
-        opened.append(client)
-        return client
-
-    yield open_session
-    for client in opened:
-        try:
-            close(client)
-        except Exception:
-            pass
 
 
 def test_queued_ids_come_from_the_hex_directories(zk, zk_root) -> None:

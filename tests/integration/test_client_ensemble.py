@@ -3,39 +3,18 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 
 from bkaudit.client import BookKeeper, ClientSettings
-from bkaudit.cluster.local import LocalCluster
 from bkaudit.errors import FencedError
 from bkaudit.formats import availability, ledger_metadata
 from bkaudit.model.ledger import LedgerState
 from bkaudit.model.quorum import entries_of_bookie
 from bkaudit.zk import ledgers as zk_ledgers
-from tests.integration.test_fencing import Writer, payload
+from tests.integration.test_fencing import Writer, connect, payload
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def cluster4(zk_server, tmp_path_factory):
-    """4 bookies on 3 racks (E3 ledgers keep a spare); tests restart every bookie they stop or kill."""
-    cluster = LocalCluster.up(
-        tmp_path_factory.mktemp("cluster4"),
-        bookies=4,
-        racks=3,
-        zk_connect=f"{zk_server.connect_string}/c{uuid.uuid4().hex[:12]}",
-    )
-    try:
-        yield cluster
-    finally:
-        cluster.down()
-
-
-def connect(cluster) -> BookKeeper:
-    return BookKeeper.connect(zk=cluster.zk, root=cluster.root)
 
 
 def test_kill_9_mid_write_changes_the_ensemble_and_loses_nothing(cluster4) -> None:

@@ -8,33 +8,16 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import deque
 from concurrent.futures import Future
 
 import pytest
 
 from bkaudit.client import BookKeeper, ClientSettings
-from bkaudit.cluster.local import LocalCluster
 from bkaudit.errors import FencedError, LedgerStateError, RecoveryError
 from bkaudit.model.ledger import LedgerState
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def cluster4(zk_server, tmp_path_factory):
-    """4 bookies on 3 racks (E3 ledgers keep a spare); tests restart every bookie they stop or kill."""
-    cluster = LocalCluster.up(
-        tmp_path_factory.mktemp("cluster4"),
-        bookies=4,
-        racks=3,
-        zk_connect=f"{zk_server.connect_string}/c{uuid.uuid4().hex[:12]}",
-    )
-    try:
-        yield cluster
-    finally:
-        cluster.down()
 
 
 def payload(i: int) -> bytes:

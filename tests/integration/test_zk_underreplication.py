@@ -10,27 +10,12 @@ import pytest
 from bkaudit.errors import FormatError, MetadataError
 from bkaudit.zk import paths
 from bkaudit.zk import underreplication as ur
-from bkaudit.zk.client import RateLimiter, close, connect
+from bkaudit.zk.client import RateLimiter, close
 from tests import shared_vectors
 
 VECTORS = shared_vectors.load("zk_paths_and_texts.json")
 TEXTS = VECTORS["texts"]
 A, B = "192.0.2.1:3181", "192.0.2.2:3181"
-
-
-@pytest.fixture
-def sessions(zk_server):
-    """Up to a few extra, independent ZooKeeper sessions (closed at the end unless the test closed them)."""
-    opened = []
-
-    def open_session():
-        client = connect(zk_server.connect_string)
-        opened.append(client)
-        return client
-
-    yield open_session
-    for client in opened:
-        close(client)
 
 
 # -- markers -----------------------------------------------------------------------------------------------
