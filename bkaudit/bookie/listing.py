@@ -12,18 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
-
-
-def varint(value: int) -> bytes:
-    """Protobuf base-128 varint (negative int64 values as their 64-bit two's complement)."""
-    value &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
+from bkaudit.formats.wire import varint
 
 _LEDGERS_TAG = b"\x12"  # GetListOfEntriesOfLedgersResponse.ledgers = 2, length-delimited
 _BATCH_TAG = varint((pb.Response.GETLISTOFENTRIESOFLEDGERSRESPONSE_FIELD_NUMBER << 3) | 2)

@@ -36,6 +36,7 @@ from bkaudit.errors import FormatError
 from bkaudit.formats import textformat
 from bkaudit.formats.proto import DataFormats_pb2
 from bkaudit.formats.textformat import Field, Kind, Symbol
+from bkaudit.formats.wire import varint
 from bkaudit.model.ledger import DigestType, FrozenMap, LedgerMetadata, LedgerState, Segment
 
 __all__ = [
@@ -97,7 +98,7 @@ def serialize(metadata: LedgerMetadata, version: int = CURRENT_VERSION) -> bytes
     _check_writable(metadata)
     if version == 3:
         body: bytes = _to_proto(metadata, include_ctoken=True).SerializeToString()
-        return _HEADERS[3] + _varint(len(body)) + body
+        return _HEADERS[3] + varint(len(body)) + body
     if version == 2:
         text = textformat.print_message(_text_fields(_to_proto(metadata, include_ctoken=False)))
         return _HEADERS[2] + text.encode("ascii")
@@ -162,15 +163,6 @@ def _decode_v3(buf: bytes, pos: int) -> tuple[Any, int]:
         missing = msg.FindInitializationErrors()
         raise FormatError("missing required field", field=missing[0] if missing else _MESSAGE, offset=start)
     return msg, start
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 # ------------------------------------------------------------------------------------------------------------

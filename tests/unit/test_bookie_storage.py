@@ -214,8 +214,9 @@ def test_bulk_load_index(tmp_path: Path) -> None:
 
 # -- batch listing wire bytes -------------------------------------------------------------------------------
 def test_batch_listing_bytes_equal_protobuf_encoding() -> None:
-    from bkaudit.bookie.listing import BatchListing, varint
+    from bkaudit.bookie.listing import BatchListing
     from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+    from bkaudit.formats.wire import varint
 
     assert [varint(v) for v in (0, 1, 127, 128, 300)] == [b"\x00", b"\x01", b"\x7f", b"\x80\x01", b"\xac\x02"]
     head = pb.Response(status=pb.EOK)
