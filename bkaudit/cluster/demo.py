@@ -344,9 +344,12 @@ class Demo:
             warehouse=self.warehouse, snapshot_id=snap.snapshot_id, run_id=run_id,
             publish_underreplicated=publish, fail_on="never", progress=None))
         counts = {k: int(v) for k, v in result.counts.items()}
+        misplaced = sorted({int(r["ledger_id"]) for r in result.violations
+                            if r["category"] == "placement_fail" and r.get("ledger_id") is not None})
         self.runs[phase] = {"run_id": result.run_id, "snapshot_id": snap.snapshot_id, "ledgers": snap.ledgers,
                             "counts": counts, "published": result.published,
-                            "under_repair": dict(result.under_repair), "seconds": round(result.seconds, 1)}
+                            "placement_fail_ledgers": misplaced, "under_repair": dict(result.under_repair),
+                            "seconds": round(result.seconds, 1)}
         self.progress.say(f"check {result.run_id}: {result.ledgers_checked} ledgers, "
                           f"{result.entries_checked} entries on {len(result.bookies)} bookies "
                           f"({result.seconds:.1f}s)")
@@ -363,8 +366,9 @@ class Demo:
             self._print_table(only=("faults",))
             durable = sum(counts.get(c, 0) for c in DURABILITY)
             self.expect("damage detected", durable > 0, f"{durable} ledger(s) below their write quorum")
-            self.expect("placement violation detected", counts.get("placement_fail", 0) >= 1,
-                        f"{counts.get('placement_fail', 0)} placement_fail")
+            pinned = (faults or {}).get("misplaced_ledger")
+            self.expect("placement violation detected", pinned in misplaced,
+                        f"ledger {pinned} is among {len(misplaced)} placement_fail")
             self.expect("published to the queue", result.published > 0,
                         f"{result.published} ledger(s) marked under-replicated")
 
@@ -418,12 +422,22 @@ class Demo:
         durable = {c: counts.get(c, 0) for c in DURABILITY}
         self.expect("durability clean after recovery", not any(durable.values()), json.dumps(durable))
         remaining = {k: v for k, v in counts.items() if v}
-        self.expect("placement violation still reported", counts.get("placement_fail", 0) >= 1,
-                    f"ledger {faults.get('misplaced_ledger')} keeps every copy on one rack")
+        pinned = faults.get("misplaced_ledger")
+        misplaced = self.runs["recovered"]["placement_fail_ledgers"]
+        self.expect("placement violation still reported", pinned in misplaced,
+                    f"ledger {pinned} keeps every copy on one rack")
         if remaining:
             self.progress.say("what remains, in plain words:")
             for category, n in remaining.items():
-                self.progress.say(f"  {category} x{n}: {EXPLAIN.get(category, 'see docs/checks.md')}")
+                self.progress.say(f"  {category} x{n}: {EXPLAIN.get(category, 'see docs/demo.md')}")
+            others = [lid for lid in misplaced if lid != pinned]
+            if others:
+                self.progress.say(
+                    f"  ...of which {len(others)} ledger(s) where recovery's replacement bookie "
+                    "shares a rack with a write-set neighbour: with /rack-1 down to one bookie, larger "
+                    "ensembles often have no other choice, and the worker then places best effort (as "
+                    "BookKeeper does without enforceMinNumRacksPerWriteQuorum); `check "
+                    "--publish-placement` queues them for relocation")
         killed = faults.get("killed")
         if killed:
             self.progress.say(f"  bookie {killed} stays dead: ZooKeeper keeps its cookie (state "
