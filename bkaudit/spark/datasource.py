@@ -141,10 +141,9 @@ class BookKeeperReader(DataSourceReader):
 
 def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
     """Arrow RecordBatches (SOURCE_SCHEMA) of every ledger under `units`, on a session of our own."""
-    from bkaudit.spark.zkscan import iter_ledgers
     from bkaudit.tables.rows import LedgerBatchBuilder
     from bkaudit.zk.client import RateLimiter, close, connect
-    from bkaudit.zk.ledgers import read_many
+    from bkaudit.zk.ledgers import iter_ledgers, read_many
     from bkaudit.zk.multiread import read_batched
 
     zk = connect(options.zk_settings())

@@ -1,4 +1,4 @@
-"""How a snapshot splits ZooKeeper's ledger tree into Spark partitions, and how one partition lists it.
+"""How a snapshot splits ZooKeeper's ledger tree into Spark partitions (listed by `zk.ledgers.iter_ledgers`).
 
 BookKeeper's ledger znodes live in a digit hierarchy under the root: `/{2}/{4}/L{4}` (short ids) and
 `/{3}/{4}/{4}/{4}/L{4}` (long ids), both present in a `hierarchical` cluster. A *unit* is one directory of
@@ -15,20 +15,19 @@ their child count (one pipelined `exists` each, no data transferred), then bin-p
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from bkaudit.zk import paths
+from bkaudit.zk.ledgers import child_counts, get_children_many, ledger_prefixes
+from bkaudit.zk.paths import LONG_WIDTHS, SHORT_WIDTHS
 
 SHORT_DEPTH = 3  # dirs + leaf below the root
 LONG_DEPTH = 5
-SHORT_WIDTHS = (2, 4)  # digits of each directory level
-LONG_WIDTHS = (3, 4, 4, 4)
 BALANCE_FACTOR = 4  # aim for this many units per partition before packing
 MAX_UNITS = 20_000  # never plan more units than this (each costs a stat)
 _DIR_WEIGHT = 100  # guessed ledgers per child of a unit that is not a leaf parent
+LISTING_IN_FLIGHT = 200  # pipelined getChildren / exists outstanding while planning
 
 
 @dataclass(frozen=True)
@@ -45,68 +44,8 @@ class Unit:
         return (SHORT_DEPTH if len(parts[0]) == 2 else LONG_DEPTH) - len(parts)
 
 
-def children_many(zk: Any, parents: list[str], max_in_flight: int = 200) -> Iterator[tuple[str, list[str]]]:
-    """(parent, sorted children) with pipelined getChildren; a parent deleted meanwhile has none."""
-    from kazoo.exceptions import NoNodeError
-
-    from bkaudit.zk.client import with_retries
-
-    window: deque[tuple[str, Any]] = deque()
-    source = iter(parents)
-    while True:
-        while len(window) < max_in_flight:
-            parent = next(source, None)
-            if parent is None:
-                break
-            window.append((parent, zk.get_children_async(parent)))
-        if not window:
-            return
-        parent, result = window.popleft()
-        try:
-            kids = result.get()
-        except NoNodeError:
-            kids = []
-        except Exception:
-            kids = with_retries(
-                lambda p=parent: _children_or_empty(zk, p), client=zk, what=f"listing {parent}"
-            )
-        yield parent, sorted(kids)
-
-
-def _children_or_empty(zk: Any, parent: str) -> list[str]:
-    from kazoo.exceptions import NoNodeError
-
-    try:
-        return list(zk.get_children(parent))
-    except NoNodeError:
-        return []
-
-
-def _child_counts(zk: Any, znodes: list[str], max_in_flight: int = 200) -> dict[str, int]:
-    """numChildren of each znode via pipelined exists (0 when it vanished)."""
-    counts: dict[str, int] = {}
-    window: deque[tuple[str, Any]] = deque()
-    source = iter(znodes)
-    while True:
-        while len(window) < max_in_flight:
-            znode = next(source, None)
-            if znode is None:
-                break
-            window.append((znode, zk.exists_async(znode)))
-        if not window:
-            return counts
-        znode, result = window.popleft()
-        try:
-            stat = result.get()
-        except Exception:
-            stat = None
-        counts[znode] = int(stat.numChildren) if stat is not None else 0
-
-
 def plan_units(zk: Any, root: str, partitions: int) -> list[Unit]:
     """Units covering every ledger under `root`, expanded until there are enough to balance `partitions`."""
-    from bkaudit.zk.ledgers import ledger_prefixes
-
     units = [Unit(p) for p in ledger_prefixes(zk, root=root)]
     target = max(1, partitions) * BALANCE_FACTOR
     while len(units) < target:
@@ -116,17 +55,17 @@ def plan_units(zk: Any, root: str, partitions: int) -> list[Unit]:
         shallowest = max(u.levels_left for u in expandable)
         grow = [u for u in expandable if u.levels_left == shallowest]
         keep = [u for u in units if u not in grow]
-        listed = children_many(zk, [f"{root}/{u.path}" for u in grow])
+        listed = get_children_many(zk, [f"{root}/{u.path}" for u in grow], LISTING_IN_FLIGHT)
         grown = [
             Unit(f"{parent[len(root) + 1 :]}/{kid}")
             for parent, kids in listed
-            for kid in kids
+            for kid in sorted(kids)
             if _is_dir_name(parent[len(root) + 1 :], kid)
         ]
         if len(keep) + len(grown) > MAX_UNITS:
             break
         units = keep + grown
-    counts = _child_counts(zk, [f"{root}/{u.path}" for u in units])
+    counts = child_counts(zk, [f"{root}/{u.path}" for u in units], LISTING_IN_FLIGHT)
     weighed = []
     for u in units:
         n = counts.get(f"{root}/{u.path}", 0)
@@ -154,33 +93,3 @@ def pack(units: Iterable[Unit], partitions: int) -> list[list[str]]:
         for _, _, members in sorted(bins, key=lambda b: b[1])
     ]
     return [g for g in groups if g]
-
-
-def iter_ledgers(zk: Any, root: str, units: Iterable[str]) -> Iterator[tuple[int, str]]:
-    """(ledger_id, znode path) of every ledger under the units, listing level by level (pipelined).
-
-    Only names of BookKeeper's hierarchy are followed (`\\d{2}/\\d{4}/L\\d{4}` and
-    `\\d{3}/\\d{4}/\\d{4}/\\d{4}/L\\d{4}`, as `bkaudit.zk.paths.parse_hierarchy`); the id is assembled from
-    the names already matched instead of re-parsing each full path (a measurable cost at a million ledgers).
-    """
-    for unit in units:
-        parts = unit.split("/")
-        widths = SHORT_WIDTHS if len(parts[0]) == 2 else LONG_WIDTHS
-        level = [(f"{root}/{unit}", "".join(parts))]
-        for depth in range(len(parts), len(widths)):
-            width = widths[depth]
-            kids_of = dict(level)
-            level = [
-                (f"{p}/{k}", kids_of[p] + k)
-                for p, kids in children_many(zk, list(kids_of))
-                for k in kids
-                if len(k) == width and k.isdigit() and k.isascii()
-            ]
-        digits_of = dict(level)
-        for parent, leaves in children_many(zk, list(digits_of)):
-            head = digits_of[parent]
-            for leaf in leaves:
-                if len(leaf) == 5 and leaf[0] == "L" and leaf[1:].isdigit() and leaf.isascii():
-                    ledger_id = int(head + leaf[1:])
-                    if ledger_id <= paths.LONG_MAX:
-                        yield ledger_id, f"{parent}/{leaf}"

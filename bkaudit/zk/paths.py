@@ -65,6 +65,10 @@ BKAUDIT_NODE = "bkaudit"
 DATA_LOSS_NODE = "dataloss"
 LISTING_SKIP = SPECIAL_ZNODES | {BKAUDIT_NODE}
 
+# digits of each directory level below the root: `/{2}/{4}/L{4}` (short ids), `/{3}/{4}/{4}/{4}/L{4}` (long)
+SHORT_WIDTHS = (2, 4)
+LONG_WIDTHS = (3, 4, 4, 4)
+
 _SHORT_DIRS = re.compile(r"\d{2}")
 _LONG_DIRS = re.compile(r"\d{3}")
 _FOUR_DIGITS = re.compile(r"\d{4}")

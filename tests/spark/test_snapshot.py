@@ -505,14 +505,14 @@ def test_ledger_deleted_between_listing_and_reading_is_absent(
     zk: Any, zk_root: str, zk_server: Any, monkeypatch: Any, multi_read: bool
 ) -> None:
     """Deterministic mid-listing deletion: the listing has seen ledger 2, then it is deleted, then read."""
-    from bkaudit.spark import zkscan
     from bkaudit.spark.datasource import ReadOptions, read_units
+    from bkaudit.zk import ledgers
 
     init_cluster(zk, root=zk_root)
     data = serialize(LEDGERS[1][0])
     for ledger_id in (1, 2, 3):
         zk.create(paths.ledger_path(ledger_id, root=zk_root), data, makepath=True)
-    listing = zkscan.iter_ledgers
+    listing = ledgers.iter_ledgers
 
     def listing_then_delete(client: Any, root: str, units: Any) -> Iterator[tuple[int, str]]:
         for ledger_id, path in listing(client, root, units):
@@ -520,7 +520,7 @@ def test_ledger_deleted_between_listing_and_reading_is_absent(
                 zk.delete(path)
             yield ledger_id, path
 
-    monkeypatch.setattr(zkscan, "iter_ledgers", listing_then_delete)
+    monkeypatch.setattr(ledgers, "iter_ledgers", listing_then_delete)
     opts = ReadOptions.parse(
         {
             "zk": zk_server.connect_string,
