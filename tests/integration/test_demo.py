@@ -77,7 +77,10 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert runs["faults"]["published"] > 0
     assert runs["recovered"]["ledgers"] == LEDGERS + 1  # plus the ledger written on one rack
     assert not any(runs["recovered"]["counts"][c] for c in DURABILITY)
-    assert runs["recovered"]["counts"]["placement_fail"] == 1
+    pinned = summary["faults"]["misplaced_ledger"]
+    assert pinned in runs["faults"]["placement_fail_ledgers"]
+    assert pinned in runs["recovered"]["placement_fail_ledgers"]  # recovery repairs durability, not placement
+    assert runs["recovered"]["counts"]["placement_fail"] == len(runs["recovered"]["placement_fail_ledgers"])
     assert summary["autorecovery"]["exit_code"] == 0
 
     report = Path(summary["report"])
@@ -86,7 +89,7 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     page.feed(report.read_text(encoding="utf-8"))
     assert page.sections == ["summary", "categories", "bookies", "managed-ledgers", "trend", "worst-ledgers",
                              "validation"]
-    assert page.category_rows["placement_fail"] == "1"
+    assert page.category_rows["placement_fail"] == str(runs["recovered"]["counts"]["placement_fail"])
     assert all(page.category_rows[c] == "0" for c in DURABILITY)
     assert json.loads((work / "demo.json").read_text())["ok"] is True
 
