@@ -23,7 +23,8 @@ def zk_options(func: F) -> F:
     func = click.option("--root", default=None, help="ledgers root znode (default /ledgers)")(func)
     func = click.option("--dir", "cluster_dir", type=click.Path(file_okay=False), default=None,
                         help="local cluster directory (reads its cluster.json)")(func)
-    func = click.option("--zk", default=None, help="ZooKeeper connect string HOST:PORT[,HOST:PORT] ($BKAUDIT_ZK)")(func)
+    func = click.option("--zk", default=None,
+                        help="ZooKeeper connect string HOST:PORT[,HOST:PORT] ($BKAUDIT_ZK)")(func)
     return func
 
 
@@ -39,7 +40,8 @@ def resolve_zk(zk: str | None, cluster_dir: str | None) -> str:
             raise click.BadParameter(f"{path} does not exist (is a cluster up in that directory?)",
                                      param_hint="--dir") from None
         except (ValueError, KeyError) as exc:
-            raise click.BadParameter(f"{path} is not a valid cluster.json: {exc}", param_hint="--dir") from None
+            raise click.BadParameter(f"{path} is not a valid cluster.json: {exc}",
+                                     param_hint="--dir") from None
     env = os.environ.get("BKAUDIT_ZK")
     if env:
         return env

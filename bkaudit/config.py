@@ -66,7 +66,7 @@ class ZkSettings:
         if not self.connect.strip():
             raise ConfigError("zk.connect", "must not be empty")
         if not self.root.startswith("/") or (len(self.root) > 1 and self.root.endswith("/")):
-            raise ConfigError("zk.root", f"must be an absolute znode path without trailing '/', got {self.root!r}")
+            raise ConfigError("zk.root", f"must be an absolute path without trailing '/', got {self.root!r}")
         if self.session_timeout_s <= 0:
             raise ConfigError("zk.session_timeout_s", "must be > 0")
         if self.layout not in ("hierarchical", "longhierarchical", "legacyhierarchical"):
@@ -116,11 +116,11 @@ def load(
     """Merge file < environment < overrides ({"section.key": value}); None overrides are ignored."""
     environ = os.environ if environ is None else environ
     merged: dict[str, dict[str, Any]] = {}
-    chosen = Path(path) if path else Path(environ["BKAUDIT_CONF"]) if environ.get("BKAUDIT_CONF") else DEFAULT_PATH
+    env_path = environ.get("BKAUDIT_CONF")
+    chosen = Path(path) if path else Path(env_path) if env_path else DEFAULT_PATH
     source = str(chosen)
-    if path or environ.get("BKAUDIT_CONF"):
-        if not chosen.is_file():
-            raise ConfigError("BKAUDIT_CONF" if not path else "--config", f"no such file: {chosen}")
+    if (path or environ.get("BKAUDIT_CONF")) and not chosen.is_file():
+        raise ConfigError("BKAUDIT_CONF" if not path else "--config", f"no such file: {chosen}")
     if chosen.is_file():
         try:
             data = tomllib.loads(chosen.read_text(encoding="utf-8"))

@@ -96,7 +96,10 @@ class BookieError(BkAuditError):
 
 
 class FencedError(BookieError):
-    """The ledger was fenced by a recovering reader: this writer must stop (BookKeeper's BKLedgerFencedException)."""
+    """The ledger was fenced by a recovering reader: this writer must stop.
+
+    BookKeeper's BKLedgerFencedException.
+    """
 
     def __init__(self, message: str = "ledger fenced", **kw: object) -> None:
         super().__init__("EFENCED", message, **kw)  # type: ignore[arg-type]
