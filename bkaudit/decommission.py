@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -130,13 +130,12 @@ def judge(shape: LedgerShape, removing: Sequence[str], rows: Iterable[Mapping[st
     last = shape.segments[-1] if shape.segments else None
     open_tail = (not shape.closed) and last is not None and any(b in gone for b in last.ensemble)
     missing, unverified, truncated = evidence_from_rows(rows)
-    base = {"ledger_id": shape.ledger_id, "bookies": named, "entries_on": entries_on, "open_tail": open_tail,
-            "managed_ledger": managed_ledger}
+    base = LedgerVerdict(shape.ledger_id, named, entries_on, open_tail, managed_ledger=managed_ledger)
     staying_unverified = sorted(unverified - gone)
     if staying_unverified:
-        return LedgerVerdict(**base, reason=UNVERIFIABLE, detail={"unverified_bookies": staying_unverified})
+        return replace(base, reason=UNVERIFIABLE, detail={"unverified_bookies": staying_unverified})
     if truncated:
-        return LedgerVerdict(**base, reason=EVIDENCE_TRUNCATED)
+        return replace(base, reason=EVIDENCE_TRUNCATED)
     evidence = []
     for bookie in expected:
         if bookie in gone:
@@ -145,15 +144,14 @@ def judge(shape: LedgerShape, removing: Sequence[str], rows: Iterable[Mapping[st
             evidence.append(BookieEvidence(bookie, STATUS_OK, tuple(missing.get(bookie, ()))))
     a = assess(shape, evidence)
     if not a.entries_checked:
-        return LedgerVerdict(**base, min_copies_after=shape.write_quorum)
+        return replace(base, min_copies_after=shape.write_quorum)
     at_risk = a.entries_below(min_copies)
     if at_risk:
         worst = a.worst_entries[:MAX_RANGES]
         histogram = {str(k): v for k, v in a.replicas_histogram.items()}
-        return LedgerVerdict(**base, reason=WOULD_LOSE_ENTRIES, min_copies_after=a.min_replicas,
-                             entries_at_risk=at_risk, ranges=tuple(worst),
-                             detail={"replicas_histogram": histogram})
-    return LedgerVerdict(**base, min_copies_after=a.min_replicas)
+        return replace(base, reason=WOULD_LOSE_ENTRIES, min_copies_after=a.min_replicas,
+                       entries_at_risk=at_risk, ranges=tuple(worst), detail={"replicas_histogram": histogram})
+    return replace(base, min_copies_after=a.min_replicas)
 
 
 @dataclass

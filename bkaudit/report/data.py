@@ -74,12 +74,14 @@ def pick_run(runs: pa.Table, run_id: str | None) -> dict[str, Any]:
         if not rows:
             raise ReportError(f"no checker run {run_id!r} in audit_runs")
         ok = [r for r in rows if r["status"] == SUCCEEDED]
-        return (ok or rows)[0]
+        chosen: dict[str, Any] = (ok or rows)[0]
+        return chosen
     ok = runs.filter(pc.equal(runs.column("status"), SUCCEEDED))
     if ok.num_rows == 0:
         raise ReportError("audit_runs holds no succeeded checker run yet (run `bkaudit check` first)")
     ok = ok.sort_by([("finished_at", "descending"), ("started_at", "descending")])
-    return ok.slice(0, 1).to_pylist()[0]
+    latest: dict[str, Any] = ok.slice(0, 1).to_pylist()[0]
+    return latest
 
 
 def load(warehouse: str, run_id: str | None = None, *, history_runs: int = HISTORY_RUNS) -> ReportData:

@@ -153,7 +153,7 @@ def trend(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for run in runs:
         counts = dict(run.get("counts") or [])
-        per = Counter()
+        per: Counter[str] = Counter()
         for name, n in counts.items():
             try:
                 per[Category(name).severity.value] += int(n or 0)
