@@ -99,6 +99,8 @@ log = logging.getLogger(__name__)
 
 SUCCEEDED = "succeeded"
 FAILED = "failed"
+DRIVER_COMBINE_MAX = 20_000
+"""Up to this many ledgers needing the per-ledger combine, it runs on the driver (no shuffle)."""
 _NON_TRANSPORT = frozenset(
     {
         "OK",
@@ -193,23 +195,134 @@ def located_of(row: Mapping[str, Any]) -> Located:
 # -- executor functions (picklable closures) -----------------------------------------------------------------
 
 
-PLAN_SCHEMA = pa.schema(
-    [pa.field("kind", pa.string())]
-    + [pa.field(f.name, f.type) for f in REQUEST_SCHEMA]
-    + [pa.field(f.name, f.type) for f in FINDING_SCHEMA if f.name not in REQUEST_SCHEMA.names]
-)
-"""The ledger pass's output: kind 'request' (REQUEST_SCHEMA columns), 'finding' (FINDING_SCHEMA columns) or
-'stats' (one per task: ledgers, ledgers with checked entries and entries, as JSON in `detail`)."""
+SIDE_SCHEMA = pa.schema([pa.field("kind", pa.string()), *FINDING_SCHEMA])
+"""What the ledger pass writes next to its output: kind 'finding' (FINDING_SCHEMA columns) or 'stats' (one
+per task: ledgers, ledgers with checked entries and entries, as JSON in `detail`)."""
 
 LEDGER_INPUT_SCHEMA = pa.schema(
     [*SHAPE_SCHEMA, pa.field("parse_error", pa.string()), pa.field("raw_size", pa.int32())]
 )
 
 
+def _requests_batch(
+    ledger: list[int], bookie: list[str], digests: list[bytes | None], entries: list[int]
+) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(bookie, pa.string()),
+            pa.array(ledger, pa.int64()),
+            pa.array(digests, pa.binary()),
+            pa.array(entries, pa.int64()),
+        ],
+        schema=REQUEST_SCHEMA,
+    )
+
+
+def write_side_file(directory: str, table: pa.Table) -> None:
+    """Write a task's side output as `part-<partition>.parquet`, replacing an earlier attempt's file.
+
+    The ledger pass is deterministic, so a re-run task writes the same rows under the same name; on a local
+    file system the file appears atomically (temp file + rename).
+    """
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part = f"{ctx.partitionId():05d}" if ctx is not None else "local"
+    except ImportError:
+        part = "local"
+    name = f"part-{part}.parquet"
+    if "://" in directory:
+        import pyarrow.fs as pafs
+
+        fs, root = pafs.FileSystem.from_uri(directory)
+        fs.create_dir(root, recursive=True)
+        with fs.open_output_stream(f"{root}/{name}") as out:
+            pq.write_table(table, out)
+        return
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, os.path.join(directory, name))
+
+
+_SCALARS = (
+    "ledger_id",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+    "state",
+    "last_entry_id",
+    "znode_version",
+    "znode_mzxid",
+    "managed_ledger",
+    "parse_error",
+    "raw_size",
+)
+
+
+def iter_shapes(batch: pa.RecordBatch) -> Iterator[tuple[dict[str, Any], LedgerShape | None]]:
+    """(scalar columns of the row, its LedgerShape or None when unparseable) for a LEDGER_INPUT batch.
+
+    Column-wise extraction: nested segment lists are flattened once per batch with Arrow kernels instead of
+    converting every row to nested Python dicts (the ledger pass touches every ledger of the cluster).
+    """
+    import pyarrow.compute as pc
+
+    from bkaudit.model.ledger import Segment
+
+    cols = {name: batch.column(name).to_pylist() for name in _SCALARS}
+    segs = batch.column("segments")
+    seg_counts = pc.fill_null(pc.list_value_length(segs), 0).to_pylist()
+    flat = pc.list_flatten(segs)
+    seg_index = flat.field("segment_index").to_pylist()
+    firsts = flat.field("first_entry_id").to_pylist()
+    ensembles = flat.field("ensemble")
+    ens_counts = pc.fill_null(pc.list_value_length(ensembles), 0).to_pylist()
+    names = pc.list_flatten(ensembles).to_pylist()
+    ens_start = [0] * (len(ens_counts) + 1)
+    for i, c in enumerate(ens_counts):
+        ens_start[i + 1] = ens_start[i] + c
+    cursor = 0
+    for r in range(batch.num_rows):
+        row = {name: cols[name][r] for name in _SCALARS}
+        k = seg_counts[r]
+        if row["parse_error"]:
+            cursor += k
+            yield row, None
+            continue
+        items = [
+            (seg_index[j], firsts[j], tuple(names[ens_start[j] : ens_start[j + 1]]))
+            for j in range(cursor, cursor + k)
+        ]
+        cursor += k
+        if any(items[i][0] > items[i + 1][0] for i in range(len(items) - 1)):
+            items.sort()
+        last = row["last_entry_id"]
+        shape = LedgerShape(
+            ledger_id=int(row["ledger_id"]),
+            ensemble_size=int(row["ensemble_size"] or 0),
+            write_quorum=int(row["write_quorum"] or 0),
+            ack_quorum=int(row["ack_quorum"] or 0),
+            closed=row["state"] == "CLOSED",
+            last_entry_id=int(last if last is not None else -1),
+            segments=tuple(Segment(int(first), ens) for _i, first, ens in items),
+            version=row["znode_version"],
+        )
+        yield row, shape
+
+
 def ledger_pass_partition(
-    policy: Any, topology: Any, policy_name: str, check_open_ledgers: bool
+    policy: Any, topology: Any, policy_name: str, check_open_ledgers: bool, side_dir: str
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """One pass over every ledger (LEDGER_INPUT_SCHEMA rows → PLAN_SCHEMA rows).
+    """One pass over every ledger: LEDGER_INPUT_SCHEMA rows in, REQUEST_SCHEMA rows out.
+
+    Findings and the task's counts go to a side file in `side_dir` (SIDE_SCHEMA), so the requests can flow
+    straight into the bookie fan-out in the same Spark job.
 
     Per ledger: unparseable metadata or metadata BookKeeper would refuse → `metadata_unparseable`; otherwise
     placement of every segment, and one request row per (ledger, bookie) that must hold entries. Open
@@ -217,71 +330,64 @@ def ledger_pass_partition(
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from bkaudit.audit.durability import checked_segments
         from bkaudit.audit.placement import PlacementCheck
 
         placement = PlacementCheck(policy, topology, policy_name)
         metadata = MetadataCheck()
         digests = ExpectedDigests()
         ledgers = durable = entries = 0
+        side: list[dict[str, Any]] = []
         for batch in batches:
-            out: list[dict[str, Any]] = []
-            for row in batch.to_pylist():
+            findings: list[dict[str, Any]] = []
+            req_ledger: list[int] = []
+            req_bookie: list[str] = []
+            req_digest: list[bytes | None] = []
+            req_entries: list[int] = []
+            for row, shape in iter_shapes(batch):
                 ledgers += 1
-                version, mzxid, ml = (
-                    row.get("znode_version"),
-                    row.get("znode_mzxid"),
-                    row.get("managed_ledger"),
-                )
-                if row.get("parse_error"):
+                version = row["znode_version"]
+                if shape is None:
                     record = MetadataRecord(
                         int(row["ledger_id"]),
                         parse_error=row["parse_error"],
-                        raw_size=row.get("raw_size"),
+                        raw_size=row["raw_size"],
                         version=version,
                     )
-                    for f in metadata.evaluate(record):
-                        out.append(
-                            {
-                                "kind": "finding",
-                                **finding_row(f.with_detail(znode_version=version), version, mzxid, ml),
-                            }
-                        )
-                    continue
-                shape = shape_of(row)
-                found = metadata.evaluate(MetadataRecord(shape.ledger_id, shape=shape, version=version))
-                problems = bool(found)
-                if not problems:
-                    found = placement.evaluate(shape)
+                    found = metadata.evaluate(record)
+                    problems = True
+                else:
+                    found = metadata.evaluate(MetadataRecord(shape.ledger_id, shape=shape, version=version))
+                    problems = bool(found)
+                    if not problems:
+                        found = placement.evaluate(shape)
                 for f in found:
-                    out.append(
+                    f = f.with_detail(znode_version=version)
+                    findings.append(
                         {
                             "kind": "finding",
-                            **finding_row(f.with_detail(znode_version=version), version, mzxid, ml),
+                            **finding_row(f, version, row["znode_mzxid"], row["managed_ledger"]),
                         }
                     )
-                if problems or (not shape.closed and not check_open_ledgers):
+                if problems or shape is None or (not shape.closed and not check_open_ledgers):
                     continue
-                wanted = digests.for_shape(shape)
+                wanted, n = digests.expected(shape)
                 if not wanted:
                     continue
-                n = sum(sp.last - sp.first + 1 for sp in checked_segments(shape))
                 durable += 1
                 entries += n
-                for k, (bookie, expected) in enumerate(wanted.items()):
-                    out.append(
-                        {
-                            "kind": "request",
-                            "ledger_id": shape.ledger_id,
-                            "bookie_id": bookie,
-                            "expected_digest": expected,
-                            "ledger_entries": n if k == 0 else 0,
-                        }
-                    )
-            if out:
-                yield pa.RecordBatch.from_pylist(out, schema=PLAN_SCHEMA)
+                first = True
+                for bookie, expected in wanted.items():
+                    req_ledger.append(shape.ledger_id)
+                    req_bookie.append(bookie)
+                    req_digest.append(expected)
+                    req_entries.append(n if first else 0)
+                    first = False
+            if req_ledger:
+                yield _requests_batch(req_ledger, req_bookie, req_digest, req_entries)
+            side.extend(findings)
         stats = {"ledgers": ledgers, "durability_ledgers": durable, "entries": entries}
-        yield pa.RecordBatch.from_pylist([{"kind": "stats", "detail": json.dumps(stats)}], schema=PLAN_SCHEMA)
+        side.append({"kind": "stats", "detail": json.dumps(stats)})
+        write_side_file(side_dir, pa.Table.from_pylist(side, schema=SIDE_SCHEMA))
 
     return run
 
@@ -455,6 +561,7 @@ class _Run:
         self.registered: dict[str, str] = {}
         self.targets: dict[str, str] = {}
         self.layout = "hierarchical"
+        self.response_paths: list[str] = []
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _say(self, message: str) -> None:
@@ -494,12 +601,10 @@ class _Run:
         self._cluster_view()
         t = self._lap("load", t)
 
-        self._say("ledger pass: metadata, placement, requests")
-        located = self._ledger_pass(frames)
-        t = self._lap("ledger_pass", t)
-        self._say("fan-out: asking bookies for their entries")
-        final, calls = self._fanout()
-        t = self._lap("fanout", t)
+        self._say("ledger pass and fan-out: metadata, placement, then every bookie asked for its entries")
+        final, calls = self._fanout(self._ledger_pass(frames))
+        located = self._ledger_pass_results()
+        t = self._lap("ledger_pass_and_fanout", t)
         located += self._combine(final, frames)
         self._bookie_stats(calls)
         t = self._lap("combine", t)
@@ -618,23 +723,23 @@ class _Run:
         )
         return policy_from_settings(ps), topology, ps.policy
 
-    def _ledger_pass(self, frames: Mapping[str, DataFrame]) -> list[Located]:
-        """One Spark pass over every ledger; its output is staged (requests feed the fan-out)."""
-        import pyarrow.parquet as pq
+    def _ledger_pass(self, frames: Mapping[str, DataFrame]) -> DataFrame:
+        """The ledger pass over every ledger (lazy): its requests feed the fan-out in the same Spark job."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
         policy, topology, name = self._placement_setup()
-        fn = ledger_pass_partition(policy, topology, name, self.conf.check_open_ledgers)
-        path = f"{self.staging}/plan"
-        self._ledger_input(frames).mapInArrow(fn, from_arrow_schema(PLAN_SCHEMA)).write.mode(
-            "overwrite"
-        ).parquet(path)
-        self.plan_path = path
-        small = pq.read_table(
-            path, columns=[f.name for f in FINDING_SCHEMA] + ["kind"], filters=[("kind", "!=", "request")]
-        ).to_pylist()
+        self.side_dir = f"{self.staging}/ledger-pass"
+        fn = ledger_pass_partition(policy, topology, name, self.conf.check_open_ledgers, self.side_dir)
+        return self._ledger_input(frames).mapInArrow(fn, from_arrow_schema(REQUEST_SCHEMA))
+
+    def _ledger_pass_results(self) -> list[Located]:
+        """Findings and counts the ledger pass wrote next to its requests."""
+        import pyarrow.parquet as pq
+
         located: list[Located] = []
-        for row in small:
+        if not _exists(self.side_dir):
+            return located
+        for row in pq.read_table(self.side_dir, schema=SIDE_SCHEMA).to_pylist():
             if row["kind"] == "stats":
                 stats = json.loads(row["detail"])
                 self.result.ledgers_checked += int(stats["ledgers"])
@@ -663,7 +768,7 @@ class _Run:
             tls=tls,
         )
 
-    def _fanout(self) -> tuple[DataFrame | None, pa.Table]:
+    def _fanout(self, requests: DataFrame) -> tuple[DataFrame | None, pa.Table]:
         """Requests → responses, with BP-34's delayed re-check of failures.
 
         Returns the final responses (Spark over staged files; None when there was nothing to ask) and, as
@@ -677,14 +782,10 @@ class _Run:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         response_type = from_arrow_schema(RESPONSE_SCHEMA)
-        plan_type = from_arrow_schema(PLAN_SCHEMA)
-        pending = (
-            self.spark.read.schema(plan_type)
-            .parquet(self.plan_path)
-            .where(F.col("kind") == "request")
-            .select(*REQUEST_SCHEMA.names)
-        )
-        partitions = max(1, len(self.targets) * self.conf.partitions_per_bookie)
+        pending = requests
+        # a task serves several bookies from threads: no more tasks than the cores can run in two waves
+        cores = max(1, self.spark.sparkContext.defaultParallelism)
+        partitions = max(1, min(len(self.targets) * self.conf.partitions_per_bookie, 2 * cores))
         answered = F.col("status").isin(*ANSWERED)
         log_columns = ["ledger_id", "bookie_id", "status", "error", "call_id", "call_ms", "attempt"]
         logs: list[pa.Table] = []
@@ -710,6 +811,7 @@ class _Run:
                 keyed = pending.repartition(partitions, "bookie_id")
             path = f"{self.staging}/responses-{attempt}"
             keyed.mapInArrow(fn, response_type).write.mode("overwrite").parquet(path)
+            self.response_paths.append(path)
             table = pq.read_table(path, columns=[*log_columns, "answer"])
             ok = pc.is_in(table.column("status"), pa.array(list(ANSWERED)))
             differs = pc.or_(
@@ -729,7 +831,12 @@ class _Run:
         return final.unionByName(last_failed), pa.concat_tables(logs)
 
     def _combine(self, final: DataFrame | None, frames: Mapping[str, DataFrame]) -> list[Located]:
-        """Per ledger with anything to report, combine its bookies' evidence (Spark, grouped by ledger)."""
+        """Per ledger with anything to report, combine its bookies' evidence.
+
+        On Spark (repartitioned and sorted by ledger) when many ledgers need it, e.g. after a bookie was
+        wiped; for a few thousand the same function runs on the driver over the staged answers, which saves
+        a shuffle of the whole ledger input for a handful of rows.
+        """
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -737,6 +844,8 @@ class _Run:
         if final is None or not ids:
             return []
         self._say(f"combining answers of {len(ids)} ledgers")
+        if len(ids) <= DRIVER_COMBINE_MAX:
+            return self._combine_here(ids)
         ids_table = pa.table({"ledger_id": pa.array(sorted(ids), pa.int64())})
         ids_df = F.broadcast(self.spark.createDataFrame(ids_table))
         rows = final.join(ids_df, "ledger_id", "left_semi")
@@ -752,6 +861,39 @@ class _Run:
             .toArrow()
         )
         return [located_of(r) for r in table.to_pylist()]
+
+    def _combine_here(self, ids: set[int]) -> list[Located]:
+        """`combine_partition` on the driver: staged answers and snapshot shapes of `ids` read with Arrow."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from bkaudit.tables.read import read_arrow
+
+        wanted = pa.array(sorted(ids), pa.int64())
+        answers = pa.concat_tables(
+            pq.read_table(path, filters=pc.is_in(pc.field("ledger_id"), wanted))
+            .select(RESPONSE_SCHEMA.names)
+            .cast(RESPONSE_SCHEMA)
+            for path in self.response_paths
+        )
+        sid = self.result.snapshot_id
+        ledgers = read_arrow(self.options.warehouse, "ledgers", snapshot_id=sid)
+        ledgers = ledgers.filter(pc.is_in(ledgers.column("ledger_id"), wanted))
+        segments = read_arrow(self.options.warehouse, "ledger_segments", snapshot_id=sid)
+        segments = segments.filter(pc.is_in(segments.column("ledger_id"), wanted))
+        by_ledger: dict[int, list[dict[str, Any]]] = {}
+        for seg in segments.select(["ledger_id", "segment_index", "first_entry_id", "ensemble"]).to_pylist():
+            by_ledger.setdefault(seg.pop("ledger_id"), []).append(seg)
+        shapes: dict[int, dict[str, Any]] = {}
+        for row in ledgers.select([f.name for f in SHAPE_SCHEMA if f.name != "segments"]).to_pylist():
+            row["segments"] = sorted(by_ledger.get(row["ledger_id"], []), key=lambda x: x["segment_index"])
+            shapes[row["ledger_id"]] = row
+        rows = [{**shapes[a["ledger_id"]], **a} for a in answers.to_pylist() if a["ledger_id"] in shapes]
+        rows.sort(key=lambda r: (r["ledger_id"], r["bookie_id"], r["attempt"]))
+        fn = combine_partition(self.conf.max_ranges_per_row, frozenset(self.registered))
+        batch = pa.RecordBatch.from_pylist(rows, schema=COMBINE_SCHEMA)
+        out = [located_of(r) for b in fn(iter([batch])) for r in b.to_pylist()]
+        return out
 
     def _bookie_stats(self, calls: pa.Table) -> None:
         """Per bookie: calls, answers, errors, latency percentiles, reachability in its last attempt.
@@ -1285,6 +1427,15 @@ class _Run:
                 pass
             self.zk = None
         _remove_dir(self.staging)
+
+
+def _exists(path: str) -> bool:
+    if "://" in path:
+        import pyarrow.fs as pafs
+
+        fs, rel = pafs.FileSystem.from_uri(path)
+        return bool(fs.get_file_info(rel).type != pafs.FileType.NotFound)
+    return os.path.isdir(path)
 
 
 def _staging_dir(warehouse: str, run_id: str) -> str:

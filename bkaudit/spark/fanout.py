@@ -42,13 +42,14 @@ from bkaudit.audit.durability import (
     STATUS_OK,
     BookieEvidence,
     LedgerShape,
+    checked_segments,
     compare_bookie,
-    expected_by_bookie,
     failed_evidence,
     merge_sorted_ranges,
 )
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.model.ledger import Segment
+from bkaudit.model.quorum import Striping, entries_of_bookie
 
 log = logging.getLogger(__name__)
 
@@ -172,38 +173,68 @@ def shape_row(shape: LedgerShape, **extra: Any) -> dict[str, Any]:
 
 
 class ExpectedDigests:
-    """Digests of the canonical encoding of each bookie's expected entries, memoised by their stripings.
+    """Digests of the canonical encoding of each bookie's expected entries, memoised twice.
 
-    Ledgers of one workload repeat a handful of shapes (same E/WQ, same length), so the encoding and hashing
-    run a few times, not once per (ledger, bookie).
+    By layout (E, WQ and the checked segments' spans): which bookie index must hold which striping; and by
+    striping set: the digest. Ledgers of one workload repeat a handful of layouts, so a ledger costs a few
+    dictionary lookups, and the encoding and hashing run once per distinct layout, not per (ledger, bookie).
     """
 
+    MEMO_LIMIT = 100_000
+
     def __init__(self) -> None:
-        self._memo: dict[tuple[tuple[int, int, int, int, int], ...], bytes | None] = {}
+        self._plans: dict[tuple[Any, ...], list[list[tuple[int, tuple[int, int, int, int, int]]]]] = {}
+        self._digests: dict[tuple[tuple[int, int, int, int, int], ...], bytes | None] = {}
+
+    def expected(self, shape: LedgerShape) -> tuple[dict[str, bytes | None], int]:
+        """({bookie: digest or None}, entries checked) — bookies in `expected_by_bookie` order."""
+        spans = checked_segments(shape)
+        e, wq = shape.ensemble_size, shape.write_quorum
+        key = (e, wq, tuple((sp.first, sp.last) for sp in spans))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = []
+            for sp in spans:
+                per: list[tuple[int, tuple[int, int, int, int, int]]] = []
+                for idx in range(e):
+                    st = entries_of_bookie(idx, sp.first, sp.last, e, wq)
+                    if st.count() > 0:
+                        per.append((idx, (st.first, st.last, st.start, st.period, st.size)))
+                plan.append(per)
+            if len(self._plans) < self.MEMO_LIMIT:
+                self._plans[key] = plan
+        by_bookie: dict[str, list[tuple[int, int, int, int, int]]] = {}
+        for sp, per in zip(spans, plan, strict=True):
+            ens = sp.ensemble
+            for idx, striping in per:
+                by_bookie.setdefault(ens[idx], []).append(striping)
+        out: dict[str, bytes | None] = {}
+        for bookie, stripings in by_bookie.items():
+            skey = tuple(stripings)
+            if skey in self._digests:
+                out[bookie] = self._digests[skey]
+                continue
+            value = self._digest_of(stripings)
+            if len(self._digests) < self.MEMO_LIMIT:
+                self._digests[skey] = value
+            out[bookie] = value
+        return out, sum(sp.last - sp.first + 1 for sp in spans)
 
     def for_shape(self, shape: LedgerShape) -> dict[str, bytes | None]:
+        return self.expected(shape)[0]
+
+    @staticmethod
+    def _digest_of(stripings: Sequence[tuple[int, int, int, int, int]]) -> bytes | None:
         from bkaudit.formats.availability import encode_runs
 
-        out: dict[str, bytes | None] = {}
-        for bookie, wants in expected_by_bookie(shape).items():
-            key = tuple(
-                (w.striping.first, w.striping.last, w.striping.start, w.striping.period, w.striping.size)
-                for w in wants
-            )
-            if key not in self._memo:
-                runs: list[tuple[int, int]] = []
-                for w in wants:
-                    if len(runs) > DIGEST_MAX_RUNS:
-                        break
-                    runs.extend(w.striping.runs())
-                too_many = len(runs) > DIGEST_MAX_RUNS
-                value = None if too_many else digest(encode_runs(merge_sorted_ranges(sorted(runs))))
-                if len(self._memo) < 100_000:
-                    self._memo[key] = value
-                out[bookie] = value
-            else:
-                out[bookie] = self._memo[key]
-        return out
+        runs: list[tuple[int, int]] = []
+        for first, last, start, period, size in stripings:
+            if len(runs) > DIGEST_MAX_RUNS:
+                return None
+            runs.extend(Striping(first, last, start, period, size).runs())
+        if len(runs) > DIGEST_MAX_RUNS:
+            return None
+        return digest(encode_runs(merge_sorted_ranges(sorted(runs))))
 
 
 def judge_answer(shape: LedgerShape, bookie_id: str, value: bytes | BaseException | None) -> BookieEvidence:

@@ -13,6 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
+from hypothesis import given, settings
 
 from bkaudit.audit.durability import LedgerShape, expected_by_bookie
 from bkaudit.errors import BookieError
@@ -28,6 +29,7 @@ from bkaudit.spark.fanout import (
     fanout_partition,
     query_bookie,
 )
+from tests.unit.test_audit_durability import ledgers, naive_expected, naive_spans
 
 A, B, C = "a:1", "b:1", "c:1"
 
@@ -80,7 +82,7 @@ def healthy_bytes(s: LedgerShape, bookie: str) -> bytes:
     ids: set[int] = set()
     for w in expected_by_bookie(s)[bookie]:
         ids |= set(w.striping)
-    return encode(ids)
+    return encode(sorted(ids))
 
 
 def test_one_id_per_ledger_batched_and_bounded_in_flight():
@@ -209,3 +211,17 @@ def test_partition_function_round_trips_rows():
     )
     assert all(c.closed for c in clients.values())  # one client per bookie per task, closed at the end
     assert all(max(len(x) for x in c.calls) <= 8 and c.max_outstanding <= 2 for c in clients.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(ledgers(allow_duplicates=True))
+def test_expected_digests_match_naive_expected_sets(s):
+    memo = ExpectedDigests()
+    for _ in range(2):  # second round from the memo
+        got, entries = memo.expected(s)
+        naive = naive_expected(s)
+        assert list(got) == list(expected_by_bookie(s))
+        assert set(got) == set(naive)
+        for bookie, value in got.items():
+            assert value == digest(encode(sorted(naive[bookie])))  # a bookie lists its index in order
+        assert entries == sum(max(0, last - first + 1) for _i, first, last, _e in naive_spans(s))
