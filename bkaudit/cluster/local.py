@@ -13,7 +13,6 @@ real bookie host. Signals are only sent to a pid after checking it still runs `b
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ from bkaudit.config import ZkSettings
 from bkaudit.errors import ClusterError
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import registry
-from bkaudit.zk.server import ZooKeeperServer, free_port, stop_background
+from bkaudit.zk.server import ZooKeeperServer, die_with_parent_prefix, free_port, stop_background
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -188,7 +187,10 @@ class LocalCluster:
                 self._wait_registered(zk, b, owners[b.id])
 
     def _spawn(self, b: BookieInfo) -> None:
-        cmd = [sys.executable, "-m", "bkaudit.cli", "bookie", "run", "--zk", self.zk, "--root", self.root,
+        # setpriv, not a preexec_fn: Python code between fork and exec aborts in a process with gRPC threads
+        prefix = [] if self.detach else die_with_parent_prefix()
+        cmd = [*prefix, sys.executable, "-m", "bkaudit.cli", "bookie", "run", "--zk", self.zk,
+               "--root", self.root,
                "--port", str(b.port), "--data-dir", b.data_dir, *(["--rack", b.rack] if b.rack else []),
                *self.bookie_args]
         env = dict(os.environ)
@@ -196,8 +198,7 @@ class LocalCluster:
         Path(b.data_dir).mkdir(parents=True, exist_ok=True)
         with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True,
-                                    preexec_fn=None if self.detach else _die_with_parent())
+                                    env=env, start_new_session=True)
         self._procs[b.id] = proc
         b.pid = proc.pid
 
@@ -391,21 +392,3 @@ def _log_tail(b: BookieInfo, lines: int = 30) -> str:
     except OSError:
         return ""
     return f"\n--- last lines of {path} ---\n" + "\n".join(text.splitlines()[-lines:])
-
-
-def _die_with_parent() -> Any:
-    """preexec_fn: SIGTERM the bookie if the process (main thread) that started it dies (Linux only).
-
-    PR_SET_PDEATHSIG fires when the forking *thread* exits, so it is only armed from the main thread.
-    """
-    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:
-        return None
-
-    def hook() -> None:
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-    return hook

@@ -211,7 +211,7 @@ class ZooKeeperServer:
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.log_path, level=self.log_level), encoding="utf-8")
         cmd = [
-            *([] if self.detach else _die_with_parent_prefix()),
+            *([] if self.detach else die_with_parent_prefix()),
             java,
             *JVM_OPTS,
             f"-Dlog4j2.configurationFile={log4j}",
@@ -428,7 +428,7 @@ def _is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
-def _die_with_parent_prefix() -> list[str]:
+def die_with_parent_prefix() -> list[str]:
     """`setpriv --pdeathsig TERM --`: Linux then SIGTERMs the JVM if this process dies (no orphaned servers).
 
     PR_SET_PDEATHSIG fires when the *thread* that forked exits, so it is only used from the main thread;
