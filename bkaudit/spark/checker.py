@@ -1346,7 +1346,14 @@ class _Run:
         }
 
     def _write_run_row(self, status: str) -> None:
+        """The `audit_runs` row, committed last. A succeeded run replaces every row of its id; a failed one
+        only earlier failed rows, so a failed re-run never hides the rows of an earlier successful run (its
+        own commits were reverted, so those rows are what the tables hold)."""
         from bkaudit.tables.store import write_table
+
+        replace = {"run_id": self.result.run_id}
+        if status == FAILED:
+            replace["status"] = FAILED
 
         table = pa.Table.from_pylist([self._run_row(status)], schema=AUDIT_RUNS.schema)
         self.commits.append(
@@ -1356,7 +1363,7 @@ class _Run:
                 table,
                 snapshot_id=self.result.snapshot_id or "none",
                 snapshot_date=self.result.run_date,
-                replace={"run_id": self.result.run_id},
+                replace=replace,
             )
         )
 

@@ -182,6 +182,19 @@ def test_failed_run_leaves_no_violations(spark, world, snapshot_id, monkeypatch)
     runs = run_rows(wh, "audit_runs", "doomed")
     assert [r["status"] for r in runs] == ["failed"] and "injected" in runs[0]["error"]
 
+    # a failed re-run of a run id that succeeded before leaves that run's rows visible
+    check(spark, world, snapshot_id, run_id="kept")
+    before = sorted((r["category"], r["ledger_id"]) for r in run_rows(wh, "violations", "kept"))
+    monkeypatch.setattr(store, "commit", flaky)
+    with pytest.raises(CheckFailed):
+        check(spark, world, snapshot_id, run_id="kept")
+    monkeypatch.setattr(store, "commit", real)
+    assert sorted((r["category"], r["ledger_id"]) for r in run_rows(wh, "violations", "kept")) == before
+    assert sorted(r["status"] for r in run_rows(wh, "audit_runs", "kept")) == ["failed", "succeeded"]
+    from bkaudit.tables.commands import select_run
+
+    assert select_run(wh, "kept")["status"] == "succeeded"
+
 
 def test_progress_disabled_with_zero_grace(spark, world, snapshot_id):
     result = check(spark, world, snapshot_id, settings={"checker.grace_period_s": 0})
