@@ -38,7 +38,7 @@ def test_checker_metrics_use_bookkeeper_gauge_names():
         counts,
         {"no_replica": 5},
         ledgers_checked=10,
-        phase_seconds={"fanout": 1.5},
+        phase_seconds={"ledger_pass_and_fanout": 1.0, "combine": 0.5, "write": 9.0},
         bookies=[{"bookie_id": "b:1", "calls": 3, "errors": 0, "reachable": True, "latency_ms_p99": 4.0}],
     )
     text = render(m.samples("auditor"))
