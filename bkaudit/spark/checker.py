@@ -524,13 +524,15 @@ def new_run_id(now: datetime | None = None) -> str:
 
 def run_check(spark: SparkSession, settings: Settings, options: CheckOptions) -> CheckResult:
     """Run the checker once; returns the result (exit_code set) or raises CheckFailed after recording it."""
-    return _Run(spark, settings, options).execute()
+    return CheckerRun(spark, settings, options).execute()
 
 
 # -- the run -------------------------------------------------------------------------------------------------
 
 
-class _Run:
+class CheckerRun:
+    """One execution of the checker; subclasses may narrow its input or keep its output (decommission)."""
+
     def __init__(self, spark: SparkSession, settings: Settings, options: CheckOptions) -> None:
         from bkaudit.config import ZkSettings
         from bkaudit.tables.store import validate_snapshot_id
@@ -1436,6 +1438,9 @@ class _Run:
         _remove_dir(self.staging)
 
 
+_Run = CheckerRun  # the name other jobs subclassed first
+
+
 def _exists(path: str) -> bool:
     if "://" in path:
         import pyarrow.fs as pafs
@@ -1451,6 +1456,7 @@ def _staging_dir(warehouse: str, run_id: str) -> str:
 
 
 def _remove_dir(path: str) -> None:
+    """Delete a run's staging directory, and the staging root when no other run uses it."""
     if "://" in path:
         try:
             import pyarrow.fs as pafs
@@ -1461,6 +1467,10 @@ def _remove_dir(path: str) -> None:
             pass
         return
     shutil.rmtree(path, ignore_errors=True)
+    try:
+        os.rmdir(os.path.dirname(path))  # only succeeds when empty (no concurrent run)
+    except OSError:
+        pass
 
 
 def validate_options(options: CheckOptions) -> None:
