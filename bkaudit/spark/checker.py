@@ -100,6 +100,8 @@ log = logging.getLogger(__name__)
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 DRIVER_COMBINE_MAX = 20_000
+DRIVER_INPUT_MAX_LEDGERS = 2_000_000
+"""Up to this many ledgers in the snapshot, the driver joins ledgers and segments with Arrow."""
 """Up to this many ledgers needing the per-ledger combine, it runs on the driver (no shuffle)."""
 _NON_TRANSPORT = frozenset(
     {
@@ -218,7 +220,7 @@ def _requests_batch(
     )
 
 
-def write_side_file(directory: str, table: pa.Table) -> None:
+def write_side_file(directory: str, table: pa.Table, name: str | None = None) -> None:
     """Write a task's side output as `part-<partition>.parquet`, replacing an earlier attempt's file.
 
     The ledger pass is deterministic, so a re-run task writes the same rows under the same name; on a local
@@ -228,14 +230,16 @@ def write_side_file(directory: str, table: pa.Table) -> None:
 
     import pyarrow.parquet as pq
 
-    try:
-        from pyspark import TaskContext
+    if name is None:
+        try:
+            from pyspark import TaskContext
 
-        ctx = TaskContext.get()
-        part = f"{ctx.partitionId():05d}" if ctx is not None else "local"
-    except ImportError:
-        part = "local"
-    name = f"part-{part}.parquet"
+            ctx = TaskContext.get()
+            part = f"{ctx.partitionId():05d}" if ctx is not None else "local"
+        except ImportError:
+            part = "local"
+        name = f"part-{part}"
+    name = f"{name}.parquet"
     if "://" in directory:
         import pyarrow.fs as pafs
 
@@ -317,7 +321,12 @@ def iter_shapes(batch: pa.RecordBatch) -> Iterator[tuple[dict[str, Any], LedgerS
 
 
 def ledger_pass_partition(
-    policy: Any, topology: Any, policy_name: str, check_open_ledgers: bool, side_dir: str
+    policy: Any,
+    topology: Any,
+    policy_name: str,
+    check_open_ledgers: bool,
+    side_dir: str,
+    side_name: str | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """One pass over every ledger: LEDGER_INPUT_SCHEMA rows in, REQUEST_SCHEMA rows out.
 
@@ -387,7 +396,7 @@ def ledger_pass_partition(
             side.extend(findings)
         stats = {"ledgers": ledgers, "durability_ledgers": durable, "entries": entries}
         side.append({"kind": "stats", "detail": json.dumps(stats)})
-        write_side_file(side_dir, pa.Table.from_pylist(side, schema=SIDE_SCHEMA))
+        write_side_file(side_dir, pa.Table.from_pylist(side, schema=SIDE_SCHEMA), side_name)
 
     return run
 
@@ -460,6 +469,116 @@ def combine_partition(
             yield pa.RecordBatch.from_pylist(out, schema=FINDING_SCHEMA)
 
     return run
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's `hash()` of an int column (Murmur3_x86_32.hashInt, seed 42), as a signed 32-bit int."""
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k1 = rotl(k1, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = seed ^ k1
+    h1 = (rotl(h1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def partition_keys(partitions: int) -> list[int]:
+    """For each partition k, an int that Spark's `repartition(partitions, col)` sends to partition k.
+
+    Lets the job put chosen bookies into chosen fan-out tasks (balanced by load) instead of leaving it to
+    the hash of the bookie id, which on few partitions often stacks most bookies on one task.
+    """
+    keys: list[int | None] = [None] * partitions
+    value = 0
+    while any(k is None for k in keys):
+        slot = _murmur3_int(value) % partitions
+        if keys[slot] is None:
+            keys[slot] = value
+        value += 1
+    return [k for k in keys if k is not None]
+
+
+def balance(loads: Mapping[str, int], partitions: int) -> dict[str, int]:
+    """Bookie → partition, heaviest first onto the least loaded partition (greedy bin packing)."""
+    totals = [0] * partitions
+    out: dict[str, int] = {}
+    for bookie, load in sorted(loads.items(), key=lambda kv: (-kv[1], kv[0])):
+        k = min(range(partitions), key=lambda i: totals[i])
+        out[bookie] = k
+        totals[k] += max(load, 1)
+    return out
+
+
+def ledger_pass_files(
+    policy: Any,
+    topology: Any,
+    policy_name: str,
+    check_open_ledgers: bool,
+    side_dir: str,
+    files: Sequence[str],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ledger pass over staged LEDGER_INPUT files: rows of (`id`, an index into `files`) in,
+    REQUEST_SCHEMA rows out.
+
+    Each task reads its input files with Arrow, so the ledgers never travel through the JVM before the
+    requests are built (the JVM's first scan, aggregation and join of a run cost seconds on a cold session).
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+
+        for batch in batches:
+            for index in batch.column("id").to_pylist():
+                path = files[index]
+                name = os.path.basename(path).rsplit(".", 1)[0]
+                if "://" in path:
+                    fs, rel = pafs.FileSystem.from_uri(path)
+                    table = pq.read_table(rel, filesystem=fs)
+                else:
+                    table = pq.read_table(path)
+                inner = ledger_pass_partition(
+                    policy, topology, policy_name, check_open_ledgers, side_dir, side_name=name
+                )
+                yield from inner(iter(table.cast(LEDGER_INPUT_SCHEMA).to_batches(max_chunksize=10_000)))
+
+    return run
+
+
+def join_segments(ledgers: pa.Table, segments: pa.Table) -> pa.Table:
+    """LEDGER_INPUT rows with Arrow kernels: each ledger row gets its segments as an ordered list.
+
+    `ledgers` carries the scalar columns (raw_metadata already reduced to `raw_size`); `segments` has
+    ledger_id, segment_index, first_entry_id, ensemble. A ledger without segment rows gets an empty list.
+    """
+    import pyarrow.compute as pc
+
+    segs = segments.sort_by([("ledger_id", "ascending"), ("segment_index", "ascending")])
+    ids = segs.column("ledger_id").combine_chunks()
+    struct_type = LEDGER_INPUT_SCHEMA.field("segments").type.value_type
+    if len(ids):
+        ree = pc.run_end_encode(ids)
+        ends = ree.run_ends.cast(pa.int32()).to_pylist()
+        offsets = pa.array([0, *ends], pa.int32())
+        values = pa.StructArray.from_arrays(
+            [segs.column(f.name).combine_chunks().cast(f.type) for f in struct_type],
+            fields=list(struct_type),
+        )
+        lists = pa.ListArray.from_arrays(offsets, values)
+        position = pc.index_in(ledgers.column("ledger_id"), value_set=ree.values)
+        column = lists.take(position)
+    else:
+        column = pa.nulls(ledgers.num_rows, LEDGER_INPUT_SCHEMA.field("segments").type)
+    table = ledgers.append_column("segments", column)
+    return table.select(LEDGER_INPUT_SCHEMA.names).cast(LEDGER_INPUT_SCHEMA)
 
 
 # -- options and result --------------------------------------------------------------------------------------
@@ -726,13 +845,71 @@ class CheckerRun:
         return policy_from_settings(ps), topology, ps.policy
 
     def _ledger_pass(self, frames: Mapping[str, DataFrame]) -> DataFrame:
-        """The ledger pass over every ledger (lazy): its requests feed the fan-out in the same Spark job."""
+        """The ledger pass over every ledger (lazy): its requests feed the fan-out in the same Spark job.
+
+        Input: for snapshots of up to DRIVER_INPUT_MAX_LEDGERS ledgers the driver joins ledgers and segments
+        with Arrow (a fraction of a second per 100,000) and stages the result as one file per task; the
+        tasks read their file themselves. Larger snapshots, and subclasses that narrow `_load`'s frames (the
+        decommission audit), join on Spark.
+        """
         from pyspark.sql.pandas.types import from_arrow_schema
 
         policy, topology, name = self._placement_setup()
         self.side_dir = f"{self.staging}/ledger-pass"
+        request_type = from_arrow_schema(REQUEST_SCHEMA)
+        files = self._stage_ledger_input()
+        if files is not None:
+            fn = ledger_pass_files(policy, topology, name, self.conf.check_open_ledgers, self.side_dir, files)
+            units = self.spark.range(0, len(files), 1, len(files))  # one unit per task
+            return units.mapInArrow(fn, request_type)
         fn = ledger_pass_partition(policy, topology, name, self.conf.check_open_ledgers, self.side_dir)
-        return self._ledger_input(frames).mapInArrow(fn, from_arrow_schema(REQUEST_SCHEMA))
+        return self._ledger_input(frames).mapInArrow(fn, request_type)
+
+    def _stage_ledger_input(self) -> list[str] | None:
+        """Join the snapshot's ledgers and segments on the driver and stage them; None = use Spark."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        if type(self)._load is not CheckerRun._load:
+            return None  # a subclass narrowed the frames: honour them
+        sid = self.result.snapshot_id
+        assert sid is not None
+        wh = self.options.warehouse
+        scalar = [f.name for f in SHAPE_SCHEMA if f.name != "segments"]
+        ledgers = _read_snapshot(
+            wh, "ledgers", sid, [*scalar, "parse_error", "raw_metadata"], DRIVER_INPUT_MAX_LEDGERS
+        )
+        if ledgers is None:
+            return None
+        raw = ledgers.column("raw_metadata")
+        ledgers = ledgers.drop_columns(["raw_metadata"]).append_column(
+            "raw_size", pc.cast(pc.utf8_length(raw), pa.int32())
+        )
+        segments = _read_snapshot(
+            wh, "ledger_segments", sid, ["ledger_id", "segment_index", "first_entry_id", "ensemble"], None
+        )
+        assert segments is not None
+        table = join_segments(ledgers, segments)
+        self.input_table = table  # kept: the driver-side combine takes its shapes from here
+        cores = max(1, self.spark.sparkContext.defaultParallelism)
+        parts = max(1, min(cores, table.num_rows // 1000 + 1))
+        directory = f"{self.staging}/ledger-input"
+        if "://" not in directory:
+            os.makedirs(directory, exist_ok=True)
+        paths = []
+        step = -(-table.num_rows // parts) if table.num_rows else 1
+        for k in range(parts):
+            path = f"{directory}/part-{k:05d}.parquet"
+            chunk = table.slice(k * step, step)
+            if "://" in path:
+                import pyarrow.fs as pafs
+
+                fs, rel = pafs.FileSystem.from_uri(path)
+                pq.write_table(chunk, rel, filesystem=fs)
+            else:
+                pq.write_table(chunk, path)
+            paths.append(path)
+        return paths
 
     def _ledger_pass_results(self) -> list[Located]:
         """Findings and counts the ledger pass wrote next to its requests."""
@@ -785,9 +962,9 @@ class CheckerRun:
 
         response_type = from_arrow_schema(RESPONSE_SCHEMA)
         pending = requests
-        # a task serves several bookies from threads: no more tasks than the cores can run in two waves
+        # a task serves several bookies from threads: no more tasks than the cores run at once
         cores = max(1, self.spark.sparkContext.defaultParallelism)
-        partitions = max(1, min(len(self.targets) * self.conf.partitions_per_bookie, 2 * cores))
+        partitions = max(1, min(len(self.targets) * self.conf.partitions_per_bookie, cores))
         answered = F.col("status").isin(*ANSWERED)
         log_columns = ["ledger_id", "bookie_id", "status", "error", "call_id", "call_ms", "attempt"]
         logs: list[pa.Table] = []
@@ -810,7 +987,7 @@ class CheckerRun:
                 keyed = pending.withColumn("_shard", shard).repartition(partitions, "bookie_id", "_shard")
                 keyed = keyed.drop("_shard")
             else:
-                keyed = pending.repartition(partitions, "bookie_id")
+                keyed = self._by_bookie(pending, partitions)
             path = f"{self.staging}/responses-{attempt}"
             keyed.mapInArrow(fn, response_type).write.mode("overwrite").parquet(path)
             self.response_paths.append(path)
@@ -831,6 +1008,33 @@ class CheckerRun:
         if final is None or last_failed is None:
             return None, pa.table({c: pa.array([], RESPONSE_SCHEMA.field(c).type) for c in log_columns})
         return final.unionByName(last_failed), pa.concat_tables(logs)
+
+    def _by_bookie(self, requests: DataFrame, partitions: int) -> DataFrame:
+        """Requests repartitioned so that each bookie's land in one task, tasks balanced by expected load.
+
+        The load of a bookie is how many ledgers name it (counted on the driver's staged input when there
+        is one); without it every bookie weighs the same.
+        """
+        import itertools
+
+        from pyspark.sql import functions as F
+
+        loads: dict[str, int] = dict.fromkeys(self.targets, 1)
+        staged = getattr(self, "input_table", None)
+        if staged is not None and staged.num_rows:
+            import pyarrow.compute as pc
+
+            segments = pc.list_flatten(staged.column("segments"))
+            names = pc.list_flatten(pc.struct_field(segments, "ensemble"))
+            for item in pc.value_counts(names).to_pylist():
+                loads[item["values"]] = int(item["counts"])
+        slot_of = balance(loads, partitions)
+        keys = partition_keys(partitions)
+        mapping = F.create_map(
+            *itertools.chain.from_iterable((F.lit(b), F.lit(keys[k])) for b, k in slot_of.items())
+        )
+        slot = F.coalesce(mapping[F.col("bookie_id")], F.lit(keys[0]))
+        return requests.withColumn("_slot", slot).repartition(partitions, "_slot").drop("_slot")
 
     def _combine(self, final: DataFrame | None, frames: Mapping[str, DataFrame]) -> list[Located]:
         """Per ledger with anything to report, combine its bookies' evidence.
@@ -878,18 +1082,27 @@ class CheckerRun:
             .cast(RESPONSE_SCHEMA)
             for path in self.response_paths
         )
-        sid = self.result.snapshot_id
-        ledgers = read_arrow(self.options.warehouse, "ledgers", snapshot_id=sid)
-        ledgers = ledgers.filter(pc.is_in(ledgers.column("ledger_id"), wanted))
-        segments = read_arrow(self.options.warehouse, "ledger_segments", snapshot_id=sid)
-        segments = segments.filter(pc.is_in(segments.column("ledger_id"), wanted))
-        by_ledger: dict[int, list[dict[str, Any]]] = {}
-        for seg in segments.select(["ledger_id", "segment_index", "first_entry_id", "ensemble"]).to_pylist():
-            by_ledger.setdefault(seg.pop("ledger_id"), []).append(seg)
         shapes: dict[int, dict[str, Any]] = {}
-        for row in ledgers.select([f.name for f in SHAPE_SCHEMA if f.name != "segments"]).to_pylist():
-            row["segments"] = sorted(by_ledger.get(row["ledger_id"], []), key=lambda x: x["segment_index"])
-            shapes[row["ledger_id"]] = row
+        staged = getattr(self, "input_table", None)
+        if staged is not None:
+            picked = staged.filter(pc.is_in(staged.column("ledger_id"), wanted)).select(SHAPE_SCHEMA.names)
+            shapes = {r["ledger_id"]: r for r in picked.to_pylist()}
+        else:
+            sid = self.result.snapshot_id
+            ledgers = read_arrow(self.options.warehouse, "ledgers", snapshot_id=sid)
+            ledgers = ledgers.filter(pc.is_in(ledgers.column("ledger_id"), wanted))
+            segments = read_arrow(self.options.warehouse, "ledger_segments", snapshot_id=sid)
+            segments = segments.filter(pc.is_in(segments.column("ledger_id"), wanted))
+            by_ledger: dict[int, list[dict[str, Any]]] = {}
+            for seg in segments.select(
+                ["ledger_id", "segment_index", "first_entry_id", "ensemble"]
+            ).to_pylist():
+                by_ledger.setdefault(seg.pop("ledger_id"), []).append(seg)
+            for row in ledgers.select([f.name for f in SHAPE_SCHEMA if f.name != "segments"]).to_pylist():
+                row["segments"] = sorted(
+                    by_ledger.get(row["ledger_id"], []), key=lambda x: x["segment_index"]
+                )
+                shapes[row["ledger_id"]] = row
         rows = [{**shapes[a["ledger_id"]], **a} for a in answers.to_pylist() if a["ledger_id"] in shapes]
         rows.sort(key=lambda r: (r["ledger_id"], r["bookie_id"], r["attempt"]))
         fn = combine_partition(self.conf.max_ranges_per_row, frozenset(self.registered))
@@ -1439,6 +1652,46 @@ class CheckerRun:
 
 
 _Run = CheckerRun  # the name other jobs subclassed first
+
+
+def _read_snapshot(
+    warehouse: str, table: str, snapshot_id: str, columns: list[str], max_rows: int | None
+) -> pa.Table | None:
+    """One snapshot's rows of a table, read with Arrow from the current Delta version's files.
+
+    Files whose snapshot_id statistics exclude it are skipped; None when the snapshot has more than
+    `max_rows` rows (counted from the Delta log before reading anything).
+    """
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
+    from deltalake import DeltaTable
+
+    from bkaudit.tables.store import table_uri
+
+    uri = table_uri(warehouse, table)
+    dt = DeltaTable(uri)
+    files, rows = [], 0
+    for row in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
+        low, high = row.get("min.snapshot_id"), row.get("max.snapshot_id")
+        if low is not None and high is not None and not low <= snapshot_id <= high:
+            continue
+        files.append(row["path"])
+        rows += int(row.get("num_records") or 0)
+    if max_rows is not None and rows > max_rows:
+        return None
+    if "://" in uri:
+        fs, root = pafs.FileSystem.from_uri(uri)
+    else:
+        fs, root = pafs.LocalFileSystem(), uri
+    paths = [p if "://" in p or p.startswith("/") else f"{root}/{p}" for p in files]
+    if not paths:
+        from bkaudit.tables.schemas import spec
+
+        schema = spec(table).schema
+        return pa.table({c: pa.array([], schema.field(c).type) for c in columns})
+    data = ds.dataset(paths, format="parquet", filesystem=fs)
+    return data.to_table(columns=columns, filter=pc.field("snapshot_id") == snapshot_id)
 
 
 def _exists(path: str) -> bool:

@@ -225,3 +225,64 @@ def test_expected_digests_match_naive_expected_sets(s):
         for bookie, value in got.items():
             assert value == digest(encode(sorted(naive[bookie])))  # a bookie lists its index in order
         assert entries == sum(max(0, last - first + 1) for _i, first, last, _e in naive_spans(s))
+
+
+def test_join_segments_matches_per_row_grouping():
+    import pyarrow.compute as pc
+
+    from bkaudit.spark.checker import LEDGER_INPUT_SCHEMA, SHAPE_SCHEMA, iter_shapes, join_segments
+    from bkaudit.spark.fanout import shape_of
+
+    scalars = [f.name for f in SHAPE_SCHEMA if f.name != "segments"]
+    ledgers = pa.Table.from_pylist(
+        [
+            {
+                "ledger_id": i,
+                "ensemble_size": 2,
+                "write_quorum": 2,
+                "ack_quorum": 1,
+                "state": "CLOSED",
+                "last_entry_id": 9,
+                "znode_version": 1,
+                "znode_mzxid": 5,
+                "managed_ledger": None,
+                "parse_error": "bad" if i == 4 else None,
+                "raw_size": 3 if i == 4 else None,
+            }
+            for i in (3, 1, 4, 2)
+        ],
+        schema=pa.schema([LEDGER_INPUT_SCHEMA.field(c) for c in [*scalars, "parse_error", "raw_size"]]),
+    )
+    segments = pa.Table.from_pylist(
+        [
+            {"ledger_id": 1, "segment_index": 1, "first_entry_id": 5, "ensemble": ["c", "d"]},
+            {"ledger_id": 3, "segment_index": 0, "first_entry_id": 0, "ensemble": ["a", "b"]},
+            {"ledger_id": 1, "segment_index": 0, "first_entry_id": 0, "ensemble": ["a", "b"]},
+        ],
+    )
+    joined = join_segments(ledgers, segments)
+    assert joined.schema == LEDGER_INPUT_SCHEMA
+    assert joined.column("ledger_id").to_pylist() == [3, 1, 4, 2]
+    rows = {r["ledger_id"]: r for r in joined.to_pylist()}
+    assert [s["segment_index"] for s in rows[1]["segments"]] == [0, 1]
+    assert rows[2]["segments"] is None and rows[4]["segments"] is None
+    shapes = {row["ledger_id"]: shape for row, shape in iter_shapes(joined.to_batches()[0])}
+    assert shapes[4] is None
+    assert shapes[1] == shape_of(rows[1]) and shapes[3] == shape_of(rows[3])
+    assert shapes[2].segments == ()
+    assert pc.sum(pc.list_value_length(joined.column("segments"))).as_py() == 3
+    empty = join_segments(ledgers, segments.slice(0, 0))
+    assert empty.column("segments").null_count == 4
+
+
+def test_balance_spreads_bookies_by_load():
+    from bkaudit.spark.checker import _murmur3_int, balance, partition_keys
+
+    assert _murmur3_int(0) == 933211791 and _murmur3_int(1) == -559580957  # Spark's hash(cast(0 as int))
+    for p in (1, 2, 3, 8):
+        assert sorted(_murmur3_int(k) % p for k in partition_keys(p)) == list(range(p))
+    slots = balance({"a": 9, "b": 5, "c": 4, "d": 1}, 2)
+    load = [0, 0]
+    for bookie, k in slots.items():
+        load[k] += {"a": 9, "b": 5, "c": 4, "d": 1}[bookie]
+    assert sorted(load) == [9, 10]
