@@ -362,3 +362,20 @@ def test_partition_keys_land_in_distinct_spark_partitions(spark):
         df = spark.createDataFrame([(k,) for k in keys], "k int").repartition(p, "k")
         placed = {r.k: r.pid for r in df.select("k", F.spark_partition_id().alias("pid")).collect()}
         assert [placed[k] for k in keys] == list(range(p))  # key k goes to partition k
+
+
+def test_cluster_without_entries_to_verify(spark, zk_server, tmp_path):
+    """No (ledger, bookie) has anything to hold: no request at all, still a clean, complete run."""
+    from bkaudit.spark.snapshot import run_snapshot
+
+    root = f"/t{uuid.uuid4().hex[:12]}/ledgers"
+    zk = connect(zk_server.connect_string)
+    init_cluster(zk, root=root)
+    create_ledger_metadata(zk, 1, _md((A, C)), root=root)  # closed and empty
+    create_ledger_metadata(zk, 2, _md((A, C), state=LedgerState.OPEN), root=root)  # one open segment
+    close(zk)
+    empty = {"zk": zk_server.connect_string, "root": root, "warehouse": str(tmp_path / "wh")}
+    sid = str(run_snapshot(spark, settings(empty), warehouse=empty["warehouse"]).snapshot_id)
+    result = check(spark, empty, sid)
+    assert result.status == "succeeded" and result.violations == [] and result.bookies == []
+    assert result.ledgers_checked == 2 and result.ledgers_durability_checked == 0 and result.exit_code == 0
