@@ -121,14 +121,15 @@ class BookieServer:
         rpc = self.rpc = RpcServer(service, conf.listen_address, self.port, creds)
         self.port = rpc.start()
         self._closers.append(lambda: rpc.stop(grace=1.0))
+        # the rack first: once registered, clients and auditors place ledgers with this bookie's location
+        rack = self.options.rack or conf.rack
+        if rack:
+            registry.set_rack(zk, self.bookie_id, rack, conf.advertised_address, acl=acl)
         registration = self.registration = Registration(zk, self.bookie_id, self._service_info(),
                                                         root=self.root, acl=acl)
         registration.start(readonly=self.mode.readonly)
         self._closers.append(registration.stop)
         self.mode.listen(lambda readonly: registration.set_readonly(readonly))
-        rack = self.options.rack or conf.rack
-        if rack:
-            registry.set_rack(zk, self.bookie_id, rack, conf.advertised_address, acl=acl)
         threading.Thread(target=self._monitor_disk, name="bookie-disk", daemon=True).start()
         if autorecovery is not None:
             self._autorecovery = autorecovery(self.settings, self.zk, self.bookie_id)

@@ -75,8 +75,13 @@ def test_disable_stops_auditor_and_workers_until_enabled(cluster_factory, tmp_pa
             assert cli(cluster, "enable").returncode == 0
             wait_for(lambda: "audit_done" in kinds(tmp_path, "ar"), 30, "the audit after enable")
             wait_for(lambda: queue(cluster) == [], 60, "the queue to drain")
-            replicated = {e["ledger"] for e in events(tmp_path, "ar") if e["event"] == "replicated"}
-            assert replicated == on_victim
+
+            def replicated() -> set[int]:
+                return {e["ledger"] for e in events(tmp_path, "ar") if e["event"] == "replicated"}
+
+            # the worker logs "replicated" just after deleting the marker: let the event log catch up
+            wait_for(lambda: replicated() >= on_victim, 10, "every replicated event")
+            assert replicated() == on_victim
 
             audits = kinds(tmp_path, "ar").count("audit_started")
             trigger = cli(cluster, "trigger-audit")
