@@ -1,7 +1,9 @@
 """The elected Auditor: notice lost bookies and mark every ledger that has one in an ensemble.
 
 Behaviour follows BookKeeper's Auditor (shared/spec/bookkeeper-behavior.md 1.3):
-- lost = known bookies (cookies) - writable - read-only; read-only bookies still serve their data;
+- lost = known bookies - writable - read-only; read-only bookies still serve their data. Known bookies start
+  as the cookies; a bookie found lost leaves them until it registers again (BookKeeper's `knownBookies`), so
+  an audited dead bookie does not make a later single loss (a rolling restart) count as "two or more";
 - `lostBookieRecoveryDelay` lives in ZooKeeper (seeded from the config when absent) and is watched: with one
   lost bookie the audit waits that long and is cancelled if the bookie returns; with two or more, or a delay
   of 0, it runs at once; setting the delay to 0 or re-setting its current value audits at once (that is how
@@ -56,42 +58,61 @@ class Action:
 
 
 class LostBookieDelay:
-    """BookKeeper's submitAuditTask / lostBookieRecoveryDelayChanged decisions, with no I/O or clock."""
+    """BookKeeper's submitAuditTask / lostBookieRecoveryDelayChanged decisions, with no I/O or clock.
 
-    def __init__(self, delay_s: int) -> None:
+    Like BookKeeper's Auditor it keeps `knownBookies` (seeded from the cookies): a bookie found lost is
+    removed from it, so once audited it no longer counts as lost; it rejoins when it registers again. Hence
+    with bookie A dead and audited, a restart of bookie B is one lost bookie, delayed like any other.
+    """
+
+    def __init__(self, delay_s: int, *, known: set[str] | frozenset[str] = frozenset()) -> None:
         self.delay_s = delay_s
-        self.pending_bookie: str | None = None
+        self.known: set[str] = set(known)
+        self.to_audit: set[str] = set()  # BookKeeper's bookiesToBeAudited
         self.pending_due: float | None = None
 
     @property
     def pending(self) -> bool:
         return self.pending_due is not None
 
-    def _clear(self) -> bool:
-        had = self.pending
-        self.pending_bookie = self.pending_due = None
-        return had
+    @property
+    def pending_bookie(self) -> str | None:
+        return next(iter(self.to_audit)) if self.pending and len(self.to_audit) == 1 else None
 
-    def bookies_changed(self, lost: set[str], now: float) -> Action:
-        if not lost:
-            return Action(cancelled=self._clear(), reason="no bookie lost")
+    def _audit_now(self, reason: str) -> Action:
+        self.pending_due = None
+        self.to_audit.clear()
+        return Action(audit=True, reason=reason)
+
+    def bookies_changed(self, *, available: set[str] | frozenset[str], now: float) -> Action:
+        """`available` = writable | read-only bookies now registered."""
+        self.known |= set(available)
+        cancelled = False
+        if self.to_audit and self.to_audit <= self.known:  # the lost bookie came back before its audit
+            cancelled = self.pending
+            self.pending_due = None
+            self.to_audit.clear()
+        self.to_audit |= self.known - set(available)
+        if not self.to_audit:
+            return Action(cancelled=cancelled, reason="no bookie lost")
+        self.known -= self.to_audit
+        lost = sorted(self.to_audit)
         if self.delay_s == 0:
-            self._clear()
-            return Action(audit=True, reason=f"lost {sorted(lost)}, no delay")
-        if len(lost) > 1:
-            self._clear()
-            return Action(audit=True, reason=f"{len(lost)} bookies lost: {sorted(lost)}")
-        (bookie,) = lost
-        if self.pending and self.pending_bookie == bookie:
-            return Action(reason=f"audit for {bookie} already scheduled")
-        self.pending_bookie, self.pending_due = bookie, now + self.delay_s
-        return Action(scheduled_for=self.pending_due, reason=f"lost {bookie}; auditing in {self.delay_s}s")
+            return self._audit_now(f"lost {lost}, no delay")
+        if len(self.to_audit) > 1:
+            return self._audit_now(f"{len(lost)} bookies lost: {lost}")
+        if self.pending:
+            return Action(reason=f"audit for {lost[0]} already scheduled")
+        self.pending_due = now + self.delay_s
+        return Action(
+            scheduled_for=self.pending_due, cancelled=cancelled,
+            reason=f"lost {lost[0]}; auditing in {self.delay_s}s",
+        )
 
     def delay_changed(self, new_delay_s: int, now: float) -> Action:
         previous, self.delay_s = self.delay_s, new_delay_s
         if new_delay_s == 0 or new_delay_s == previous:
-            self._clear()
-            return Action(audit=True, reason=f"lostBookieRecoveryDelay set to {new_delay_s} (trigger)")
+            return self._audit_now(f"lostBookieRecoveryDelay set to {new_delay_s} (trigger)")
         if self.pending:
             self.pending_due = now + new_delay_s
             return Action(scheduled_for=self.pending_due, reason=f"rescheduled in {new_delay_s}s")
@@ -99,7 +120,8 @@ class LostBookieDelay:
 
     def due(self, now: float) -> bool:
         if self.pending_due is not None and now >= self.pending_due:
-            self._clear()
+            self.pending_due = None
+            self.to_audit.clear()
             return True
         return False
 
@@ -149,12 +171,12 @@ class Auditor:
         self._wake = threading.Event()
         self._bookies_changed = True  # check once at start
         self._new_delays: list[int] = []
-        self._last_lost: frozenset[str] | None = None
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="auditor", daemon=True)
 
     def start(self) -> Auditor:
         self.delay.delay_s = seed_delay(self.zk, self.settings.lost_bookie_recovery_delay_s, root=self.root)
+        self.delay.known = set(self.view.cookies())  # BookKeeper: knownBookies = admin.getAllBookies()
         self.view.add_listener(self._on_bookies)
         first = [True]
 
@@ -219,10 +241,7 @@ class Auditor:
             actions.append(self.delay.delay_changed(value, now))
         if self._bookies_changed:
             self._bookies_changed = False
-            lost = frozenset(self.view.lost())
-            if lost != self._last_lost:  # registrations moved without changing who is lost: nothing to do
-                self._last_lost = lost
-                actions.append(self.delay.bookies_changed(set(lost), now))
+            actions.append(self.delay.bookies_changed(available=self.view.available(), now=now))
         if self.delay.due(now):
             actions.append(Action(audit=True, reason="lostBookieRecoveryDelay elapsed"))
         for action in actions:
