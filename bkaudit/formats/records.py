@@ -66,6 +66,7 @@ __all__ = [
     "parse_rack_config",
     "parse_underreplicated_marker",
     "parse_underreplication_layout",
+    "update_rack_entry",
 ]
 
 
@@ -603,7 +604,8 @@ def _json_object(value: object, where: str) -> dict[str, object]:
 
 
 def _normalise_rack(rack: str | None) -> str | None:
-    if not rack or rack == "/":
+    """Pulsar's getRack: empty, or "/" once trimmed (its `" /"` default rack), means the default rack."""
+    if not rack or rack.strip() == "/":
         return None
     return rack if rack.startswith("/") else "/" + rack
 
@@ -622,3 +624,36 @@ def _rack_json(info: BookieRackInfo) -> dict[str, str]:
     if info.hostname is not None:
         out["hostname"] = info.hostname
     return out
+
+
+def update_rack_entry(
+    data: bytes, *, bookie_id: str, rack: str, hostname: str | None = None, group: str = "default"
+) -> bytes | None:
+    """`/bookies` with only `bookie_id`'s entry set to `rack` (and `hostname`); None when already so.
+
+    Everything else survives as written: other entries' raw rack strings (Pulsar's `" /"` default rack, `"r1"`
+    without its slash), unknown fields, member order and group order. A bookie already listed keeps its group
+    (an operator may have filed it under another one); a new one joins `group`, and a new group is placed in
+    sorted order, where Pulsar's `BookiesRackConfiguration` (a TreeMap) would put it. Malformed JSON raises
+    FormatError: the document is never overwritten with a guess.
+    """
+    parse_rack_config(data)  # validates the whole document
+    doc: dict[str, Any] = json.loads(_utf8(data, "bookies")) if data else {}
+    home = next((g for g, members in doc.items() if bookie_id in members), None)
+    entry: dict[str, Any] = dict(doc[home][bookie_id]) if home is not None else {}
+    wanted = dict(entry, rack=rack, **({"hostname": hostname} if hostname is not None else {}))
+    if home is not None and wanted == entry:
+        return None
+    if home is None:
+        home = group
+        if group not in doc:
+            doc = _with_group(doc, group)
+    doc[home] = {**doc[home], bookie_id: wanted}
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _with_group(doc: dict[str, Any], group: str) -> dict[str, Any]:
+    """`doc` plus an empty `group`: in sorted place when the groups are sorted (as Pulsar writes them)."""
+    if list(doc) != sorted(doc):
+        return {**doc, group: {}}
+    return dict(sorted([*doc.items(), (group, {})], key=lambda kv: kv[0]))

@@ -189,33 +189,29 @@ def set_rack(zk: KazooClient, bookie_id: str, rack: str, hostname: str | None = 
              group: str = DEFAULT_RACK_GROUP, acl: list[ACL] | None = None, attempts: int = 100) -> None:
     """Record `bookie_id`'s rack in `/bookies` with a compare-and-set loop.
 
-    Bookies starting together all rewrite the same JSON document; each read-modify-write carries the znode
-    version, and a lost race re-reads and retries, so no bookie's entry is lost.
+    Only the bookie's own entry changes (`records.update_rack_entry`): Pulsar's other entries, raw rack
+    strings and group order survive. Bookies starting together all rewrite the same JSON document; each
+    read-modify-write carries the znode version, and a lost race re-reads and retries, so no entry is lost.
     """
-    info = records.BookieRackInfo(rack, hostname)
     for _ in range(attempts):
         try:
             data, stat = zk.get(RACKS_PATH)
         except NoNodeError:
-            doc = {group: {bookie_id: info}}
-            try:
-                zk.create(RACKS_PATH, records.encode_rack_config(doc), acl=acl)
-                return
-            except NodeExistsError:
-                continue
+            data, stat = b"", None
         try:
-            doc = records.parse_rack_config(data)
+            updated = records.update_rack_entry(data, bookie_id=bookie_id, rack=rack, hostname=hostname,
+                                                group=group)
         except FormatError as exc:
             raise ZooKeeperError(f"{RACKS_PATH} holds malformed rack JSON (left untouched): {exc}") from exc
-        members = dict(doc.get(group, {}))
-        if members.get(bookie_id) == info:
+        if updated is None:
             return
-        members[bookie_id] = info
-        doc[group] = members
         try:
-            zk.set(RACKS_PATH, records.encode_rack_config(doc), version=stat.version)
+            if stat is None:
+                zk.create(RACKS_PATH, updated, acl=acl)
+            else:
+                zk.set(RACKS_PATH, updated, version=stat.version)
             return
-        except (BadVersionError, NoNodeError):
+        except (BadVersionError, NoNodeError, NodeExistsError):
             continue
     raise ZooKeeperError(f"could not update {RACKS_PATH} for {bookie_id} after {attempts} attempts")
 

@@ -90,6 +90,33 @@ def test_set_rack_concurrent_read_modify_write_loses_nothing(zk) -> None:  # typ
             close(c)
 
 
+def test_set_rack_on_a_pulsar_document_changes_only_its_entry(zk) -> None:  # type: ignore[no-untyped-def]
+    """Pulsar wrote /bookies (sorted groups, raw "r3", " /" default rack): set_rack keeps all of that."""
+    import json
+
+    from bkaudit.zk.client import close, connect
+
+    base = f"/p{uuid.uuid4().hex[:10]}"
+    zk.ensure_path(base)
+    doc = {"analytics": {"10.0.0.9:3181": {"rack": "r9", "hostname": "bk9"}},
+           "default": {"10.0.0.1:3181": {"rack": " /"}, "10.0.0.3:3181": {"rack": "r3"}}}
+    client = connect(zk.hosts[0][0] + f":{zk.hosts[0][1]}{base}")
+    try:
+        client.create("/bookies", json.dumps(doc).encode())
+        registry.set_rack(client, "10.0.0.3:3181", "/r7", "bk3")
+        registry.set_rack(client, "10.0.0.4:3181", "/r4", group="batch")
+        after = json.loads(client.get("/bookies")[0])
+    finally:
+        close(client)
+    assert list(after) == ["analytics", "batch", "default"]
+    assert after["default"]["10.0.0.3:3181"] == {"rack": "/r7", "hostname": "bk3"}
+    assert after["batch"] == {"10.0.0.4:3181": {"rack": "/r4"}}
+    after["default"]["10.0.0.3:3181"] = doc["default"]["10.0.0.3:3181"]
+    del after["batch"]
+    assert after == doc
+    assert list(after["default"]) == list(doc["default"])
+
+
 def test_graceful_stop_goes_readonly_then_deregisters(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(bookies=1, racks=1)
     b = cluster.bookies[0]

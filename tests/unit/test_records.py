@@ -435,9 +435,56 @@ def test_bookie_service_info_round_trip(endpoints: tuple[Endpoint, ...], propert
 
 
 RACKS = st.builds(BookieRackInfo, st.none() | TEXT.map(lambda t: "/" + t if t.strip("/") else None).filter(
-    lambda t: t is None or t != "/"), st.none() | TEXT)
+    lambda t: t is None or t.strip() != "/"), st.none() | TEXT)  # " /" is Pulsar's default rack
 
 
 @given(st.dictionaries(TEXT, st.dictionaries(TEXT, RACKS, max_size=3), max_size=3))
 def test_rack_config_round_trip(config: dict[str, dict[str, BookieRackInfo]]) -> None:
     assert r.parse_rack_config(r.encode_rack_config(config)) == config
+
+
+# -- set_rack's edit of Pulsar's /bookies: only the bookie's own entry changes ---------------------------
+PULSAR_DOC = (
+    b'{"analytics":{"10.0.0.9:3181":{"rack":"r9","hostname":"bk9.example.com"}},'
+    b'"default":{"10.0.0.1:3181":{"rack":" /"},"10.0.0.2:3181":{"rack":"/region-a/r2","hostname":"bk2"},'
+    b'"10.0.0.3:3181":{"rack":"r3"}}}'
+)
+
+
+def test_rack_update_changes_only_its_entry_on_a_pulsar_document() -> None:
+    out = r.update_rack_entry(PULSAR_DOC, bookie_id="10.0.0.3:3181", rack="/r7", hostname="bk3")
+    assert out is not None
+    before, after = json.loads(PULSAR_DOC), json.loads(out)
+    assert list(after) == ["analytics", "default"]  # Pulsar's (sorted TreeMap) group order kept
+    assert list(after["default"]) == list(before["default"])
+    assert after["default"]["10.0.0.3:3181"] == {"rack": "/r7", "hostname": "bk3"}
+    after["default"]["10.0.0.3:3181"] = before["default"]["10.0.0.3:3181"]
+    assert after == before  # " /" (Pulsar's default rack), raw "r9"/"r3" and every hostname untouched
+
+
+def test_rack_update_adds_a_new_bookie_and_group_in_pulsar_order() -> None:
+    out = r.update_rack_entry(PULSAR_DOC, bookie_id="10.0.0.4:3181", rack="/r4", group="batch")
+    after = json.loads(out or b"")
+    assert list(after) == ["analytics", "batch", "default"]  # where Pulsar's TreeMap puts it
+    assert after["batch"] == {"10.0.0.4:3181": {"rack": "/r4"}}
+    assert after["default"] == json.loads(PULSAR_DOC)["default"]
+
+
+def test_rack_update_keeps_a_bookie_in_its_own_group_and_is_a_no_op_when_unchanged() -> None:
+    out = r.update_rack_entry(PULSAR_DOC, bookie_id="10.0.0.9:3181", rack="/r1")
+    after = json.loads(out or b"")
+    assert after["analytics"]["10.0.0.9:3181"] == {"rack": "/r1", "hostname": "bk9.example.com"}
+    assert "10.0.0.9:3181" not in after["default"]
+    assert r.update_rack_entry(out or b"", bookie_id="10.0.0.9:3181", rack="/r1") is None
+    assert r.update_rack_entry(b"", bookie_id="a:1", rack="/r") == b'{"default":{"a:1":{"rack":"/r"}}}'
+
+
+def test_rack_update_refuses_a_malformed_document() -> None:
+    with pytest.raises(FormatError):
+        r.update_rack_entry(b'{"default": [1]}', bookie_id="a:1", rack="/r")
+
+
+def test_pulsar_default_rack_with_spaces_reads_as_the_default() -> None:
+    """Pulsar's getRack trims before comparing with "/": " /" is the default rack, not "/ /"."""
+    doc = r.parse_rack_config(b'{"default":{"a:1":{"rack":" /"},"b:1":{"rack":"r1"}}}')["default"]
+    assert doc["a:1"].rack is None and doc["b:1"].rack == "/r1"
