@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 
 from bkaudit.errors import FormatError
 from bkaudit.formats import textformat
+from bkaudit.formats.bookie_id import invalid_bookie_id_reason
 from bkaudit.formats.proto import DataFormats_pb2
 from bkaudit.formats.textformat import Field, Kind, PrintValue
 
@@ -544,15 +545,11 @@ def bookie_service_info_for(
     return BookieServiceInfo((rpc, *extra_endpoints), tuple((properties or {}).items()))
 
 
-_BOOKIE_ID_CHARS = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-" + "".join(map(chr, range(0x3A, 0x60)))
-)
-
-
 def _check_bookie_id(bookie_id: str) -> None:
-    """BookieId.validateBookieId: `[a-zA-Z0-9:-_.\\-]+` (':-_' is a range) and not "readonly"."""
-    if not bookie_id or not set(bookie_id) <= _BOOKIE_ID_CHARS or bookie_id == "readonly":
-        raise ValueError(f"invalid bookie id {bookie_id!r}")
+    """BookieId.validateBookieId (`bkaudit.formats.bookie_id`)."""
+    reason = invalid_bookie_id_reason(bookie_id)
+    if reason is not None:
+        raise ValueError(reason)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -337,7 +337,11 @@ def test_serialize_refuses_what_parse_rejects() -> None:
 # -- properties --------------------------------------------------------------------------------------------
 
 HOSTS = st.text(alphabet="abcxyz019.-", min_size=1, max_size=12)
-BOOKIES = st.one_of(st.builds("{}:{}".format, HOSTS, st.integers(0, 65535)), st.text(max_size=8))
+# any id BookKeeper's BookieId accepts (not only host:port); invalid ones are covered by the FormatError tests
+BOOKIES = st.one_of(
+    st.builds("{}:{}".format, HOSTS, st.integers(0, 65535)),
+    st.from_regex(r"[a-zA-Z0-9:-_.\-]{1,8}", fullmatch=True).filter(lambda t: t.lower() != "readonly"),
+)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 
 
@@ -398,3 +402,44 @@ def test_v3_parse_is_lean() -> None:
         lm.parse(blob)
     per_blob = (time.perf_counter() - start) / len(blobs)
     assert per_blob < 100e-6
+
+
+# -- ensemble members must be BookKeeper BookieIds (BookieId.validateBookieId) ------------------------------
+def _v3_with_members(members: list[str]) -> bytes:
+    msg = DataFormats_pb2.LedgerMetadataFormat(
+        quorumSize=2, ensembleSize=3, length=0, lastEntryId=-1, ackQuorumSize=2,
+        state=DataFormats_pb2.LedgerMetadataFormat.CLOSED,
+        digestType=DataFormats_pb2.LedgerMetadataFormat.CRC32C, password=b"p", cToken=0,
+    )
+    msg.segment.add(ensembleMember=members, firstEntryId=0)
+    body = msg.SerializeToString()
+    return b"BookieMetadataFormatVersion\t3\n" + bytes([len(body)]) + body
+
+
+@pytest.mark.parametrize(
+    "bad", ["bk 1:3181", "bk1:3181/x", "readonly", "ReadOnly", "bk\u00e91:3181", "bk1:3181,", "bk1{:3181", ""]
+)
+def test_an_ensemble_member_bookkeeper_cannot_parse_is_a_format_error(bad: str) -> None:
+    """BookKeeper's BookieId.parse throws on these: it cannot open the ledger, so neither do we."""
+    with pytest.raises(FormatError, match="BookieId"):
+        lm.parse(_v3_with_members(["a:1", bad, "c:3"]))
+
+
+def test_bookie_id_charset_is_bookkeepers_regex_with_its_range() -> None:
+    # `[a-zA-Z0-9:-_.\-]+`: ':-_' is a range, so ;<=>?@[\]^ are accepted as BookKeeper accepts them
+    md = lm.parse(_v3_with_members(["a:1", "b@[x]^;=?<>\\:2", "Bk-1.example_x:3181"]))
+    assert md.segments[0].ensemble[1] == "b@[x]^;=?<>\\:2"
+
+
+def test_v1_metadata_with_a_bad_bookie_id_is_a_format_error() -> None:
+    with pytest.raises(FormatError, match="BookieId"):
+        lm.parse(b"BookieMetadataFormatVersion\t1\n2\n3\n0\n0\ta:1\tb c:2\td:3\n")
+
+
+def test_a_row_for_an_unopenable_ledger_carries_its_parse_error() -> None:
+    """The snapshot row (what the checker turns into `metadata_unparseable`) for an invalid member."""
+    from bkaudit.tables.rows import LedgerBatchBuilder
+
+    builder = LedgerBatchBuilder()
+    builder.add(7, _v3_with_members(["a:1", "readonly", "c:3"]), 0, 1, 0)
+    assert builder.unparseable == 1

@@ -488,3 +488,13 @@ def test_pulsar_default_rack_with_spaces_reads_as_the_default() -> None:
     """Pulsar's getRack trims before comparing with "/": " /" is the default rack, not "/ /"."""
     doc = r.parse_rack_config(b'{"default":{"a:1":{"rack":" /"},"b:1":{"rack":"r1"}}}')["default"]
     assert doc["a:1"].rack is None and doc["b:1"].rack == "/r1"
+
+
+@pytest.mark.parametrize("missing", ["host", "protocol"])
+def test_bookie_service_info_endpoint_without_host_or_protocol_is_a_format_error(missing: str) -> None:
+    """DataFormats.proto: Endpoint.host and .protocol are `required`; BookKeeper rejects the record."""
+    body = lfield(1, b"bookie") + varint(2 << 3) + varint(3181)
+    body += b"" if missing == "host" else lfield(3, b"10.0.0.1")
+    body += b"" if missing == "protocol" else lfield(4, b"bookie-rpc")
+    with pytest.raises(FormatError, match=missing):
+        r.parse_bookie_service_info(lfield(6, body), "10.0.0.1:3181")
