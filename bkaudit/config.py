@@ -61,6 +61,9 @@ class ZkSettings:
     enable_security: bool = False
     # ledger manager layout for writing new ledgers: hierarchical | longhierarchical | legacyhierarchical
     layout: str = "hierarchical"
+    # bkaudit's own znodes (data-loss records), outside the ledgers root so BookKeeper's nukeexistingcluster
+    # is not blocked; "" = "/bkaudit" + root (e.g. /bkaudit/ledgers)
+    state_root: str = ""
 
     def __post_init__(self) -> None:
         if not self.connect.strip():
@@ -73,6 +76,13 @@ class ZkSettings:
             raise ConfigError("zk.layout", f"unknown ledger layout {self.layout!r}")
         if self.auth_digest and ":" not in self.auth_digest:
             raise ConfigError("zk.auth_digest", "must be 'user:password'")
+        if self.state_root:
+            from bkaudit.zk.paths import validate_state_root
+
+            try:
+                validate_state_root(self.state_root, root=self.root)
+            except ValueError as exc:
+                raise ConfigError("zk.state_root", str(exc)) from None
 
 
 class Settings:

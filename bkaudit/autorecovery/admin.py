@@ -34,7 +34,9 @@ def trigger_audit(zk: KazooClient, *, root: str = paths.DEFAULT_ROOT, default_de
     return value
 
 
-def status(zk: KazooClient, *, root: str = paths.DEFAULT_ROOT) -> dict[str, Any]:
+def status(
+    zk: KazooClient, *, root: str = paths.DEFAULT_ROOT, state_root: str | None = None
+) -> dict[str, Any]:
     """Who audits, whether replication is enabled, the queue, the locks, data-lost ledgers, bookie states."""
     queue = list(ur.list_underreplicated(zk, root=root))
     locks = sorted(locked_ids(zk, root=root))
@@ -42,8 +44,8 @@ def status(zk: KazooClient, *, root: str = paths.DEFAULT_ROOT) -> dict[str, Any]
     readonly = set(registry.list_readonly(zk, root))
     cookies = set(registry.list_cookies(zk, root))
     records = []
-    for ledger_id in dataloss.list_ids(zk, root=root):
-        record = dataloss.read(zk, ledger_id, root=root)
+    for ledger_id in dataloss.list_ids(zk, root=root, state_root=state_root):
+        record = dataloss.read(zk, ledger_id, root=root, state_root=state_root)
         if record is not None:
             records.append(record.to_json())
     return {

@@ -114,7 +114,10 @@ def status(
     """Who is auditor, whether replication is enabled, queue size, locks, data-lost ledgers, lost bookies."""
     from bkaudit.autorecovery import admin
 
-    doc = _with_zk(zk, cluster_dir, root, config_path, lambda client, r: admin.status(client, root=r))
+    state = _state_root(zk, cluster_dir, root, config_path)
+    doc = _with_zk(
+        zk, cluster_dir, root, config_path, lambda client, r: admin.status(client, root=r, state_root=state)
+    )
     emit(doc, as_json, admin.human_status)
 
 
@@ -183,7 +186,11 @@ def clear_data_loss(
     """Delete a ledger's data-loss record so workers try it again (e.g. after restoring a bookie)."""
     from bkaudit.autorecovery import dataloss
 
-    removed = _with_zk(zk, cluster_dir, root, config_path, lambda c, r: dataloss.delete(c, ledger_id, root=r))
+    state = _state_root(zk, cluster_dir, root, config_path)
+    removed = _with_zk(
+        zk, cluster_dir, root, config_path,
+        lambda c, r: dataloss.delete(c, ledger_id, root=r, state_root=state),
+    )
     click.echo(f"ledger {ledger_id}: data-loss record {'deleted' if removed else 'was absent'}")
 
 
@@ -195,6 +202,15 @@ def _settings(zk: str | None, cluster_dir: str | None, root: str | None, config_
     from bkaudit.rpc import settings as _rpc  # noqa: F401
 
     return load_settings(zk, cluster_dir, root, config_path)
+
+
+def _state_root(
+    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None
+) -> str | None:
+    """`[zk] state_root` (None: derived from the ledgers root)."""
+    from bkaudit.config import ZkSettings
+
+    return _settings(zk, cluster_dir, root, config_path).get(ZkSettings).state_root or None
 
 
 def _with_zk(

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
 from bkaudit.errors import FormatError
 from bkaudit.zk import paths
 from bkaudit.zk.ledgers import delete_empty_parents, get_children_many
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -92,10 +95,15 @@ def parse(data: bytes) -> DataLossRecord:
 
 
 def write(
-    zk: KazooClient, record: DataLossRecord, *, root: str = paths.DEFAULT_ROOT, acl: list[ACL] | None = None
+    zk: KazooClient,
+    record: DataLossRecord,
+    *,
+    root: str = paths.DEFAULT_ROOT,
+    state_root: str | None = None,
+    acl: list[ACL] | None = None,
 ) -> None:
     """Create or replace the ledger's record (the latest detection wins)."""
-    path = paths.data_loss_path(record.ledger_id, root=root)
+    path = paths.data_loss_path(record.ledger_id, root=root, state_root=state_root)
     data = encode(record)
     try:
         zk.create(path, data, acl=acl, makepath=True)
@@ -103,34 +111,106 @@ def write(
         zk.set(path, data)
 
 
-def read(zk: KazooClient, ledger_id: int, *, root: str = paths.DEFAULT_ROOT) -> DataLossRecord | None:
+def read(
+    zk: KazooClient, ledger_id: int, *, root: str = paths.DEFAULT_ROOT, state_root: str | None = None
+) -> DataLossRecord | None:
     try:
-        data, _ = zk.get(paths.data_loss_path(ledger_id, root=root))
+        data, _ = zk.get(paths.data_loss_path(ledger_id, root=root, state_root=state_root))
     except NoNodeError:
         return None
     return parse(data)
 
 
-def exists(zk: KazooClient, ledger_id: int, *, root: str = paths.DEFAULT_ROOT) -> bool:
-    return zk.exists(paths.data_loss_path(ledger_id, root=root)) is not None
+def exists(
+    zk: KazooClient, ledger_id: int, *, root: str = paths.DEFAULT_ROOT, state_root: str | None = None
+) -> bool:
+    return zk.exists(paths.data_loss_path(ledger_id, root=root, state_root=state_root)) is not None
 
 
-def delete(zk: KazooClient, ledger_id: int, *, root: str = paths.DEFAULT_ROOT) -> bool:
+def delete(
+    zk: KazooClient, ledger_id: int, *, root: str = paths.DEFAULT_ROOT, state_root: str | None = None
+) -> bool:
     """Remove the record (the ledger is retried again); False if there was none."""
-    path = paths.data_loss_path(ledger_id, root=root)
+    path = paths.data_loss_path(ledger_id, root=root, state_root=state_root)
     try:
         zk.delete(path)
     except NoNodeError:
         return False
-    delete_empty_parents(zk, path, stop_at=paths.data_loss_root(root=root), max_levels=HEX_LEVELS)
+    stop_at = paths.data_loss_root(root=root, state_root=state_root)
+    delete_empty_parents(zk, path, stop_at=stop_at, max_levels=HEX_LEVELS)
     return True
 
 
-def list_ids(zk: KazooClient, *, root: str = paths.DEFAULT_ROOT, max_in_flight: int = 100) -> Iterator[int]:
+def list_ids(
+    zk: KazooClient,
+    *,
+    root: str = paths.DEFAULT_ROOT,
+    state_root: str | None = None,
+    max_in_flight: int = 100,
+) -> Iterator[int]:
     """Ledger ids with a record, ascending (pipelined walk of the hex tree)."""
-    level = [paths.data_loss_root(root=root)]
+
+    def parse(path: str) -> int | None:
+        return paths.parse_data_loss_path(path, root=root, state_root=state_root)
+
+    yield from _walk(zk, paths.data_loss_root(root=root, state_root=state_root), parse, max_in_flight)
+
+
+def _walk(
+    zk: KazooClient, base: str, parse_path: Callable[[str], int | None], max_in_flight: int
+) -> Iterator[int]:
+    level = [base]
     for _ in range(HEX_LEVELS):
         level = [f"{p}/{c}" for p, kids in get_children_many(zk, level, max_in_flight) for c in sorted(kids)]
     for parent, leaves in get_children_many(zk, level, max_in_flight):
-        ids = (paths.parse_data_loss_path(f"{parent}/{leaf}", root=root) for leaf in leaves)
+        ids = (parse_path(f"{parent}/{leaf}") for leaf in leaves)
         yield from sorted(i for i in ids if i is not None)
+
+
+def migrate_legacy(
+    zk: KazooClient, *, root: str = paths.DEFAULT_ROOT, state_root: str | None = None
+) -> list[int]:
+    """Move records from `<root>/bkaudit/dataloss` (earlier releases) to the state root; the ids moved.
+
+    Each record is copied (unless the new place already has one: the newer detection wins) and then deleted;
+    `<root>/bkaudit` is removed once empty, so `bookkeeper shell nukeexistingcluster` works again. Idempotent:
+    an interrupted migration resumes on the next start.
+    """
+    legacy = paths.legacy_data_loss_root(root=root)
+    if zk.exists(paths.legacy_bkaudit_root(root=root)) is None:
+        return []
+    moved: list[int] = []
+    for ledger_id in list(_walk(zk, legacy, lambda p: paths.parse_legacy_data_loss_path(p, root=root), 100)):
+        old = paths.legacy_data_loss_path(ledger_id, root=root)
+        try:
+            data, stat = zk.get(old)
+        except NoNodeError:
+            continue
+        new = paths.data_loss_path(ledger_id, root=root, state_root=state_root)
+        try:
+            zk.create(new, data, acl=stat_acl(zk, old), makepath=True)
+        except NodeExistsError:
+            pass
+        try:
+            zk.delete(old, version=stat.version)
+        except NoNodeError:
+            pass
+        delete_empty_parents(zk, old, stop_at=legacy, max_levels=HEX_LEVELS)
+        moved.append(ledger_id)
+    for path in (legacy, paths.legacy_bkaudit_root(root=root)):
+        try:
+            zk.delete(path)
+        except NoNodeError:
+            continue
+        except NotEmptyError:  # something else lives there: the operator decides (docs/autorecovery.md)
+            log.warning("%s holds znodes bkaudit did not write; remove them before a BookKeeper nuke", path)
+            break
+    return moved
+
+
+def stat_acl(zk: KazooClient, path: str) -> list[ACL] | None:
+    try:
+        acl, _ = zk.get_acls(path)
+    except NoNodeError:
+        return None
+    return list(acl)

@@ -58,6 +58,7 @@ class AutoRecoveryService:
         self.conf = settings.get(AutoRecoverySettings)
         self.zk_settings = settings.get(ZkSettings)
         self.root = self.zk_settings.root
+        self.state_root = self.zk_settings.state_root or None
         self.node_id = node_id or default_node_id()
         self.n_workers = self.conf.workers if workers is None else workers
         self.run_auditor = auditor
@@ -95,7 +96,10 @@ class AutoRecoveryService:
         self.view = BookieView(self._zk, root=self.root, settings=self.settings).start()
         self.shared = self._shared(acl)
         # ledgers already recorded as data-lost are left alone from the first pick on (no lock, no probe)
-        self.shared.data_lost.update(dataloss.list_ids(self._zk, root=self.root))
+        moved = dataloss.migrate_legacy(self._zk, root=self.root, state_root=self.state_root)
+        if moved:
+            self.events.emit("data_loss_records_migrated", ledgers=moved)
+        self.shared.data_lost.update(dataloss.list_ids(self._zk, root=self.root, state_root=self.state_root))
         self.events.emit("started", workers=self.n_workers, root=self.root)
         for i in range(self.n_workers):
             worker = ReplicationWorker(self.shared, f"{self.node_id}/w{i}")
@@ -152,6 +156,7 @@ class AutoRecoveryService:
         return Shared(
             zk=self._zk,
             root=self.root,
+            state_root=self.state_root,
             settings=conf,
             view=self.view,
             pool=pool,
@@ -245,7 +250,7 @@ class AutoRecoveryService:
         assert self.shared is not None
         sh = self.shared
         remaining = list(ur.list_underreplicated(self._zk, root=self.root))
-        lost = set(dataloss.list_ids(self._zk, root=self.root))
+        lost = set(dataloss.list_ids(self._zk, root=self.root, state_root=self.state_root))
         locked = locked_ids(self._zk, root=self.root)
         held = {lid: h for w in self.workers for lid, h in w.held.items()}
         out = []
@@ -270,7 +275,7 @@ class AutoRecoveryService:
         records = []
         for item in left:
             if item.reason == "data_lost":
-                record = dataloss.read(self._zk, item.ledger_id, root=self.root)
+                record = dataloss.read(self._zk, item.ledger_id, root=self.root, state_root=self.state_root)
                 if record is not None:
                     records.append(record.to_json())
         return drain_summary(

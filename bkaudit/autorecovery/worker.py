@@ -89,6 +89,7 @@ class Shared:
         [int], object
     ]  # fence + recover + close a ledger (BookKeeper.open_ledger(recover=True))
     acl: Any = None
+    state_root: str | None = None  # [zk] state_root: where data-loss records live (None = derived from root)
     read_timeout_s: float = 30.0
     task_limiter: Any = None
     byte_limiter: Any = None
@@ -226,7 +227,7 @@ class ReplicationWorker:
     def _reload_data_lost(self) -> None:
         """Ledgers other workers recorded as data-lost are skipped too (re-read with every queue listing)."""
         sh = self.shared
-        sh.data_lost.update(dataloss.list_ids(sh.zk, root=sh.root))
+        sh.data_lost.update(dataloss.list_ids(sh.zk, root=sh.root, state_root=sh.state_root))
 
     def _due_held(self) -> Outcome | None:
         now = time.monotonic()
@@ -565,7 +566,7 @@ class ReplicationWorker:
 
     def _resolve_deleted(self, ledger_id: int, version: int) -> Outcome:
         sh = self.shared
-        dataloss.delete(sh.zk, ledger_id, root=sh.root)
+        dataloss.delete(sh.zk, ledger_id, root=sh.root, state_root=sh.state_root)
         sh.events.emit("unlocking", ledger=ledger_id, worker=self.name)
         ur.mark_replicated(sh.zk, ledger_id, version=version, root=sh.root)
         sh.forget(ledger_id)
@@ -619,7 +620,7 @@ class ReplicationWorker:
             attempts,
             sh.holder,
         )
-        dataloss.write(sh.zk, record, root=sh.root, acl=sh.acl)
+        dataloss.write(sh.zk, record, root=sh.root, state_root=sh.state_root, acl=sh.acl)
         sh.data_lost.add(ledger_id)
         sh.metrics.inc(m.LEDGERS_DATA_LOST)
         sh.events.emit(

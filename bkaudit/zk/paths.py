@@ -58,9 +58,11 @@ SPECIAL_ZNODES = frozenset(
     }
 )
 
-# bkaudit's own subtree under the root. BookKeeper ignores it because it does not match the 2- or 3-digit
-# ledger parent pattern (`\d{2,3}`, AbstractZkLedgerManager.isLedgerParentNode); bkaudit's listing skips it
-# explicitly as well (LISTING_SKIP), which is bkaudit's addition to BookKeeper's special znodes.
+# bkaudit's own state lives OUTSIDE the ledgers root: BookKeeper's validateAndNukeExistingCluster
+# (AbstractZkLedgerManagerFactory) refuses to run while the root has a child that is neither a special znode
+# nor a ledger parent. Default `/bkaudit<root>` (`/bkaudit/ledgers`), or `[zk] state_root`.
+STATE_BASE = "/bkaudit"
+# Where releases before the move kept it (`<root>/bkaudit`): still skipped by the listing, migrated at start.
 BKAUDIT_NODE = "bkaudit"
 DATA_LOSS_NODE = "dataloss"
 LISTING_SKIP = SPECIAL_ZNODES | {BKAUDIT_NODE}
@@ -311,26 +313,54 @@ def parse_lock_name(name: str) -> int | None:
 
 
 # -- bkaudit's own records ---------------------------------------------------------------------------------
-def bkaudit_root(*, root: str = DEFAULT_ROOT) -> str:
-    """`{root}/bkaudit`: bkaudit's own subtree (ignored by BookKeeper, skipped by bkaudit's listing)."""
+def bkaudit_state_root(*, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
+    """bkaudit's own subtree, outside the ledgers root: `state_root` if given, else `/bkaudit<root>`."""
+    if state_root:
+        return validate_state_root(state_root, root=root)
+    return STATE_BASE + validate_root(root)
+
+
+def validate_state_root(state_root: str, *, root: str = DEFAULT_ROOT) -> str:
+    """An absolute path that is neither the ledgers root nor below it (BookKeeper's nuke rule)."""
+    state_root = validate_root(state_root)
+    root = validate_root(root)
+    if state_root == root or state_root.startswith(root + "/"):
+        raise ValueError(f"bkaudit's state root {state_root!r} must be outside the ledgers root {root!r}")
+    return state_root
+
+
+def legacy_bkaudit_root(*, root: str = DEFAULT_ROOT) -> str:
+    """`{root}/bkaudit`: where earlier releases kept their state (it blocks `nukeexistingcluster`)."""
     return _child(root, BKAUDIT_NODE)
 
 
-def data_loss_root(*, root: str = DEFAULT_ROOT) -> str:
+def data_loss_root(*, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
+    return _child(bkaudit_state_root(root=root, state_root=state_root), DATA_LOSS_NODE)
+
+
+def legacy_data_loss_root(*, root: str = DEFAULT_ROOT) -> str:
     return _child(root, BKAUDIT_NODE, DATA_LOSS_NODE)
 
 
-def data_loss_path(ledger_id: int, *, root: str = DEFAULT_ROOT) -> str:
-    """bkaudit's record of entries no replica can serve: `{root}/bkaudit/dataloss/hhhh/hhhh/hhhh/hhhh/L%010d`.
+def data_loss_path(ledger_id: int, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
+    """bkaudit's record of entries no replica can serve: `{state}/dataloss/hhhh/hhhh/hhhh/hhhh/L%010d`.
 
     The same 16-bit fan-out as the under-replication tree keeps every directory small however many ledgers
     are recorded.
     """
-    return f"{data_loss_root(root=root)}{hex_hierarchy(ledger_id)}/L{ledger_id:010d}"
+    return f"{data_loss_root(root=root, state_root=state_root)}{hex_hierarchy(ledger_id)}/L{ledger_id:010d}"
 
 
-def parse_data_loss_path(path: str, *, root: str = DEFAULT_ROOT) -> int | None:
-    return _parse_hex_tree(path, data_loss_root(root=root), _DL_LEAF)
+def parse_data_loss_path(path: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> int | None:
+    return _parse_hex_tree(path, data_loss_root(root=root, state_root=state_root), _DL_LEAF)
+
+
+def legacy_data_loss_path(ledger_id: int, *, root: str = DEFAULT_ROOT) -> str:
+    return f"{legacy_data_loss_root(root=root)}{hex_hierarchy(ledger_id)}/L{ledger_id:010d}"
+
+
+def parse_legacy_data_loss_path(path: str, *, root: str = DEFAULT_ROOT) -> int | None:
+    return _parse_hex_tree(path, legacy_data_loss_root(root=root), _DL_LEAF)
 
 
 def _parse_hex_tree(path: str, base: str, leaf_rx: re.Pattern[str]) -> int | None:

@@ -230,3 +230,21 @@ def assert_no_overlap(intervals: dict[int, list[tuple[float, float, str]]]) -> N
         spans = sorted(spans)
         for (_, e1, w1), (s2, _, w2) in itertools.pairwise(spans):
             assert e1 <= s2, f"ledger {ledger}: {w1} held it until {e1}, {w2} took it at {s2}"
+
+
+# BookKeeper's nuke rule from its Java source (AbstractZkLedgerManagerFactory.validateAndNukeExistingCluster):
+# every child of the ledgers root must be a special znode (AbstractZkLedgerManager.isSpecialZnode: available,
+# cookies, LAYOUT, INSTANCEID, underreplication, idgen, idgen-long, ID-*) or a ledger parent node
+# (HierarchicalLedgerManager: `\d{2,3}`). Written out here, not taken from bkaudit.zk.paths.
+BOOKKEEPER_SPECIAL_ZNODES = {"available", "cookies", "LAYOUT", "INSTANCEID", "underreplication", "idgen",
+                             "idgen-long"}
+
+
+def children_blocking_nuke(zk: Any, root: str) -> list[str]:
+    """Children of `root` that make `bookkeeper shell nukeexistingcluster` refuse to run."""
+    import re
+
+    return sorted(
+        c for c in zk.get_children(root)
+        if c not in BOOKKEEPER_SPECIAL_ZNODES and not c.startswith("ID-") and not re.fullmatch(r"\d{2,3}", c)
+    )

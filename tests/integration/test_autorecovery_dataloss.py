@@ -14,6 +14,7 @@ from bkaudit.zk import paths
 from bkaudit.zk import underreplication as ur
 from tests.integration.autorecovery_support import (
     assert_readable,
+    children_blocking_nuke,
     durability_violations,
     events,
     queue,
@@ -89,6 +90,7 @@ def test_wiped_entries_end_in_a_terminal_record_not_a_retry_loop(cluster_factory
         assert ur.get_marker(zk, damaged, root=cluster.root) is not None  # BookKeeper's marker stays
         assert "deleted" in [e["event"] for e in events(tmp_path, "ar") if e.get("ledger") == deleted]
         assert queue(cluster) == [damaged]
+        assert children_blocking_nuke(zk, cluster.root) == []  # the record lives outside the ledgers root
 
         # a later run skips it without touching it (no hammering), and says so
         code, again = run_once(cluster, tmp_path, "again", "--no-auditor", "--timeout", "30", **FAST_FAIL)

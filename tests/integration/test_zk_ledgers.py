@@ -204,7 +204,7 @@ def test_listing_both_hierarchies_skips_special_znodes(zk, zk_root: str) -> None
     # things that live under the root but are not ledgers
     ledgers.generate_ledger_id(zk, root=zk_root)
     zk.create(paths.cookie_path("10.0.0.1:3181", root=zk_root), b"5\n", makepath=True)
-    zk.create(paths.data_loss_path(77, root=zk_root), b"{}", makepath=True)
+    zk.create(paths.legacy_data_loss_path(77, root=zk_root), b"{}", makepath=True)  # before migration
     zk.create(f"{zk_root}/ID-0000000099", b"")
     zk.create(f"{zk_root}/idgen-long", b"")
     zk.create(f"{zk_root}/00/0000/notaledger", b"")

@@ -60,8 +60,11 @@ def test_underreplicated_round_trip(ledger_id: int) -> None:
     assert path.endswith(f"/urL{ledger_id:010d}")
     assert paths.parse_underreplicated_path(path, root="/a/b") == ledger_id
     dl = paths.data_loss_path(ledger_id, root="/a/b")
-    assert dl.startswith("/a/b/bkaudit/dataloss/")
+    assert dl.startswith("/bkaudit/a/b/dataloss/")
     assert paths.parse_data_loss_path(dl, root="/a/b") == ledger_id
+    legacy = paths.legacy_data_loss_path(ledger_id, root="/a/b")
+    assert legacy.startswith("/a/b/bkaudit/dataloss/")
+    assert paths.parse_legacy_data_loss_path(legacy, root="/a/b") == ledger_id
 
 
 def test_underreplicated_hex_groups_are_lowercase() -> None:
@@ -121,7 +124,8 @@ def test_bad_ledger_ids_rejected(bad: object) -> None:
 
 BAD_ROOTS = ["ledgers", "/", "/ledgers/", "//ledgers", "/a//b", "/a/./b", "/a/../b", "", None]
 ROOT_FUNCS = (
-    paths.layout_path, paths.available_root, paths.locks_root, paths.election_root, paths.bkaudit_root
+    paths.layout_path, paths.available_root, paths.locks_root, paths.election_root,
+    paths.bkaudit_state_root, paths.legacy_bkaudit_root,
 )
 
 
@@ -213,8 +217,22 @@ def test_ledger_parent_nodes() -> None:
         assert not paths.is_ledger_parent_node(name)
 
 
-def test_data_loss_path_not_a_ledger_tree() -> None:
+def test_data_loss_records_live_outside_the_ledgers_root() -> None:
+    """BookKeeper's nukeexistingcluster refuses a root with foreign children: bkaudit keeps none there."""
     p = paths.data_loss_path(1)
-    assert p == "/ledgers/bkaudit/dataloss/0000/0000/0000/0001/L0000000001"
-    assert paths.parse_ledger_path(p) is None
+    assert p == "/bkaudit/ledgers/dataloss/0000/0000/0000/0001/L0000000001"
+    assert not p.startswith("/ledgers/")
+    assert paths.data_loss_path(1, state_root="/ops/bkaudit") == (
+        "/ops/bkaudit/dataloss/0000/0000/0000/0001/L0000000001"
+    )
+    assert paths.parse_data_loss_path(
+        "/ops/bkaudit/dataloss/0000/0000/0000/0001/L0000000001", state_root="/ops/bkaudit"
+    ) == 1
     assert not paths.is_ledger_parent_node(paths.BKAUDIT_NODE)
+
+
+@pytest.mark.parametrize("inside", ["/ledgers", "/ledgers/bkaudit", "/ledgers/x/y"])
+def test_a_state_root_inside_the_ledgers_root_is_refused(inside: str) -> None:
+    with pytest.raises(ValueError, match="outside the ledgers root"):
+        paths.bkaudit_state_root(root="/ledgers", state_root=inside)
+    assert paths.bkaudit_state_root(root="/ledgers", state_root="/ledgers2") == "/ledgers2"
