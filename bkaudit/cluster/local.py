@@ -4,10 +4,14 @@ Used by the demo, the tests and the benchmarks. Every process runs in the backgr
 `<directory>/cluster.json`, so any later command (`bkaudit bookie kill --dir D ...`) can act on it:
 
     {"zk": "127.0.0.1:P", "root": "/ledgers", "racks": 3, "bookie_args": [],
-     "bookies": [{"id", "rack", "port", "pid", "data_dir"}], "zookeeper": {"pid", "port", "data_dir"} | null}
+     "bookies": [{"id", "rack", "port", "pid", "data_dir", "host"}],
+     "zookeeper": {"pid", "port", "data_dir"} | null}
 
-A bookie's id (`127.0.0.1:<port>`), port, data directory and rack never change across restarts, exactly like a
-real bookie host. Signals are only sent to a pid after checking it still runs `bookie run` on that data dir.
+Each bookie has a loopback address of its own (127.0.0.2, 127.0.0.3, ...), binds and advertises it, and its id
+is `<that address>:<port>`. BookKeeper looks racks up by host, so bookies sharing 127.0.0.1 would be one rack
+to it whatever /bookies says; one address per bookie makes the racks mean what they mean in production.
+A bookie's id, port, data directory and rack never change across restarts, exactly like a real bookie host.
+Signals are only sent to a pid after checking it still runs `bookie run` on that data dir.
 """
 
 from __future__ import annotations
@@ -43,6 +47,14 @@ LOG_FILE = "bookie.log"
 BOOKIE_SESSION_TIMEOUT_S = 6.0
 """ZooKeeper session of local bookies: short, so a killed bookie disappears within seconds."""
 START_TIMEOUT_S = 60.0
+MAX_BOOKIES = 250  # 127.0.0.2 .. 127.0.0.251
+
+
+def bookie_host(index: int) -> str:
+    """The loopback address of the `index`-th bookie (0-based): 127.0.0.2, 127.0.0.3, ..."""
+    if not 0 <= index < MAX_BOOKIES:
+        raise ClusterError(f"a local cluster holds at most {MAX_BOOKIES} bookies (one loopback address each)")
+    return f"127.0.0.{index + 2}"
 
 
 @dataclass
@@ -54,6 +66,11 @@ class BookieInfo:
     port: int
     pid: int | None
     data_dir: str
+    host: str = ""  # listen + advertised address; "" in clusters made before per-bookie addresses: the id's
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            self.host = self.id.rpartition(":")[0] or "127.0.0.1"
 
 
 class LocalCluster:
@@ -123,11 +140,13 @@ class LocalCluster:
         init_cluster(zk, root=self.root)
 
     def _new_bookie(self, index: int, rack: str | None) -> BookieInfo:
-        port = free_port()
+        host = bookie_host(index)
+        port = free_port(host)
         data_dir = self.directory / f"bookie-{index + 1}"
         data_dir.mkdir(parents=True, exist_ok=True)
         rack = rack or f"/rack-{index % self.racks + 1}"
-        return BookieInfo(id=f"127.0.0.1:{port}", rack=rack, port=port, pid=None, data_dir=str(data_dir))
+        return BookieInfo(id=f"{host}:{port}", rack=rack, port=port, pid=None, data_dir=str(data_dir),
+                          host=host)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> LocalCluster:
@@ -195,6 +214,7 @@ class LocalCluster:
                *self.bookie_args]
         env = dict(os.environ)
         env.setdefault("BKAUDIT_ZK__SESSION_TIMEOUT_S", str(BOOKIE_SESSION_TIMEOUT_S))
+        env["BKAUDIT_BOOKIE__LISTEN_ADDRESS"] = env["BKAUDIT_BOOKIE__ADVERTISED_ADDRESS"] = b.host
         Path(b.data_dir).mkdir(parents=True, exist_ok=True)
         with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -56,8 +56,9 @@ def location_components(location: str) -> tuple[str, ...]:
 def host_of(bookie_id: str) -> str:
     """The host part of a ``host:port`` bookie id (``[v6]:port`` too); the id itself when it has no port.
 
-    Pulsar indexes its rack map by host and IP as well as by ``host:port`` because BookKeeper asks its
-    resolver about hosts; matching on the host part reproduces that without any DNS lookup.
+    BookKeeper asks its rack resolver about hosts only (`NetUtils.resolveNetworkLocation` passes the host name
+    or IP, never the port), and Pulsar indexes its rack map by host and IP; matching on the host part
+    reproduces that without any DNS lookup.
     """
     text = bookie_id.strip()
     if text.startswith("["):
@@ -73,8 +74,10 @@ class Topology(Mapping[str, str]):
     """An immutable map bookie id → normalised network location, with a default for unmapped bookies.
 
     As a Mapping it holds only the explicitly configured ids (an entry whose rack is empty maps to the
-    default location). `location()` also resolves ids that are not keys: first the exact id, then its host
-    part against the hosts (and Pulsar ``hostname`` fields) of configured ids, then the default.
+    default location). `location()` follows BookKeeper: a bookie's location is its HOST's location, so
+    bookies sharing a host share a rack whatever their ports (the last configured entry for a host wins, as
+    in Pulsar's host-keyed map); Pulsar ``hostname`` fields only fill hosts no entry names (bkaudit's stand-in
+    for the reverse DNS Pulsar does); anything else is the default.
     """
 
     __slots__ = ("_by_host", "_entries", "default_location")
@@ -91,11 +94,12 @@ class Topology(Mapping[str, str]):
             raise ValueError(f"default location must be a non-empty path, got {default_location!r}")
         self.default_location = default
         self._entries: dict[str, str | None] = {k: normalize_location(v) for k, v in (entries or {}).items()}
-        # host part of configured ids first (what Pulsar derives from each key's address), then the
-        # informative `hostname` fields, which only fill gaps that DNS would have filled for Pulsar
+        # host part of configured ids (what Pulsar derives from each key's address; a later entry for the
+        # same host replaces an earlier one, as Pulsar's HashMap.put), then the informative `hostname`
+        # fields, which only fill gaps that DNS would have filled for Pulsar
         self._by_host: dict[str, str | None] = {}
         for key, value in self._entries.items():
-            self._by_host.setdefault(host_of(key), value)
+            self._by_host[host_of(key)] = value
         for key, value in (hosts or {}).items():
             self._by_host.setdefault(key, normalize_location(value))
 
@@ -112,19 +116,21 @@ class Topology(Mapping[str, str]):
         """From Pulsar's ``/bookies`` rack configuration: ``{group: {"host:port": {"rack", "hostname"}}}``.
 
         Accepts the decoded JSON (plain dicts) and `bkaudit.formats.records.parse_rack_config` output (values
-        with ``rack``/``hostname`` attributes). The group name plays no part in placement. When an id appears
-        in several groups the first wins, as in Pulsar's ``BookiesRackConfiguration.getBookie``.
+        with ``rack``/``hostname`` attributes). The group name plays no part in placement, but groups are
+        read in sorted order (Pulsar's ``BookiesRackConfiguration`` is a TreeMap) and members in document
+        order, so when several entries share a host the last one read wins, as in Pulsar's host map.
         """
         if not isinstance(config, Mapping):
             raise FormatError("rack configuration must be an object of groups", field="/bookies")
         entries: dict[str, str | None] = {}
         hosts: dict[str, str | None] = {}
-        for group, bookies in config.items():
+        for group, bookies in sorted(config.items(), key=lambda kv: str(kv[0])):
             if not isinstance(bookies, Mapping):
                 raise FormatError("rack group must be an object of bookies", field=f"/bookies.{group}")
             for bookie_id, info in bookies.items():
                 rack, hostname = _rack_and_hostname(info, f"/bookies.{group}.{bookie_id}")
-                entries.setdefault(str(bookie_id), rack)
+                entries.pop(str(bookie_id), None)  # re-inserted: its host's entry is the latest read
+                entries[str(bookie_id)] = rack
                 if hostname:
                     hosts.setdefault(hostname, rack)
         return cls(entries, default_location=default_location, hosts=hosts)
@@ -188,8 +194,6 @@ class Topology(Mapping[str, str]):
         return parts[1]
 
     def _lookup(self, bookie_id: str) -> str | None:
-        if bookie_id in self._entries:
-            return self._entries[bookie_id]
         return self._by_host.get(host_of(bookie_id))
 
     # -- Mapping -------------------------------------------------------------------------------------------

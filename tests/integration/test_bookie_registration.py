@@ -48,14 +48,17 @@ def test_registration_cookie_and_racks(cluster_factory) -> None:  # type: ignore
         endpoint = info.endpoint()
         assert endpoint is not None
         assert (endpoint.id, endpoint.protocol, endpoint.host, endpoint.port) == (
-            "bookie", "bookie-rpc", "127.0.0.1", b.port)
+            "bookie", "bookie-rpc", b.host, b.port)
         assert info.properties_dict()["bkaudit.transport"] == "grpc"
         cookie_bytes, _ = zk.get(paths.cookie_path(b.id, root=cluster.root))
         cookie = records.parse_cookie(cookie_bytes)
         assert (cookie.bookie_host, cookie.instance_id) == (b.id, instance)
         assert read_local_cookie(b.data_dir) == cookie
-        assert racks[b.id] == records.BookieRackInfo(b.rack, "127.0.0.1")
+        assert racks[b.id] == records.BookieRackInfo(b.rack, b.host)
     assert sorted(b.rack for b in cluster.bookies) == ["/rack-1", "/rack-1", "/rack-2", "/rack-2", "/rack-3"]
+    # one loopback address per bookie (BookKeeper's racks are per host): 127.0.0.2, 127.0.0.3, ...
+    assert [b.host for b in cluster.bookies] == [f"127.0.0.{i + 2}" for i in range(len(cluster.bookies))]
+    assert all(b.id == f"{b.host}:{b.port}" for b in cluster.bookies)
     with cluster.client_pool() as pool:
         assert pool.resolve(ids[0]) == ids[0]
         assert pool.get(ids[0]).get_bookie_info().result(10).total_disk > 0

@@ -49,7 +49,8 @@ def _cert(subject: str, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | N
                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
     if san:
         builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+            [*(x509.IPAddress(ipaddress.ip_address(f"127.0.0.{i}")) for i in range(1, 10)),  # each bookie's
+             x509.DNSName("localhost")]), critical=False)  # own loopback address (cluster.local)
     return key, builder.sign(issuer_key, hashes.SHA256())
 
 

@@ -33,8 +33,8 @@ from bkaudit.zk.underreplication import get_marker, mark_underreplicated
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-# nothing listens on these ports: calls fail fast with connection refused
-A, B, C = "127.0.0.1:9", "127.0.0.1:11", "127.0.0.1:13"
+# nothing listens on these ports: calls fail fast with connection refused. One host each: racks are per host
+A, B, C = "127.0.0.2:9", "127.0.0.3:11", "127.0.0.4:13"
 LOCATIONS = {A: "/r1", B: "/r1", C: "/r2"}
 ONE_RACK, CORRUPT, STALE, UNREACHABLE, EMPTY_OK, OPEN_ONE_SEGMENT = 1, 2, 3, 4, 5, 6
 
@@ -239,7 +239,7 @@ def test_cli_exit_codes_json_and_violations(spark, world, snapshot_id, tmp_path)
     }
     conf = tmp_path / "conf.toml"
     conf.write_text(
-        '[placement]\nlocations = { "127.0.0.1:9" = "/r1", "127.0.0.1:11" = "/r1", "127.0.0.1:13" = "/r2" }\n'
+        '[placement]\nlocations = { "127.0.0.2:9" = "/r1", "127.0.0.3:11" = "/r1", "127.0.0.4:13" = "/r2" }\n'
     )
     res = runner.invoke(cli, [*base, "--config", str(conf)], env=env)
     assert res.exit_code == 2, res.output
@@ -313,8 +313,8 @@ def test_job_entry_point(spark, world, snapshot_id, capsys, tmp_path):
 
     conf = tmp_path / "conf.toml"
     conf.write_text(
-        '[placement]\nlocations = { "127.0.0.1:9" = "/r1", "127.0.0.1:11" = "/r1", '
-        '"127.0.0.1:13" = "/r2" }\n[checker]\nretry_delay_s = 0.1\ncall_timeout_s = 2.0\n'
+        '[placement]\nlocations = { "127.0.0.2:9" = "/r1", "127.0.0.3:11" = "/r1", '
+        '"127.0.0.4:13" = "/r2" }\n[checker]\nretry_delay_s = 0.1\ncall_timeout_s = 2.0\n'
     )
     code = main(
         [

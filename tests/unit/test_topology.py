@@ -84,7 +84,9 @@ PULSAR = {
 
 def test_from_rack_config_resolves_like_pulsar() -> None:
     topo = Topology.from_rack_config(PULSAR)
-    assert topo.location("bk1:3181") == "/rack1"  # first group wins, as BookiesRackConfiguration.getBookie
+    # BookKeeper asks about host "bk1"; Pulsar's host map is filled group by group (sorted), so the
+    # later group's entry wins (getBookie's first-wins only serves host:port queries BookKeeper never makes)
+    assert topo.location("bk1:3181") == "/elsewhere"
     assert topo.location("bk2:3181") == "/rack2"  # leading slash added
     assert topo.location("bk3:3181") == DEFAULT_RACK  # empty rack → default
     assert topo.location("10.0.0.4:3181") == DEFAULT_RACK  # "/" → default
@@ -94,8 +96,9 @@ def test_from_rack_config_resolves_like_pulsar() -> None:
 
 def test_from_rack_config_falls_back_to_host_then_hostname() -> None:
     topo = Topology.from_rack_config(PULSAR)
-    assert topo.location("bk1:4181") == "/rack1"  # same host, other port: Pulsar's host index
-    assert topo.location("bk1") == "/rack1"  # bare host
+    assert topo.location("bk1:4181") == "/elsewhere"  # same host, other port: Pulsar's host index
+    assert topo.location("bk1") == "/elsewhere"  # bare host
+    assert topo.location("bk2:4181") == "/rack2"
     assert topo.location("10.0.0.5") == "/rack5"  # IP
     assert topo.location("bk5.example.com:3181") == "/rack5"  # via the hostname field
     assert topo.is_resolved("bk5.example.com:3181")
@@ -179,3 +182,23 @@ def test_mapped_versus_resolved() -> None:
     assert topo.is_mapped("bk3:3181") and not topo.is_resolved("bk3:3181")  # listed, empty rack
     assert topo.is_mapped("bk1:9999") and topo.is_resolved("bk1:9999")  # by host
     assert not topo.is_mapped("nobody:3181") and not topo.is_resolved("nobody:3181")
+
+
+# -- BookKeeper asks the rack mapper with the host only (NetUtils.resolveNetworkLocation) ------------------
+def test_three_bookies_on_one_host_are_one_rack_as_in_bookkeeper() -> None:
+    """Pulsar indexes /bookies by host, the last entry for a host wins: r1/r2/r3 on one host is ONE rack."""
+    from bkaudit.model.placement import Adherence, RackAwarePolicy
+
+    doc = {"default": {"10.0.0.1:3181": {"rack": "/r1"}, "10.0.0.1:3182": {"rack": "/r2"},
+                       "10.0.0.1:3183": {"rack": "/r3"}}}
+    topo = Topology.from_rack_config(doc)
+    ensemble = ["10.0.0.1:3181", "10.0.0.1:3182", "10.0.0.1:3183"]
+    assert {topo.location(b) for b in ensemble} == {"/r3"}
+    assert RackAwarePolicy().adherence(ensemble, 2, 2, topo) is Adherence.FAIL
+
+
+def test_the_last_entry_for_a_host_wins_in_pulsars_group_order() -> None:
+    """Groups are read in sorted order (Pulsar's TreeMap), members in document order; later entries win."""
+    doc = {"zeta": {"h:1": {"rack": "/z"}}, "alpha": {"h:2": {"rack": "/a"}, "h:3": {"rack": "/a2"}}}
+    assert Topology.from_rack_config(doc).location("h:9") == "/z"
+    assert Topology.from_mapping({"h:1": "/x", "h:2": "/y"}).location("h:1") == "/y"
