@@ -9,6 +9,8 @@ Here every overdue marker is a row with its age, replicas and lock holder. Same 
   so the grace period restarts then (bookkeeper-behavior.md section 0);
 * a marker without `ctime` (`storeSystemTimeAsLedgerUnderreplicatedMarkTime=false`) has no age and is not
   judged, as in BookKeeper; the job counts them so they are not silently ignored;
+* age is whole elapsed seconds, `(now - ctime) / 1000` truncated as Java does, compared with `>`: 600.9 s is
+  not over a 600 s grace period;
 * `grace_period_s <= 0` disables the check, as BookKeeper's 0.
 """
 
@@ -30,6 +32,12 @@ class Marker:
     locked_by: str | None = None
 
 
+def elapsed_seconds(now_ms: int, since_ms: int) -> int:
+    """Whole seconds elapsed, as Java's `(now - since) / 1000` on longs (truncated toward zero)."""
+    delta = now_ms - since_ms
+    return delta // 1000 if delta >= 0 else -((-delta) // 1000)
+
+
 class ProgressCheck(Check[Marker]):
     """`underreplicated_too_long` for every marker older than the grace period at `now_ms`."""
 
@@ -43,7 +51,7 @@ class ProgressCheck(Check[Marker]):
     def overdue(self, marker: Marker) -> bool:
         if self.grace_period_s <= 0 or marker.ctime_ms is None:
             return False
-        return self.now_ms - marker.ctime_ms > self.grace_period_s * 1000
+        return elapsed_seconds(self.now_ms, marker.ctime_ms) > self.grace_period_s
 
     def evaluate(self, subject: Marker) -> list[Finding]:
         if not self.overdue(subject):

@@ -34,3 +34,11 @@ def test_marker_without_ctime_has_no_age():
 def test_several_replicas_leave_bookie_empty():
     (f,) = ProgressCheck(1, NOW).evaluate(Marker(5, ("a:1", "b:1"), 0))
     assert f.bookie_id is None and f.detail["replicas"] == ["a:1", "b:1"]
+
+
+def test_age_is_whole_elapsed_seconds_as_bookkeeper():
+    """AuditorPlacementPolicyCheckTask: elapsedTimeInSecs = (now - ctime) / 1000 (long division) > grace."""
+    check = ProgressCheck(600, NOW)
+    assert check.evaluate(Marker(5, (), NOW - 600_999)) == []  # 600.999 s is 600 whole seconds: not over
+    assert check.evaluate(Marker(5, (), NOW - 601_000)) != []
+    assert check.evaluate(Marker(5, (), NOW + 5_000)) == []  # a mark time in the future is never overdue
