@@ -9,6 +9,8 @@ bookie ever formatted into the cluster; racks live in Pulsar's `/bookies` JSON a
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
@@ -96,39 +98,54 @@ def endpoint_target(info: records.BookieServiceInfo) -> str | None:
 
 # -- registration -----------------------------------------------------------------------------------------
 def register(zk: KazooClient, bookie_id: str, data: bytes, *, readonly: bool = False,
-             root: str = DEFAULT_ROOT, acl: list[ACL] | None = None) -> str:
+             root: str = DEFAULT_ROOT, acl: list[ACL] | None = None,
+             stale_wait_s: float | None = None) -> str:
     """Create (or refresh) this session's EPHEMERAL registration and remove the opposite one.
 
-    A node left by a previous session of the same bookie (killed and restarted before its session expired)
-    is replaced at once instead of waiting out the session timeout: the caller holds the bookie's data
-    directory lock and its cookie, so no live process can own that id.
+    A node left by another session (a killed process of the same bookie whose session has not expired yet)
+    is waited out as BookKeeper's ZKRegistrationManager.checkRegNodeAndWaitExpired does: up to the session
+    timeout (`stale_wait_s`, default this client's negotiated one) for ZooKeeper to delete it. If it is still
+    there, another live process owns the id and registering fails (BookKeeper's NodeExistsException).
     """
     writable, ro = paths.available_path(bookie_id, root=root), paths.readonly_path(bookie_id, root=root)
     want, other = (ro, writable) if readonly else (writable, ro)
     if readonly:
         zk.ensure_path(paths.readonly_root(root=root), acl=acl)
     session = zk.client_id[0] if zk.client_id else None
+    wait_s = stale_wait_s if stale_wait_s is not None else _session_timeout_s(zk)
     for _ in range(10):
         try:
             zk.create(want, data, acl=acl, ephemeral=True)
             break
         except NodeExistsError:
-            try:
-                _, stat = zk.get(want)
-            except NoNodeError:
+            gone = threading.Event()
+            stat = zk.exists(want, watch=_setter(gone))
+            if stat is None:
                 continue
             if stat.ephemeralOwner == session:
                 zk.set(want, data)
                 break
-            log.warning("replacing stale registration %s of session 0x%x", want, stat.ephemeralOwner)
-            try:
-                zk.delete(want, version=stat.version)
-            except (NoNodeError, BadVersionError):
-                pass
+            log.warning("registration %s belongs to session 0x%x; waiting up to %.1fs for it to expire",
+                        want, stat.ephemeralOwner, wait_s)
+            if not gone.wait(wait_s) and zk.exists(want) is not None:
+                raise ZooKeeperError(
+                    f"{want} is still registered by another session (0x{stat.ephemeralOwner:x}) after "
+                    f"{wait_s:g}s: another process runs bookie {bookie_id}"
+                ) from None
     else:
         raise ZooKeeperError(f"could not register {want}: it keeps being recreated by another session")
     _delete(zk, other, None)  # ours or stale: the id is ours either way
     return want
+
+
+def _setter(event: threading.Event) -> Callable[[object], None]:
+    return lambda _watched: event.set()
+
+
+def _session_timeout_s(zk: KazooClient) -> float:
+    """The negotiated session timeout (kazoo keeps it in ms once connected), else the requested one."""
+    negotiated = getattr(zk, "_session_timeout", None)
+    return float(negotiated) / 1000.0 if negotiated else 30.0
 
 
 def deregister(zk: KazooClient, bookie_id: str, *, root: str = DEFAULT_ROOT) -> None:

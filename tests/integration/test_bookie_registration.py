@@ -226,3 +226,35 @@ def test_autorecovery_runs_inside_the_bookie(cluster_factory, zk_server, tmp_pat
     proc = cluster._procs[b.id]
     cluster.stop_bookie(b.id)
     assert proc.returncode == 0
+
+
+def test_a_registration_of_another_live_session_is_waited_out_not_replaced(zk_server) -> None:  # type: ignore[no-untyped-def]
+    """BookKeeper's checkRegNodeAndWaitExpired: wait for the old session's node to go, never delete it."""
+    from bkaudit.errors import ZooKeeperError
+    from bkaudit.zk.client import close, connect
+
+    root = f"/w{uuid.uuid4().hex[:10]}/ledgers"
+    old, new = connect(zk_server.connect_string), connect(zk_server.connect_string)
+    try:
+        new.ensure_path(paths.available_root(root=root))
+        path = paths.available_path("10.0.0.7:3181", root=root)
+        old.create(path, b"", ephemeral=True)  # a killed bookie whose session is still alive
+        with pytest.raises(ZooKeeperError, match="another session"):
+            registry.register(new, "10.0.0.7:3181", b"", root=root, stale_wait_s=0.5)
+        assert new.exists(path).ephemeralOwner == old.client_id[0]  # left alone, as BookKeeper does
+
+        closed_at: list[float] = []
+
+        def expire_old() -> None:
+            time.sleep(1.0)  # the old session ends a little later (the injected event)
+            closed_at.append(time.monotonic())
+            close(old)
+
+        threading.Thread(target=expire_old).start()
+        registry.register(new, "10.0.0.7:3181", b"", root=root, stale_wait_s=30)
+        registered_at = time.monotonic()
+        assert closed_at and registered_at >= closed_at[0]  # registered only once the old node was gone
+        assert new.exists(path).ephemeralOwner == new.client_id[0]
+    finally:
+        close(new)
+        close(old)
