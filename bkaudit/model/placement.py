@@ -80,6 +80,23 @@ class PlacementPolicy(abc.ABC):
         """BookKeeper's isEnsembleAdheringToPlacementPolicy for this ensemble as recorded in metadata."""
         return self.evaluate(ensemble, write_quorum, ack_quorum, topology)[0]
 
+    def bookkeeper_adherence(
+        self,
+        ensemble: Sequence[str],
+        write_quorum: int,
+        ack_quorum: int,
+        topology: Topology,
+        *,
+        writable: Collection[str],
+    ) -> Adherence:
+        """What BookKeeper's own policy answers for this ensemble in its Auditor, for reconciliation.
+
+        Our `adherence` judges the recorded ensemble against the whole topology; BookKeeper's answer can
+        differ (rack-aware counts only `writable` bookies; region-aware always says MEETS_STRICT). Policies
+        whose rule is BookKeeper's return `adherence` itself.
+        """
+        return self.adherence(ensemble, write_quorum, ack_quorum, topology)
+
     def explain(
         self, ensemble: Sequence[str], write_quorum: int, ack_quorum: int, topology: Topology
     ) -> list[str]:
@@ -592,6 +609,29 @@ class RackAwarePolicy(_LabelledPolicy):
             )
         return Adherence.MEETS_STRICT, ""
 
+    def bookkeeper_adherence(
+        self,
+        ensemble: Sequence[str],
+        write_quorum: int,
+        ack_quorum: int,
+        topology: Topology,
+        *,
+        writable: Collection[str],
+    ) -> Adherence:
+        """RackawareEnsemblePlacementPolicyImpl.isEnsembleAdheringToPlacementPolicy: only bookies in its
+        `knownBookies` (writable now) add their rack to a write set; down and read-only ones add nothing."""
+        ens = tuple(ensemble)
+        if not ens:
+            return Adherence.FAIL
+        known = frozenset(writable)
+        need = min(write_quorum, self.min_racks_per_write_quorum)
+        for first in range(len(ens)):
+            members = (ens[(first + j) % len(ens)] for j in range(write_quorum))
+            racks = {self._label(b, topology)[1] for b in members if b in known}
+            if len(racks) < need or (self.enforce_min_racks and self.default_rack in racks):
+                return Adherence.FAIL
+        return Adherence.MEETS_STRICT
+
 
 @dataclasses.dataclass(frozen=True)
 class RegionAwarePolicy(_LabelledPolicy):
@@ -624,6 +664,18 @@ class RegionAwarePolicy(_LabelledPolicy):
     @property
     def default_location(self) -> str:
         return DEFAULT_REGION_AND_RACK
+
+    def bookkeeper_adherence(
+        self,
+        ensemble: Sequence[str],
+        write_quorum: int,
+        ack_quorum: int,
+        topology: Topology,
+        *,
+        writable: Collection[str],
+    ) -> Adherence:
+        """RegionAwareEnsemblePlacementPolicy returns MEETS_STRICT for every ensemble (TODO, #1898)."""
+        return Adherence.MEETS_STRICT
 
     @property
     def _strict(self) -> bool:

@@ -327,6 +327,7 @@ def ledger_pass_partition(
     check_open_ledgers: bool,
     side_dir: str,
     side_name: str | None = None,
+    writable: frozenset[str] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """One pass over every ledger: LEDGER_INPUT_SCHEMA rows in, REQUEST_SCHEMA rows out.
 
@@ -341,7 +342,7 @@ def ledger_pass_partition(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from bkaudit.audit.placement import PlacementCheck
 
-        placement = PlacementCheck(policy, topology, policy_name)
+        placement = PlacementCheck(policy, topology, policy_name, writable=writable)
         metadata = MetadataCheck()
         digests = ExpectedDigests()
         ledgers = durable = entries = 0
@@ -394,7 +395,8 @@ def ledger_pass_partition(
             if req_ledger:
                 yield _requests_batch(req_ledger, req_bookie, req_digest, req_entries)
             side.extend(findings)
-        stats = {"ledgers": ledgers, "durability_ledgers": durable, "entries": entries}
+        stats = {"ledgers": ledgers, "durability_ledgers": durable, "entries": entries,
+                 "bookkeeper_placement_only": placement.bookkeeper_only}
         side.append({"kind": "stats", "detail": json.dumps(stats)})
         write_side_file(side_dir, pa.Table.from_pylist(side, schema=SIDE_SCHEMA), side_name)
 
@@ -524,6 +526,7 @@ def ledger_pass_files(
     check_open_ledgers: bool,
     side_dir: str,
     files: Sequence[str],
+    writable: frozenset[str] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ledger pass over staged LEDGER_INPUT files: rows of (`id`, an index into `files`) in,
     REQUEST_SCHEMA rows out.
@@ -546,7 +549,8 @@ def ledger_pass_files(
                 else:
                     table = pq.read_table(path)
                 inner = ledger_pass_partition(
-                    policy, topology, policy_name, check_open_ledgers, side_dir, side_name=name
+                    policy, topology, policy_name, check_open_ledgers, side_dir,
+                    side_name=name, writable=writable,
                 )
                 yield from inner(iter(table.cast(LEDGER_INPUT_SCHEMA).to_batches(max_chunksize=10_000)))
 
@@ -615,6 +619,8 @@ class CheckResult:
     counts: dict[str, int] = field(default_factory=dict)
     under_repair: dict[str, int] = field(default_factory=dict)
     reevaluated: int = 0
+    # ledgers BookKeeper's own placement check would flag that bkaudit passes (e.g. a bookie is down)
+    bookkeeper_placement_only: int = 0
     deleted_during_run: int = 0
     published: int = 0
     seconds: float = 0.0
@@ -726,6 +732,9 @@ class CheckerRun:
         final, calls = self._fanout(self._ledger_pass(frames))
         located = self._ledger_pass_results()
         t = self._lap("ledger_pass_and_fanout", t)
+        if self.result.bookkeeper_placement_only:
+            self._say(f"{self.result.bookkeeper_placement_only} ledgers pass our placement check but would "
+                      "fail BookKeeper's (it counts only writable bookies: docs/placement.md)")
         located += self._combine(final, frames)
         self._bookie_stats(calls)
         t = self._lap("combine", t)
@@ -859,11 +868,19 @@ class CheckerRun:
         request_type = from_arrow_schema(REQUEST_SCHEMA)
         files = self._stage_ledger_input()
         if files is not None:
-            fn = ledger_pass_files(policy, topology, name, self.conf.check_open_ledgers, self.side_dir, files)
+            fn = ledger_pass_files(
+                policy, topology, name, self.conf.check_open_ledgers, self.side_dir, files, self._writable()
+            )
             units = self.spark.range(0, len(files), 1, len(files))  # one unit per task
             return units.mapInArrow(fn, request_type)
-        fn = ledger_pass_partition(policy, topology, name, self.conf.check_open_ledgers, self.side_dir)
+        fn = ledger_pass_partition(
+            policy, topology, name, self.conf.check_open_ledgers, self.side_dir, writable=self._writable()
+        )
         return self._ledger_input(frames).mapInArrow(fn, request_type)
+
+    def _writable(self) -> frozenset[str]:
+        """Bookies writable now: the only ones BookKeeper's rack-aware Auditor counts (bookkeeper_verdict)."""
+        return frozenset(b for b, state in self.registered.items() if state == "writable")
 
     def _stage_ledger_input(self) -> list[str] | None:
         """Join the snapshot's ledgers and segments on the driver and stage them; None = use Spark."""
@@ -924,6 +941,7 @@ class CheckerRun:
                 self.result.ledgers_checked += int(stats["ledgers"])
                 self.result.ledgers_durability_checked += int(stats["durability_ledgers"])
                 self.result.entries_checked += int(stats["entries"])
+                self.result.bookkeeper_placement_only += int(stats.get("bookkeeper_placement_only", 0))
             else:
                 located.append(located_of(row))
         return located
@@ -1338,7 +1356,7 @@ class CheckerRun:
 
         if getattr(self, "_placement", None) is None:
             policy, topology, name = self._placement_setup()
-            self._placement = PlacementCheck(policy, topology, name)
+            self._placement = PlacementCheck(policy, topology, name, writable=self._writable())
         return self._placement
 
     def _ask_bookies(self, shapes: Sequence[LedgerShape]) -> dict[int, list[BookieEvidence]]:
@@ -1453,6 +1471,7 @@ class CheckerRun:
                     "min_replicas": f.min_replicas,
                     "managed_ledger": loc.managed_ledger,
                     "detail": json.dumps(dict(f.detail), separators=(",", ":"), default=str),
+                    "bookkeeper_verdict": f.detail.get("bookkeeper_verdict"),
                     "under_repair": f.under_repair,
                     "published": False,
                     "detected_at": detected,

@@ -44,6 +44,8 @@ VIOLATIONS = register(
                 pa.field("min_replicas", pa.int32()),
                 pa.field("managed_ledger", pa.string()),
                 pa.field("detail", pa.string()),
+                # placement findings: what BookKeeper's own Auditor would say (docs/placement.md)
+                pa.field("bookkeeper_verdict", pa.string()),
                 pa.field("under_repair", pa.bool_()),
                 pa.field("published", pa.bool_()),
                 pa.field("detected_at", TIMESTAMP),

@@ -140,6 +140,10 @@ def test_findings_match_what_was_written(spark, world, snapshot_id):
     assert result.counts["bookie_unreachable_but_registered"] == 0
     assert result.ledgers_checked == 6 and result.ledgers_durability_checked == 1
     assert result.exit_code == 2  # metadata_unparseable is critical
+    # BookKeeper counts only writable bookies and none is registered: every closed ledger FAILs there
+    (placement,) = [r for r in result.violations if r["category"] == "placement_fail"]
+    assert placement["bookkeeper_verdict"] == "FAIL"
+    assert result.bookkeeper_placement_only == 3  # STALE, UNREACHABLE, EMPTY_OK (OPEN_ONE_SEGMENT: open)
     stats = {b["bookie_id"]: b for b in result.bookies}
     assert set(stats) == {A, C} and all(not b["reachable"] for b in stats.values())
     assert all(b["attempts"] == 2 for b in stats.values())  # asked again after the delay
@@ -379,3 +383,4 @@ def test_cluster_without_entries_to_verify(spark, zk_server, tmp_path):
     result = check(spark, empty, sid)
     assert result.status == "succeeded" and result.violations == [] and result.bookies == []
     assert result.ledgers_checked == 2 and result.ledgers_durability_checked == 0 and result.exit_code == 0
+

@@ -7,6 +7,7 @@ from bkaudit.audit.durability import LedgerShape
 from bkaudit.audit.placement import PlacementCheck
 from bkaudit.model.ledger import Segment
 from bkaudit.model.placement import (
+    Adherence,
     DefaultPolicy,
     PlacementSettings,
     RackAwarePolicy,
@@ -110,3 +111,50 @@ def test_malformed_metadata_is_not_a_placement_finding():
     bad = LedgerShape(1, 3, 2, 2, True, 5, (Segment(0, ("a1:3181", "a2:3181")),))  # 2 bookies, E=3
     assert rackaware().evaluate(bad) == []
     assert rackaware().evaluate(LedgerShape(1, 3, 2, 2, True, 5, ())) == []
+
+
+# -- what BookKeeper's own Auditor would have said, next to our finding -----------------------------------
+ALL_UP = frozenset(RACKS)
+REGIONS = {"a1:3181": "/east/r1", "a2:3181": "/east/r2", "b1:3181": "/west/r1"}
+
+
+def test_region_aware_finding_records_bookkeepers_unconditional_strict():
+    """RegionAwareEnsemblePlacementPolicy always answers MEETS_STRICT (TODO #1898); ours fails one region."""
+    policy = policy_from_settings(PlacementSettings(policy="regionaware", min_regions_for_durability=2))
+    check = PlacementCheck(policy, Topology.from_mapping(REGIONS), "regionaware", writable=ALL_UP)
+    (f,) = check.evaluate(ledger(("a1:3181", "a2:3181")))
+    assert f.category is Category.PLACEMENT_FAIL
+    assert f.detail["bookkeeper_verdict"] == "MEETS_STRICT"
+
+
+def test_rack_aware_bookkeeper_counts_only_writable_bookies():
+    # ensemble spread over 3 racks: ours strict; with b1 down BookKeeper sees write set {a1, b1} as one rack
+    check = PlacementCheck(RackAwarePolicy(), Topology.from_mapping(RACKS), "rackaware",
+                           writable=ALL_UP - {"b1:3181"})
+    assert check.evaluate(ledger(("a1:3181", "b1:3181", "c1:3181"))) == []
+    assert check.bookkeeper_only == 1  # BookKeeper would count this ledger as failing; we do not
+    (f,) = check.evaluate(ledger(("a1:3181", "a2:3181", "c1:3181"), ledger_id=10))
+    assert f.detail["bookkeeper_verdict"] == "FAIL"
+    assert check.bookkeeper_only == 1
+
+
+def test_open_ledgers_are_not_checked_by_bookkeeper():
+    check = PlacementCheck(RackAwarePolicy(), Topology.from_mapping(RACKS), "rackaware", writable=ALL_UP)
+    (f,) = check.evaluate(ledger(("a1:3181", "a2:3181"), closed=False))
+    assert f.detail["bookkeeper_verdict"] == "NOT_CHECKED"  # its placementPolicyCheck skips open ledgers
+
+
+def test_bookkeeper_adherence_of_each_policy():
+    topo = Topology.from_mapping(RACKS)
+    ens = ("a1:3181", "b1:3181", "c1:3181")
+    up = frozenset({"a1:3181", "c1:3181"})
+    assert RackAwarePolicy().bookkeeper_adherence(ens, 2, 2, topo, writable=up) is Adherence.FAIL
+    assert RackAwarePolicy().bookkeeper_adherence(ens, 2, 2, topo, writable=ALL_UP) is Adherence.MEETS_STRICT
+    assert DefaultPolicy().bookkeeper_adherence(("a1:3181", "a2:3181"), 2, 2, topo, writable=up) is (
+        Adherence.MEETS_STRICT
+    )
+    zones = Topology.from_mapping({"a:1": "/z1/u1", "b:1": "/z2/u1", "c:1": "/z3/u1"})
+    zone = ZoneAwarePolicy()
+    assert zone.bookkeeper_adherence(("a:1", "b:1", "c:1"), 3, 2, zones, writable=set()) is zone.adherence(
+        ("a:1", "b:1", "c:1"), 3, 2, zones
+    )
