@@ -47,6 +47,9 @@ class CheckerSettings:
     publish_placement: bool = False
     # markers written per second (zkReplicationTaskRateLimit-style throttle, cf. BookKeeper PR #3541)
     publish_rate_per_s: float = 50.0
+    # after a successful run, write the Auditor's checkallledgersctime / placementpolicycheckctime /
+    # replicascheckctime znodes (the checks this run stands in for; docs/compatibility.md)
+    write_check_ctimes: bool = True
     # never | warning | critical: the lowest severity that makes the run exit 2
     fail_on: str = "critical"
     # Prometheus text file (node_exporter textfile collector); empty = none

@@ -763,7 +763,27 @@ class CheckerRun:
         self.result.status = SUCCEEDED
         self.result.exit_code = exit_code(self.result.counts, self.fail_on)
         self.result.seconds = time.monotonic() - self.t0
+        self._record_check_times()
         self._metrics(success=True)
+
+    def _record_check_times(self) -> None:
+        """Stand in for the Auditor's periodic checks in ZooKeeper: a full run did checkAllLedgers (entries
+        on their bookies), placementPolicyCheck (placement, overdue markers) and replicasCheck (each bookie's
+        listing), so it stamps their `*ctime` znodes as the Java Auditor does when one completes (binary
+        protobuf, epoch ms). A Java auditor elected later then schedules its next run from them, and
+        `bookkeeper shell` tooling sees when the checks last ran. A failed write is logged, not fatal."""
+        if not self.conf.write_check_ctimes or self.zk is None:
+            return
+        from bkaudit.zk import underreplication as ur
+        from bkaudit.zk.client import acls
+        from bkaudit.zk.paths import CHECK_CTIME_NODES
+
+        now_ms = int(time.time() * 1000)
+        try:
+            for kind in CHECK_CTIME_NODES:
+                ur.write_check_ctime(self.zk, kind, now_ms, root=self.root, acl=acls(self.zk_settings))
+        except Exception as exc:
+            log.warning("could not record the check times in ZooKeeper: %s", exc)
 
     def _resolve_snapshot(self) -> str:
         from bkaudit.tables.read import latest_snapshot_id

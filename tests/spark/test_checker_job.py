@@ -384,3 +384,29 @@ def test_cluster_without_entries_to_verify(spark, zk_server, tmp_path):
     assert result.status == "succeeded" and result.violations == [] and result.bookies == []
     assert result.ledgers_checked == 2 and result.ledgers_durability_checked == 0 and result.exit_code == 0
 
+
+def _proto_int64_field1(data: bytes) -> int:
+    """DataFormats' Check*Format{int64 *CTime = 1} decoded by hand (tag 0x08, then a varint)."""
+    assert data[0] == 0x08
+    value, shift = 0, 0
+    for byte in data[1:]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value
+    raise AssertionError("truncated varint")
+
+
+def test_a_successful_run_stamps_the_auditors_check_times(spark, world, snapshot_id):
+    """The checker stands in for the Auditor's periodic checks: their ctime znodes say when it last ran."""
+    before = int(time.time() * 1000)
+    result = check(spark, world, snapshot_id, run_id="ctimes")
+    after = int(time.time() * 1000)
+    assert result.status == "succeeded"
+    zk = connect(world["zk"])
+    try:
+        for node in ("checkallledgersctime", "placementpolicycheckctime", "replicascheckctime"):
+            data, _ = zk.get(f"{world['root']}/underreplication/{node}")
+            assert before <= _proto_int64_field1(data) <= after, node
+    finally:
+        close(zk)
