@@ -123,6 +123,8 @@ class FanoutConfig:
     """Everything a fan-out task needs; picklable (shipped to executors in the mapInArrow closure)."""
 
     targets: Mapping[str, str]
+    batch_listing: frozenset[str] = frozenset()
+    """Bookies that advertised the batch listing (op 1000); the others get per-ledger requests."""
     batch_size: int = 500
     max_in_flight: int = 4
     call_timeout_s: float = 15.0
@@ -402,7 +404,7 @@ def query_bookie(
 
 
 def make_client(bookie_id: str, config: FanoutConfig) -> Any:
-    """A BookieClient for one bookie, created inside the task (gRPC channels do not pickle)."""
+    """A BookieClient for one bookie, created inside the task (connections do not pickle)."""
     from bkaudit.rpc.client import BookieClient
 
     target = config.targets.get(bookie_id, bookie_id)
@@ -412,6 +414,7 @@ def make_client(bookie_id: str, config: FanoutConfig) -> Any:
         tls=config.tls,
         connect_timeout_s=config.connect_timeout_s,
         request_timeout_s=config.call_timeout_s,
+        batch_listing=bookie_id in config.batch_listing,
     )
 
 

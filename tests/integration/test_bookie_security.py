@@ -82,7 +82,7 @@ def test_tls_bookie(cluster_factory, pki, tmp_path) -> None:  # type: ignore[no-
         cluster.zk_client().get(paths.available_path(b.id, root=cluster.root))[0], b.id)
     assert info.properties_dict()["bkaudit.tls"] == "tls"
     with BookieClient(b.id, b.id, connect_timeout_s=2) as plain:
-        assert _status(plain) == "UNAVAILABLE"
+        assert _status(plain) == "EUA"  # no START_TLS: not authenticated
     with BookieClient(b.id, b.id, tls=TlsConfig(ca=pki["other_ca"]), connect_timeout_s=2) as wrong_ca:
         assert _status(wrong_ca) == "UNAVAILABLE"
     with BookieClient(b.id, b.id, tls=TlsConfig(ca=pki["ca"])) as good:
