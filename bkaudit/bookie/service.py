@@ -28,6 +28,7 @@ from bkaudit.bookie.storage import Storage
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.entry import parse_entry_header
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+from bkaudit.formats.wire import length_delimited, varint
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ CODE = {name: pb.StatusCode.Value(name) for name in pb.StatusCode.keys()}  # noq
 EOK = pb.EOK
 HIGH_PRIORITY = 100
 _V3 = pb.VERSION_THREE
+_LIST_ONE = pb.GET_LIST_OF_ENTRIES_OF_LEDGER
+_ENOLEDGER = varint(pb.ENOLEDGER)
 AUTH_PLUGIN = "AuthDisabledPlugin"
 
 
@@ -162,6 +165,13 @@ class BookieService:
             return
         if not authenticated and req is not None:
             reply(_bare(req, pb.EUA))
+            return
+        if req is not None and req.header.operation == _LIST_ONE and req.HasField(
+                "getListOfEntriesOfLedgerRequest") and req.header.version == _V3:
+            # the listing hot path: answered at once from memory, response assembled by hand
+            ledger_id = req.getListOfEntriesOfLedgerRequest.ledgerId
+            reply(list_response(req.header.SerializeToString(), ledger_id,
+                                self.storage.availability(ledger_id)))
             return
         with self._lock:
             self._inflight += 1
@@ -328,6 +338,22 @@ def _start_tls(req: pb.Request, reply: Reply, upgrade: Upgrade | None) -> None:
 
 
 # -- response builders ---------------------------------------------------------------------------------------
+def list_response(header: bytes, ledger_id: int, availability: bytes | None) -> bytes:
+    """The GET_LIST_OF_ENTRIES_OF_LEDGER Response (EOK with the bytes, or ENOLEDGER), assembled by hand.
+
+    `header` is the request's serialized BKPacketHeader, copied as BookKeeper copies it. Byte-identical to
+    `_response` (tests/unit/test_bookie_service_wire.py).
+    """
+    if availability is None:
+        sub = b"\x08" + _ENOLEDGER + b"\x10" + varint(ledger_id)
+        status = _ENOLEDGER
+    else:
+        sub = b"\x08\x00\x10" + varint(ledger_id) + length_delimited(b"\x1a", availability)
+        status = b"\x00"
+    return length_delimited(b"\x0a", header) + b"\x10" + status + length_delimited(b"\xe2\x06", sub)
+
+
+
 def _undecodable(txn_id: int = 0) -> bytes:
     """EBADREQ for bytes that are not a Request (the header carries txnId 0 when it could not be read)."""
     resp = pb.Response(status=pb.EBADREQ)

@@ -24,12 +24,12 @@ GET_LIST_OF_ENTRIES_OF_LEDGER request per ledger, all pipelined, combined into t
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import logging
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -368,6 +368,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.frames = Frames(client.max_frame_bytes)
         self._tls_answer: asyncio.Future[int] | None = None
+        self.deadlines = _DEADLINES.watch(self)
 
     # -- opening (on the loop) -------------------------------------------------------------------------------
     async def open(self) -> None:
@@ -544,17 +545,17 @@ class BookieClient(RequestClient):
                     p.future.set_exception(self._error("UNAVAILABLE", "client closed", p))
                 return
             conn, new = self._connection()
-            pending, out = conn.pending, conn.out
+            pending, out, fifo = conn.pending, conn.out, conn.deadlines
+            deadline = time.monotonic() + self.request_timeout_s
             for data, txn, p in items:
                 pending[txn] = p
                 out.append(pack(len(data)))
                 out.append(data)
+                fifo.append((deadline, txn))
             schedule = not conn.flush_scheduled and not new
             if schedule:
                 conn.flush_scheduled = True
         loop = ioloop.get()
-        deadline = time.monotonic() + self.request_timeout_s
-        _DEADLINES.add_many(deadline, conn, [txn for _, txn, _ in items])
         if new:
             asyncio.run_coroutine_threadsafe(conn.open(), loop)
         elif schedule:
@@ -562,50 +563,57 @@ class BookieClient(RequestClient):
 
 
 class _Deadlines:
-    """One timer thread for every client: fails requests still pending at their deadline (lazy heap).
+    """One timer thread for every client: fails requests still pending at their deadline.
 
-    A "stream" is anything with `pending` (txn -> _Pending) and `client` (with `_timeout`).
+    Requests of one connection share one timeout, so their deadlines grow in send order: each connection keeps
+    a FIFO of (deadline, txn) appended without any lock, and this thread pops from its front every TICK_S,
+    failing what is still pending past its deadline and dropping what was answered.
+    A "stream" is anything with `pending` (txn -> _Pending), `client` (with `_timeout`) and `closed`.
     """
 
+    TICK_S = 0.05
+
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Any, Any]] = []
-        self._seq = itertools.count()
-        self._cv = threading.Condition(threading.Lock())
+        self._streams: set[Any] = set()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def add(self, deadline: float, stream: Any, txn: int) -> None:
-        self.add_many(deadline, stream, [txn])
-
-    def add_many(self, deadline: float, stream: Any, txns: list[int]) -> None:
-        """All `txns` share one heap entry (a gathered listing adds thousands at once)."""
-        key = txns[0] if len(txns) == 1 else txns
-        with self._cv:
-            heap = self._heap
-            heapq.heappush(heap, (deadline, next(self._seq), stream, key))
+    def watch(self, stream: Any) -> deque[tuple[float, int]]:
+        """Register a stream; returns the FIFO its sender appends (deadline, txn) to."""
+        stream.deadlines = deque()
+        with self._lock:
+            self._streams.add(stream)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="bookie-client-deadlines", daemon=True)
                 self._thread.start()
-            elif heap[0][2] is stream and heap[0][3] is key:  # the new deadline is the earliest
-                self._cv.notify()
+        return stream.deadlines  # type: ignore[no-any-return]
+
+    def add(self, deadline: float, stream: Any, txn: int) -> None:
+        fifo = getattr(stream, "deadlines", None)
+        if fifo is None:
+            fifo = self.watch(stream)
+        fifo.append((deadline, txn))
 
     def _run(self) -> None:
         while True:
-            expired: list[tuple[Any, Any]] = []
-            with self._cv:
-                heap = self._heap
-                now = time.monotonic()
-                while heap and heap[0][0] <= now:
-                    _, _, stream, key = heapq.heappop(heap)
-                    expired.append((stream, key))
-                if not expired:
-                    self._cv.wait(timeout=(heap[0][0] - now) if heap else None)
-                    continue
-            for stream, key in expired:
-                pending = stream.pending
-                for txn in key if isinstance(key, list) else (key,):
-                    p = pending.pop(txn, None)
-                    if p is not None:
-                        stream.client._timeout(p)
+            time.sleep(self.TICK_S)
+            now = time.monotonic()
+            with self._lock:
+                streams = list(self._streams)
+            for stream in streams:
+                fifo, pending = stream.deadlines, stream.pending
+                while fifo:
+                    deadline, txn = fifo[0]
+                    if txn in pending:
+                        if deadline > now:
+                            break
+                        p = pending.pop(txn, None)
+                        if p is not None:
+                            stream.client._timeout(p)
+                    fifo.popleft()
+                if stream.closed and not fifo:
+                    with self._lock:
+                        self._streams.discard(stream)
 
 
 _DEADLINES = _Deadlines()
