@@ -203,7 +203,7 @@ class _Connection(asyncio.Protocol):
         if transport is None:
             self.close("TLS handshake did not complete")
             return
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
         self.upgrading = False
         self.secure = True
         log.info("TLS session with %s (%s)", self.peer, transport.get_extra_info("cipher"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 _ONE_BYTE = [bytes((i,)) for i in range(0x80)]
 
 

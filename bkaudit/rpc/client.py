@@ -415,7 +415,7 @@ class _Connection(asyncio.Protocol):
                                          ssl_handshake_timeout=client.connect_timeout_s)
         if transport is None:
             raise ConnectionError("TLS handshake did not complete")
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
