@@ -71,7 +71,7 @@ class NativeServer:
                 assert self._server is not None
                 self._server.close()
                 for conn in list(self.connections):
-                    conn.close("bookie shutting down")
+                    conn.close("bookie shutting down", level=logging.INFO)
                 try:
                     await asyncio.wait_for(self._server.wait_closed(), grace)
                 except Exception:  # best effort at shutdown
@@ -208,10 +208,10 @@ class _Connection(asyncio.Protocol):
         self.secure = True
         log.info("TLS session with %s (%s)", self.peer, transport.get_extra_info("cipher"))
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, *, level: int = logging.WARNING) -> None:
         if self.closed:
             return
-        log.warning("closing connection from %s: %s", self.peer, reason)
+        log.log(level, "closing connection from %s: %s", self.peer, reason)
         self._flush()  # answers to the requests before the bad one still go out, as Netty's writes do
         self.closed = True
         self.server.connections.discard(self)
