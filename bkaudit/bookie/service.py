@@ -39,7 +39,6 @@ CODE = {name: pb.StatusCode.Value(name) for name in pb.StatusCode.keys()}  # noq
 EOK = pb.EOK
 HIGH_PRIORITY = 100
 _V3 = pb.VERSION_THREE
-_LIST_ONE = pb.GET_LIST_OF_ENTRIES_OF_LEDGER
 _ENOLEDGER = varint(pb.ENOLEDGER)
 AUTH_PLUGIN = "AuthDisabledPlugin"
 
@@ -165,13 +164,6 @@ class BookieService:
             return
         if not authenticated and req is not None:
             reply(_bare(req, pb.EUA))
-            return
-        if req is not None and req.header.operation == _LIST_ONE and req.HasField(
-                "getListOfEntriesOfLedgerRequest") and req.header.version == _V3:
-            # the listing hot path: answered at once from memory, response assembled by hand
-            ledger_id = req.getListOfEntriesOfLedgerRequest.ledgerId
-            reply(list_response(req.header.SerializeToString(), ledger_id,
-                                self.storage.availability(ledger_id)))
             return
         with self._lock:
             self._inflight += 1
@@ -301,8 +293,9 @@ class BookieService:
         done(_response(req, EOK, info=info))
 
     def _list_entries(self, req: pb.Request, done: Reply) -> None:
-        data = self.storage.availability(req.getListOfEntriesOfLedgerRequest.ledgerId)
-        done(_response(req, pb.ENOLEDGER) if data is None else _response(req, EOK, availability=data))
+        """The listing hot path: answered at once from memory, the response assembled by hand."""
+        ledger_id = req.getListOfEntriesOfLedgerRequest.ledgerId
+        done(list_response(req.header.SerializeToString(), ledger_id, self.storage.availability(ledger_id)))
 
     def _list_entries_batch(self, req: pb.Request, done: Reply) -> None:
         self._pool.submit(self._list_entries_batch_body, req, done)
