@@ -14,7 +14,10 @@ Each client process measures:
 3. listing, per bookie: standard GET_LIST_OF_ENTRIES_OF_LEDGER, one request per ledger, 4,000 in flight
    (what a Java bookie gets), and bkaudit's batch operation (1,000 ids per message, 4 in flight); ledgers/s.
 
-Reports medians with min-max over the runs. Appends a dated section to docs/performance.md unless
+Besides rates it records CPU seconds per operation (client process + bookie processes, from
+`time.process_time` and /proc/<pid>/stat): on a shared, overloaded machine rates mostly measure the CPU share
+the scheduler grants (a transport with more threads gets more), CPU per operation is what each transport
+costs. Reports medians with min-max over the runs. Appends a dated section to docs/performance.md unless
 --no-append.
 """
 
@@ -138,7 +141,29 @@ def _count(result: Any) -> int:
     return sum(1 for v in result.values() if isinstance(v, bytes | bytearray))
 
 
-def worker(transport: str, zk: str, root: str, adds: int, list_ledgers: int) -> dict[str, float]:
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process used so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Cpu:
+    """CPU used by this process and the bookie processes between two points."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.start = self._now()
+
+    def _now(self) -> float:
+        return time.process_time() + sum(_proc_cpu(p) for p in self.pids)
+
+    def per_op_us(self, ops: int) -> float:
+        return (self._now() - self.start) / ops * 1e6
+
+
+def worker(transport: str, zk: str, root: str, adds: int, list_ledgers: int,
+           pids: list[int]) -> dict[str, float]:
     """One fresh client process on one transport: adds, reads, listing (per-ledger and batch)."""
     from bkaudit import config
     from bkaudit.client import BookKeeper
@@ -149,26 +174,35 @@ def worker(transport: str, zk: str, root: str, adds: int, list_ledgers: int) -> 
     out: dict[str, float] = {}
     with BookKeeper.connect(zk=zk, root=root, settings=settings) as bk:
         write_ledgers(bk, 2, 300)  # warm up connections and code paths
+        cpu = _Cpu(pids)
         ids, lat, seconds = write_ledgers(bk, 4, adds // 4)
+        out["add_cpu_us"] = cpu.per_op_us(len(lat))
         out["adds_per_s"] = len(lat) / seconds
         out["add_p50_ms"] = percentile(lat, 50) * 1e3
         out["add_p99_ms"] = percentile(lat, 99) * 1e3
+        cpu = _Cpu(pids)
         entries, seconds = read_ledgers(bk, ids)
+        out["read_cpu_us"] = cpu.per_op_us(entries)
         out["reads_per_s"] = entries / seconds
         ledger_ids = list(range(LIST_BASE_ID, LIST_BASE_ID + list_ledgers))
         single, batch = [], []
+        cpu_single, cpu_batch = [], []
         for bookie in registry.list_writable(bk.zk, root):
             address = bk.pool.lookup(bookie)
-            for batch_listing, rates, size in ((False, single, 1000), (True, batch, 1000)):
+            for batch_listing, rates, cpus in ((False, single, cpu_single), (True, batch, cpu_batch)):
                 client = make_client(bookie, BookieAddress(address.target, batch_listing),
                                      transport=transport, request_timeout_s=120)
                 try:
-                    list_all(client, ledger_ids[:size], size, 1)  # warm the connection
-                    rates.append(list_ledgers / list_all(client, ledger_ids, size, 4))
+                    list_all(client, ledger_ids[:1000], 1000, 1)  # warm the connection
+                    cpu = _Cpu(pids)
+                    rates.append(list_ledgers / list_all(client, ledger_ids, 1000, 4))
+                    cpus.append(cpu.per_op_us(list_ledgers))
                 finally:
                     client.close()
         out["list_single_per_s"] = statistics.mean(single)
+        out["list_single_cpu_us"] = statistics.mean(cpu_single)
         out["list_batch_per_s"] = statistics.mean(batch)
+        out["list_batch_cpu_us"] = statistics.mean(cpu_batch)
     return out
 
 
@@ -184,9 +218,10 @@ def populate(cluster: Any, ledgers: int) -> None:
         cluster.start_bookie(bookie.id)
 
 
-def run_client(transport: str, zk: str, root: str, adds: int, list_ledgers: int) -> dict[str, float]:
+def run_client(transport: str, zk: str, root: str, adds: int, list_ledgers: int,
+               pids: list[int]) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--worker", transport, "--zk", zk, "--root", root, "--adds", str(adds),
-           "--list-ledgers", str(list_ledgers)]
+           "--list-ledgers", str(list_ledgers), "--bookie-pids", ",".join(map(str, pids))]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{transport} client failed:\n{done.stderr[-3000:]}")
@@ -198,10 +233,14 @@ METRICS = [
     ("adds_per_s", "acked adds/s (4 ledgers x 500 in flight)", True),
     ("add_p50_ms", "add latency p50, ms", False),
     ("add_p99_ms", "add latency p99, ms", False),
+    ("add_cpu_us", "CPU per acked add, µs (client + bookies)", False),
     ("reads_per_s", "entries read/s (ledger client, 4 ledgers)", True),
+    ("read_cpu_us", "CPU per entry read, µs (client + bookies)", False),
     ("list_single_per_s", "listing, one GET_LIST_OF_ENTRIES_OF_LEDGER per ledger: ledgers/s per bookie",
      True),
+    ("list_single_cpu_us", "CPU per ledger listed one request per ledger, µs (client + bookie)", False),
     ("list_batch_per_s", "listing, batch op 1000: ledgers/s per bookie", True),
+    ("list_batch_cpu_us", "CPU per ledger listed by batch, µs (client + bookie)", False),
 ]
 
 
@@ -232,7 +271,7 @@ def report(results: dict[str, list[dict[str, float]]], meta: dict[str, Any]) -> 
     for key, label, higher in METRICS:
         nat = [r[key] for r in results["native"]]
         grp = [r[key] for r in results["grpc"]]
-        digits = 1 if key.endswith("_ms") else 0
+        digits = 1 if key.endswith(("_ms", "_us")) else 0
         ratio = statistics.median(nat) / statistics.median(grp)
         lines.append(f"| {label} | {_cell(nat, digits)} | {_cell(grp, digits)} | {ratio:.2f}x"
                      f"{'' if higher else ' (lower is better)'} |")
@@ -259,9 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--adds", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--list-ledgers", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--bookie-pids", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.zk, args.root, args.adds, args.list_ledgers)), flush=True)
+        pids = [int(p) for p in args.bookie_pids.split(",") if p]
+        result = worker(args.worker, args.zk, args.root, args.adds, args.list_ledgers, pids)
+        print(json.dumps(result), flush=True)
         return 0
     from bkaudit.cluster.local import LocalCluster
 
@@ -277,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             populate(cluster, list_ledgers)
             for run in range(args.runs):
                 for transport in TRANSPORTS if run % 2 == 0 else TRANSPORTS[::-1]:
-                    r = run_client(transport, cluster.zk, cluster.root, adds, list_ledgers)
+                    pids = [b.pid for b in cluster.bookies if b.pid]
+                    r = run_client(transport, cluster.zk, cluster.root, adds, list_ledgers, pids)
                     results[transport].append(r)
                     print(f"run {run + 1} {transport}: " + ", ".join(f"{k} {v:,.1f}" for k, v in r.items()),
                           flush=True)

@@ -5,11 +5,11 @@ protobuf frames (bkaudit.rpc.framing), `BKPacketHeader{VERSION_THREE, operation,
 flight on one connection, no AUTH frame (BookKeeper's null auth provider), and for TLS a plaintext START_TLS
 exchange followed by the TLS handshake on the same socket.
 
-Every call returns a concurrent.futures.Future at once. All native connections of the process share one
-asyncio event loop thread (bkaudit.rpc.ioloop): callers serialize their request and append it to the
-connection's outgoing buffer; the loop writes whatever accumulated in one `write` and parses responses as they
-arrive. No thread is created per call. One module-wide timer thread fails requests that outlive
-`request_timeout_s`.
+Every call returns a concurrent.futures.Future at once. All native connections of the process share a few
+asyncio event loop threads (bkaudit.rpc.ioloop; a client stays on one): callers serialize their request and
+append it to the connection's outgoing buffer; the loop writes whatever accumulated in one `write` and
+parses responses as they arrive. No thread is created per call. One module-wide timer thread fails requests
+that outlive `request_timeout_s`.
 
 Failure model: a non-OK status fails the future with BookieError(status name) (FencedError for EFENCED);
 a timeout, a refused connection, a garbage or oversized frame, or a closed connection fails with
@@ -506,6 +506,7 @@ class BookieClient(RequestClient):
                          request_timeout_s=request_timeout_s, batch_listing=batch_listing)
         self.max_frame_bytes = max_frame_bytes
         self._conn: _Connection | None = None
+        self._loop = ioloop.get()  # this client's connections live on this loop
 
     def close(self) -> None:
         """Close the connection and fail whatever is still pending."""
@@ -513,7 +514,7 @@ class BookieClient(RequestClient):
             self._closed = True
             conn = self._conn
         if conn is not None:
-            loop = ioloop.get()
+            loop = self._loop
             done = threading.Event()
 
             def shut() -> None:
@@ -555,7 +556,7 @@ class BookieClient(RequestClient):
             schedule = not conn.flush_scheduled and not new
             if schedule:
                 conn.flush_scheduled = True
-        loop = ioloop.get()
+        loop = self._loop
         if new:
             asyncio.run_coroutine_threadsafe(conn.open(), loop)
         elif schedule:

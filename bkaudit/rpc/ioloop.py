@@ -1,37 +1,48 @@
-"""The process-wide asyncio event loop that carries every native bookie connection.
+"""The process-wide asyncio event loops that carry every native bookie connection.
 
-One daemon thread runs it; connections, reads and writes for all bookies are multiplexed there, so no thread
-exists per connection or per request. A forked child (Spark's Python workers) gets its own loop: the parent's
-thread does not exist in the child.
+A few daemon threads (LOOPS) each run one loop; a client is bound to one of them, round robin, for its whole
+life. Connections, reads and writes for all bookies are multiplexed there, so no thread exists per request,
+and the work of answering many bookies (response parsing, the callbacks of the futures it completes) is not
+serialised on a single thread. A forked child (Spark's Python workers) gets its own loops: the parent's
+threads do not exist in the child.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import threading
 
+LOOPS = 4
+
 _lock = threading.Lock()
-_loop: asyncio.AbstractEventLoop | None = None
-_thread: threading.Thread | None = None
+_loops: list[asyncio.AbstractEventLoop] = []
+_threads: set[threading.Thread] = set()
 _pid = 0
+_next = itertools.count()
 
 
 def get() -> asyncio.AbstractEventLoop:
-    """The running I/O loop, started on first use (and again after a fork)."""
-    global _loop, _thread, _pid
-    loop = _loop
-    if loop is not None and _pid == os.getpid():
-        return loop
-    with _lock:
-        if _loop is None or _pid != os.getpid():
-            _loop = asyncio.new_event_loop()
-            _pid = os.getpid()
-            _thread = threading.Thread(target=_loop.run_forever, name="bookie-io", daemon=True)
-            _thread.start()
-        return _loop
+    """One of the running I/O loops (round robin), started on first use (and again after a fork)."""
+    global _pid
+    if not _loops or _pid != os.getpid():
+        with _lock:
+            if not _loops or _pid != os.getpid():
+                loops, threads = [], set()
+                for i in range(LOOPS):
+                    loop = asyncio.new_event_loop()
+                    thread = threading.Thread(target=loop.run_forever, name=f"bookie-io-{i}", daemon=True)
+                    thread.start()
+                    loops.append(loop)
+                    threads.add(thread)
+                _loops[:] = loops
+                _threads.clear()
+                _threads.update(threads)
+                _pid = os.getpid()
+    return _loops[next(_next) % len(_loops)]
 
 
 def in_loop() -> bool:
-    """True on the I/O loop's own thread (where blocking on the loop would deadlock)."""
-    return _thread is not None and threading.current_thread() is _thread
+    """True on one of the I/O loops' own threads (where blocking on a loop would deadlock)."""
+    return threading.current_thread() in _threads
