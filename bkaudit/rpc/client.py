@@ -541,21 +541,23 @@ class BookieClient(RequestClient):
     def _transmit_many(self, items: list[tuple[bytes, int, _Pending]]) -> None:
         pack = _LEN.pack
         with self._lock:
-            if self._closed:
-                for _, _, p in items:
-                    p.future.set_exception(self._error("UNAVAILABLE", "client closed", p))
-                return
-            conn, new = self._connection()
-            pending, out, fifo = conn.pending, conn.out, conn.deadlines
-            deadline = time.monotonic() + self.request_timeout_s
-            for data, txn, p in items:
-                pending[txn] = p
-                out.append(pack(len(data)))
-                out.append(data)
-                fifo.append((deadline, txn))
-            schedule = not conn.flush_scheduled and not new
-            if schedule:
-                conn.flush_scheduled = True
+            closed = self._closed
+            if not closed:
+                conn, new = self._connection()
+                pending, out, fifo = conn.pending, conn.out, conn.deadlines
+                deadline = time.monotonic() + self.request_timeout_s
+                for data, txn, p in items:
+                    pending[txn] = p
+                    out.append(pack(len(data)))
+                    out.append(data)
+                    fifo.append((deadline, txn))
+                schedule = not conn.flush_scheduled and not new
+                if schedule:
+                    conn.flush_scheduled = True
+        if closed:  # failed outside the lock: a callback may call this client again
+            for _, _, p in items:
+                p.future.set_exception(self._error("UNAVAILABLE", "client closed", p))
+            return
         loop = self._loop
         if new:
             asyncio.run_coroutine_threadsafe(conn.open(), loop)

@@ -212,3 +212,16 @@ def test_frames_decoder() -> None:
     assert frames.partial == 0
     with pytest.raises(FormatError, match="exceeds the maximum frame size of 16"):
         frames.feed(b"\x00\x00\x00\x11")
+
+
+def test_closed_client_fails_at_once_and_callbacks_may_call_it_again(fake) -> None:  # type: ignore[no-untyped-def]
+    bookie = fake(well_behaved)
+    client = BookieClient("b", bookie.target)
+    assert client.get_bookie_info().result(20).total_disk == 100
+    client.close()
+    again: list[BookieError] = []
+    fut = client.get_bookie_info()
+    fut.add_done_callback(lambda f: again.append(client.get_bookie_info().exception(timeout=5)))
+    exc = fut.exception(timeout=5)
+    assert isinstance(exc, BookieError) and "client closed" in str(exc)
+    assert len(again) == 1 and "client closed" in str(again[0])
