@@ -254,3 +254,29 @@ def test_pipelined_requests_are_matched_by_txn(client: BookieClient) -> None:
     wait([*reads.values(), *lists])
     assert all(f.result() == entry(lid, e) for e, f in reads.items())
     assert all(f.result() == availability.encode(range(300)) for f in lists)
+
+
+def test_optional_grpc_listener_serves_the_same_bookie(cluster_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`[bookie] grpc_port` adds a `bkaudit-grpc` endpoint (never bookie-rpc); transport="grpc" uses it."""
+    from bkaudit.formats import records
+    from bkaudit.rpc.pool import BookieClientPool
+    from bkaudit.zk import paths
+
+    conf = tmp_path / "grpc.toml"
+    conf.write_text("[bookie]\ngrpc_port = 0\n")
+    cluster = cluster_factory(bookies=1, racks=1, bookie_args=["--config", str(conf)])
+    b = cluster.bookies[0]
+    info = records.parse_bookie_service_info(
+        cluster.zk_client().get(paths.available_path(b.id, root=cluster.root))[0], b.id)
+    native, grpc_endpoint = info.endpoint("bookie-rpc"), info.endpoint("bkaudit-grpc")
+    assert native is not None and native.port == b.port
+    assert grpc_endpoint is not None and grpc_endpoint.port not in (0, b.port)
+    lid = new_ledger()
+    with BookieClientPool(zk=cluster.zk_client(), root=cluster.root, transport="grpc") as pool:
+        client = pool.get(b.id)
+        assert client.target.endswith(f":{grpc_endpoint.port}")
+        wait([client.add_entry(lid, e, KEY, entry(lid, e)) for e in range(3)])
+        assert client.read_entry(lid, 2).result(10) == entry(lid, 2)
+        assert client.get_list_of_entries_batch([lid]).result(10)[lid] == availability.encode([0, 1, 2])
+    with BookieClientPool(zk=cluster.zk_client(), root=cluster.root) as pool:  # and natively, the same data
+        assert pool.get(b.id).read_entry(lid, 1).result(10) == entry(lid, 1)
