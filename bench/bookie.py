@@ -1,28 +1,35 @@
-"""Bookie + ledger client benchmark: acknowledged adds/s and GetListOfEntries ledgers/s on a local cluster.
+"""Bookie transports compared: BookKeeper's native TCP protocol vs bkaudit's gRPC framed path, same run.
 
-    .venv/bin/python bench/bookie.py [--quick] [--no-append]
+    .venv/bin/python bench/bookie.py [--quick] [--runs 3] [--no-append]
 
-Starts a LocalCluster of 3 bookies (3 racks) with its own ZooKeeper and measures, in the same run:
+Starts a LocalCluster of 3 bookies (3 racks) serving both transports (native on bookie-rpc, gRPC on the
+optional bkaudit-grpc listener), bulk-loads N ledgers into every bookie for listing, then runs each
+transport in a fresh client process, alternating native / gRPC (then gRPC / native) for `--runs` rounds.
+Each client process measures:
 
-1. adds: 1 KiB entries, E3/WQ2/AQ2, pipelined (`add_entry_async`, several ledgers written in parallel, by
-   one and by two client processes) against a baseline of synchronous one-at-a-time adds; throughput of
-   acknowledged adds and p50/p99 latency
-   (submit -> acknowledgement, so pipelined latency includes queueing).
-2. listing: GetListOfEntriesOfLedger for N ledgers per bookie, through the batch operation vs one message per
-   ledger (same pipelining window), ledgers/s per bookie and the ratio. Ledgers are bulk-loaded into each
-   bookie's storage (bkaudit.bookie.storage.bulk_load_index) while it is stopped.
+1. adds: 1 KiB entries, E3/WQ2/AQ2, 4 ledgers written in parallel with up to 500 adds in flight each
+   (`add_entry_async`); acknowledged adds/s and p50/p99 submit -> acknowledgement latency;
+2. reads: the entries just written, read back through the ledger client (4 ledgers in parallel, digest
+   verified), entries/s;
+3. listing, per bookie: standard GET_LIST_OF_ENTRIES_OF_LEDGER, one request per ledger, 4,000 in flight
+   (what a Java bookie gets), and bkaudit's batch operation (1,000 ids per message, 4 in flight); ledgers/s.
 
-Appends a dated section to docs/performance.md (append only) unless --no-append.
+Besides rates it records CPU seconds per operation (client process + bookie processes, from
+`time.process_time` and /proc/<pid>/stat): on a shared, overloaded machine rates mostly measure the CPU share
+the scheduler grants (a transport with more threads gets more), CPU per operation is what each transport
+costs. Reports medians with min-max over the runs. Appends a dated section to docs/performance.md unless
+--no-append.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import multiprocessing as mp
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 ENTRY = 1024
+WINDOW = 500
 LIST_BASE_ID = 10_000_000  # bulk-loaded ledger ids start here (far from client-created ones)
+TRANSPORTS = ("native", "grpc")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -47,11 +56,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-# -- adds ---------------------------------------------------------------------------------------------------
-def _write_ledgers(
-    bk: Any, ledgers: int, entries: int, window: int, start: Any
-) -> tuple[int, list[float], float]:
-    """`ledgers` writer threads, each keeping up to `window` adds in flight; (adds, latencies, seconds)."""
+# -- the client process -------------------------------------------------------------------------------
+def write_ledgers(bk: Any, ledgers: int, entries: int) -> tuple[list[int], list[float], float]:
+    """`ledgers` writer threads, up to WINDOW adds in flight each; (ledger ids, latencies, seconds)."""
     payload = os.urandom(ENTRY)
     latencies: list[list[float]] = [[] for _ in range(ledgers)]
     handles = [bk.create_ledger(3, 2, 2) for _ in range(ledgers)]
@@ -62,7 +69,7 @@ def _write_ledgers(
         in_flight: deque[Future[int]] = deque()
         try:
             for _ in range(entries):
-                if len(in_flight) >= window:
+                if len(in_flight) >= WINDOW:
                     in_flight.popleft().result(120)
                 t0 = time.perf_counter()
                 fut = handle.add_entry_async(payload)
@@ -74,7 +81,6 @@ def _write_ledgers(
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(ledgers)]
-    start.wait()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -85,92 +91,36 @@ def _write_ledgers(
         h.close()
     if errors:
         raise errors[0]
-    lat = [x for per in latencies for x in per]
-    return len(lat), lat, elapsed
+    return [h.ledger_id for h in handles], [x for per in latencies for x in per], elapsed
 
 
-def _writer_process(
-    zk: str, root: str, ledgers: int, entries: int, window: int, start: Any, out: Any
-) -> None:
-    """One client process (its own BookKeeper, ZooKeeper session and bookie connections)."""
-    from bkaudit.client import BookKeeper
+def read_ledgers(bk: Any, ledger_ids: list[int]) -> tuple[int, float]:
+    """Read every entry of `ledger_ids` back (one thread per ledger); (entries, seconds)."""
+    counts = [0] * len(ledger_ids)
+    errors: list[BaseException] = []
 
-    with BookKeeper.connect(zk=zk, root=root) as bk:
-        _write_ledgers(bk, 1, 200, window, _Go())  # warm up connections and code paths
-        out.put(_write_ledgers(bk, ledgers, entries, window, start))
+    def reader(i: int) -> None:
+        try:
+            handle = bk.open_ledger(ledger_ids[i], recover=False)
+            for _ in handle.iter_entries():
+                counts[i] += 1
+        except BaseException as exc:
+            errors.append(exc)
 
-
-class _Go:
-    def wait(self) -> None:
-        return None
-
-
-def pipelined_adds(
-    zk: str, root: str, processes: int, ledgers: int, entries: int, window: int
-) -> dict[str, float]:
-    """`processes` client processes x `ledgers` ledgers each; acknowledged adds/s over the whole run."""
-    ctx = mp.get_context("spawn")
-    start, out = ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_writer_process, args=(zk, root, ledgers, entries, window, start, out))
-        for _ in range(processes)
-    ]
-    for p in procs:
-        p.start()
-    time.sleep(8)  # let every process import, connect and warm up before the gate opens
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(len(ledger_ids))]
     t0 = time.perf_counter()
-    start.set()
-    results = [out.get(timeout=600) for _ in procs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     elapsed = time.perf_counter() - t0
-    for p in procs:
-        p.join(60)
-    adds = sum(r[0] for r in results)
-    lat = [x for r in results for x in r[1]]
-    return {
-        "adds": adds,
-        "seconds": elapsed,
-        "rate": adds / elapsed,
-        "p50_ms": percentile(lat, 50) * 1e3,
-        "p99_ms": percentile(lat, 99) * 1e3,
-    }
+    if errors:
+        raise errors[0]
+    return sum(counts), elapsed
 
 
-def synchronous_adds(bk: Any, entries: int) -> dict[str, float]:
-    """Baseline: one add at a time, each waiting for its acknowledgement."""
-    payload = os.urandom(ENTRY)
-    lat: list[float] = []
-    with bk.create_ledger(3, 2, 2) as handle:
-        t_start = time.perf_counter()
-        for _ in range(entries):
-            t0 = time.perf_counter()
-            handle.add_entry(payload)
-            lat.append(time.perf_counter() - t0)
-        elapsed = time.perf_counter() - t_start
-    return {
-        "adds": entries,
-        "seconds": elapsed,
-        "rate": entries / elapsed,
-        "p50_ms": percentile(lat, 50) * 1e3,
-        "p99_ms": percentile(lat, 99) * 1e3,
-    }
-
-
-# -- listing ------------------------------------------------------------------------------------------------
-def populate(cluster: Any, ledgers: int) -> int:
-    """Bulk-load `ledgers` ledgers of 10 entries into every bookie (each stopped while loading)."""
-    from bkaudit.bookie.storage import bulk_load_index
-
-    total = 0
-    ids = range(LIST_BASE_ID, LIST_BASE_ID + ledgers)
-    for bookie in cluster.bookies:
-        cluster.stop_bookie(bookie.id)
-        total += bulk_load_index(bookie.data_dir, ((i, [(0, 4), (6, 10)]) for i in ids))
-        cluster.start_bookie(bookie.id)
-    return total
-
-
-def list_batch(client: Any, ids: list[int], batch: int, window: int) -> float:
-    """Seconds to list every id with GetListOfEntries batches of `batch` ids, `window` batches in flight."""
+def list_all(client: Any, ids: list[int], batch: int, window: int) -> float:
+    """Seconds to list every id, `batch` ids per call, `window` calls in flight; every id must be answered."""
     chunks = [ids[i : i + batch] for i in range(0, len(ids), batch)]
     in_flight: deque[Future[Any]] = deque()
     seen = 0
@@ -183,7 +133,7 @@ def list_batch(client: Any, ids: list[int], batch: int, window: int) -> float:
         seen += _count(in_flight.popleft().result(120))
     elapsed = time.perf_counter() - t0
     if seen != len(ids):
-        raise RuntimeError(f"batch listing returned {seen} availabilities for {len(ids)} ledgers")
+        raise RuntimeError(f"listing returned {seen} availabilities for {len(ids)} ledgers")
     return elapsed
 
 
@@ -191,73 +141,147 @@ def _count(result: Any) -> int:
     return sum(1 for v in result.values() if isinstance(v, bytes | bytearray))
 
 
-def list_single(client: Any, ids: list[int], window: int) -> float:
-    """Seconds to list every id with one GetListOfEntries message per ledger, `window` in flight."""
-    in_flight: deque[Future[Any]] = deque()
-    t0 = time.perf_counter()
-    for ledger_id in ids:
-        if len(in_flight) >= window:
-            in_flight.popleft().result(120)
-        in_flight.append(client.get_list_of_entries(ledger_id))
-    while in_flight:
-        in_flight.popleft().result(120)
-    return time.perf_counter() - t0
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process used so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# -- report -------------------------------------------------------------------------------------------------
-def _add_row(label: str, r: dict[str, float]) -> str:
-    return (
-        f"| {label} | {r['adds']:,} | {r['seconds']:.2f} | {r['rate']:,.0f} | {r['p50_ms']:.1f} "
-        f"| {r['p99_ms']:.1f} |"
-    )
+class _Cpu:
+    """CPU used by this process and the bookie processes between two points."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.start = self._now()
+
+    def _now(self) -> float:
+        return time.process_time() + sum(_proc_cpu(p) for p in self.pids)
+
+    def per_op_us(self, ops: int) -> float:
+        return (self._now() - self.start) / ops * 1e6
 
 
-def report(results: dict[str, Any], quick: bool) -> str:
-    sync = results["sync"]
-    runs = results["pipelined"]
-    best = max(r["rate"] for _, r in runs)
+def worker(transport: str, zk: str, root: str, adds: int, list_ledgers: int,
+           pids: list[int]) -> dict[str, float]:
+    """One fresh client process on one transport: adds, reads, listing (per-ledger and batch)."""
+    from bkaudit import config
+    from bkaudit.client import BookKeeper
+    from bkaudit.rpc.pool import BookieAddress, make_client
+    from bkaudit.zk import registry
+
+    settings = config.load(overrides={"rpc.transport": transport, "zk.connect": zk, "zk.root": root})
+    out: dict[str, float] = {}
+    with BookKeeper.connect(zk=zk, root=root, settings=settings) as bk:
+        write_ledgers(bk, 2, 300)  # warm up connections and code paths
+        cpu = _Cpu(pids)
+        ids, lat, seconds = write_ledgers(bk, 4, adds // 4)
+        out["add_cpu_us"] = cpu.per_op_us(len(lat))
+        out["adds_per_s"] = len(lat) / seconds
+        out["add_p50_ms"] = percentile(lat, 50) * 1e3
+        out["add_p99_ms"] = percentile(lat, 99) * 1e3
+        cpu = _Cpu(pids)
+        entries, seconds = read_ledgers(bk, ids)
+        out["read_cpu_us"] = cpu.per_op_us(entries)
+        out["reads_per_s"] = entries / seconds
+        ledger_ids = list(range(LIST_BASE_ID, LIST_BASE_ID + list_ledgers))
+        single, batch = [], []
+        cpu_single, cpu_batch = [], []
+        for bookie in registry.list_writable(bk.zk, root):
+            address = bk.pool.lookup(bookie)
+            for batch_listing, rates, cpus in ((False, single, cpu_single), (True, batch, cpu_batch)):
+                client = make_client(bookie, BookieAddress(address.target, batch_listing),
+                                     transport=transport, request_timeout_s=120)
+                try:
+                    list_all(client, ledger_ids[:1000], 1000, 1)  # warm the connection
+                    cpu = _Cpu(pids)
+                    rates.append(list_ledgers / list_all(client, ledger_ids, 1000, 4))
+                    cpus.append(cpu.per_op_us(list_ledgers))
+                finally:
+                    client.close()
+        out["list_single_per_s"] = statistics.mean(single)
+        out["list_single_cpu_us"] = statistics.mean(cpu_single)
+        out["list_batch_per_s"] = statistics.mean(batch)
+        out["list_batch_cpu_us"] = statistics.mean(cpu_batch)
+    return out
+
+
+# -- the driver ---------------------------------------------------------------------------------------
+def populate(cluster: Any, ledgers: int) -> None:
+    """Bulk-load `ledgers` ledgers of 10 entries into every bookie (each stopped while loading)."""
+    from bkaudit.bookie.storage import bulk_load_index
+
+    ids = range(LIST_BASE_ID, LIST_BASE_ID + ledgers)
+    for bookie in cluster.bookies:
+        cluster.stop_bookie(bookie.id)
+        bulk_load_index(bookie.data_dir, ((i, [(0, 4), (6, 10)]) for i in ids))
+        cluster.start_bookie(bookie.id)
+
+
+def run_client(transport: str, zk: str, root: str, adds: int, list_ledgers: int,
+               pids: list[int]) -> dict[str, float]:
+    cmd = [sys.executable, __file__, "--worker", transport, "--zk", zk, "--root", root, "--adds", str(adds),
+           "--list-ledgers", str(list_ledgers), "--bookie-pids", ",".join(map(str, pids))]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{transport} client failed:\n{done.stderr[-3000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+METRICS = [
+    ("adds_per_s", "acked adds/s (4 ledgers x 500 in flight)", True),
+    ("add_p50_ms", "add latency p50, ms", False),
+    ("add_p99_ms", "add latency p99, ms", False),
+    ("add_cpu_us", "CPU per acked add, µs (client + bookies)", False),
+    ("reads_per_s", "entries read/s (ledger client, 4 ledgers)", True),
+    ("read_cpu_us", "CPU per entry read, µs (client + bookies)", False),
+    ("list_single_per_s", "listing, one GET_LIST_OF_ENTRIES_OF_LEDGER per ledger: ledgers/s per bookie",
+     True),
+    ("list_single_cpu_us", "CPU per ledger listed one request per ledger, µs (client + bookie)", False),
+    ("list_batch_per_s", "listing, batch op 1000: ledgers/s per bookie", True),
+    ("list_batch_cpu_us", "CPU per ledger listed by batch, µs (client + bookie)", False),
+]
+
+
+def _cell(values: list[float], digits: int) -> str:
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"**{mid:,.{digits}f}** ({low:,.{digits}f}-{high:,.{digits}f})"
+
+
+def report(results: dict[str, list[dict[str, float]]], meta: dict[str, Any]) -> str:
     lines = [
         "",
-        f"## Bookie + ledger client ({dt.date.today().isoformat()}, "
-        f"bench/bookie.py{' --quick' if quick else ''})",
+        f"## Bookie transports: native BookKeeper TCP vs gRPC framed ({dt.date.today().isoformat()}, "
+        f"bench/bookie.py{' --quick' if meta['quick'] else ''})",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}. LocalCluster of 3 bookie processes (3 racks) + embedded "
-        "ZooKeeper on loopback; client processes, bookies and ZooKeeper share the machine's CPUs. "
-        f"Load average (1 min) before / after the run: {results['load'][0]:.1f} / {results['load'][1]:.1f} "
-        "(other work on the machine competes for the same CPUs).",
+        f"{platform.system()} {platform.release()}. LocalCluster of 3 bookie processes (3 racks, each "
+        "serving both transports) + embedded ZooKeeper on loopback; the client process, bookies and "
+        "ZooKeeper share the CPUs. Load average (1 min) before / after: "
+        f"{meta['load'][0]:.1f} / {meta['load'][1]:.1f} "
+        "(other work on the machine competes for the same CPUs). Each transport ran in a fresh client "
+        f"process, alternating, {meta['runs']} runs each; cells are median (min-max). "
+        f"{meta['adds']:,} adds per run, {meta['list_ledgers']:,} bulk-loaded ledgers listed per bookie "
+        "per mode.",
         "",
-        "### Acknowledged adds (1 KiB entries, E3/WQ2/AQ2, CRC32C)",
-        "",
-        "| mode | adds | seconds | acked adds/s | p50 ms | p99 ms |",
-        "|---|---|---|---|---|---|",
-        *(_add_row(label, r) for label, r in runs),
-        _add_row("baseline: synchronous, one add at a time", sync),
-        "",
-        f"Pipelining: {best / sync['rate']:.0f}x the synchronous baseline. Target >= 10,000 acked adds/s: "
-        f"{'met' if best >= 10_000 else 'not met'} (best {best:,.0f}/s). Up to {results['window']} adds in "
-        "flight per ledger; pipelined latency is submit -> acknowledgement and so includes the time an entry "
-        "waits behind the window.",
-        "",
-        f"### GetListOfEntriesOfLedger ({results['list_ledgers']:,} ledgers per bookie, bulk-loaded)",
-        "",
-        "| bookie | batch: ledgers/s | one message per ledger: ledgers/s | ratio |",
+        "| measure | native | gRPC framed | native / gRPC |",
         "|---|---|---|---|",
     ]
-    for row in results["listing"]:
-        lines.append(
-            f"| {row['bookie']} | {row['batch']:,.0f} | {row['single']:,.0f} | "
-            f"{row['batch'] / row['single']:.1f}x |"
-        )
-    mean_batch = statistics.mean(r["batch"] for r in results["listing"])
-    mean_single = statistics.mean(r["single"] for r in results["listing"])
+    for key, label, higher in METRICS:
+        nat = [r[key] for r in results["native"]]
+        grp = [r[key] for r in results["grpc"]]
+        digits = 1 if key.endswith(("_ms", "_us")) else 0
+        ratio = statistics.median(nat) / statistics.median(grp)
+        lines.append(f"| {label} | {_cell(nat, digits)} | {_cell(grp, digits)} | {ratio:.2f}x"
+                     f"{'' if higher else ' (lower is better)'} |")
+    adds = statistics.median(r["adds_per_s"] for r in results["native"])
+    single = statistics.median(r["list_single_per_s"] for r in results["native"])
     lines += [
-        f"| mean | {mean_batch:,.0f} | {mean_single:,.0f} | {mean_batch / mean_single:.1f}x |",
         "",
-        f"Batches of {results['batch']:,} ids with {results['batch_window']} batches in flight; single "
-        f"requests with {results['single_window']:,} in flight, same client, same run. "
-        "Target >= 50,000 ledgers/s per bookie with batches: "
-        f"{'met' if mean_batch >= 50_000 else 'not met'}.",
+        f"Aims: >= 10,000 acked adds/s pipelined over native: {'met' if adds >= 10_000 else 'not met'} "
+        f"(median {adds:,.0f}/s); per-ledger listing over native >= 20,000 ledgers/s per bookie: "
+        f"{'met' if single >= 20_000 else 'not met'} (median {single:,.0f}/s).",
         "",
     ]
     return "\n".join(lines)
@@ -266,68 +290,45 @@ def report(results: dict[str, Any], quick: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small run (smoke test)")
-    parser.add_argument(
-        "--no-append", action="store_true", help="print only; leave docs/performance.md alone"
-    )
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-append", action="store_true",
+                        help="print only; leave docs/performance.md alone")
+    parser.add_argument("--worker", choices=TRANSPORTS, help=argparse.SUPPRESS)
+    parser.add_argument("--zk", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--adds", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--list-ledgers", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--bookie-pids", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from bkaudit.client import BookKeeper
+    if args.worker:
+        pids = [int(p) for p in args.bookie_pids.split(",") if p]
+        result = worker(args.worker, args.zk, args.root, args.adds, args.list_ledgers, pids)
+        print(json.dumps(result), flush=True)
+        return 0
     from bkaudit.cluster.local import LocalCluster
 
-    window = int(os.environ.get("BENCH_WINDOW", "500"))
-    total_adds = 16_000 if args.quick else 120_000
-    sync_entries = 300 if args.quick else 2_000
+    adds = 8_000 if args.quick else 60_000
     list_ledgers = 2_000 if args.quick else 20_000
-    batch, batch_window, single_window = 1_000, 4, 1_000
-    shapes = [(1, 4), (2, 2)]  # (client processes, ledgers per process)
-    results: dict[str, Any] = {
-        "window": window,
-        "list_ledgers": list_ledgers,
-        "batch": batch,
-        "batch_window": batch_window,
-        "single_window": single_window,
-        "pipelined": [],
-    }
+    os.environ["BKAUDIT_BOOKIE__GRPC_PORT"] = "0"  # the bookies also serve the gRPC transport
     load_before = os.getloadavg()[0]
+    results: dict[str, list[dict[str, float]]] = {t: [] for t in TRANSPORTS}
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-") as tmp:
         cluster = LocalCluster.up(tmp, bookies=3, racks=3)
         try:
             print(f"populating {list_ledgers:,} ledgers per bookie ...", flush=True)
             populate(cluster, list_ledgers)
-            with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
-                print("synchronous adds ...", flush=True)
-                synchronous_adds(bk, 50)
-                results["sync"] = synchronous_adds(bk, sync_entries)
-                for procs, ledgers in shapes:
-                    per_ledger = total_adds // (procs * ledgers)
-                    print(
-                        f"pipelined adds: {procs} process(es) x {ledgers} ledgers x {per_ledger:,} ...",
-                        flush=True,
-                    )
-                    r = pipelined_adds(cluster.zk, cluster.root, procs, ledgers, per_ledger, window)
-                    label = (
-                        f"pipelined: {procs} client process{'es' if procs > 1 else ''} x {ledgers} ledgers"
-                    )
-                    results["pipelined"].append((label, r))
-                    print(f"  {r['rate']:,.0f} acked adds/s", flush=True)
-                ids = list(range(LIST_BASE_ID, LIST_BASE_ID + list_ledgers))
-                results["listing"] = []
-                for bookie in cluster.bookies:
-                    client = bk.pool.get(bookie.id)
-                    list_batch(client, ids[:batch], batch, 1)  # warm the connection
-                    t_batch = list_batch(client, ids, batch, batch_window)
-                    t_single = list_single(client, ids, single_window)
-                    results["listing"].append(
-                        {"bookie": bookie.id, "batch": len(ids) / t_batch, "single": len(ids) / t_single}
-                    )
-                    print(
-                        f"  {bookie.id}: batch {len(ids) / t_batch:,.0f}/s, "
-                        f"single {len(ids) / t_single:,.0f}/s",
-                        flush=True,
-                    )
+            for run in range(args.runs):
+                for transport in TRANSPORTS if run % 2 == 0 else TRANSPORTS[::-1]:
+                    pids = [b.pid for b in cluster.bookies if b.pid]
+                    r = run_client(transport, cluster.zk, cluster.root, adds, list_ledgers, pids)
+                    results[transport].append(r)
+                    print(f"run {run + 1} {transport}: " + ", ".join(f"{k} {v:,.1f}" for k, v in r.items()),
+                          flush=True)
         finally:
             cluster.down()
-    results["load"] = (load_before, os.getloadavg()[0])
-    text = report(results, args.quick)
+    meta = {"quick": args.quick, "runs": args.runs, "adds": adds, "list_ledgers": list_ledgers,
+            "load": (load_before, os.getloadavg()[0])}
+    text = report(results, meta)
     print(text)
     if not args.no_append:
         with open(ROOT / "docs" / "performance.md", "a", encoding="utf-8") as out:

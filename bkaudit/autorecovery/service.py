@@ -143,6 +143,8 @@ class AutoRecoveryService:
             tls=TlsConfig.from_settings(self.settings),
             request_timeout_s=rpc.request_timeout_s,
             connect_timeout_s=rpc.connect_timeout_s,
+            transport=rpc.transport,
+            max_frame_bytes=rpc.max_frame_bytes,
         )
         self._closers.append(pool.close)
         store = ZkMetadataStore(self._zk, root=self.root, layout=self.zk_settings.layout)

@@ -92,7 +92,7 @@ def main() -> None:
         cluster = LocalCluster.up(Path(d) / "c", bookies=1, racks=1)
         try:
             adds = rpc_adds(cluster, args.adds)
-            print(f"one bookie over gRPC:        {adds:10,.0f} adds/s (1 KiB, pipelined)")
+            print(f"one bookie, native protocol:{adds:10,.0f} adds/s (1 KiB, pipelined)")
             cold, warm, single = listing(cluster, args.ledgers)
             print(f"GetListOfEntries, batch:     {cold:10,.0f} ledgers/s first pass, {warm:,.0f} cached "
                   f"({args.ledgers:,} ledgers)")

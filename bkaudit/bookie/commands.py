@@ -18,7 +18,8 @@ def bookie() -> None:
 
 @bookie.command()
 @zk_options
-@click.option("--port", type=int, required=True, help="gRPC port; the default bookie id is 127.0.0.1:PORT")
+@click.option("--port", type=int, required=True,
+              help="BookKeeper native protocol port (bookie-rpc); default bookie id 127.0.0.1:PORT")
 @click.option("--data-dir", type=click.Path(file_okay=False), required=True, help="storage directory")
 @click.option("--rack", default=None, help="network location recorded in /bookies, e.g. /rack-1")
 @click.option("--readonly", is_flag=True, help="serve reads only (registered under available/readonly)")

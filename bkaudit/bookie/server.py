@@ -20,22 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from bkaudit import __version__
+from bkaudit.bookie.nativeserver import NativeServer
 from bkaudit.bookie.registration import Registration, check_cookie
-from bkaudit.bookie.rpcserver import RpcServer
 from bkaudit.bookie.service import BookieMode, BookieService
 from bkaudit.bookie.settings import BookieSettings
 from bkaudit.bookie.storage import Storage
 from bkaudit.config import Settings, ZkSettings
 from bkaudit.errors import ClusterError
 from bkaudit.formats import records
-from bkaudit.rpc.tls import server_credentials
+from bkaudit.rpc.settings import BATCH_LISTING_PROPERTY, GRPC_PROTOCOL
+from bkaudit.rpc.tls import server_credentials, server_ssl_context
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import registry
 
 log = logging.getLogger(__name__)
 
 DiskUsage = Callable[[], tuple[int, int]]
-TRANSPORT_PROPERTY = ("bkaudit.transport", "grpc")
+TRANSPORT_PROPERTY = ("bkaudit.transport", "native")
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,9 @@ class BookieServer:
         self._closers: list[Callable[[], None]] = []
         self.storage: Storage | None = None
         self.service: BookieService | None = None
-        self.rpc: RpcServer | None = None
+        self.rpc: NativeServer | None = None
+        self.grpc: Any = None  # the optional gRPC listener (bkaudit.bookie.rpcserver.RpcServer)
+        self.grpc_port: int | None = None
         self.registration: Registration | None = None
         self._autorecovery: Any = None
 
@@ -115,12 +118,22 @@ class BookieServer:
         service = self.service = BookieService(storage, self.mode, max_pending=conf.max_pending_requests,
                                                read_threads=conf.read_threads)
         self._closers.append(service.close)
-        creds = None
+        context = None
         if conf.tls_cert:
-            creds = server_credentials(conf.tls_cert, conf.tls_key, conf.tls_ca or None)
-        rpc = self.rpc = RpcServer(service, conf.listen_address, self.port, creds)
+            context = server_ssl_context(conf.tls_cert, conf.tls_key, conf.tls_ca or None)
+        rpc = self.rpc = NativeServer(service, conf.listen_address, self.port, ssl_context=context,
+                                      max_frame_bytes=conf.max_frame_bytes)
         self.port = rpc.start()
         self._closers.append(lambda: rpc.stop(grace=1.0))
+        if conf.grpc_port >= 0:
+            from bkaudit.bookie.rpcserver import RpcServer
+
+            creds = None
+            if conf.tls_cert:
+                creds = server_credentials(conf.tls_cert, conf.tls_key, conf.tls_ca or None)
+            grpc_server = self.grpc = RpcServer(service, conf.listen_address, conf.grpc_port, creds)
+            self.grpc_port = grpc_server.start()
+            self._closers.append(lambda: grpc_server.stop(grace=1.0))
         # the rack first: once registered, clients and auditors place ledgers with this bookie's location
         rack = self.options.rack or conf.rack
         if rack:
@@ -134,16 +147,20 @@ class BookieServer:
         if autorecovery is not None:
             self._autorecovery = autorecovery(self.settings, self.zk, self.bookie_id)
             self._closers.append(self._autorecovery.stop)
-        security = ("mutual TLS" if conf.tls_ca else "TLS") if creds else "plaintext"
+        security = ("mutual TLS" if conf.tls_ca else "TLS") if context else "plaintext"
         log.info("bookie %s serving on %s:%d (%s), data %s, %s", self.bookie_id, conf.listen_address,
                  self.port, security, self.data_dir, "read-only" if self.mode.readonly else "writable")
 
     def _service_info(self) -> bytes:
         conf = self.conf
         props = {TRANSPORT_PROPERTY[0]: TRANSPORT_PROPERTY[1], "bkaudit.version": __version__,
-                 "bkaudit.tls": ("mtls" if conf.tls_ca else "tls") if conf.tls_cert else "none"}
+                 "bkaudit.tls": ("mtls" if conf.tls_ca else "tls") if conf.tls_cert else "none",
+                 BATCH_LISTING_PROPERTY: "true"}
+        extra: tuple[records.Endpoint, ...] = ()
+        if self.grpc_port is not None:
+            extra = (records.Endpoint(GRPC_PROTOCOL, self.grpc_port, conf.advertised_address, GRPC_PROTOCOL),)
         info = records.bookie_service_info_for(self.bookie_id, conf.advertised_address, self.port,
-                                               properties=props)
+                                               extra_endpoints=extra, properties=props)
         return records.encode_bookie_service_info(info)
 
     # -- disk space ------------------------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 Semantics follow BookKeeper's *ProcessorV3 classes (shared/spec/bookkeeper-formats.md section 4): the response
 copies the request header, the top-level status mirrors the sub-response's, a wrong protocol version is
-EBADVERSION, an unknown operation is EBADREQ without a sub-message. Each message is parsed here (the gRPC
-method carries raw bytes), so undecodable bytes earn an EBADREQ reply (txnId 0) instead of breaking the
-stream.
+EBADVERSION, an unknown operation is EBADREQ without a sub-message. Each message is parsed here; bytes that
+are not a v3 Request raise FormatError for the native transport (which closes the connection, as a Java
+bookie does) and earn an EBADREQ reply (txnId 0) on the gRPC stream.
 
 Threading: `dispatch` runs on the RPC event loop and never blocks; adds, fences and WriteLac go to the
 storage's group-commit queue, reads and batch listings to a small thread pool; completions come back through
@@ -28,13 +28,18 @@ from bkaudit.bookie.storage import Storage
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.entry import parse_entry_header
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+from bkaudit.formats.wire import length_delimited, varint
 
 log = logging.getLogger(__name__)
 
 Reply = Callable[[bytes], None]
+Upgrade = Callable[[bytes], None]
+"""Transport hook for START_TLS: write this (plaintext) EOK answer, then run the TLS handshake."""
 CODE = {name: pb.StatusCode.Value(name) for name in pb.StatusCode.keys()}  # noqa: SIM118
 EOK = pb.EOK
 HIGH_PRIORITY = 100
+_V3 = pb.VERSION_THREE
+_ENOLEDGER = varint(pb.ENOLEDGER)
 AUTH_PLUGIN = "AuthDisabledPlugin"
 
 
@@ -136,15 +141,34 @@ class BookieService:
         self._pool.shutdown()
 
     # -- entry point -----------------------------------------------------------------------------------------
-    def dispatch(self, data: bytes, reply: Reply) -> None:
-        """Handle one request message; `reply` (thread-safe) gets the response bytes exactly once."""
-        with self._lock:
-            self._inflight += 1
-        done = self._counted(reply)
+    def dispatch(self, data: bytes, reply: Reply, *, upgrade: Upgrade | None = None,
+                 strict: bool = False, authenticated: bool = True) -> None:
+        """Handle one request message; `reply` (thread-safe) gets the response bytes exactly once.
+
+        `upgrade` is the transport's START_TLS hook (None: TLS not configured, START_TLS is EBADREQ).
+        `strict`: bytes that are not a v3 Request with a header raise FormatError instead of an EBADREQ reply.
+        `authenticated` False (a TLS bookie before the handshake): everything but START_TLS is EUA, as
+        BookKeeper's AuthHandler answers on a channel its auth provider has not authenticated yet.
+        """
         req = pb.Request()
         try:
             req.MergeFromString(data)
-        except DecodeError:
+        except DecodeError as exc:
+            if strict:
+                raise FormatError(f"undecodable request ({len(data)} bytes): {exc}") from None
+            req = None  # type: ignore[assignment]
+        if strict and not (req.HasField("header") and req.header.HasField("txnId")):
+            raise FormatError(f"request without a header ({len(data)} bytes)", field="header")
+        if req is not None and req.header.operation == pb.START_TLS and req.header.version == _V3:
+            _start_tls(req, reply, upgrade)
+            return
+        if not authenticated and req is not None:
+            reply(_bare(req, pb.EUA))
+            return
+        with self._lock:
+            self._inflight += 1
+        done = self._counted(reply)
+        if req is None:
             done(_undecodable())
             return
         try:
@@ -269,8 +293,9 @@ class BookieService:
         done(_response(req, EOK, info=info))
 
     def _list_entries(self, req: pb.Request, done: Reply) -> None:
-        data = self.storage.availability(req.getListOfEntriesOfLedgerRequest.ledgerId)
-        done(_response(req, pb.ENOLEDGER) if data is None else _response(req, EOK, availability=data))
+        """The listing hot path: answered at once from memory, the response assembled by hand."""
+        ledger_id = req.getListOfEntriesOfLedgerRequest.ledgerId
+        done(list_response(req.header.SerializeToString(), ledger_id, self.storage.availability(ledger_id)))
 
     def _list_entries_batch(self, req: pb.Request, done: Reply) -> None:
         self._pool.submit(self._list_entries_batch_body, req, done)
@@ -292,7 +317,36 @@ class BookieService:
         done(_response(req, EOK))  # every acknowledged add is already durable
 
 
+def _start_tls(req: pb.Request, reply: Reply, upgrade: Upgrade | None) -> None:
+    """BookieRequestProcessor.processStartTLSRequestV3: EOK + startTLSResponse then TLS; no TLS: EBADREQ."""
+    resp = pb.Response(status=EOK if upgrade is not None else pb.EBADREQ)
+    resp.header.version = pb.VERSION_THREE
+    resp.header.operation = pb.START_TLS
+    resp.header.txnId = req.header.txnId
+    if upgrade is None:
+        reply(bytes(resp.SerializePartialToString()))
+        return
+    resp.startTLSResponse.SetInParent()
+    upgrade(bytes(resp.SerializePartialToString()))
+
+
 # -- response builders ---------------------------------------------------------------------------------------
+def list_response(header: bytes, ledger_id: int, availability: bytes | None) -> bytes:
+    """The GET_LIST_OF_ENTRIES_OF_LEDGER Response (EOK with the bytes, or ENOLEDGER), assembled by hand.
+
+    `header` is the request's serialized BKPacketHeader, copied as BookKeeper copies it. Byte-identical to
+    `_response` (tests/unit/test_bookie_service_wire.py).
+    """
+    if availability is None:
+        sub = b"\x08" + _ENOLEDGER + b"\x10" + varint(ledger_id)
+        status = _ENOLEDGER
+    else:
+        sub = b"\x08\x00\x10" + varint(ledger_id) + length_delimited(b"\x1a", availability)
+        status = b"\x00"
+    return length_delimited(b"\x0a", header) + b"\x10" + status + length_delimited(b"\xe2\x06", sub)
+
+
+
 def _undecodable(txn_id: int = 0) -> bytes:
     """EBADREQ for bytes that are not a Request (the header carries txnId 0 when it could not be read)."""
     resp = pb.Response(status=pb.EBADREQ)

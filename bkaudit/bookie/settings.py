@@ -31,6 +31,11 @@ class BookieSettings:
     max_pending_requests: int = 10000
     group_commit_max_batch: int = 2000
     read_threads: int = 4
+    # largest request frame accepted; larger ones close the connection (BookKeeper: nettyMaxFrameSizeBytes)
+    max_frame_bytes: int = 5 * 1024 * 1024
+    # optional second listener speaking bkaudit's gRPC transport (endpoint protocol "bkaudit-grpc");
+    # -1: off, 0: any free port
+    grpc_port: int = -1
     # graceful stop: how long in-flight requests may take to finish after going read-only
     drain_timeout_s: float = 10.0
 
@@ -41,6 +46,10 @@ class BookieSettings:
             raise ConfigError("bookie.tls_cert", "tls_cert and tls_key must be set together")
         if self.tls_ca and not self.tls_cert:
             raise ConfigError("bookie.tls_ca", "mutual TLS (tls_ca) needs tls_cert and tls_key")
+        if not -1 <= self.grpc_port <= 65535:
+            raise ConfigError("bookie.grpc_port", f"must be -1 (off) or a TCP port, got {self.grpc_port}")
+        if self.max_frame_bytes < 1024:
+            raise ConfigError("bookie.max_frame_bytes", "must be >= 1024")
         if not 0 <= self.min_free_fraction < 1:
             raise ConfigError("bookie.min_free_fraction", "must be in [0, 1)")
         if self.min_free_bytes < 0:

@@ -75,6 +75,11 @@ class BookKeeper:
 
         zk_settings = _zk_settings(settings, zk, root)
         client_settings, policy = _client_and_policy(settings)
+        transport = "native"
+        if _is_config(settings):
+            from bkaudit.rpc.settings import RpcSettings
+
+            transport = settings.get(RpcSettings).transport
         session = zk_connect(zk_settings)
         try:
             # RPC deadline no longer than the client's own timeouts, so a hung bookie is replaced in time
@@ -84,6 +89,7 @@ class BookKeeper:
                 static=static,
                 tls=tls,
                 request_timeout_s=min(client_settings.add_timeout_s, client_settings.read_timeout_s),
+                transport=transport,
             )
         except Exception:
             _stop_zk(session)

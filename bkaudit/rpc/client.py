@@ -1,37 +1,47 @@
-"""BookieClient: one bidirectional gRPC stream to one bookie, requests correlated by txnId.
+"""BookieClient: BookKeeper's native v3 protocol on one TCP connection per bookie, correlated by txnId.
 
-Every call returns a concurrent.futures.Future at once. Callers (ledger client, checker, replication
-worker) pipeline thousands of requests, so the hot path is: build the protobuf by attribute assignment,
-serialize once, register the future under the client lock, put the bytes on the stream's queue. A
-receiver thread per stream parses responses and resolves futures; one module-wide timer thread fails
-requests that outlive `request_timeout_s`. No thread is created per call.
+This is what a BookKeeper client (PerChannelBookieClient) speaks to a Java bookie: length-prefixed v3
+protobuf frames (bkaudit.rpc.framing), `BKPacketHeader{VERSION_THREE, operation, txnId}`, many requests in
+flight on one connection, no AUTH frame (BookKeeper's null auth provider), and for TLS a plaintext START_TLS
+exchange followed by the TLS handshake on the same socket.
+
+Every call returns a concurrent.futures.Future at once. All native connections of the process share a few
+asyncio event loop threads (bkaudit.rpc.ioloop; a client stays on one): callers serialize their request and
+append it to the connection's outgoing buffer; the loop writes whatever accumulated in one `write` and
+parses responses as they arrive. No thread is created per call. One module-wide timer thread fails requests
+that outlive `request_timeout_s`.
 
 Failure model: a non-OK status fails the future with BookieError(status name) (FencedError for EFENCED);
-a timeout, a transport error or a broken stream fails with BookieError("UNAVAILABLE"). When the stream
-breaks, all its pending futures fail promptly and the next call opens a fresh channel and stream (reconnect).
+a timeout, a refused connection, a garbage or oversized frame, or a closed connection fails with
+BookieError("UNAVAILABLE", why). A broken connection is closed, all its pending futures fail promptly, and the
+next call opens a fresh one (reconnect).
+
+Listing: `get_list_of_entries_batch` uses bkaudit's batch operation (op 1000) only when the bookie
+advertised it (`batch_listing=True`, from its BookieServiceInfo); any other bookie gets one standard
+GET_LIST_OF_ENTRIES_OF_LEDGER request per ledger, all pipelined, combined into the same answer.
 """
 
 from __future__ import annotations
 
-import heapq
+import asyncio
 import itertools
 import logging
 import struct
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from queue import Empty, SimpleQueue
 from typing import Any
 
-import grpc
 from google.protobuf.message import DecodeError
 
-from bkaudit.errors import BookieError, FencedError
+from bkaudit.errors import BookieError, FencedError, FormatError
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
-from bkaudit.rpc import framing
-from bkaudit.rpc.settings import FRAMED_METHOD, MAX_MESSAGE_BYTES, METHOD
+from bkaudit.formats.wire import varint
+from bkaudit.rpc import ioloop
+from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES, Frames
 from bkaudit.rpc.tls import TlsConfig
 
 log = logging.getLogger(__name__)
@@ -43,8 +53,10 @@ _STATUS_NAME = {v: k for k, v in pb.StatusCode.items()}
 _FENCE = pb.ReadRequest.FENCE_LEDGER
 _RECOVERY_ADD = pb.AddRequest.RECOVERY_ADD
 _BOTH_DISK_FLAGS = pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY | pb.GetBookieInfoRequest.FREE_DISK_SPACE
-_END = object()
 _LEN = struct.Struct(">I")
+_LIST_ONE = pb.GET_LIST_OF_ENTRIES_OF_LEDGER
+_LIST_HEADER = bytes([0x08, _V3, 0x10, _LIST_ONE, 0x18])  # version, operation, then the txnId varint
+_LIST_FIELD = b"\xe2\x06"  # Request.getListOfEntriesOfLedgerRequest (field 108, length-delimited)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,103 +78,94 @@ class BookieInfo:
 class _Pending:
     __slots__ = ("entry_id", "future", "kind", "ledger_id")
 
-    def __init__(self, kind: int, future: Future[Any], ledger_id: int | None, entry_id: int | None) -> None:
+    def __init__(self, kind: int, future: Any, ledger_id: int | None, entry_id: int | None) -> None:
         self.kind = kind
         self.future = future
         self.ledger_id = ledger_id
         self.entry_id = entry_id
 
 
-class _Stream:
-    """One gRPC call: a sender queue consumed by gRPC, a receiver thread, and the futures awaiting replies."""
+def list_request(txn: int, ledger_id: int) -> bytes:
+    """The serialized GET_LIST_OF_ENTRIES_OF_LEDGER Request, assembled by hand (the listing hot path).
 
-    def __init__(self, client: BookieClient, channel: grpc.Channel) -> None:
-        self.client = client
-        self.channel = channel
-        self.framed = client.framed
-        self.queue: SimpleQueue[Any] = SimpleQueue()
-        self.pending: dict[int, _Pending] = {}
-        self.closed = False
-        method = FRAMED_METHOD if self.framed else METHOD
-        call = channel.stream_stream(method, request_serializer=None, response_deserializer=None)
-        self.call = call(self._coalesce() if self.framed else iter(self.queue.get, _END))
-        self.receiver = threading.Thread(target=self._receive, name=f"bookie-client-{client.bookie_id}",
-                                         daemon=True)
-        self.receiver.start()
-
-    def _coalesce(self) -> Iterator[bytes]:
-        """The request stream: everything queued since the last send leaves in one gRPC message."""
-        queue = self.queue
-        get, get_nowait = queue.get, queue.get_nowait
-        pack = _LEN.pack
-        while True:
-            data = get()
-            if data is _END:
-                return
-            parts = [pack(len(data)), data]
-            size = len(data)
-            end = False
-            while size < framing.COALESCE_BYTES:
-                try:
-                    data = get_nowait()
-                except Empty:
-                    break
-                if data is _END:
-                    end = True
-                    break
-                parts.append(pack(len(data)))
-                parts.append(data)
-                size += len(data)
-            yield b"".join(parts)
-            if end:
-                return
-
-    def _receive(self) -> None:
-        reason = "stream ended"
-        client = self.client
-        pending = self.pending
-        framed = self.framed
-        try:
-            for message in self.call:
-                for data in framing.split(message) if framed else (message,):
-                    resp = pb.Response()
-                    try:
-                        resp.MergeFromString(data)
-                    except DecodeError:
-                        log.warning("bookie %s sent an undecodable response", client.bookie_id)
-                        continue
-                    p = pending.pop(resp.header.txnId, None)
-                    if p is not None:
-                        client._complete(p, resp)
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            reason = f"{getattr(code, 'name', code)}: {exc.details() if hasattr(exc, 'details') else exc}"
-        except Exception as exc:  # never leave futures hanging (a broken frame included)
-            reason = f"receiver failed: {exc!r}"
-        self.client._broken(self, reason)
-        self.close()
-
-    def close(self) -> None:
-        self.queue.put(_END)
-        self.call.cancel()
-        self.channel.close()
+    Byte-identical to protobuf's serialization of the same Request (checked in tests/unit/test_rpc_native.py).
+    """
+    header = _LIST_HEADER + varint(txn)
+    sub = b"\x08" + varint(ledger_id)
+    return b"\x0a" + bytes([len(header)]) + header + _LIST_FIELD + bytes([len(sub)]) + sub
 
 
-class BookieClient:
-    """Requests to one bookie over one stream; thread-safe. `target` is host:port of its gRPC endpoint."""
+class _Gather:
+    """Per-ledger listing answers combined into one batch-shaped result (dict ledger -> bytes | BookieError).
 
-    framed = True
-    """Use the framed method (coalesced messages); False sends one request per gRPC message."""
+    If every request failed for lack of transport (UNAVAILABLE), the combined future fails with that error, so
+    callers' circuit breakers see the same thing as for a failed batch call.
+    """
+
+    __slots__ = ("_left", "_lock", "future", "out")
+
+    def __init__(self, future: Future[dict[int, bytes | BookieError]], count: int) -> None:
+        self.future = future
+        self.out: dict[int, bytes | BookieError] = {}
+        self._left = count
+        self._lock = threading.Lock()
+
+    def put(self, ledger_id: int, value: bytes | BookieError) -> None:
+        with self._lock:
+            self.out[ledger_id] = value
+            self._left -= 1
+            last = self._left == 0
+        if not last:
+            return
+        values = list(self.out.values())
+        if values and all(isinstance(v, BookieError) and v.status == "UNAVAILABLE" for v in values):
+            self.future.set_exception(values[0])  # type: ignore[arg-type]
+        else:
+            self.future.set_result(self.out)
+
+
+class _Slot:
+    """A future-like target for one ledger of a gathered listing (no concurrent Future per ledger)."""
+
+    __slots__ = ("_done", "gather", "ledger_id")
+
+    def __init__(self, gather: _Gather, ledger_id: int) -> None:
+        self.gather = gather
+        self.ledger_id = ledger_id
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: bytes) -> None:
+        if not self._done:
+            self._done = True
+            self.gather.put(self.ledger_id, value)
+
+    def set_exception(self, exc: BaseException) -> None:
+        if not self._done:
+            self._done = True
+            err = exc if isinstance(exc, BookieError) else BookieError("EIO", str(exc))
+            self.gather.put(self.ledger_id, err)
+
+
+class RequestClient:
+    """The v3 operations, request building and response completion, independent of the transport.
+
+    Subclasses provide `_transmit(data, txn, pending)` (send one serialized Request) and `close`.
+    """
 
     def __init__(self, bookie_id: str, target: str, *, tls: TlsConfig | None = None,
-                 connect_timeout_s: float = 5.0, request_timeout_s: float = 10.0) -> None:
+                 connect_timeout_s: float = 5.0, request_timeout_s: float = 10.0,
+                 batch_listing: bool = False) -> None:
         self.bookie_id = bookie_id
         self.target = target
         self.tls = tls
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
+        self.batch_listing = batch_listing
+        """The bookie advertised bkaudit's batch listing (op 1000); never sent otherwise."""
         self._lock = threading.Lock()
-        self._stream: _Stream | None = None
         self._txn = itertools.count(1)
         self._closed = False
 
@@ -213,33 +216,46 @@ class BookieClient:
 
     def get_list_of_entries(self, ledger_id: int) -> Future[bytes]:
         """AvailabilityOfEntriesOfLedger bytes; an unknown ledger fails with BookieError("ENOLEDGER")."""
-        req, txn = self._request(pb.GET_LIST_OF_ENTRIES_OF_LEDGER, False)
-        req.getListOfEntriesOfLedgerRequest.ledgerId = ledger_id
-        return self._send(req, txn, pb.GET_LIST_OF_ENTRIES_OF_LEDGER, ledger_id, None)
+        txn = next(self._txn)
+        fut: Future[bytes] = Future()
+        self._transmit(list_request(txn, ledger_id), txn, _Pending(_LIST_ONE, fut, ledger_id, None))
+        return fut
 
     def get_list_of_entries_batch(self, ledger_ids: Sequence[int]) -> Future[dict[int, bytes | BookieError]]:
-        """Batch extension, one message: availability bytes (or that ledger's BookieError) for every id."""
-        req, txn = self._request(pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, False)
-        req.getListOfEntriesOfLedgersRequest.ledgerId.extend(ledger_ids)
-        return self._send(req, txn, pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, None, None)
+        """Availability bytes (or that ledger's BookieError) for every id.
+
+        One batch message (op 1000) to a bookie that advertised it; otherwise one standard
+        GET_LIST_OF_ENTRIES_OF_LEDGER per ledger, pipelined, gathered into the same dict.
+        """
+        if self.batch_listing:
+            req, txn = self._request(pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, False)
+            req.getListOfEntriesOfLedgersRequest.ledgerId.extend(ledger_ids)
+            return self._send(req, txn, pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, None, None)
+        fut: Future[dict[int, bytes | BookieError]] = Future()
+        ids = list(dict.fromkeys(ledger_ids))
+        if not ids:
+            fut.set_result({})
+            return fut
+        gather = _Gather(fut, len(ids))
+        items = []
+        for ledger_id in ids:
+            txn = next(self._txn)
+            items.append((list_request(txn, ledger_id), txn,
+                          _Pending(_LIST_ONE, _Slot(gather, ledger_id), ledger_id, None)))
+        self._transmit_many(items)
+        return fut
 
     def close(self) -> None:
-        """Half-close the stream, fail whatever is still pending, release the channel."""
-        with self._lock:
-            self._closed = True
-            stream, self._stream = self._stream, None
-        if stream is not None:
-            self._broken(stream, "client closed")
-            stream.close()
+        raise NotImplementedError
 
-    def __enter__(self) -> BookieClient:
+    def __enter__(self) -> RequestClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"BookieClient({self.bookie_id!r}, {self.target!r})"
+        return f"{type(self).__name__}({self.bookie_id!r}, {self.target!r})"
 
     # -- plumbing --------------------------------------------------------------------------------------------
     def _request(self, operation: int, high_priority: bool) -> tuple[pb.Request, int]:
@@ -255,56 +271,21 @@ class BookieClient:
 
     def _send(self, req: pb.Request, txn: int, kind: int, ledger_id: int | None,
               entry_id: int | None) -> Future[Any]:
-        data = req.SerializeToString()
         fut: Future[Any] = Future()
-        p = _Pending(kind, fut, ledger_id, entry_id)
-        with self._lock:
-            if self._closed:
-                fut.set_exception(self._error("UNAVAILABLE", "client closed", p))
-                return fut
-            stream = self._stream
-            if stream is None or stream.closed:
-                try:
-                    stream = self._stream = _Stream(self, self._channel())
-                except Exception as exc:
-                    fut.set_exception(self._error("UNAVAILABLE", f"cannot open stream: {exc}", p))
-                    return fut
-            stream.pending[txn] = p
-        _DEADLINES.add(time.monotonic() + self.request_timeout_s, stream, txn)
-        stream.queue.put(data)
+        self._transmit(req.SerializeToString(), txn, _Pending(kind, fut, ledger_id, entry_id))
         return fut
 
-    def _channel(self) -> grpc.Channel:
-        connect_ms = int(self.connect_timeout_s * 1000)
-        options: list[tuple[str, Any]] = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            # a connection attempt (TCP + HTTP/2 handshake) gives up after connect_timeout_s
-            ("grpc.min_reconnect_backoff_ms", connect_ms),
-            ("grpc.initial_reconnect_backoff_ms", min(connect_ms, 200)),
-            ("grpc.max_reconnect_backoff_ms", max(connect_ms, 1000)),
-            # notice a dead or frozen bookie on an idle stream
-            ("grpc.keepalive_time_ms", 15000),
-            ("grpc.keepalive_timeout_ms", 5000),
-            ("grpc.http2.max_pings_without_data", 0),
-            ("grpc.enable_retries", 0),
-            ("grpc.use_local_subchannel_pool", 1),
-        ]
-        if self.tls is None:
-            return grpc.insecure_channel(self.target, options=options)
-        return grpc.secure_channel(self.target, self.tls.credentials(),
-                                   options=options + self.tls.channel_options())
+    def _transmit(self, data: bytes, txn: int, p: _Pending) -> None:
+        raise NotImplementedError
 
-    def _broken(self, stream: _Stream, reason: str) -> None:
-        """Fail every future of a stream that ended; the next call opens a new one."""
-        with self._lock:
-            stream.closed = True
-            pending, stream.pending = stream.pending, {}
-            if self._stream is stream:
-                self._stream = None
+    def _transmit_many(self, items: list[tuple[bytes, int, _Pending]]) -> None:
+        for data, txn, p in items:
+            self._transmit(data, txn, p)
+
+    def _fail_all(self, pending: dict[int, _Pending], reason: str) -> None:
         if pending:
-            log.info("stream to bookie %s (%s) broke: %s; failing %d requests", self.bookie_id, self.target,
-                     reason, len(pending))
+            log.info("connection to bookie %s (%s) broke: %s; failing %d requests", self.bookie_id,
+                     self.target, reason, len(pending))
         for p in pending.values():
             if not p.future.done():
                 p.future.set_exception(self._error("UNAVAILABLE", reason, p))
@@ -330,7 +311,9 @@ class BookieClient:
             return
         kind = p.kind
         try:
-            if kind == pb.ADD_ENTRY or kind == pb.WRITE_LAC:
+            if kind == _LIST_ONE:
+                fut.set_result(resp.getListOfEntriesOfLedgerResponse.availabilityOfEntriesOfLedger)
+            elif kind == pb.ADD_ENTRY or kind == pb.WRITE_LAC:
                 fut.set_result(None)
             elif kind == pb.READ_ENTRY:
                 fut.set_result(resp.readResponse.body)
@@ -341,11 +324,9 @@ class BookieClient:
             elif kind == pb.GET_BOOKIE_INFO:
                 i = resp.getBookieInfoResponse
                 fut.set_result(BookieInfo(i.totalDiskCapacity, i.freeDiskSpace))
-            elif kind == pb.GET_LIST_OF_ENTRIES_OF_LEDGER:
-                fut.set_result(resp.getListOfEntriesOfLedgerResponse.availabilityOfEntriesOfLedger)
             else:
                 fut.set_result(self._batch_result(resp))
-        except Exception as exc:  # a malformed response fails one future, not the receiver
+        except Exception as exc:  # a malformed response fails one future, not the connection
             if not fut.done():
                 fut.set_exception(BookieError("EBADREQ", f"malformed response: {exc}",
                                               bookie_id=self.bookie_id))
@@ -362,41 +343,280 @@ class BookieClient:
         return out
 
 
+def split_target(target: str) -> tuple[str, int]:
+    """host and port of "host:port" or "[v6]:port"; FormatError otherwise."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise FormatError(f"bookie address {target!r} is not host:port", field="target")
+    return host.strip("[]"), int(port)
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP connection to a bookie, living on the shared I/O loop.
+
+    `out` (frames waiting to be written) and `pending` are filled by caller threads under the client lock; the
+    loop drains `out` in one write per burst and resolves `pending` as responses arrive.
+    """
+
+    def __init__(self, client: BookieClient) -> None:
+        self.client = client
+        self.pending: dict[int, _Pending] = {}
+        self.out: list[bytes] = []
+        self.flush_scheduled = False
+        self.ready = False
+        self.closed = False
+        self.transport: asyncio.Transport | None = None
+        self.frames = Frames(client.max_frame_bytes)
+        self._tls_answer: asyncio.Future[int] | None = None
+        self.deadlines = _DEADLINES.watch(self)
+
+    # -- opening (on the loop) -------------------------------------------------------------------------------
+    async def open(self) -> None:
+        client = self.client
+        loop = asyncio.get_running_loop()
+        try:
+            host, port = split_target(client.target)
+            await asyncio.wait_for(loop.create_connection(lambda: self, host, port), client.connect_timeout_s)
+            if self.closed:  # closed while connecting
+                if self.transport is not None:
+                    self.transport.abort()
+                return
+            if client.tls is not None:
+                await self._start_tls(loop, host)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.fail(f"cannot connect to {client.target}: {why}")
+            return
+        if self.closed:
+            return
+        self.ready = True
+        self.flush()
+
+    async def _start_tls(self, loop: asyncio.AbstractEventLoop, host: str) -> None:
+        """PerChannelBookieClient's START_TLS: a plaintext request and EOK answer, then TLS on the socket."""
+        client = self.client
+        assert client.tls is not None and self.transport is not None
+        req = pb.Request()
+        req.header.version = _V3
+        req.header.operation = pb.START_TLS
+        req.header.txnId = next(client._txn)
+        req.startTLSRequest.SetInParent()
+        self._tls_answer = loop.create_future()
+        data = req.SerializeToString()
+        self.transport.write(_LEN.pack(len(data)) + data)
+        status = await asyncio.wait_for(self._tls_answer, client.connect_timeout_s)
+        self._tls_answer = None
+        if status != _EOK:
+            raise ConnectionError(f"bookie refused START_TLS with {_STATUS_NAME.get(status, status)} "
+                                  "(TLS not configured on the bookie?)")
+        context = client.tls.ssl_context()
+        server_name = client.tls.server_name or host
+        transport = await loop.start_tls(self.transport, self, context, server_hostname=server_name,
+                                         ssl_handshake_timeout=client.connect_timeout_s)
+        if transport is None:
+            raise ConnectionError("TLS handshake did not complete")
+        self.transport = transport
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.frames.feed(data)
+        except FormatError as exc:
+            self.fail(f"bookie sent a bad frame: {exc}")
+            return
+        pending = self.pending
+        client = self.client
+        for i, body in enumerate(frames):
+            resp = pb.Response()
+            try:
+                resp.MergeFromString(body)
+            except DecodeError as exc:
+                self.fail(f"bookie sent an undecodable response frame ({len(body)} bytes): {exc}")
+                return
+            if self._tls_answer is not None and resp.header.operation == pb.START_TLS:
+                if not self._tls_answer.done():
+                    self._tls_answer.set_result(resp.status)
+                if i + 1 < len(frames) or self.frames.partial:
+                    self.fail("bookie sent data after its START_TLS response")
+                return
+            p = pending.pop(resp.header.txnId, None)
+            if p is not None:
+                client._complete(p, resp)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.closed:
+            return
+        if self.frames.partial:
+            reason = f"connection closed in the middle of a frame ({self.frames.partial} bytes buffered)"
+        else:
+            reason = f"connection closed by the bookie{f': {exc}' if exc else ''}"
+        self.fail(reason)
+
+    def pause_writing(self) -> None:  # the bookie is not reading: stop reading its answers until it does
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
+
+    # -- on the loop -----------------------------------------------------------------------------------------
+    def flush(self) -> None:
+        with self.client._lock:
+            self.flush_scheduled = False
+            if not self.ready or self.closed or not self.out:
+                return
+            out, self.out = self.out, []
+        assert self.transport is not None
+        self.transport.write(b"".join(out))
+
+    def fail(self, reason: str) -> None:
+        """Close the connection and fail every request waiting on it (idempotent)."""
+        client = self.client
+        with client._lock:
+            first = not self.closed
+            self.closed = True
+            pending, self.pending = self.pending, {}
+            self.out = []
+            if client._conn is self:
+                client._conn = None
+        if first and self.transport is not None:
+            self.transport.abort()
+        if self._tls_answer is not None and not self._tls_answer.done():
+            self._tls_answer.set_exception(ConnectionError(reason))
+        if first and not pending:
+            log.info("connection to bookie %s (%s) closed: %s", client.bookie_id, client.target, reason)
+        client._fail_all(pending, reason)
+
+
+class BookieClient(RequestClient):
+    """Requests to one bookie over one native BookKeeper connection; thread-safe.
+
+    `target` is host:port of the bookie's `bookie-rpc` endpoint. `max_frame_bytes` bounds a response frame
+    (BookKeeper's nettyMaxFrameSizeBytes, 5 MiB by default).
+    """
+
+    def __init__(self, bookie_id: str, target: str, *, tls: TlsConfig | None = None,
+                 connect_timeout_s: float = 5.0, request_timeout_s: float = 10.0,
+                 batch_listing: bool = False, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        super().__init__(bookie_id, target, tls=tls, connect_timeout_s=connect_timeout_s,
+                         request_timeout_s=request_timeout_s, batch_listing=batch_listing)
+        self.max_frame_bytes = max_frame_bytes
+        self._conn: _Connection | None = None
+        self._loop = ioloop.get()  # this client's connections live on this loop
+
+    def close(self) -> None:
+        """Close the connection and fail whatever is still pending."""
+        with self._lock:
+            self._closed = True
+            conn = self._conn
+        if conn is not None:
+            loop = self._loop
+            done = threading.Event()
+
+            def shut() -> None:
+                conn.fail("client closed")
+                done.set()
+
+            if ioloop.in_loop():
+                shut()
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(shut)
+                done.wait(timeout=5)
+
+    def _connection(self) -> tuple[_Connection, bool]:
+        """The live connection (opening one if needed); called with the lock held."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn, False
+        conn = self._conn = _Connection(self)
+        return conn, True
+
+    def _transmit(self, data: bytes, txn: int, p: _Pending) -> None:
+        self._transmit_many([(data, txn, p)])
+
+    def _transmit_many(self, items: list[tuple[bytes, int, _Pending]]) -> None:
+        pack = _LEN.pack
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                conn, new = self._connection()
+                pending, out, fifo = conn.pending, conn.out, conn.deadlines
+                deadline = time.monotonic() + self.request_timeout_s
+                for data, txn, p in items:
+                    pending[txn] = p
+                    out.append(pack(len(data)))
+                    out.append(data)
+                    fifo.append((deadline, txn))
+                schedule = not conn.flush_scheduled and not new
+                if schedule:
+                    conn.flush_scheduled = True
+        if closed:  # failed outside the lock: a callback may call this client again
+            for _, _, p in items:
+                p.future.set_exception(self._error("UNAVAILABLE", "client closed", p))
+            return
+        loop = self._loop
+        if new:
+            asyncio.run_coroutine_threadsafe(conn.open(), loop)
+        elif schedule:
+            loop.call_soon_threadsafe(conn.flush)
+
+
 class _Deadlines:
-    """One timer thread for every client: fails requests still pending at their deadline (lazy heap)."""
+    """One timer thread for every client: fails requests still pending at their deadline.
+
+    Requests of one connection share one timeout, so their deadlines grow in send order: each connection keeps
+    a FIFO of (deadline, txn) appended without any lock, and this thread pops from its front every TICK_S,
+    failing what is still pending past its deadline and dropping what was answered.
+    A "stream" is anything with `pending` (txn -> _Pending), `client` (with `_timeout`) and `closed`.
+    """
+
+    TICK_S = 0.05
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Stream, int]] = []
-        self._seq = itertools.count()
-        self._cv = threading.Condition(threading.Lock())
+        self._streams: set[Any] = set()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def add(self, deadline: float, stream: _Stream, txn: int) -> None:
-        with self._cv:
-            heap = self._heap
-            heapq.heappush(heap, (deadline, next(self._seq), stream, txn))
-            if self._thread is None:
+    def watch(self, stream: Any) -> deque[tuple[float, int]]:
+        """Register a stream; returns the FIFO its sender appends (deadline, txn) to."""
+        stream.deadlines = deque()
+        with self._lock:
+            self._streams.add(stream)
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="bookie-client-deadlines", daemon=True)
                 self._thread.start()
-            elif heap[0][2] is stream and heap[0][3] == txn:  # the new deadline is the earliest
-                self._cv.notify()
+        return stream.deadlines  # type: ignore[no-any-return]
+
+    def add(self, deadline: float, stream: Any, txn: int) -> None:
+        fifo = getattr(stream, "deadlines", None)
+        if fifo is None:
+            fifo = self.watch(stream)
+        fifo.append((deadline, txn))
 
     def _run(self) -> None:
         while True:
-            expired: list[tuple[_Stream, int]] = []
-            with self._cv:
-                heap = self._heap
-                now = time.monotonic()
-                while heap and heap[0][0] <= now:
-                    _, _, stream, txn = heapq.heappop(heap)
-                    expired.append((stream, txn))
-                if not expired:
-                    self._cv.wait(timeout=(heap[0][0] - now) if heap else None)
-                    continue
-            for stream, txn in expired:
-                p = stream.pending.pop(txn, None)
-                if p is not None:
-                    stream.client._timeout(p)
+            time.sleep(self.TICK_S)
+            now = time.monotonic()
+            with self._lock:
+                streams = list(self._streams)
+            for stream in streams:
+                fifo, pending = stream.deadlines, stream.pending
+                while fifo:
+                    deadline, txn = fifo[0]
+                    if txn in pending:
+                        if deadline > now:
+                            break
+                        p = pending.pop(txn, None)
+                        if p is not None:
+                            stream.client._timeout(p)
+                    fifo.popleft()
+                if stream.closed and not fifo:
+                    with self._lock:
+                        self._streams.discard(stream)
 
 
 _DEADLINES = _Deadlines()

@@ -1,10 +1,9 @@
-"""BookKeeper's own framing (uint32 big-endian length + protobuf bytes), used to coalesce messages.
+"""BookKeeper's framing: a uint32 big-endian length, then that many protobuf bytes (a v3 Request/Response).
 
-Python gRPC costs ~0.1-0.2 ms of CPU per stream message on each side, which would cap a bookie at a few
-thousand requests per second. The framed method therefore carries, in each gRPC message, a run of
-BookKeeper v3 frames exactly as BookKeeper writes them on its TCP connections
-(shared/spec/bookkeeper-formats.md section 4): senders coalesce whatever is queued into one message, so the
-per-message cost is shared by many requests.
+This is what BookKeeper writes on its TCP connections (BookieProtoEncoding, read back with
+`LengthFieldBasedFrameDecoder(maxFrameSize, 0, 4, 0, 4)`; shared/spec/bookkeeper-formats.md section 4). The
+native transport uses `Frames` to cut a byte stream into messages; the gRPC transport packs runs of frames
+into one gRPC message (`join`/`split`) so its per-message cost is shared by many requests.
 """
 
 from __future__ import annotations
@@ -15,7 +14,10 @@ from collections.abc import Iterable, Iterator
 from bkaudit.errors import FormatError
 
 _LEN = struct.Struct(">I")
+DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024
+"""BookKeeper's nettyMaxFrameSizeBytes default (AbstractConfiguration.DEFAULT_NETTY_MAX_FRAME_SIZE)."""
 MAX_FRAME_BYTES = 256 * 1024 * 1024
+"""Largest frame inside one gRPC message (batch listings of thousands of ledgers)."""
 COALESCE_BYTES = 4 * 1024 * 1024
 """Stop adding frames to one gRPC message beyond this many bytes (keeps messages well under the limit)."""
 
@@ -45,3 +47,48 @@ def split(payload: bytes) -> Iterator[bytes]:
                               offset=offset - 4)
         yield bytes(view[offset : offset + size])
         offset += size
+
+
+class Frames:
+    """Incremental decoder of a byte stream into frames, refusing frames above `max_frame_bytes`.
+
+    `feed` returns the complete frames received so far; a frame length above the limit raises FormatError
+    (the peer is not speaking this protocol, or is broken: the connection must be closed). `partial` says how
+    many bytes of an incomplete frame are buffered (non-zero at end of stream means a truncated frame).
+    """
+
+    __slots__ = ("_buf", "max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+
+    @property
+    def partial(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += data
+        out: list[bytes] = []
+        offset, end = 0, len(buf)
+        unpack = _LEN.unpack_from
+        limit = self.max_frame_bytes
+        while end - offset >= 4:
+            (size,) = unpack(buf, offset)
+            if size > limit:
+                del buf[:offset]
+                raise FormatError(f"frame length {size} exceeds the maximum frame size of {limit} bytes",
+                                  field="length")
+            if end - offset - 4 < size:
+                break
+            out.append(bytes(buf[offset + 4 : offset + 4 + size]))
+            offset += 4 + size
+        if offset:
+            del buf[:offset]
+        return out
+
+    def take_rest(self) -> bytes:
+        """Bytes buffered beyond the complete frames (e.g. what follows a START_TLS exchange)."""
+        rest, self._buf = bytes(self._buf), bytearray()
+        return rest

@@ -2,6 +2,8 @@
 
 Ledger metadata names bookies by id; where a bookie listens is in its registration's bookie-rpc endpoint
 (BookKeeper's DefaultBookieAddressResolver), else in a static map, else the id itself is host:port (legacy).
+The registration's properties also say whether the bookie serves bkaudit's batch listing (op 1000); only
+then is it used (`BookieAddress.batch_listing`).
 """
 
 from __future__ import annotations
@@ -9,10 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bkaudit.errors import FormatError
-from bkaudit.rpc.client import BookieClient
+from bkaudit.formats import records
+from bkaudit.rpc.client import BookieClient, RequestClient
+from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES
+from bkaudit.rpc.settings import BATCH_LISTING_PROPERTY, GRPC, GRPC_PROTOCOL, NATIVE
 from bkaudit.rpc.tls import TlsConfig
 from bkaudit.zk import registry
 from bkaudit.zk.paths import DEFAULT_ROOT
@@ -23,37 +29,71 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class BookieAddress:
+    """Where a bookie listens for the chosen transport, and whether it advertised batch listing."""
+
+    target: str
+    batch_listing: bool = False
+
+
+def address_of(info: records.BookieServiceInfo | None, *, transport: str = NATIVE) -> BookieAddress | None:
+    """The address a registration gives for `transport` (None: it has no such endpoint)."""
+    if info is None:
+        return None
+    protocol = GRPC_PROTOCOL if transport == GRPC else records.BOOKIE_RPC_PROTOCOL
+    endpoint = info.endpoint(protocol)
+    if endpoint is None:
+        return None
+    host = endpoint.host
+    target = f"[{host}]:{endpoint.port}" if ":" in host else f"{host}:{endpoint.port}"
+    batch = info.properties_dict().get(BATCH_LISTING_PROPERTY, "").lower() in ("true", "1", "yes")
+    return BookieAddress(target, batch)
+
+
 class BookieClientPool:
-    """Thread-safe cache of clients; `invalidate` drops one (e.g. after its endpoint changed)."""
+    """Thread-safe cache of clients; `invalidate` drops one (e.g. after its endpoint changed).
+
+    `transport` is "native" (BookKeeper's protocol, the default, any bookie) or "grpc" (bkaudit bookies'
+    gRPC listener).
+    """
 
     def __init__(self, *, zk: KazooClient | None = None, root: str = DEFAULT_ROOT,
                  static: Mapping[str, str] | None = None, tls: TlsConfig | None = None,
-                 request_timeout_s: float = 10.0, connect_timeout_s: float = 5.0) -> None:
+                 request_timeout_s: float = 10.0, connect_timeout_s: float = 5.0,
+                 transport: str = NATIVE, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.zk = zk
         self.root = root
         self.static = dict(static or {})
         self.tls = tls
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
-        self._clients: dict[str, BookieClient] = {}
+        self.transport = transport
+        self.max_frame_bytes = max_frame_bytes
+        self._clients: dict[str, RequestClient] = {}
         self._lock = threading.Lock()
 
     def get(self, bookie_id: str) -> BookieClient:
         client = self._clients.get(bookie_id)
         if client is not None:
-            return client
-        target = self.resolve(bookie_id)
+            return client  # type: ignore[return-value]
+        address = self.lookup(bookie_id)
         with self._lock:
             client = self._clients.get(bookie_id)
             if client is None:
-                client = BookieClient(bookie_id, target, tls=self.tls,
-                                      connect_timeout_s=self.connect_timeout_s,
-                                      request_timeout_s=self.request_timeout_s)
+                client = make_client(bookie_id, address, transport=self.transport, tls=self.tls,
+                                     connect_timeout_s=self.connect_timeout_s,
+                                     request_timeout_s=self.request_timeout_s,
+                                     max_frame_bytes=self.max_frame_bytes)
                 self._clients[bookie_id] = client
-        return client
+        return client  # type: ignore[return-value]
 
     def resolve(self, bookie_id: str) -> str:
         """host:port for `bookie_id`: registration endpoint, else the static map, else the id itself."""
+        return self.lookup(bookie_id).target
+
+    def lookup(self, bookie_id: str) -> BookieAddress:
+        """The registration's address for this pool's transport, else the static map, else the id itself."""
         if self.zk is not None:
             try:
                 info = registry.read_bookie_service_info(self.zk, bookie_id, self.root)
@@ -63,10 +103,10 @@ class BookieClientPool:
             except Exception as exc:  # ZooKeeper trouble must not make a bookie unreachable by id
                 log.warning("cannot read registration of %s: %s", bookie_id, exc)
                 info = None
-            target = registry.endpoint_target(info) if info is not None else None
-            if target:
-                return target
-        return self.static.get(bookie_id, bookie_id)
+            address = address_of(info, transport=self.transport)
+            if address is not None:
+                return address
+        return BookieAddress(self.static.get(bookie_id, bookie_id))
 
     def invalidate(self, bookie_id: str) -> None:
         with self._lock:
@@ -85,3 +125,17 @@ class BookieClientPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def make_client(bookie_id: str, address: BookieAddress, *, transport: str = NATIVE,
+                tls: TlsConfig | None = None, connect_timeout_s: float = 5.0, request_timeout_s: float = 10.0,
+                max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> RequestClient:
+    """A client of the chosen transport for one bookie (the gRPC one only when asked for)."""
+    cls: type[RequestClient] = BookieClient
+    if transport == GRPC:
+        from bkaudit.rpc.grpcclient import GrpcBookieClient
+
+        cls = GrpcBookieClient
+    return cls(bookie_id, address.target, tls=tls, connect_timeout_s=connect_timeout_s,  # type: ignore[call-arg]
+               request_timeout_s=request_timeout_s, batch_listing=address.batch_listing,
+               max_frame_bytes=max_frame_bytes)

@@ -7,6 +7,13 @@ import dataclasses
 from bkaudit.config import section
 from bkaudit.errors import ConfigError
 
+NATIVE = "native"
+GRPC = "grpc"
+GRPC_PROTOCOL = "bkaudit-grpc"
+"""BookieServiceInfo endpoint protocol of a bkaudit bookie's optional gRPC listener (never "bookie-rpc")."""
+BATCH_LISTING_PROPERTY = "bkaudit.listing.batch"
+"""BookieServiceInfo property by which a bookie advertises the batch listing operation (op 1000)."""
+
 SERVICE = "bkaudit.Bookie"
 METHOD = "/bkaudit.Bookie/Exchange"
 """A bidirectional stream of BookKeeper v3 Request / Response bytes, one protobuf message per gRPC message."""
@@ -24,6 +31,10 @@ class RpcSettings:
 
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
+    # "native": BookKeeper's TCP protocol on the bookie-rpc endpoint (any bookie); "grpc": bkaudit's only
+    transport: str = NATIVE
+    # largest response frame accepted (BookKeeper: nettyMaxFrameSizeBytes)
+    max_frame_bytes: int = 5 * 1024 * 1024
     # TLS towards bookies: CA to verify them; own certificate + key for mutual TLS; optional name override
     tls_ca: str = ""
     tls_cert: str = ""
@@ -35,5 +46,9 @@ class RpcSettings:
             raise ConfigError("rpc.request_timeout_s", "must be > 0")
         if self.connect_timeout_s <= 0:
             raise ConfigError("rpc.connect_timeout_s", "must be > 0")
+        if self.transport not in (NATIVE, GRPC):
+            raise ConfigError("rpc.transport", f"must be {NATIVE!r} or {GRPC!r}, got {self.transport!r}")
+        if self.max_frame_bytes < 1024:
+            raise ConfigError("rpc.max_frame_bytes", "must be >= 1024")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigError("rpc.tls_cert", "tls_cert and tls_key must be set together")

@@ -1,19 +1,23 @@
-"""TLS material for the bookie RPC: server credentials (optionally mutual) and client credentials.
+"""TLS material for the bookie RPC: server contexts (optionally mutual) and client contexts.
 
-Plaintext is the default (loopback clusters, tests). A bookie with `[bookie] tls_cert` + `tls_key` serves TLS;
-adding `tls_ca` makes it mutual: clients must present a certificate signed by that CA. Clients configure
-`[rpc] tls_ca` (to verify bookies) and, for mTLS, `tls_cert` + `tls_key`.
+Plaintext is the default (loopback clusters, tests). A bookie with `[bookie] tls_cert` + `tls_key` accepts
+BookKeeper's START_TLS; adding `tls_ca` makes it mutual: clients must present a certificate signed by that CA
+(BookKeeper: tlsClientAuthentication). Clients configure `[rpc] tls_ca` (to verify bookies) and, for mTLS,
+`tls_cert` + `tls_key`. The native transport uses Python's `ssl`; the optional gRPC transport its own
+credentials (grpc is imported only when that transport is used).
 """
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import grpc
+from typing import TYPE_CHECKING, Any
 
 from bkaudit.errors import ConfigError
+
+if TYPE_CHECKING:
+    import grpc
 
 
 def _read(path: str | Path | None, key: str) -> bytes | None:
@@ -38,7 +42,19 @@ class TlsConfig:
     key: str | None = None
     server_name: str | None = None
 
+    def ssl_context(self) -> ssl.SSLContext:
+        """Client context (native transport): verify the bookie against `ca`, present our cert if any."""
+        try:
+            context = ssl.create_default_context(cafile=self.ca or None)
+            if self.cert:
+                context.load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError("rpc.tls_ca", f"cannot load TLS material: {exc}") from exc
+        return context
+
     def credentials(self) -> grpc.ChannelCredentials:
+        import grpc
+
         return grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca, "rpc.tls_ca"),
             private_key=_read(self.key, "rpc.tls_key"),
@@ -60,8 +76,23 @@ class TlsConfig:
                    server_name=rpc.tls_server_name or None)
 
 
+def server_ssl_context(cert: str, key: str, ca: str | None = None) -> ssl.SSLContext:
+    """The bookie's context for START_TLS; with `ca`, clients must present a certificate it signed (mTLS)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, key)
+        if ca:
+            context.load_verify_locations(ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError("bookie.tls_cert", f"cannot load TLS material: {exc}") from exc
+    return context
+
+
 def server_credentials(cert: str, key: str, ca: str | None = None) -> grpc.ServerCredentials:
-    """Bookie TLS credentials; with `ca`, clients must present a certificate that CA signed (mutual TLS)."""
+    """Bookie TLS credentials for the gRPC listener (same meaning as server_ssl_context)."""
+    import grpc
+
     cert_bytes = _read(cert, "bookie.tls_cert")
     key_bytes = _read(key, "bookie.tls_key")
     assert cert_bytes is not None and key_bytes is not None

@@ -687,6 +687,7 @@ class CheckerRun:
         self.zk: KazooClient | None = None
         self.registered: dict[str, str] = {}
         self.targets: dict[str, str] = {}
+        self.batch_listing: frozenset[str] = frozenset()  # bookies that advertised op 1000
         self.layout = "hierarchical"
         self.response_paths: list[str] = []
 
@@ -836,7 +837,9 @@ class CheckerRun:
             self.registered[b] = "readonly"
         known = set(self.bookies_table.column("bookie_id").to_pylist()) | set(self.registered)
         pool = BookieClientPool(zk=self.zk, root=self.root)
-        self.targets = {b: pool.resolve(b) for b in sorted(known)}
+        addresses = {b: pool.lookup(b) for b in sorted(known)}
+        self.targets = {b: a.target for b, a in addresses.items()}
+        self.batch_listing = frozenset(b for b, a in addresses.items() if a.batch_listing)
 
     def _ledger_input(self, frames: Mapping[str, DataFrame]) -> DataFrame:
         """Every ledger row with its ordered segments (LEDGER_INPUT_SCHEMA)."""
@@ -976,6 +979,7 @@ class CheckerRun:
         tls = TlsConfig.from_settings(self.settings)
         return FanoutConfig(
             targets=dict(self.targets),
+            batch_listing=self.batch_listing,
             batch_size=self.conf.batch_size,
             max_in_flight=self.conf.max_in_flight_per_bookie,
             call_timeout_s=self.conf.call_timeout_s,

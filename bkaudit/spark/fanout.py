@@ -2,9 +2,10 @@
 
 Shape of the work (ecosystem-notes.md "RPC fan-out"): the ledger pass emits one request row per (ledger,
 bookie) that must hold entries; the job repartitions them by bookie and runs `fanout_partition` through
-`mapInArrow`. Each task opens its own gRPC channel per bookie inside the function (channels neither pickle nor
-survive a fork) and sends ONE GetListOfEntries per (ledger, bookie), packed `batch_size` ledgers per message
-through the bookie's batch operation, with at most `max_in_flight` messages outstanding per bookie.
+`mapInArrow`. Each task opens its own native connection per bookie inside the function (connections neither
+pickle nor survive a fork) and sends ONE GetListOfEntries per (ledger, bookie), `batch_size` ledgers per
+call: one batch message to bookies that advertised the batch operation, standard per-ledger requests
+pipelined to any other, with at most `max_in_flight` calls outstanding per bookie.
 
 Healthy answers cost almost nothing: the ledger pass attached to each request the digest of the canonical
 encoding (`availability.encode_runs`, byte-identical to BookKeeper's encoder) of exactly the entries the
@@ -123,6 +124,8 @@ class FanoutConfig:
     """Everything a fan-out task needs; picklable (shipped to executors in the mapInArrow closure)."""
 
     targets: Mapping[str, str]
+    batch_listing: frozenset[str] = frozenset()
+    """Bookies that advertised the batch listing (op 1000); the others get per-ledger requests."""
     batch_size: int = 500
     max_in_flight: int = 4
     call_timeout_s: float = 15.0
@@ -402,7 +405,7 @@ def query_bookie(
 
 
 def make_client(bookie_id: str, config: FanoutConfig) -> Any:
-    """A BookieClient for one bookie, created inside the task (gRPC channels do not pickle)."""
+    """A BookieClient for one bookie, created inside the task (connections do not pickle)."""
     from bkaudit.rpc.client import BookieClient
 
     target = config.targets.get(bookie_id, bookie_id)
@@ -412,6 +415,7 @@ def make_client(bookie_id: str, config: FanoutConfig) -> Any:
         tls=config.tls,
         connect_timeout_s=config.connect_timeout_s,
         request_timeout_s=config.call_timeout_s,
+        batch_listing=bookie_id in config.batch_listing,
     )
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import socket
+import struct
 from concurrent.futures import wait
 
-import grpc
 import pytest
 
 from bkaudit.cluster.local import LocalCluster
@@ -14,9 +15,7 @@ from bkaudit.formats import availability
 from bkaudit.formats.entry import DigestManager, master_key
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.model.ledger import DigestType
-from bkaudit.rpc import framing
 from bkaudit.rpc.client import BookieClient, BookieInfo, ReadLacResult
-from bkaudit.rpc.settings import FRAMED_METHOD, METHOD
 
 pytestmark = pytest.mark.cluster
 
@@ -50,16 +49,26 @@ def status_of(fut) -> str:  # type: ignore[no-untyped-def]
     return "EOK" if exc is None else exc.status
 
 
-def raw(target: str, *messages: bytes, framed: bool = False) -> list[pb.Response]:
-    """Send raw gRPC messages on one stream, half-close, collect every response."""
-    with grpc.insecure_channel(target) as channel:
-        call = channel.stream_stream(FRAMED_METHOD if framed else METHOD)(iter(messages), timeout=10)
-        out = []
-        for message in call:
-            for data in framing.split(message) if framed else [message]:
+def raw(target: str, *messages: bytes, payload: bytes | None = None) -> list[pb.Response]:
+    """Send length-prefixed messages (or a raw `payload`) on one TCP connection, collect the responses
+    until the bookie has answered every message or closed the connection."""
+    host, port = target.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        if payload is None:
+            payload = b"".join(struct.pack(">I", len(m)) + m for m in messages)
+        sock.sendall(payload)
+        buf, out = b"", []
+        while len(out) < len(messages):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+                size = struct.unpack(">I", buf[:4])[0]
                 resp = pb.Response()
-                resp.MergeFromString(data)
+                resp.MergeFromString(buf[4 : 4 + size])
                 out.append(resp)
+                buf = buf[4 + size :]
         return out
 
 
@@ -175,11 +184,14 @@ def test_list_of_entries_single_and_batch_match_what_was_written(client: BookieC
         got = availability.decode(client.get_list_of_entries(lid).result(10))
         assert list(got) == ids
         assert client.get_list_of_entries(lid).result(10) == availability.encode(ids)
-    batch = client.get_list_of_entries_batch([*written, unknown]).result(10)
-    assert set(batch) == {*written, unknown}
-    for lid, ids in written.items():
-        assert batch[lid] == availability.encode(ids)
-    assert isinstance(batch[unknown], BookieError) and batch[unknown].status == "ENOLEDGER"
+    # per-ledger requests gathered (any bookie) and the advertised batch operation give the same answer
+    with BookieClient(client.bookie_id, client.target, batch_listing=True) as batching:
+        for c in (client, batching):
+            batch = c.get_list_of_entries_batch([*written, unknown]).result(10)
+            assert set(batch) == {*written, unknown}
+            for lid, ids in written.items():
+                assert batch[lid] == availability.encode(ids)
+            assert isinstance(batch[unknown], BookieError) and batch[unknown].status == "ENOLEDGER"
 
 
 # -- protocol errors ----------------------------------------------------------------------------------------
@@ -203,16 +215,14 @@ def test_unknown_operation_is_ebadreq_without_sub_message(bookie: str) -> None:
         assert resp.ListFields()[0][0].name == "header" and len(resp.ListFields()) == 2  # header + status
 
 
-def test_garbage_gets_ebadreq_and_the_bookie_keeps_serving(bookie: str, client: BookieClient) -> None:
+def test_garbage_closes_the_connection_and_the_bookie_keeps_serving(bookie: str,
+                                                                    client: BookieClient) -> None:
     ok = request(pb.GET_BOOKIE_INFO, 11)
     ok.getBookieInfoRequest.requested = 3
-    responses = raw(bookie, b"\xff\xfe garbage \x00", b"", ok.SerializeToString())
-    by_txn = {r.header.txnId: r for r in responses}
-    assert by_txn[0].status == pb.EBADREQ  # undecodable: txnId unknown
-    assert by_txn[11].status == pb.EOK  # the same stream still works
-    assert len(responses) == 3
-    framed = raw(bookie, b"\x00\x00\x01\x00truncated", framed=True)
-    assert [r.status for r in framed] == [pb.EBADREQ]
+    # as a Java bookie: bytes that are not a v3 Request close the connection, nothing after them is answered
+    assert raw(bookie, ok.SerializeToString(), b"\xff\xfe garbage \x00", ok.SerializeToString()) != []
+    assert [r.header.txnId for r in raw(bookie, b"\xff\xfe garbage \x00", ok.SerializeToString())] == []
+    assert raw(bookie, b"", ok.SerializeToString()) == []  # an empty frame has no header
     assert client.get_bookie_info().result(10).total_disk > 0  # and other clients are unaffected
 
 
@@ -244,3 +254,29 @@ def test_pipelined_requests_are_matched_by_txn(client: BookieClient) -> None:
     wait([*reads.values(), *lists])
     assert all(f.result() == entry(lid, e) for e, f in reads.items())
     assert all(f.result() == availability.encode(range(300)) for f in lists)
+
+
+def test_optional_grpc_listener_serves_the_same_bookie(cluster_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`[bookie] grpc_port` adds a `bkaudit-grpc` endpoint (never bookie-rpc); transport="grpc" uses it."""
+    from bkaudit.formats import records
+    from bkaudit.rpc.pool import BookieClientPool
+    from bkaudit.zk import paths
+
+    conf = tmp_path / "grpc.toml"
+    conf.write_text("[bookie]\ngrpc_port = 0\n")
+    cluster = cluster_factory(bookies=1, racks=1, bookie_args=["--config", str(conf)])
+    b = cluster.bookies[0]
+    info = records.parse_bookie_service_info(
+        cluster.zk_client().get(paths.available_path(b.id, root=cluster.root))[0], b.id)
+    native, grpc_endpoint = info.endpoint("bookie-rpc"), info.endpoint("bkaudit-grpc")
+    assert native is not None and native.port == b.port
+    assert grpc_endpoint is not None and grpc_endpoint.port not in (0, b.port)
+    lid = new_ledger()
+    with BookieClientPool(zk=cluster.zk_client(), root=cluster.root, transport="grpc") as pool:
+        client = pool.get(b.id)
+        assert client.target.endswith(f":{grpc_endpoint.port}")
+        wait([client.add_entry(lid, e, KEY, entry(lid, e)) for e in range(3)])
+        assert client.read_entry(lid, 2).result(10) == entry(lid, 2)
+        assert client.get_list_of_entries_batch([lid]).result(10)[lid] == availability.encode([0, 1, 2])
+    with BookieClientPool(zk=cluster.zk_client(), root=cluster.root) as pool:  # and natively, the same data
+        assert pool.get(b.id).read_entry(lid, 1).result(10) == entry(lid, 1)

@@ -49,7 +49,8 @@ def test_registration_cookie_and_racks(cluster_factory) -> None:  # type: ignore
         assert endpoint is not None
         assert (endpoint.id, endpoint.protocol, endpoint.host, endpoint.port) == (
             "bookie", "bookie-rpc", b.host, b.port)
-        assert info.properties_dict()["bkaudit.transport"] == "grpc"
+        assert info.properties_dict()["bkaudit.transport"] == "native"
+        assert info.properties_dict()["bkaudit.listing.batch"] == "true"  # advertised: op 1000 may be sent
         cookie_bytes, _ = zk.get(paths.cookie_path(b.id, root=cluster.root))
         cookie = records.parse_cookie(cookie_bytes)
         assert (cookie.bookie_host, cookie.instance_id) == (b.id, instance)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import socket
+import ssl
+import struct
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ from kazoo.exceptions import NoAuthError
 from bkaudit.config import ZkSettings
 from bkaudit.errors import BookieError
 from bkaudit.formats import records
+from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.rpc.client import BookieClient
 from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.rpc.tls import TlsConfig
@@ -83,7 +87,7 @@ def test_tls_bookie(cluster_factory, pki, tmp_path) -> None:  # type: ignore[no-
         cluster.zk_client().get(paths.available_path(b.id, root=cluster.root))[0], b.id)
     assert info.properties_dict()["bkaudit.tls"] == "tls"
     with BookieClient(b.id, b.id, connect_timeout_s=2) as plain:
-        assert _status(plain) == "UNAVAILABLE"
+        assert _status(plain) == "EUA"  # no START_TLS: not authenticated
     with BookieClient(b.id, b.id, tls=TlsConfig(ca=pki["other_ca"]), connect_timeout_s=2) as wrong_ca:
         assert _status(wrong_ca) == "UNAVAILABLE"
     with BookieClient(b.id, b.id, tls=TlsConfig(ca=pki["ca"])) as good:
@@ -134,3 +138,74 @@ def test_zookeeper_digest_auth_and_creator_acls(cluster_factory, tmp_path) -> No
         assert set(records.parse_rack_config(owner.get(paths.RACKS_PATH)[0])["default"]) == set(cluster.ids())
     finally:
         zkclient.close(owner)
+
+
+def _frame(req: pb.Request) -> bytes:
+    data = req.SerializeToString()
+    return struct.pack(">I", len(data)) + data
+
+
+def _read_frame(sock: socket.socket | ssl.SSLSocket) -> pb.Response | None:
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    return pb.Response.FromString(buf[4:])
+
+
+def _v3(op: int, txn: int) -> pb.Request:
+    req = pb.Request()
+    req.header.version = pb.VERSION_THREE
+    req.header.operation = op  # type: ignore[assignment]
+    req.header.txnId = txn
+    return req
+
+
+def _start_tls_then_info(address: tuple[str, int], context: ssl.SSLContext) -> pb.Response | None:
+    """PerChannelBookieClient's sequence on a raw socket: plaintext START_TLS request and EOK answer, then the
+    TLS handshake on the same socket, then a request inside TLS (None: the bookie closed the connection)."""
+    with socket.create_connection(address, timeout=20) as sock:
+        start = _v3(pb.START_TLS, 1)
+        start.startTLSRequest.SetInParent()
+        sock.sendall(_frame(start))
+        answer = _read_frame(sock)
+        assert answer is not None and answer.status == pb.EOK and answer.HasField("startTLSResponse")
+        assert answer.header.txnId == 1
+        with context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            info = _v3(pb.GET_BOOKIE_INFO, 2)
+            info.getBookieInfoRequest.requested = 3
+            try:
+                tls.sendall(_frame(info))
+                return _read_frame(tls)
+            except (ssl.SSLError, ConnectionError):
+                return None
+
+
+def test_start_tls_on_a_raw_socket(cluster_factory, pki, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    conf = tmp_path / "mtls.toml"
+    conf.write_text(f'[bookie]\ntls_cert = "{pki["server_cert"]}"\ntls_key = "{pki["server_key"]}"\n'
+                    f'tls_ca = "{pki["ca"]}"\n')
+    cluster = cluster_factory(bookies=1, racks=1, bookie_args=["--config", str(conf)])
+    host, port = cluster.bookies[0].id.rsplit(":", 1)
+    address = (host, int(port))
+    with socket.create_connection(address, timeout=20) as plain:  # before TLS: not authenticated
+        req = _v3(pb.GET_BOOKIE_INFO, 9)
+        req.getBookieInfoRequest.requested = 3
+        plain.sendall(_frame(req))
+        answer = _read_frame(plain)
+        assert answer is not None and answer.status == pb.EUA and answer.header.txnId == 9
+    trusted = ssl.create_default_context(cafile=pki["ca"])
+    trusted.load_cert_chain(pki["client_cert"], pki["client_key"])
+    info = _start_tls_then_info(address, trusted)
+    assert info is not None and info.status == pb.EOK and info.getBookieInfoResponse.totalDiskCapacity > 0
+    untrusted = ssl.create_default_context(cafile=pki["ca"])
+    untrusted.load_cert_chain(pki["rogue_cert"], pki["rogue_key"])
+    with pytest.raises(ssl.SSLError):  # the bookie refuses a client certificate its CA did not sign
+        if _start_tls_then_info(address, untrusted) is None:
+            raise ssl.SSLError("connection closed by the bookie after the handshake")
+    anonymous = ssl.create_default_context(cafile=pki["ca"])
+    with pytest.raises(ssl.SSLError):
+        if _start_tls_then_info(address, anonymous) is None:
+            raise ssl.SSLError("connection closed by the bookie after the handshake")

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import json
 import os
+import socketserver
+import struct
+import threading
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
 import pytest
 
 import bkaudit.audit.settings
@@ -35,8 +36,6 @@ from bkaudit.formats import records
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.model.quorum import write_set
-from bkaudit.rpc import framing
-from bkaudit.rpc.settings import FRAMED_METHOD, METHOD, SERVICE
 from bkaudit.zk import ledgers as zk_ledgers
 from bkaudit.zk import paths, registry
 from bkaudit.zk.underreplication import get_marker, mark_underreplicated
@@ -295,41 +294,51 @@ def wipe(cluster, bookie: str, sc: Scenario) -> None:
 
 
 class GarbageBookie:
-    """A gRPC server speaking the bookie's method, answering EOK with bytes that are not availability data.
+    """A TCP server speaking BookKeeper's framing, answering EOK with bytes that are not availability data.
 
     The one fake in these tests, and justified: a real bookie cannot be made to send malformed
-    AvailabilityOfEntriesOfLedger bytes, yet the checker must turn them into `ledger_unverifiable`.
+    AvailabilityOfEntriesOfLedger bytes, yet the checker must turn them into `ledger_unverifiable`. It does
+    not advertise the batch listing, so it gets standard per-ledger requests only.
     """
 
     GARBAGE = b"\x00\x00\x00\x05not-an-availability"
 
     def __init__(self) -> None:
-        self.server = grpc.server(ThreadPoolExecutor(max_workers=4))
-        handlers = {
-            METHOD.rsplit("/", 1)[1]: grpc.stream_stream_rpc_method_handler(self._plain),
-            FRAMED_METHOD.rsplit("/", 1)[1]: grpc.stream_stream_rpc_method_handler(self._framed),
-        }
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        fake = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                sock = self.request
+                buf = b""
+                while True:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                    out = []
+                    while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+                        size = struct.unpack(">I", buf[:4])[0]
+                        answer = fake._answer(buf[4 : 4 + size])
+                        out.append(struct.pack(">I", len(answer)) + answer)
+                        buf = buf[4 + size :]
+                    sock.sendall(b"".join(out))
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
         self.bookie_id = f"127.0.0.1:{self.port}"
         self.calls = 0
+        self.operations: set[int] = set()
 
     def _answer(self, data: bytes) -> bytes:
         self.calls += 1
         req = pb.Request()
         req.ParseFromString(data)
+        self.operations.add(req.header.operation)
         resp = pb.Response()
         resp.header.CopyFrom(req.header)
         resp.status = pb.EOK
-        if req.header.operation == pb.GET_LIST_OF_ENTRIES_OF_LEDGERS:
-            r = resp.getListOfEntriesOfLedgersResponse
-            r.status = pb.EOK
-            for lid in req.getListOfEntriesOfLedgersRequest.ledgerId:
-                item = r.ledgers.add()
-                item.ledgerId = lid
-                item.status = pb.EOK
-                item.availabilityOfEntriesOfLedger = self.GARBAGE
-        elif req.header.operation == pb.GET_LIST_OF_ENTRIES_OF_LEDGER:
+        if req.header.operation == pb.GET_LIST_OF_ENTRIES_OF_LEDGER:
             r1 = resp.getListOfEntriesOfLedgerResponse
             r1.status = pb.EOK
             r1.ledgerId = req.getListOfEntriesOfLedgerRequest.ledgerId
@@ -338,16 +347,8 @@ class GarbageBookie:
             resp.status = pb.EBADREQ
         return resp.SerializeToString()
 
-    def _plain(self, requests, context):
-        for message in requests:
-            yield self._answer(message)
-
-    def _framed(self, requests, context):
-        for message in requests:
-            yield framing.join([self._answer(d) for d in framing.split(message)])
-
     def start(self, cluster) -> None:
-        self.server.start()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
         zk = cluster.zk_client()
         info = records.bookie_service_info_for(self.bookie_id, "127.0.0.1", self.port)
         registry.register(zk, self.bookie_id, records.encode_bookie_service_info(info), root=cluster.root)
@@ -357,7 +358,8 @@ class GarbageBookie:
         try:
             registry.deregister(cluster.zk_client(), self.bookie_id, root=cluster.root)
         finally:
-            self.server.stop(0)
+            self.server.shutdown()
+            self.server.server_close()
 
 
 # -- the scenarios -------------------------------------------------------------------------------------------
@@ -593,6 +595,7 @@ def test_bookie_answering_garbage(spark, cluster, bk, warehouse):
         detail = json.loads(next(r["detail"] for r in result.violations if r["ledger_id"] == lid))
         assert detail["reason_code"] == "invalid_response"
         assert fake.calls == 2  # asked, then asked again after the delay
+        assert fake.operations == {pb.GET_LIST_OF_ENTRIES_OF_LEDGER}  # never op 1000: it did not advertise it
         stats = {b["bookie_id"]: b for b in result.bookies}
         assert stats[fake.bookie_id]["reachable"] is True  # it answers: not an unreachable bookie
     finally:

@@ -1,0 +1,220 @@
+"""The bookie's native transport: BookKeeper's TCP protocol, served as a Java bookie does on bookie-rpc.
+
+Each connection carries length-prefixed v3 Request frames (bkaudit.rpc.framing) and gets Response frames back,
+in completion order (clients correlate by txnId). One asyncio event loop thread multiplexes every connection:
+a request costs no thread hop until it reaches the storage writer or the read pool, and replies from those
+threads re-enter the loop once per burst. Replies ready together leave in one `write`.
+
+Like BookieNettyServer: frames above `max_frame_bytes` (nettyMaxFrameSizeBytes) or bytes that are not a v3
+Request close the connection (with a warning naming the peer), never the bookie. No AUTH exchange is needed
+(the null auth provider authenticates every channel). START_TLS is answered EOK in plaintext, then the TLS
+handshake runs on the same socket (a bookie without TLS answers EBADREQ, as BookieRequestProcessor does).
+A bookie with TLS configured answers every other request EUA until the handshake is done, as BookKeeper
+does with an auth provider that authenticates on the TLS upgrade (plaintext must not bypass mutual TLS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import struct
+import threading
+from collections import deque
+
+from bkaudit.bookie.service import BookieService
+from bkaudit.errors import BookieError, FormatError
+from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES, Frames
+
+log = logging.getLogger(__name__)
+
+_LEN = struct.Struct(">I")
+
+
+class NativeServer:
+    """Serves a BookieService on `address:port` from a background event loop thread."""
+
+    def __init__(self, service: BookieService, address: str, port: int, *,
+                 ssl_context: ssl.SSLContext | None = None,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.service = service
+        self.address = address
+        self.port = port
+        self.ssl_context = ssl_context
+        self.max_frame_bytes = max_frame_bytes
+        self.connections: set[_Connection] = set()
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="bookie-native", daemon=True)
+
+    def start(self) -> int:
+        """Bind and serve; returns the bound port (useful with port 0). BookieError if binding fails."""
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
+        try:
+            self.port = fut.result(timeout=30)
+        except Exception as exc:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            raise BookieError("EIO", f"cannot serve on {self.address}:{self.port}: {exc}") from exc
+        return self.port
+
+    async def _start(self) -> int:
+        server = await self._loop.create_server(lambda: _Connection(self), self.address, self.port,
+                                                reuse_address=True, backlog=1024)
+        self._server = server
+        return int(server.sockets[0].getsockname()[1])
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, close every connection, stop the loop (in-flight work is drained by the caller)."""
+        if self._server is not None:
+            async def close() -> None:
+                assert self._server is not None
+                self._server.close()
+                for conn in list(self.connections):
+                    conn.close("bookie shutting down", level=logging.INFO)
+                try:
+                    await asyncio.wait_for(self._server.wait_closed(), grace)
+                except Exception:  # best effort at shutdown
+                    pass
+
+            try:
+                asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=grace + 5)
+            except Exception as exc:
+                log.warning("native server stop: %s", exc)
+            self._server = None
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: frames in, dispatched at once; replies coalesced into few writes."""
+
+    def __init__(self, server: NativeServer) -> None:
+        self.server = server
+        self.service = server.service
+        self.loop = server._loop
+        self.loop_thread = server._thread.ident
+        self.frames = Frames(server.max_frame_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.closed = False
+        self.upgrading = False
+        self.secure = False  # TLS established (a TLS bookie answers EUA before that)
+        self._out: deque[bytes] = deque()
+        self._scheduled = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.upgrading:  # reading was paused at START_TLS: this came decrypted, after the handshake
+            self.upgrading = False
+            self.secure = True
+        try:
+            frames = self.frames.feed(data)
+        except FormatError as exc:
+            self.close(f"bad frame: {exc}")
+            return
+        service, reply = self.service, self.reply
+        upgrade = self._upgrade if self.server.ssl_context is not None else None
+        authenticated = upgrade is None or self.secure
+        for body in frames:
+            try:
+                service.dispatch(body, reply, upgrade=upgrade, strict=True, authenticated=authenticated)
+            except FormatError as exc:
+                self.close(f"not a BookKeeper v3 request: {exc}")
+                return
+            if self.upgrading:
+                if self.frames.partial:
+                    self.close("data after START_TLS before the TLS handshake")
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        if self.frames.partial:
+            log.warning("connection from %s closed in the middle of a frame (%d bytes buffered)", self.peer,
+                        self.frames.partial)
+
+    def pause_writing(self) -> None:  # the client does not read its answers: stop reading its requests
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
+
+    # -- replies ---------------------------------------------------------------------------------------------
+    def reply(self, data: bytes) -> None:
+        """Thread-safe: called exactly once per dispatched request."""
+        self._out.append(data)
+        if not self._scheduled:
+            self._scheduled = True
+            if threading.get_ident() == self.loop_thread:
+                self.loop.call_soon(self._flush)
+            else:
+                self.loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        out = self._out
+        if self.closed or self.transport is None:
+            out.clear()
+            return
+        pack = _LEN.pack
+        parts: list[bytes] = []
+        while out:
+            data = out.popleft()
+            parts.append(pack(len(data)))
+            parts.append(data)
+        if parts:
+            self.transport.write(b"".join(parts))
+
+    # -- START_TLS -------------------------------------------------------------------------------------------
+    def _upgrade(self, response: bytes) -> None:
+        """Send the START_TLS answer in plaintext (after every earlier reply), then start TLS."""
+        self._flush()
+        assert self.transport is not None
+        self.transport.write(_LEN.pack(len(response)) + response)
+        self.transport.pause_reading()  # the ClientHello is for the TLS layer, not for us
+        self.upgrading = True
+        self.loop.create_task(self._handshake())
+
+    async def _handshake(self) -> None:
+        context = self.server.ssl_context
+        assert context is not None and self.transport is not None
+        try:
+            transport = await self.loop.start_tls(self.transport, self, context, server_side=True,
+                                                  ssl_handshake_timeout=30)
+        except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
+            log.warning("TLS handshake with %s failed: %s", self.peer, exc)
+            self.closed = True
+            self.server.connections.discard(self)
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        if transport is None:
+            self.close("TLS handshake did not complete")
+            return
+        self.transport = transport
+        self.upgrading = False
+        self.secure = True
+        log.info("TLS session with %s (%s)", self.peer, transport.get_extra_info("cipher"))
+
+    def close(self, reason: str, *, level: int = logging.WARNING) -> None:
+        if self.closed:
+            return
+        log.log(level, "closing connection from %s: %s", self.peer, reason)
+        self._flush()  # answers to the requests before the bad one still go out, as Netty's writes do
+        self.closed = True
+        self.server.connections.discard(self)
+        if self.transport is not None:
+            self.transport.close()
+            self.loop.call_later(5.0, self.transport.abort)  # a peer that does not read cannot hold it
