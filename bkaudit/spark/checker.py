@@ -728,6 +728,7 @@ class CheckerRun:
         t = self._lap("ledger_pass_and_fanout", t)
         located += self._combine(final, frames)
         self._bookie_stats(calls)
+        self.result.bookies_checked = len(self.result.bookies)  # bookies asked (answered or not)
         t = self._lap("combine", t)
 
         self._say(f"re-reading {len({x.finding.ledger_id for x in located})} ledgers before reporting")
