@@ -12,8 +12,9 @@ same bucket everywhere, and the options configured once in `[tables] storage_opt
   pyarrow's S3/GCS/Azure filesystems. Credentials left out are taken from the usual environment variables
   (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_*), which both libraries read.
 
-The options live in this process (`configure`) and in the environment variable BKAUDIT_STORAGE_OPTIONS
-(JSON), which Spark's Python workers inherit in local mode; on a cluster set it for executors with
+The options live in this process (`configure`, `configure_from(settings)`: the CLI does it at start-up)
+and in the environment variable BKAUDIT_STORAGE_OPTIONS (JSON), which Spark's Python workers inherit in
+local mode; a process that configured nothing reads `[tables]` from the settings file. On a cluster, set
 `spark.executorEnv.BKAUDIT_STORAGE_OPTIONS` or give executors credentials the usual way (instance roles).
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -44,6 +46,13 @@ def configure(storage_options: Mapping[str, str] | None) -> None:
         os.environ.pop(ENV, None)
 
 
+def configure_from(settings: Any) -> None:
+    """Use the `[tables] storage_options` of resolved settings (a `bkaudit.config.Settings`)."""
+    from bkaudit.tables.settings import TablesSettings
+
+    configure(settings.get(TablesSettings).options())
+
+
 def storage_options(uri: str | None = None) -> dict[str, str] | None:
     """The delta-rs storage options (None for local paths or when none are configured)."""
     if uri is not None and is_local(uri):
@@ -51,11 +60,22 @@ def storage_options(uri: str | None = None) -> dict[str, str] | None:
     options = _options
     if options is None:
         raw = os.environ.get(ENV)
-        try:
-            options = {str(k).lower(): str(v) for k, v in json.loads(raw).items()} if raw else {}
-        except (ValueError, AttributeError):
-            raise ConfigError(ENV, "must be a JSON object of delta-rs storage options") from None
+        if raw:
+            try:
+                options = {str(k).lower(): str(v) for k, v in json.loads(raw).items()}
+            except (ValueError, AttributeError):
+                raise ConfigError(ENV, "must be a JSON object of delta-rs storage options") from None
+        else:
+            options = _from_settings_file()
     return dict(options) or None
+
+
+def _from_settings_file() -> dict[str, str]:
+    """`[tables] storage_options` of the default settings file (for processes nobody configured)."""
+    from bkaudit import config
+    from bkaudit.tables.settings import TablesSettings
+
+    return dict(config.load().get(TablesSettings).options())
 
 
 def scheme(uri: str) -> str:
