@@ -243,7 +243,6 @@ def write_side_file(directory: str, table: pa.Table, name: str | None = None) ->
     name = f"{name}.parquet"
     if not location.is_local(directory):
         fs, root = location.filesystem(directory)
-        fs.create_dir(root, recursive=True)
         with fs.open_output_stream(f"{root}/{name}") as out:
             pq.write_table(table, out)
         return

@@ -39,7 +39,11 @@ _options: dict[str, str] | None = None
 def configure(storage_options: Mapping[str, str] | None) -> None:
     """Use these delta-rs storage options for every warehouse URI in this process and its workers."""
     global _options
-    _options = {str(k).lower(): str(v) for k, v in (storage_options or {}).items()}
+    if storage_options is None:  # forget: back to the environment / settings file
+        _options = None
+        os.environ.pop(ENV, None)
+        return
+    _options = {str(k).lower(): str(v) for k, v in storage_options.items()}
     if _options:
         os.environ[ENV] = json.dumps(_options)
     else:

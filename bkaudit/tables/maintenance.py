@@ -6,8 +6,9 @@ Two steps per table, marker tables (`audit_runs`, `snapshots`) first:
    `snapshot_date`) is older than the cut-off. The predicate is on the partition column, so delta-rs removes
    whole files in one DELETE commit per table and rewrites nothing. Marker rows go first, so a reader never
    finds a 'succeeded' run whose rows are already gone; the run simply stops being listed.
-2. vacuum: delta-rs's `vacuum` deletes files that no version younger than `retention_hours` references:
-   files replaced by re-runs, removed by retention, or staged by a run that died before committing.
+2. vacuum: delta-rs's `vacuum` (full mode: it lists the storage, not only the log's tombstones) deletes
+   files that no version younger than `retention_hours` references: files replaced by re-runs, removed by
+   retention, or staged by a run that died before committing.
    Time travel to versions older than the retention stops working, and a reader still scanning an old
    version longer than the retention can fail, which is why the default is Delta's 7 days.
 
@@ -100,14 +101,24 @@ def upkeep(
                     ),
                 )
                 dt = open_delta(uri)
-        plan.vacuum_files = list(
-            dt.vacuum(
-                retention_hours=retention_hours,
-                dry_run=not apply,
-                enforce_retention_duration=False,
-                commit_properties=CommitProperties(custom_metadata={"bkaudit.operation": "vacuum"}),
-            )
-        )
+        vacuum_args: dict[str, Any] = {
+            "retention_hours": retention_hours,
+            "enforce_retention_duration": False,
+            "full": True,  # list the storage: also staged files of runs that died before committing
+        }
+        # delta-rs also names tombstones whose files an earlier vacuum already deleted: count what exists
+        plan.vacuum_files = _existing(uri, dt.vacuum(dry_run=True, **vacuum_args))
+        if apply and plan.vacuum_files:
+            props = CommitProperties(custom_metadata={"bkaudit.operation": "vacuum"})
+            dt.vacuum(dry_run=False, commit_properties=props, **vacuum_args)
         plan.applied = apply
         plans.append(plan)
     return plans
+
+
+def _existing(uri: str, paths: list[str]) -> list[str]:
+    fs, root = location.filesystem(uri)
+    if not paths:
+        return []
+    infos = fs.get_file_info([f"{root}/{p}" for p in paths])
+    return [p for p, i in zip(paths, infos, strict=True) if i.type == pafs.FileType.File]

@@ -170,7 +170,7 @@ class StagingWriter:
         part = "/".join(f"{k}={v}" for k, v in self.partition_values.items())
         name = f"part-{len(self.files):05d}-{uuid.uuid4()}-{self.snapshot_id}.snappy.parquet"
         self._rel = f"{part}/{name}" if part else name
-        self._fs.create_dir(f"{self._root}/{part}" if part else self._root, recursive=True)
+        location.makedirs(f"{self.uri}/{part}" if part else self.uri)  # object stores: no directory markers
         self._writer = pq.ParquetWriter(
             f"{self._root}/{self._rel}", self.spec.file_schema, filesystem=self._fs, compression="snappy"
         )
@@ -353,13 +353,29 @@ def _add_action(add_action: Any, f: StagedFile) -> Any:
     return add_action(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
 
 
-def _version_of(uri: str, token: str) -> int:
-    """The version of the commit carrying `token` (concurrent writers may have committed after it)."""
-    dt = open_delta(uri)
-    for entry in dt.history(50):
-        if entry.get(COMMIT_KEY) == token:
-            return int(entry["version"])
-    return dt.version()
+def _version_of(uri: str, token: str, search: int = 200) -> int:
+    """The version of the commit carrying `token` (concurrent writers may have committed around it).
+
+    Read from the commit files themselves: delta-rs's `history()` numbers entries down from the version it
+    loaded, which is off when commits landed between its load and its listing (seen on S3 under load).
+    """
+    fs, root = location.filesystem(uri)
+
+    def commit_text(version: int) -> str | None:
+        try:
+            with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as f:
+                return bytes(f.read()).decode("utf-8", "replace")
+        except (FileNotFoundError, OSError):
+            return None
+
+    latest = open_delta(uri).version()
+    while commit_text(latest + 1) is not None:
+        latest += 1
+    for version in range(latest, max(-1, latest - search), -1):
+        text = commit_text(version)
+        if text is not None and token in text:
+            return version
+    return latest
 
 
 def _replacements(

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import bkaudit.tables.checker_schemas as cs
 from bkaudit.cli import cli
 from bkaudit.tables.read import current_files, read_arrow
-from bkaudit.tables.store import write_table
+from bkaudit.tables.store import StagingWriter, write_table
 from bkaudit.tables.views import duckdb_views, spark_views, with_views
 
 TODAY = date(2026, 11, 24)
@@ -76,8 +76,13 @@ def _answers(wh: str) -> dict[str, Any]:
 def test_vacuum_dry_run_then_yes(warehouse: dict[str, Any]) -> None:
     wh = warehouse["wh"]
     before = _answers(wh)
+    dead = StagingWriter(wh, "violations", snapshot_id="snap-dead", snapshot_date=TODAY.isoformat())
+    keys = {"run_id": "dead", "snapshot_id": "snap-dead"}
+    rows = [{**keys, **r} for r in _violations("dead", 3)]
+    dead.write(pa.Table.from_pylist(rows, schema=cs.VIOLATIONS.file_schema))
+    dead.close()  # staged by a run that died before its commit: referenced by no version
     stale = _parquet_on_disk(wh, "violations") - len(current_files(wh, "violations"))
-    assert stale >= 1  # the re-run of "mid" replaced a file
+    assert stale >= 2  # the re-run of "mid" replaced a file; the dead run's file
     runner = CliRunner()
     dry = runner.invoke(cli, ["tables", "vacuum", "--warehouse", wh, "--retention-hours", "0", "--json"])
     assert dry.exit_code == 0, dry.output
