@@ -1668,8 +1668,7 @@ def _read_snapshot(
         rows += int(row.get("num_records") or 0)
     if max_rows is not None and rows > max_rows:
         return None
-    fs, _root = location.filesystem(uri)
-    paths = [location.filesystem(location.resolve(uri, p))[1] for p in files]
+    fs, paths = location.paths_within(uri, files)
     if not paths:
         from bkaudit.tables.schemas import spec
 

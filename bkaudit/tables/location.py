@@ -121,6 +121,16 @@ def resolve(uri: str, path: str) -> str:
     return join(uri, path)
 
 
+def paths_within(uri: str, paths: list[str]) -> tuple[pafs.FileSystem, list[str]]:
+    """One filesystem for table `uri` and Delta add-action `paths` (relative or absolute) as paths in it."""
+    fs, root = filesystem(uri)
+    out = [
+        filesystem(p)[1] if "://" in p or p.startswith("/") else f"{root}/{p}"  # absolute paths are rare
+        for p in paths
+    ]
+    return fs, out
+
+
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """(pyarrow filesystem, path inside it) for a local path or object-store URI."""
     s = scheme(uri)

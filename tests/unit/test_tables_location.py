@@ -104,3 +104,9 @@ def test_stats_format_and_bounds() -> None:
     assert out["maxValues"]["s"] == "y" * 32 + "\U0010ffff" and out["maxValues"]["s"] > long
     assert out["nullCount"] == {"b": 1, "ts": 1, "s": 0, "i": 0, "st": {"x": 1}}  # lists get none
     assert json_value(json_value(long, upper=True), upper=True) == json_value(long, upper=True)
+
+
+def test_shipped_conf_documents_the_tables_defaults() -> None:
+    loaded = config.load(path=config.DEFAULT_PATH, environ={})
+    assert "tables" in loaded.raw()
+    assert loaded.get(TablesSettings) == TablesSettings()
