@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "snapshot": "bkaudit.spark.commands:snapshot",
     "check": "bkaudit.spark.commands:check",
     "violations": "bkaudit.tables.commands:violations",
+    "tables": "bkaudit.tables.commands:tables_group",
     "autorecovery": "bkaudit.autorecovery.commands:autorecovery",
     "report": "bkaudit.report.commands:report",
     "demo": "bkaudit.cluster.demo:demo",

@@ -59,7 +59,11 @@ def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, con
     if root:
         ov["zk.root"] = root
     try:
-        return config.load(path=config_path, overrides=ov)
+        settings = config.load(path=config_path, overrides=ov)
+        from bkaudit.tables import location
+
+        location.configure_from(settings)  # [tables] storage options for every warehouse URI
+        return settings
     except BkAuditError as exc:
         raise click.UsageError(str(exc)) from None
 

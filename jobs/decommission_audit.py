@@ -33,11 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     from bkaudit import config
     from bkaudit.errors import BkAuditError
     from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.tables import location
 
     bookies = [b.strip() for b in args.bookies.split(",") if b.strip()]
     try:
         settings = config.load(path=args.config, overrides={
             "zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse})
+        location.configure_from(settings)  # [tables] storage options
         warehouse = settings.get(SnapshotSettings).warehouse
         if not warehouse:
             raise BkAuditError("no warehouse given: use --warehouse or [snapshot] warehouse")

@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from bkaudit.errors import BkAuditError
     from bkaudit.spark.publish import publish_run
     from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.tables import location
     from bkaudit.zk.client import close, connect
     from bkaudit.zk.ledgers import read_layout
 
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             path=args.config,
             overrides={"zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse},
         )
+        location.configure_from(settings)  # [tables] storage options
         warehouse = settings.get(SnapshotSettings).warehouse
         if not warehouse:
             raise BkAuditError("no warehouse given: use --warehouse or [snapshot] warehouse")

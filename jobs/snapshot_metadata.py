@@ -30,12 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     from bkaudit.errors import BkAuditError
     from bkaudit.spark.session import prepare
     from bkaudit.spark.snapshot import run_snapshot
+    from bkaudit.tables import location
 
     try:
         settings = config.load(
             path=args.config,
             overrides={"zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse},
         )
+        location.configure_from(settings)  # [tables] storage options (executors inherit them)
         from pyspark.sql import SparkSession
 
         spark = prepare(SparkSession.builder.appName("bkaudit-snapshot").getOrCreate())

@@ -33,9 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     from bkaudit import config
     from bkaudit.errors import BkAuditError
     from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.tables import location
 
     try:
         settings = config.load(path=args.config, overrides={"snapshot.warehouse": args.warehouse})
+        location.configure_from(settings)  # [tables] storage options
         snap = settings.get(SnapshotSettings)
         if not snap.warehouse:
             raise BkAuditError("no warehouse given: use --warehouse or [snapshot] warehouse")

@@ -181,15 +181,22 @@ def trend_section(points: Sequence[dict[str, Any]], history: Sequence[dict[str, 
                               ("warning", "warning", "num"), ("info", "info", "num")]
     runs = table("runs", run_cols, rows, "run_id")
     hist_rows = [{"version": h["version"], "when": _when(_ms(h.get("timestamp"))),
+                  "this": "this run" if h.get("this_run") else "",
+                  "run_id": h.get("run_id") or "",
                   "operation": h.get("operation"),
-                  "info": ", ".join(f"{k.removeprefix('bkaudit.')}={v}"
-                                    for k, v in sorted(h["info"].items()))}
+                  "info": h.get("note") or ", ".join(f"{k.removeprefix('bkaudit.')}={v}"
+                                                     for k, v in sorted(h["info"].items()))}
                  for h in history]
-    hist_cols: list[Column] = [("version", "version", "num"), ("when", "committed", "text"),
-                               ("operation", "operation", "text"), ("info", "bkaudit commit info", "code")]
+    hist_cols: list[Column] = [("version", "version", "num"), ("this", "", "text"),
+                               ("run_id", "run", "code"), ("when", "committed", "text"),
+                               ("operation", "operation", "text"), ("info", "what it did", "code")]
     hist = table("violations-history", hist_cols, hist_rows, "version")
-    note = ('<p class="note">Delta history of the <code>violations</code> table: read any version with '
-            '<code>tables.load(spark, warehouse, "violations", version=N)</code>.</p>')
+    mine = next((h["version"] for h in history if h.get("this_run")), None)
+    where = (f'This run\'s rows are version <strong id="this-run-version">{mine}</strong>; read it with '
+             f'<code>tables.load(spark, warehouse, "violations", version={mine})</code>.'
+             if mine is not None else "This run's commit is not in the table's history (vacuumed or "
+             "written by an older bkaudit).")
+    note = ('<p class="note">Delta history of the <code>violations</code> table. ' + where + '</p>')
     return _section("trend", plot + runs + "<h3>Table versions</h3>" + hist + note)
 
 

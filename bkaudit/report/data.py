@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bkaudit.errors import BkAuditError
-from bkaudit.tables.store import table_uri
+from bkaudit.tables.store import is_delta_table, open_delta, table_uri
 
 SUCCEEDED = "succeeded"
 HISTORY_RUNS = 30
@@ -40,7 +40,7 @@ class ReportData:
     runs: list[dict[str, Any]] = field(default_factory=list)
     """Succeeded runs, oldest first, ending with (at most) the reported run."""
     history: list[dict[str, Any]] = field(default_factory=list)
-    """Delta commits of `violations`, newest first."""
+    """Delta commits of `violations`, newest first; `this_run` marks the commit of the reported run."""
 
     @property
     def run_id(self) -> str:
@@ -48,10 +48,8 @@ class ReportData:
 
 
 def _table(warehouse: str, name: str) -> Any | None:
-    from deltalake import DeltaTable
-
     uri = table_uri(warehouse, name)
-    return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
+    return open_delta(uri) if is_delta_table(uri) else None
 
 
 def _rows_where(warehouse: str, name: str, column: str, value: str) -> pa.Table | None:
@@ -108,7 +106,7 @@ def load(warehouse: str, run_id: str | None = None, *, history_runs: int = HISTO
     if results is not None:
         data.validation = sorted(results.to_pylist(), key=lambda r: (r["success"], r["expectation"]))
     data.runs = _trend_runs(runs, run, history_runs)
-    data.history = _violations_history(warehouse)
+    data.history = _violations_history(warehouse, rid)
     return data
 
 
@@ -122,14 +120,27 @@ def _trend_runs(runs: pa.Table, run: dict[str, Any], limit: int) -> list[dict[st
     return rows[-limit:]
 
 
-def _violations_history(warehouse: str, limit: int = 20) -> list[dict[str, Any]]:
-    """The last commits of `violations` (version, time, operation, bkaudit's commit info)."""
+def _violations_history(
+    warehouse: str, run_id: str, limit: int = 20, search: int = 500
+) -> list[dict[str, Any]]:
+    """The last commits of `violations` (version, time, operation, run, bkaudit's commit info).
+
+    The reported run's own commit (its `run_id` commit info, reverts excluded) is marked `this_run`;
+    when later runs pushed it out of the last `limit` commits it is appended, so the version to time-travel
+    to is always on the page.
+    """
     dt = _table(warehouse, "violations")
     if dt is None:
         return []
     out = []
-    for entry in dt.history(limit):
-        info = {k: v for k, v in entry.items() if str(k).startswith("bkaudit.")}
+    for i, entry in enumerate(dt.history(search)):
+        info = {k: v for k, v in entry.items() if str(k).startswith("bkaudit.") and k != "bkaudit.commit"}
+        mine = entry.get("run_id") == run_id and info.get("bkaudit.operation") != "revert"
+        if i >= limit and not mine:
+            continue
         out.append({"version": entry.get("version"), "timestamp": entry.get("timestamp"),
-                    "operation": entry.get("operation"), "info": info})
+                    "operation": entry.get("operation"), "run_id": entry.get("run_id"),
+                    "note": entry.get("userMetadata"), "info": info, "this_run": mine})
+        if i >= limit:
+            break
     return out

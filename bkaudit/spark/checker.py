@@ -86,6 +86,7 @@ from bkaudit.spark.fanout import (
     query_bookie,
     shape_of,
 )
+from bkaudit.tables import location
 from bkaudit.tables.checker_schemas import AUDIT_RUNS, BOOKIE_CHECKS, RANGE_STRUCT, VIOLATIONS
 
 if TYPE_CHECKING:
@@ -240,11 +241,8 @@ def write_side_file(directory: str, table: pa.Table, name: str | None = None) ->
             part = "local"
         name = f"part-{part}"
     name = f"{name}.parquet"
-    if "://" in directory:
-        import pyarrow.fs as pafs
-
-        fs, root = pafs.FileSystem.from_uri(directory)
-        fs.create_dir(root, recursive=True)
+    if not location.is_local(directory):
+        fs, root = location.filesystem(directory)
         with fs.open_output_stream(f"{root}/{name}") as out:
             pq.write_table(table, out)
         return
@@ -536,18 +534,14 @@ def ledger_pass_files(
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.fs as pafs
         import pyarrow.parquet as pq
 
         for batch in batches:
             for index in batch.column("id").to_pylist():
                 path = files[index]
                 name = os.path.basename(path).rsplit(".", 1)[0]
-                if "://" in path:
-                    fs, rel = pafs.FileSystem.from_uri(path)
-                    table = pq.read_table(rel, filesystem=fs)
-                else:
-                    table = pq.read_table(path)
+                fs, rel = location.filesystem(path)
+                table = pq.read_table(rel, filesystem=fs)
                 inner = ledger_pass_partition(
                     policy, topology, policy_name, check_open_ledgers, side_dir,
                     side_name=name, writable=writable,
@@ -738,6 +732,7 @@ class CheckerRun:
                       "fail BookKeeper's (it counts only writable bookies: docs/placement.md)")
         located += self._combine(final, frames)
         self._bookie_stats(calls)
+        self.result.bookies_checked = len(self.result.bookies)  # bookies asked (answered or not)
         t = self._lap("combine", t)
 
         self._say(f"re-reading {len({x.finding.ledger_id for x in located})} ledgers before reporting")
@@ -934,20 +929,14 @@ class CheckerRun:
         cores = max(1, self.spark.sparkContext.defaultParallelism)
         parts = max(1, min(cores, table.num_rows // 1000 + 1))
         directory = f"{self.staging}/ledger-input"
-        if "://" not in directory:
-            os.makedirs(directory, exist_ok=True)
+        location.makedirs(directory)
         paths = []
         step = -(-table.num_rows // parts) if table.num_rows else 1
         for k in range(parts):
             path = f"{directory}/part-{k:05d}.parquet"
             chunk = table.slice(k * step, step)
-            if "://" in path:
-                import pyarrow.fs as pafs
-
-                fs, rel = pafs.FileSystem.from_uri(path)
-                pq.write_table(chunk, rel, filesystem=fs)
-            else:
-                pq.write_table(chunk, path)
+            fs, rel = location.filesystem(path)
+            pq.write_table(chunk, rel, filesystem=fs)
             paths.append(path)
         return paths
 
@@ -1529,6 +1518,7 @@ class CheckerRun:
         assert self.result.snapshot_id is not None
         key = {"snapshot_id": self.result.snapshot_id, "snapshot_date": self.result.run_date}
         replace = {"run_id": self.result.run_id}
+        add_quorums(rows, self.options.warehouse, self.result.snapshot_id)
         violations = pa.Table.from_pylist(rows, schema=VIOLATIONS.schema)
         bookies = pa.Table.from_pylist(
             [
@@ -1707,13 +1697,11 @@ def _read_snapshot(
     """
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
-    import pyarrow.fs as pafs
-    from deltalake import DeltaTable
 
-    from bkaudit.tables.store import table_uri
+    from bkaudit.tables.store import open_delta, table_uri
 
     uri = table_uri(warehouse, table)
-    dt = DeltaTable(uri)
+    dt = open_delta(uri)
     files, rows = [], 0
     for row in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
         low, high = row.get("min.snapshot_id"), row.get("max.snapshot_id")
@@ -1723,11 +1711,7 @@ def _read_snapshot(
         rows += int(row.get("num_records") or 0)
     if max_rows is not None and rows > max_rows:
         return None
-    if "://" in uri:
-        fs, root = pafs.FileSystem.from_uri(uri)
-    else:
-        fs, root = pafs.LocalFileSystem(), uri
-    paths = [p if "://" in p or p.startswith("/") else f"{root}/{p}" for p in files]
+    fs, paths = location.paths_within(uri, files)
     if not paths:
         from bkaudit.tables.schemas import spec
 
@@ -1737,30 +1721,41 @@ def _read_snapshot(
     return data.to_table(columns=columns, filter=pc.field("snapshot_id") == snapshot_id)
 
 
-def _exists(path: str) -> bool:
-    if "://" in path:
-        import pyarrow.fs as pafs
+QUORUM_COLUMNS = ("ensemble_size", "write_quorum", "ack_quorum")
 
-        fs, rel = pafs.FileSystem.from_uri(path)
-        return bool(fs.get_file_info(rel).type != pafs.FileType.NotFound)
-    return os.path.isdir(path)
+
+def add_quorums(rows: list[dict[str, Any]], warehouse: str, snapshot_id: str) -> None:
+    """Give each violation row its ledger's quorum columns (in place), from the snapshot's `ledgers` rows.
+
+    A ledger's ensemble size and quorums never change after creation, so the snapshot's values are the
+    ledger's; rows without a ledger (bookie findings) or without parseable metadata keep nulls.
+    """
+    import pyarrow.compute as pc
+
+    wanted = sorted({r["ledger_id"] for r in rows if r.get("ledger_id") is not None})
+    if not wanted:
+        return
+    ledgers = _read_snapshot(warehouse, "ledgers", snapshot_id, ["ledger_id", *QUORUM_COLUMNS], None)
+    assert ledgers is not None
+    ledgers = ledgers.filter(pc.is_in(ledgers.column("ledger_id"), pa.array(wanted, pa.int64())))
+    shapes = {r.pop("ledger_id"): r for r in ledgers.to_pylist()}
+    for row in rows:
+        for column, value in shapes.get(row.get("ledger_id"), {}).items():
+            row.setdefault(column, value)
+
+
+def _exists(path: str) -> bool:
+    return location.exists(path)
 
 
 def _staging_dir(warehouse: str, run_id: str) -> str:
-    base = warehouse.rstrip("/") if "://" in warehouse else os.path.abspath(warehouse)
-    return f"{base}/_checker_staging/{run_id}"
+    return location.join(warehouse, "_checker_staging", run_id)
 
 
 def _remove_dir(path: str) -> None:
     """Delete a run's staging directory, and the staging root when no other run uses it."""
-    if "://" in path:
-        try:
-            import pyarrow.fs as pafs
-
-            fs, rel = pafs.FileSystem.from_uri(path)
-            fs.delete_dir(rel)
-        except Exception:
-            pass
+    if not location.is_local(path):
+        location.remove_tree(path)
         return
     shutil.rmtree(path, ignore_errors=True)
     try:

@@ -52,15 +52,15 @@ def validate_staged(
 
 def _arrow(warehouse: str, table: str, files: list[StagedFile], columns: list[str]) -> Any:
     import pyarrow.dataset as ds
-    import pyarrow.fs as pafs
 
+    from bkaudit.tables import location
     from bkaudit.tables.schemas import spec
 
     schema = spec(table).file_schema
     if not files:
         return schema.empty_table().select(columns)
     uri = table_uri(warehouse, table)
-    fs, root = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
+    fs, root = location.filesystem(uri)
     dataset = ds.dataset([f"{root}/{f.path}" for f in files], schema=schema, format="parquet", filesystem=fs)
     return dataset.to_table(columns=columns)
 
@@ -74,5 +74,7 @@ def _spark(spark: SparkSession, warehouse: str, table: str, files: list[StagedFi
 
     if not files:
         return spark.createDataFrame([], StructType(file_schema))
-    uri = table_uri(warehouse, table)
+    from bkaudit.tables.read import spark_uri
+
+    uri = spark_uri(table_uri(warehouse, table))
     return spark.read.schema(StructType(file_schema)).parquet(*[f"{uri}/{f.path}" for f in files])

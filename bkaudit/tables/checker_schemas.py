@@ -49,6 +49,11 @@ VIOLATIONS = register(
                 pa.field("under_repair", pa.bool_()),
                 pa.field("published", pa.bool_()),
                 pa.field("detected_at", TIMESTAMP),
+                # the ledger's quorum (BookKeeper's ensembleSize, writeQuorumSize, ackQuorumSize); null for
+                # findings about a bookie or an unparseable znode
+                pa.field("ensemble_size", pa.int32()),
+                pa.field("write_quorum", pa.int32()),
+                pa.field("ack_quorum", pa.int32()),
             ]
         ),
         partition_by=(RUN_PARTITION,),

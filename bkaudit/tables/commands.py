@@ -157,3 +157,109 @@ def violations(
         return
     data = {"run_id": run["run_id"], "snapshot_id": run["snapshot_id"], "violations": rows}
     emit(data, as_json, _human)
+
+
+# -- bkaudit tables: warehouse upkeep and access for data engineers ----------------------------------------
+def _warehouse(warehouse: str | None, config_path: str | None) -> tuple[str, Any]:
+    import bkaudit.spark.settings
+    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
+    from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.tables import location
+
+    overrides = {"snapshot.warehouse": warehouse}
+    settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
+    wh = settings.get(SnapshotSettings).warehouse
+    if not wh:
+        raise click.UsageError("no warehouse given: use --warehouse DIR or [snapshot] warehouse")
+    if location.is_local(wh) and not location.exists(wh):
+        fail(f"no such warehouse directory: {location.normalize(wh)}")
+    return wh, settings
+
+
+_WAREHOUSE = click.option(
+    "--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)"
+)
+_CONFIG = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                       help="settings file")
+
+
+@click.group("tables")
+def tables_group() -> None:
+    """Warehouse upkeep (vacuum, retention) and the safe ways to read the tables from other tools."""
+
+
+@tables_group.command("vacuum")
+@_WAREHOUSE
+@_CONFIG
+@click.option("--retention-hours", type=click.IntRange(min=0), default=None,
+              help="delete files unreferenced for longer than this ([tables] retention_hours, default 168)")
+@click.option("--keep-run-days", type=click.IntRange(min=0), default=None,
+              help="also delete runs whose run/snapshot date is older than this many days "
+                   "([tables] keep_run_days; 0 = keep every run)")
+@click.option("--yes", is_flag=True, help="do it (default: dry run, print what would be deleted)")
+@click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
+def vacuum(warehouse: str | None, config_path: str | None, retention_hours: int | None,
+           keep_run_days: int | None, yes: bool, as_json: bool) -> None:
+    """Delete old runs (retention) and files no table version needs (vacuum). Dry run unless --yes."""
+    from bkaudit.errors import BkAuditError
+    from bkaudit.tables.maintenance import upkeep
+    from bkaudit.tables.settings import TablesSettings
+
+    wh, settings = _warehouse(warehouse, config_path)
+    conf = settings.get(TablesSettings)
+    hours = conf.retention_hours if retention_hours is None else retention_hours
+    days = conf.keep_run_days if keep_run_days is None else keep_run_days
+    try:
+        plans = upkeep(wh, retention_hours=hours, keep_run_days=days, apply=yes)
+    except BkAuditError as exc:
+        fail(str(exc))
+        return
+    data = {"warehouse": wh, "dry_run": not yes, "retention_hours": hours, "keep_run_days": days,
+            "tables": [p.to_dict() for p in plans]}
+
+    def human(d: dict[str, Any]) -> str:
+        verb = "would delete" if d["dry_run"] else "deleted"
+        lines = [f"{'DRY RUN: ' if d['dry_run'] else ''}{d['warehouse']} (files unreferenced > "
+                 f"{hours} h; runs older than {days} day(s))" if days else
+                 f"{'DRY RUN: ' if d['dry_run'] else ''}{d['warehouse']} (files unreferenced > {hours} h; "
+                 "every run kept)"]
+        for t in d["tables"]:
+            lines.append(f"  {t['table']:<26} {verb} {t['vacuum_files']:>5} unreferenced file(s)"
+                         + (f", {t['expired_rows']} row(s) in {t['expired_files']} file(s) of old runs"
+                            if t["expired_files"] else ""))
+        if d["dry_run"]:
+            lines.append("nothing changed: add --yes to do it")
+        return "\n".join(lines)
+
+    emit(data, as_json, human)
+
+
+@tables_group.command("files")
+@click.argument("table")
+@_WAREHOUSE
+@_CONFIG
+@click.option("--version", type=click.IntRange(min=0), default=None, help="a Delta version (time travel)")
+def files(table: str, warehouse: str | None, config_path: str | None, version: int | None) -> None:
+    """Print the Parquet files of TABLE's current version, one per line (plain Spark/Trino/Hive input).
+
+    Reading the table directory itself also reads files that re-runs replaced: use this list instead.
+    """
+    from bkaudit.errors import BkAuditError
+    from bkaudit.tables.read import current_files
+
+    wh, _ = _warehouse(warehouse, config_path)
+    try:
+        for path in current_files(wh, table, version=version):
+            click.echo(path)
+    except BkAuditError as exc:
+        fail(str(exc))
+
+
+@tables_group.command("views")
+@click.option("--temporary", is_flag=True, help="CREATE TEMP VIEW (Spark sessions)")
+def views(temporary: bool) -> None:
+    """Print the CREATE VIEW statements (latest successful run, per-topic summary) for DuckDB/Spark SQL."""
+    from bkaudit.tables.views import create_statements
+
+    for statement in create_statements(temporary=temporary):
+        click.echo(statement + ";")

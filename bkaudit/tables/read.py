@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bkaudit.errors import BkAuditError
+from bkaudit.tables import location
 from bkaudit.tables.schemas import spec
-from bkaudit.tables.store import table_uri, validate_snapshot_id
+from bkaudit.tables.store import is_delta_table, open_delta, table_uri, validate_snapshot_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,18 +38,14 @@ class NoSnapshot(BkAuditError):
 
 
 def _delta_table(warehouse: str, table: str, version: int | None = None) -> Any:
-    from deltalake import DeltaTable
-
     uri = table_uri(warehouse, table)
-    if not DeltaTable.is_deltatable(uri):
+    if not is_delta_table(uri):
         raise TableNotFound(f"no Delta table {table!r} at {uri}")
-    return DeltaTable(uri, version=version) if version is not None else DeltaTable(uri)
+    return open_delta(uri, version)
 
 
 def table_exists(warehouse: str, table: str) -> bool:
-    from deltalake import DeltaTable
-
-    return bool(DeltaTable.is_deltatable(table_uri(warehouse, table)))
+    return is_delta_table(table_uri(warehouse, table))
 
 
 def snapshots(warehouse: str) -> pa.Table:
@@ -131,7 +128,7 @@ def load(
         reader = spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)
-        df = reader.load(table_uri(warehouse, table))
+        df = reader.load(spark_uri(table_uri(warehouse, table)))
     else:
         df = _load_files(spark, warehouse, table, snapshot_id=snapshot_id, version=version)
     if snapshot_id is not None:
@@ -149,7 +146,21 @@ def _load_files(
     files = _files(_delta_table(warehouse, table, version), uri, snapshot_id)
     if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).option("basePath", uri).parquet(*files)
+    return spark.read.schema(schema).option("basePath", spark_uri(uri)).parquet(*files)
+
+
+def spark_uri(uri: str) -> str:
+    """A location as Spark's Hadoop filesystems spell it (S3 is `s3a://` there)."""
+    return "s3a://" + uri.split("://", 1)[1] if location.scheme(uri) == "s3" else uri
+
+
+def current_files(warehouse: str, table: str, *, version: int | None = None) -> list[str]:
+    """The Parquet files of the table's current (or given) version, as Spark can open them.
+
+    The safe way to read a bkaudit table with plain Spark (no Delta jars): `spark.read.parquet` on the
+    table directory also reads files that re-runs replaced and vacuum has not deleted yet.
+    """
+    return _files(_delta_table(warehouse, table, version), table_uri(warehouse, table), None)
 
 
 def _files(dt: Any, uri: str, snapshot_id: str | None) -> list[str]:
@@ -165,6 +176,5 @@ def _files(dt: Any, uri: str, snapshot_id: str | None) -> list[str]:
             and not low <= snapshot_id <= high
         ):
             continue
-        path = row["path"]
-        keep.append(path if "://" in path or path.startswith("/") else f"{uri.rstrip('/')}/{path}")
+        keep.append(spark_uri(location.resolve(uri, row["path"])))
     return keep

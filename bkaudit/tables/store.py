@@ -13,13 +13,20 @@ order and the `snapshots` row LAST; that row (status 'succeeded') is the visibil
 committed by this run are reverted (`revert`: remove what it added, re-add what it removed) before the
 failure is recorded. A process killed between two table commits can leave rows of a snapshot with no
 'succeeded' row: latest-snapshot reads never see them, and the next run of that snapshot_id replaces them.
-Staged files that never got committed are unreferenced garbage that `DeltaTable.vacuum()` removes.
+Staged files that never got committed are unreferenced garbage that `bkaudit tables vacuum` removes.
+
+Statistics: every staged file carries full Delta stats (`bkaudit.tables.stats`), so readers that prune
+files by min/max (delta-rs, DuckDB, polars, Spark) answer filtered questions right. Locations and storage
+options come from `bkaudit.tables.location` (local paths and object stores alike).
+
+History: delta-rs's transaction API records every commit as WRITE (mode Append); a commit that replaces
+rows says so in `operationParameters.predicate` (e.g. `run_id = 'X'`), `isBlindAppend: false` and
+`userMetadata` ("bkaudit replace ..."), which DESCRIBE HISTORY and `DeltaTable.history()` show.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import uuid
@@ -29,17 +36,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from bkaudit.errors import BkAuditError
+from bkaudit.tables import location
 from bkaudit.tables.schemas import TableSpec, conform, spec
+from bkaudit.tables.stats import FileStats, finite_floats, from_add_action
 
 SNAPSHOT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 COMMIT_KEY = "bkaudit.commit"  # commit-info key carrying a unique token, to find our commit's version
 MAX_ROWS_PER_FILE = 1_000_000
-_STATS_MAX_STRING = 32  # Delta truncates longer string stats; we keep exact values only
-_STATS_TYPES = (pa.types.is_integer, pa.types.is_string)
 
 
 class CommitError(BkAuditError):
@@ -54,10 +60,21 @@ def validate_snapshot_id(snapshot_id: str) -> str:
 
 
 def table_uri(warehouse: str, name: str) -> str:
-    """`<warehouse>/<name>`; a local warehouse path is made absolute (executors may run elsewhere)."""
-    if "://" in warehouse:
-        return f"{warehouse.rstrip('/')}/{name}"
-    return os.path.join(os.path.abspath(warehouse), name)
+    """`<warehouse>/<name>`: an absolute local path, or a URI with `s3a://` spelled `s3://`."""
+    return location.join(warehouse, name)
+
+
+def is_delta_table(uri: str) -> bool:
+    from deltalake import DeltaTable
+
+    return bool(DeltaTable.is_deltatable(uri, storage_options=location.storage_options(uri)))
+
+
+def open_delta(uri: str, version: int | None = None) -> Any:
+    """delta-rs's DeltaTable at `uri` (optionally a version), with the configured storage options."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(uri, version=version, storage_options=location.storage_options(uri))
 
 
 # -- staging -------------------------------------------------------------------------------------------------
@@ -81,21 +98,13 @@ class StagedFile:
         return cls(**json.loads(text))
 
 
-@dataclass
-class _ColumnStats:
-    nulls: int = 0
-    low: Any = None
-    high: Any = None
-    exact: bool = True
-
-
 class StagingWriter:
     """Writes one snapshot's rows of one table as Parquet files under the table directory.
 
     Rows are cast to the table's file schema (partition columns live in the Delta log, not the files);
     `snapshot_id` is filled in when the rows lack it. Files roll over every `max_rows_per_file` rows. The
-    Delta stats (numRecords, exact min/max of integer and short string columns, null counts) are computed
-    here because delta-rs does not compute stats for files it is handed.
+    Delta stats (numRecords, min/max and null counts of every indexed column) are computed here because
+    delta-rs takes the stats of files it is handed as given (see `bkaudit.tables.stats`).
     """
 
     def __init__(
@@ -113,13 +122,11 @@ class StagingWriter:
         self.partition_values = {c: snapshot_date for c in self.spec.partition_by}
         self.max_rows_per_file = max_rows_per_file
         self.files: list[StagedFile] = []
-        self._fs, self._root = (
-            pafs.FileSystem.from_uri(self.uri) if "://" in self.uri else (pafs.LocalFileSystem(), self.uri)
-        )
+        self._fs, self._root = location.filesystem(self.uri)
         self._writer: pq.ParquetWriter | None = None
         self._rel = ""
         self._rows = 0
-        self._stats: dict[str, _ColumnStats] = {}
+        self._stats = FileStats(self.spec.file_schema)
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
         """Append rows (any column order; missing nullable columns become nulls)."""
@@ -129,7 +136,7 @@ class StagingWriter:
             data = data.append_column(
                 "snapshot_id", pa.array([self.snapshot_id] * data.num_rows, pa.string())
             )
-        table = conform(data, self.spec.file_schema)
+        table = finite_floats(conform(data, self.spec.file_schema))
         start = 0
         while start < table.num_rows:
             if self._writer is None:
@@ -138,7 +145,7 @@ class StagingWriter:
             chunk = table.slice(start, take)
             assert self._writer is not None
             self._writer.write_table(chunk)
-            self._update_stats(chunk)
+            self._stats.update(chunk)
             self._rows += take
             start += take
             if self._rows >= self.max_rows_per_file:
@@ -163,12 +170,12 @@ class StagingWriter:
         part = "/".join(f"{k}={v}" for k, v in self.partition_values.items())
         name = f"part-{len(self.files):05d}-{uuid.uuid4()}-{self.snapshot_id}.snappy.parquet"
         self._rel = f"{part}/{name}" if part else name
-        self._fs.create_dir(f"{self._root}/{part}" if part else self._root, recursive=True)
+        location.makedirs(f"{self.uri}/{part}" if part else self.uri)  # object stores: no directory markers
         self._writer = pq.ParquetWriter(
             f"{self._root}/{self._rel}", self.spec.file_schema, filesystem=self._fs, compression="snappy"
         )
         self._rows = 0
-        self._stats = {f.name: _ColumnStats() for f in self.spec.file_schema}
+        self._stats = FileStats(self.spec.file_schema)
 
     def _finish(self) -> None:
         assert self._writer is not None
@@ -182,35 +189,9 @@ class StagingWriter:
                 size=int(info.size or 0),
                 num_records=self._rows,
                 partition_values=dict(self.partition_values),
-                stats=self._stats_json(),
+                stats=self._stats.to_json(),
                 modification_time=int(time.time() * 1000),
             )
-        )
-
-    def _update_stats(self, chunk: pa.Table) -> None:
-        for field_ in chunk.schema:
-            col = chunk.column(field_.name)
-            st = self._stats[field_.name]
-            st.nulls += col.null_count
-            if not st.exact or not any(test(field_.type) for test in _STATS_TYPES):
-                continue
-            if col.null_count == len(col):
-                continue
-            mm = pc.min_max(col)
-            low, high = mm["min"].as_py(), mm["max"].as_py()
-            if isinstance(high, str) and max(len(low), len(high)) > _STATS_MAX_STRING:
-                st.exact = False
-                continue
-            st.low = low if st.low is None else min(st.low, low)
-            st.high = high if st.high is None else max(st.high, high)
-
-    def _stats_json(self) -> str:
-        mins = {k: s.low for k, s in self._stats.items() if s.exact and s.low is not None}
-        maxs = {k: s.high for k, s in self._stats.items() if s.exact and s.high is not None}
-        nested = {f.name for f in self.spec.file_schema if pa.types.is_nested(f.type)}
-        nulls = {k: s.nulls for k, s in self._stats.items() if k not in nested}
-        return json.dumps(
-            {"numRecords": self._rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
         )
 
 
@@ -225,7 +206,7 @@ def stage_table(
 
 def discard(uri: str, files: Iterable[StagedFile]) -> None:
     """Delete staged files that will never be committed (best effort: vacuum collects leftovers)."""
-    fs, root = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
+    fs, root = location.filesystem(uri)
     for f in files:
         try:
             fs.delete_file(f"{root}/{f.path}")
@@ -248,7 +229,7 @@ class Commit:
 def _open_or_create(uri: str, table_spec: TableSpec) -> Any:
     from deltalake import DeltaTable
 
-    if not DeltaTable.is_deltatable(uri):
+    if not is_delta_table(uri):
         DeltaTable.create(
             uri,
             schema=table_spec.schema,
@@ -256,8 +237,33 @@ def _open_or_create(uri: str, table_spec: TableSpec) -> Any:
             mode="ignore",
             name=table_spec.name,
             description=table_spec.description or None,
+            storage_options=location.storage_options(uri),
         )
-    return DeltaTable(uri)
+    return open_delta(uri)
+
+
+def _predicate(replace: Mapping[str, str]) -> str:
+    return " AND ".join(f"{k} = '{v}'" for k, v in replace.items())
+
+
+def _labels(
+    token: str, info: Mapping[str, Any] | None, replace: Mapping[str, str], added: int, removed: int
+) -> dict[str, Any]:
+    """Commit-info keys that say what a commit did (delta-rs fixes `operation` to WRITE/Append)."""
+    meta: dict[str, Any] = {COMMIT_KEY: token, **{k: str(v) for k, v in (info or {}).items()}}
+    for key in ("run_id", "snapshot_id"):  # which run a commit belongs to, for history readers
+        if key in replace:
+            meta.setdefault(key, replace[key])
+    if replace:
+        predicate = _predicate(replace)
+        meta["operationParameters"] = {"predicate": predicate}
+        meta["isBlindAppend"] = False
+        meta["userMetadata"] = f"bkaudit replace {predicate}: +{added} file(s), -{removed} file(s)"
+        meta["bkaudit.operation"] = "replace"
+    else:
+        meta["userMetadata"] = f"bkaudit append: +{added} file(s)"
+        meta["bkaudit.operation"] = "append"
+    return meta
 
 
 def commit(
@@ -287,7 +293,7 @@ def commit(
         if not actions:
             return Commit(table, uri, dt.version())
         props = CommitProperties(
-            custom_metadata={COMMIT_KEY: token, **{k: str(v) for k, v in (info or {}).items()}}
+            custom_metadata=_labels(token, info, replace or {}, len(all_added), len(removals))
         )
         dt.create_write_transaction(
             actions,
@@ -305,9 +311,8 @@ def commit(
 
 def revert(done: Commit) -> None:
     """Undo a commit of this run: remove the files it added, re-add the files it removed (one commit)."""
-    from deltalake import DeltaTable
     from deltalake._internal import RemoveAction
-    from deltalake.transaction import AddAction
+    from deltalake.transaction import AddAction, CommitProperties
 
     now = int(time.time() * 1000)
     actions: list[Any] = [
@@ -321,14 +326,26 @@ def revert(done: Commit) -> None:
                 row["partition_values"],
                 now,
                 True,
-                json.dumps({"numRecords": row["num_records"]}),
+                row["stats"],
             )
         )
     if not actions:
         return
     table_spec = spec(done.table)
-    DeltaTable(done.uri).create_write_transaction(
-        actions, mode="append", schema=table_spec.schema, partition_by=list(table_spec.partition_by)
+    note = f"bkaudit revert of v{done.version}: -{len(done.added)} file(s), +{len(done.removed)} file(s)"
+    open_delta(done.uri).create_write_transaction(
+        actions,
+        mode="append",
+        schema=table_spec.schema,
+        partition_by=list(table_spec.partition_by),
+        commit_properties=CommitProperties(
+            custom_metadata={
+                "userMetadata": note,
+                "isBlindAppend": False,
+                "bkaudit.operation": "revert",
+                "bkaudit.reverts": str(done.version),
+            }
+        ),
     )
 
 
@@ -336,15 +353,29 @@ def _add_action(add_action: Any, f: StagedFile) -> Any:
     return add_action(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
 
 
-def _version_of(uri: str, token: str) -> int:
-    """The version of the commit carrying `token` (concurrent writers may have committed after it)."""
-    from deltalake import DeltaTable
+def _version_of(uri: str, token: str, search: int = 200) -> int:
+    """The version of the commit carrying `token` (concurrent writers may have committed around it).
 
-    dt = DeltaTable(uri)
-    for entry in dt.history(50):
-        if entry.get(COMMIT_KEY) == token:
-            return int(entry["version"])
-    return dt.version()
+    Read from the commit files themselves: delta-rs's `history()` numbers entries down from the version it
+    loaded, which is off when commits landed between its load and its listing (seen on S3 under load).
+    """
+    fs, root = location.filesystem(uri)
+
+    def commit_text(version: int) -> str | None:
+        try:
+            with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as f:
+                return bytes(f.read()).decode("utf-8", "replace")
+        except (FileNotFoundError, OSError):
+            return None
+
+    latest = open_delta(uri).version()
+    while commit_text(latest + 1) is not None:
+        latest += 1
+    for version in range(latest, max(-1, latest - search), -1):
+        text = commit_text(version)
+        if text is not None and token in text:
+            return version
+    return latest
 
 
 def _replacements(
@@ -355,7 +386,7 @@ def _replacements(
 
     if not replace:
         return [], [], []
-    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    actions = pa.table(dt.get_add_actions(flatten=False)).to_pylist()
     now = int(time.time() * 1000)
     removals: list[Any] = []
     rewritten: list[StagedFile] = []
@@ -364,7 +395,7 @@ def _replacements(
         verdict = _file_verdict(row, uri, table_spec, replace)
         if verdict == "keep":
             continue
-        parts = {c: row.get(f"partition.{c}") for c in table_spec.partition_by}
+        parts = {c: (row.get("partition") or {}).get(c) for c in table_spec.partition_by}
         if verdict == "mixed":
             rewritten.extend(_rewrite_without(uri, row["path"], parts, table_spec, replace))
         removals.append(RemoveAction(row["path"], True, now, row["size_bytes"], parts))
@@ -374,6 +405,7 @@ def _replacements(
                 "size": row["size_bytes"],
                 "partition_values": parts,
                 "num_records": row.get("num_records") or 0,
+                "stats": from_add_action(row),
             }
         )
     return removals, rewritten, removed_rows
@@ -384,10 +416,10 @@ def _file_verdict(row: Mapping[str, Any], uri: str, table_spec: TableSpec, repla
     undecided = False
     for column, value in replace.items():
         if column in table_spec.partition_by:
-            if row.get(f"partition.{column}") != value:
+            if (row.get("partition") or {}).get(column) != value:
                 return "keep"
             continue
-        low, high = row.get(f"min.{column}"), row.get(f"max.{column}")
+        low, high = (row.get("min") or {}).get(column), (row.get("max") or {}).get(column)
         if low is not None and high is not None:
             if value < low or value > high:
                 return "keep"
@@ -415,8 +447,8 @@ def _match_mask(data: pa.Table, replace: Mapping[str, str]) -> pa.ChunkedArray:
 
 
 def _read_file(uri: str, rel: str, columns: list[str] | None) -> pa.Table:
-    fs, root = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
-    return pq.read_table(f"{root}/{rel}", columns=columns, filesystem=fs)
+    fs, path = location.filesystem(location.resolve(uri, rel))
+    return pq.read_table(path, columns=columns, filesystem=fs)
 
 
 def _rewrite_without(
@@ -430,7 +462,7 @@ def _rewrite_without(
     snapshot_ids = pc.unique(keep.column("snapshot_id")).to_pylist()
     date = next(iter(parts.values()), "") or ""
     writer = StagingWriter(
-        uri.rsplit("/", 1)[0] if "://" in uri else os.path.dirname(uri),
+        uri.rstrip("/").rsplit("/", 1)[0],
         table_spec.name,
         snapshot_id=str(snapshot_ids[0]),
         snapshot_date=date,

@@ -157,6 +157,11 @@ def test_tables_written_and_rerun_replaces(spark, world, snapshot_id):
     assert len(rows) == len(again.violations) == len(first.violations) == 4
     assert {r["severity"] for r in rows} == {"critical", "warning"}
     assert all(r["snapshot_id"] == snapshot_id and r["run_date"] == again.run_date for r in rows)
+    # quorum columns: what _md wrote (ensemble of 2, WQ 2, AQ 2); none for the unparseable znode
+    quorums = {r["ledger_id"]: (r["ensemble_size"], r["write_quorum"], r["ack_quorum"]) for r in rows}
+    assert quorums == {
+        lid: (None, None, None) if lid == CORRUPT else (2, 2, 2) for lid in {r["ledger_id"] for r in rows}
+    }
     runs = run_rows(wh, "audit_runs", "rerun-1")
     assert len(runs) == 1 and runs[0]["status"] == "succeeded"
     assert dict(runs[0]["counts"]) == again.counts

@@ -21,7 +21,7 @@ import pytest
 import bkaudit.tables.checker_schemas as cs
 from bkaudit.report.builder import SECTIONS, write_report
 from bkaudit.tables.read import read_arrow
-from bkaudit.tables.store import write_table
+from bkaudit.tables.store import open_delta, write_table
 
 TOPIC = "public/default/persistent/orders"
 
@@ -135,6 +135,7 @@ def test_report_of_a_real_checker_run(spark: Any, cluster_factory: Any, tmp_path
     from bkaudit.spark.snapshot import run_snapshot
 
     cluster = cluster_factory(bookies=4, racks=2)
+    in_ensembles: set[str] = set()  # ground truth for bookies_checked: every bookie a ledger names
     with BookKeeper.connect(cluster.zk, cluster.root) as bk:
         for i in range(12):
             custom = {"pulsar/managed-ledger": TOPIC} if i % 2 else None
@@ -142,6 +143,7 @@ def test_report_of_a_real_checker_run(spark: Any, cluster_factory: Any, tmp_path
             for _ in range(5 + i):
                 handle.add_entry(b"entry")
             handle.close()
+            in_ensembles.update(b for seg in handle.metadata.segments for b in seg.ensemble)
     victim = cluster.ids()[0]
     cluster.stop_bookie(victim)
     cluster.wipe_bookie(victim)
@@ -155,6 +157,8 @@ def test_report_of_a_real_checker_run(spark: Any, cluster_factory: Any, tmp_path
     result = run_check(spark, settings, CheckOptions(warehouse=warehouse, snapshot_id=snap.snapshot_id,
                                                      run_id="report-run", fail_on="never"))
     assert sum(result.counts.values()) > 0  # the wiped bookie left ledgers below their write quorum
+    run_row = read_arrow(warehouse, "audit_runs").to_pylist()
+    assert [r["bookies_checked"] for r in run_row] == [len(in_ensembles)] and len(in_ensembles) >= 3
 
     path = write_report(warehouse, tmp_path / "report")
     page = parse(path)
@@ -166,6 +170,10 @@ def test_report_of_a_real_checker_run(spark: Any, cluster_factory: Any, tmp_path
     assert_matches_rows(page, rows)
     assert num(page.cards["ledgers_in_snapshot"]) == 12
     assert num(page.cards["ledgers_checked"]) == result.ledgers_checked
+    assert num(page.cards["bookies_checked"]) == len(in_ensembles)
+    history = page.tables["violations-history"]
+    marked = [v for v, cells in history.items() if cells["this"] == "this run"]
+    assert marked == [str(open_delta(f"{warehouse}/violations").version())]  # nothing committed after
     worst = page.tables["worst"]
     with_ranges = {r["ledger_id"]: r for r in rows if r["missing_entries"]}
     assert worst and set(map(int, worst)) <= set(with_ranges)
@@ -242,4 +250,7 @@ def test_report_from_store_written_tables(tmp_path: Path) -> None:
     assert num(runs["run-2"]["critical"]) == 1 and num(runs["run-2"]["warning"]) == 2
     assert num(runs["run-2"]["info"]) == 1
     assert page.tables["by-bookie"]["b3"]["reachable"] == "no"
-    assert len(page.tables["violations-history"]) == 3  # create + the two runs with rows (run-3 had none)
+    history = page.tables["violations-history"]
+    assert len(history) == 3  # create + the two runs with rows (run-3 had none)
+    marked = {v: cells["run_id"] for v, cells in history.items() if cells["this"] == "this run"}
+    assert marked == {"2": "run-2"}  # versions: 0 create, 1 run-1, 2 run-2

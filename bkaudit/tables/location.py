@@ -1,0 +1,231 @@
+"""Where the warehouse lives: one URI layer for local paths and object stores (S3, GCS, Azure).
+
+Every place that turns a warehouse string into a table location, a pyarrow filesystem or delta-rs storage
+options goes through here, so `s3a://` (Hadoop's spelling, the one Spark users write) and `s3://` mean the
+same bucket everywhere, and the options configured once in `[tables] storage_options` reach both delta-rs
+(commits, reads, vacuum) and pyarrow (staged Parquet files, Spark-free reads).
+
+- local paths (and `file://`) are made absolute: executors may run in another working directory;
+- `s3a://` and `s3n://` become `s3://`; `gs://`, `gcs://`, `abfss://`, `abfs://`, `az://` pass through;
+- storage options use delta-rs's keys (`aws_endpoint_url`, `aws_access_key_id`, `aws_region`,
+  `aws_allow_http`, `aws_conditional_put`, `azure_storage_account_name`, ...); the same keys are mapped to
+  pyarrow's S3/GCS/Azure filesystems. Credentials left out are taken from the usual environment variables
+  (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_*), which both libraries read.
+
+The options live in this process (`configure`, `configure_from(settings)`: the CLI does it at start-up)
+and in the environment variable BKAUDIT_STORAGE_OPTIONS (JSON), which Spark's Python workers inherit in
+local mode; a process that configured nothing reads `[tables]` from the settings file. On a cluster, set
+`spark.executorEnv.BKAUDIT_STORAGE_OPTIONS` or give executors credentials the usual way (instance roles).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+from bkaudit.errors import ConfigError
+
+ENV = "BKAUDIT_STORAGE_OPTIONS"
+_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+_OBJECT_STORES = {"s3", "gs", "abfss", "abfs", "az", "adl", "azure"}
+_options: dict[str, str] | None = None
+
+
+def configure(storage_options: Mapping[str, str] | None) -> None:
+    """Use these delta-rs storage options for every warehouse URI in this process and its workers."""
+    global _options
+    if storage_options is None:  # forget: back to the environment / settings file
+        _options = None
+        os.environ.pop(ENV, None)
+        return
+    _options = {str(k).lower(): str(v) for k, v in storage_options.items()}
+    if _options:
+        os.environ[ENV] = json.dumps(_options)
+    else:
+        os.environ.pop(ENV, None)
+
+
+def configure_from(settings: Any) -> None:
+    """Use the `[tables] storage_options` of resolved settings (a `bkaudit.config.Settings`)."""
+    from bkaudit.tables.settings import TablesSettings
+
+    configure(settings.get(TablesSettings).options())
+
+
+def storage_options(uri: str | None = None) -> dict[str, str] | None:
+    """The delta-rs storage options (None for local paths or when none are configured)."""
+    if uri is not None and is_local(uri):
+        return None
+    options = _options
+    if options is None:
+        raw = os.environ.get(ENV)
+        if raw:
+            try:
+                options = {str(k).lower(): str(v) for k, v in json.loads(raw).items()}
+            except (ValueError, AttributeError):
+                raise ConfigError(ENV, "must be a JSON object of delta-rs storage options") from None
+        else:
+            options = _from_settings_file()
+    return dict(options) or None
+
+
+def _from_settings_file() -> dict[str, str]:
+    """`[tables] storage_options` of the default settings file (for processes nobody configured)."""
+    from bkaudit import config
+    from bkaudit.tables.settings import TablesSettings
+
+    return dict(config.load().get(TablesSettings).options())
+
+
+def scheme(uri: str) -> str:
+    """The URI's scheme after aliasing ('' for a local path)."""
+    if "://" not in uri:
+        return ""
+    raw = uri.split("://", 1)[0].lower()
+    return _ALIASES.get(raw, raw)
+
+
+def is_local(uri: str) -> bool:
+    return scheme(uri) in ("", "file")
+
+
+def normalize(uri: str) -> str:
+    """The canonical spelling: absolute local path, or `<scheme>://...` with s3a/s3n mapped to s3."""
+    s = scheme(uri)
+    if s == "":
+        return os.path.abspath(uri)
+    rest = uri.split("://", 1)[1]
+    if s == "file":
+        return os.path.abspath(rest if rest.startswith("/") else "/" + rest)
+    return f"{s}://{rest}"
+
+
+def join(base: str, *parts: str) -> str:
+    """`base/part/...` for local paths and URIs alike (base normalized)."""
+    root = normalize(base)
+    tail = "/".join(p.strip("/") for p in parts if p)
+    if not tail:
+        return root
+    return os.path.join(root, tail) if is_local(root) else f"{root.rstrip('/')}/{tail}"
+
+
+def resolve(uri: str, path: str) -> str:
+    """A Delta add-action path (relative to the table, or absolute) as a full location."""
+    if "://" in path or path.startswith("/"):
+        return normalize(path)
+    return join(uri, path)
+
+
+def paths_within(uri: str, paths: list[str]) -> tuple[pafs.FileSystem, list[str]]:
+    """One filesystem for table `uri` and Delta add-action `paths` (relative or absolute) as paths in it."""
+    fs, root = filesystem(uri)
+    out = [
+        filesystem(p)[1] if "://" in p or p.startswith("/") else f"{root}/{p}"  # absolute paths are rare
+        for p in paths
+    ]
+    return fs, out
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow filesystem, path inside it) for a local path or object-store URI."""
+    s = scheme(uri)
+    if s in ("", "file"):
+        return pafs.LocalFileSystem(), normalize(uri)
+    norm = normalize(uri)
+    options = storage_options(norm) or {}
+    parts = urlsplit(norm)
+    if s == "s3":
+        return _s3(options), f"{parts.netloc}{parts.path}".rstrip("/")
+    if s == "gs":
+        return _gcs(options), f"{parts.netloc}{parts.path}".rstrip("/")
+    if s in ("abfss", "abfs"):
+        container, _, host = parts.netloc.partition("@")
+        account = host.split(".", 1)[0] if host else None
+        return _azure(options, account), f"{container}{parts.path}".rstrip("/")
+    fs, path = pafs.FileSystem.from_uri(norm)
+    return fs, path
+
+
+def exists(uri: str) -> bool:
+    fs, path = filesystem(uri)
+    return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+
+
+def makedirs(uri: str) -> None:
+    """Create a directory (object stores have none: a no-op there)."""
+    if is_local(uri):
+        os.makedirs(normalize(uri), exist_ok=True)
+
+
+def remove_tree(uri: str) -> None:
+    """Delete a directory and everything under it (best effort)."""
+    fs, path = filesystem(uri)
+    try:
+        fs.delete_dir(path)
+    except (OSError, FileNotFoundError):
+        pass
+
+
+def _truthy(value: str | None) -> bool:
+    return str(value).lower() in ("1", "true", "yes", "on")
+
+
+def _pick(options: Mapping[str, str], *keys: str) -> str | None:
+    for k in keys:
+        if options.get(k):
+            return options[k]
+    return None
+
+
+def _s3(options: Mapping[str, str]) -> pafs.FileSystem:
+    kwargs: dict[str, object] = {}
+    key = _pick(options, "aws_access_key_id", "access_key_id")
+    secret = _pick(options, "aws_secret_access_key", "secret_access_key")
+    if key and secret:
+        kwargs.update(access_key=key, secret_key=secret)
+        token = _pick(options, "aws_session_token", "session_token", "aws_token", "token")
+        if token:
+            kwargs["session_token"] = token
+    region = _pick(options, "aws_region", "region", "aws_default_region")
+    if region:
+        kwargs["region"] = region
+    endpoint = _pick(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+    if endpoint:
+        if "://" in endpoint:
+            proto, endpoint = endpoint.split("://", 1)
+            kwargs["scheme"] = proto
+        kwargs["endpoint_override"] = endpoint.rstrip("/")
+    if _truthy(_pick(options, "aws_allow_http", "allow_http")) and "scheme" not in kwargs:
+        kwargs["scheme"] = "http"
+    if _truthy(_pick(options, "aws_virtual_hosted_style_request", "virtual_hosted_style_request")):
+        kwargs["force_virtual_addressing"] = True
+    return pafs.S3FileSystem(**kwargs)
+
+
+def _gcs(options: Mapping[str, str]) -> pafs.FileSystem:
+    kwargs: dict[str, object] = {}
+    endpoint = _pick(options, "google_endpoint", "gcs_endpoint", "endpoint")
+    if endpoint:
+        if "://" in endpoint:
+            proto, endpoint = endpoint.split("://", 1)
+            kwargs["scheme"] = proto
+        kwargs["endpoint_override"] = endpoint.rstrip("/")
+    if _truthy(_pick(options, "google_skip_signature", "anonymous")):
+        kwargs["anonymous"] = True
+    return pafs.GcsFileSystem(**kwargs)
+
+
+def _azure(options: Mapping[str, str], account: str | None) -> pafs.FileSystem:
+    name = _pick(options, "azure_storage_account_name", "account_name") or account
+    if not name:
+        raise ConfigError("tables.storage_options", "an abfss:// warehouse needs an account name")
+    kwargs: dict[str, object] = {"account_name": name}
+    key = _pick(options, "azure_storage_account_key", "account_key", "access_key")
+    if key:
+        kwargs["account_key"] = key
+    return pafs.AzureFileSystem(**kwargs)

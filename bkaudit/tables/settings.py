@@ -1,0 +1,40 @@
+"""[tables] settings: where the warehouse's object store is and how long old data is kept.
+
+Kept free of deltalake/pyspark imports so `bkaudit.config` can validate a settings file cheaply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bkaudit.config import section
+from bkaudit.errors import ConfigError
+
+
+@section("tables")
+@dataclasses.dataclass(frozen=True)
+class TablesSettings:
+    """Storage options for object-store warehouses, and the retention `bkaudit tables vacuum` applies."""
+
+    # delta-rs storage options (its key names), also mapped to pyarrow's S3/GCS/Azure filesystems, e.g.
+    # {aws_endpoint_url = "http://minio:9000", aws_region = "us-east-1", aws_conditional_put = "etag"}
+    storage_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    # vacuum deletes files unreferenced for longer than this (time travel and running readers need them)
+    retention_hours: int = 168
+    # retention of runs: vacuum --yes also deletes runs whose run/snapshot date is older; 0 = keep every run
+    keep_run_days: int = 0
+
+    def __post_init__(self) -> None:
+        for key, value in self.storage_options.items():
+            if not isinstance(value, str | int | float | bool):
+                raise ConfigError(f"tables.storage_options.{key}", f"expected a string, got {value!r}")
+        if self.retention_hours < 0:
+            raise ConfigError("tables.retention_hours", "must be >= 0")
+        if self.keep_run_days < 0:
+            raise ConfigError("tables.keep_run_days", "must be >= 0 (0 = keep every run)")
+
+    def options(self) -> dict[str, str]:
+        """The storage options as strings (TOML booleans and numbers become 'true', '9000', ...)."""
+        return {
+            k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in self.storage_options.items()
+        }

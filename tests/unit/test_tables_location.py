@@ -1,0 +1,112 @@
+"""The warehouse URI layer and the Delta stats format, without any server (pure mapping and arithmetic)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from bkaudit import config
+from bkaudit.errors import ConfigError
+from bkaudit.tables import location
+from bkaudit.tables.settings import TablesSettings
+from bkaudit.tables.stats import FileStats, json_value
+
+
+@pytest.fixture(autouse=True)
+def _forget() -> Any:
+    location.configure(None)
+    yield
+    location.configure(None)
+
+
+def test_schemes_and_joins(tmp_path: Path) -> None:
+    assert location.normalize("s3a://bucket/wh") == "s3://bucket/wh"
+    assert location.normalize("s3n://bucket/wh") == "s3://bucket/wh"
+    assert location.normalize("gcs://b/wh") == "gs://b/wh"
+    assert location.normalize("abfss://c@acct.dfs.core.windows.net/wh") == "abfss://c@acct.dfs.core.windows.net/wh"
+    assert location.normalize(f"file://{tmp_path}") == str(tmp_path)
+    assert location.join("s3a://bucket/wh/", "violations") == "s3://bucket/wh/violations"
+    assert location.join("relative/wh", "t") == str(Path("relative/wh/t").resolve())
+    assert location.resolve("s3://b/wh/t", "run_date=x/f.parquet") == "s3://b/wh/t/run_date=x/f.parquet"
+    assert location.is_local("/x") and location.is_local("file:///x") and not location.is_local("gs://b")
+
+
+def test_s3_filesystem_from_delta_rs_options() -> None:
+    location.configure({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "aws_access_key_id": "k",
+                        "aws_secret_access_key": "s", "aws_region": "eu-west-1"})
+    fs, path = location.filesystem("s3a://bucket/wh/violations")
+    assert isinstance(fs, pafs.S3FileSystem) and path == "bucket/wh/violations"
+    assert fs.region == "eu-west-1"
+    assert "127.0.0.1:9000" in repr(fs.__reduce__())  # the endpoint reached pyarrow
+    assert location.storage_options("s3://bucket/wh") == {
+        "aws_endpoint_url": "http://127.0.0.1:9000", "aws_access_key_id": "k", "aws_secret_access_key": "s",
+        "aws_region": "eu-west-1",
+    }
+    assert location.storage_options("/local/wh") is None
+
+
+def test_options_reach_workers_through_the_environment(monkeypatch: Any) -> None:
+    location.configure({"aws_region": "us-east-2"})
+    import os
+
+    raw = os.environ[location.ENV]
+    location._options = None  # a Spark worker: same environment, nothing configured in-process
+    assert location.storage_options("s3://b") == {"aws_region": "us-east-2"}
+    monkeypatch.setenv(location.ENV, "not json")
+    with pytest.raises(ConfigError):
+        location.storage_options("s3://b")
+    monkeypatch.setenv(location.ENV, raw)
+
+
+def test_azure_and_gcs_paths() -> None:
+    location.configure({"azure_storage_account_key": "a2V5"})
+    fs, path = location.filesystem("abfss://container@acct.dfs.core.windows.net/wh/t")
+    assert isinstance(fs, pafs.AzureFileSystem) and path == "container/wh/t"
+    location.configure({"google_skip_signature": "true"})
+    fs, path = location.filesystem("gs://bucket/wh")
+    assert isinstance(fs, pafs.GcsFileSystem) and path == "bucket/wh"
+
+
+def test_tables_settings(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(
+        "[tables]\nstorage_options = { aws_allow_http = true, port = 9000 }\nretention_hours = 24\n"
+    )
+    settings = config.load(path=conf, environ={})
+    t = settings.get(TablesSettings)
+    assert t.options() == {"aws_allow_http": "true", "port": "9000"} and t.retention_hours == 24
+    conf.write_text("[tables]\nkeep_run_days = -1\n")
+    with pytest.raises(ConfigError):
+        config.load(path=conf, environ={}).get(TablesSettings)
+
+
+def test_stats_format_and_bounds() -> None:
+    schema = pa.schema([
+        ("b", pa.bool_()), ("ts", pa.timestamp("us", tz="UTC")), ("s", pa.string()), ("i", pa.int32()),
+        ("l", pa.list_(pa.string())), ("st", pa.struct([("x", pa.int64())])),
+    ])
+    stats = FileStats(schema)
+    long = "y" * 40
+    stats.update(pa.table({
+        "b": [True, None], "ts": [datetime(2026, 1, 1, 0, 0, 0, 1500, tzinfo=UTC), None], "s": [long, "a"],
+        "i": [3, 7], "l": [["q"], None], "st": [{"x": 5}, None],
+    }, schema=schema))
+    out = json.loads(stats.to_json())
+    assert out["numRecords"] == 2
+    assert out["minValues"] == {"b": True, "ts": "2026-01-01T00:00:00.001Z", "s": "a", "i": 3, "st": {"x": 5}}
+    assert out["maxValues"]["ts"] == "2026-01-01T00:00:00.002Z"  # rounded up: still an upper bound
+    assert out["maxValues"]["s"] == "y" * 32 + "\U0010ffff" and out["maxValues"]["s"] > long
+    assert out["nullCount"] == {"b": 1, "ts": 1, "s": 0, "i": 0, "st": {"x": 1}}  # lists get none
+    assert json_value(json_value(long, upper=True), upper=True) == json_value(long, upper=True)
+
+
+def test_shipped_conf_documents_the_tables_defaults() -> None:
+    loaded = config.load(path=config.DEFAULT_PATH, environ={})
+    assert "tables" in loaded.raw()
+    assert loaded.get(TablesSettings) == TablesSettings()
