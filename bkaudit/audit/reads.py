@@ -1,8 +1,8 @@
 """Evidence from reads, for bookies that cannot list their entries (BookKeeper's LedgerChecker semantics).
 
 `DbLedgerStorage`, Pulsar's default, throws on `getListOfEntriesOfLedger` and the Java bookie never answers
-the request. BookKeeper's own periodic check (`Auditor.checkAllLedgers` → `LedgerChecker`) reads entries instead:
-per fragment (segment) and bookie index, the first and the last entry that bookie stores, plus
+the request. BookKeeper's own periodic check (`Auditor.checkAllLedgers` → `LedgerChecker`) reads entries
+instead: per fragment (segment) and bookie index, the first and the last entry that bookie stores, plus
 `auditorLedgerVerificationPercentage` percent of the fragment spread evenly in between (one random entry per
 bucket of `length / n` ids, kept when the bookie stores it). This module is that choice, and the reduction of
 the per-entry answers to a `BookieEvidence` the durability assessment combines exactly as listing evidence:
