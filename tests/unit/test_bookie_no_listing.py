@@ -31,7 +31,7 @@ def request(txn: int, op: int, ledger_id: int) -> bytes:
 
 
 def serve(tmp_path, *, answer_listing: bool) -> list[tuple[int, int]]:
-    """(txnId, status) of every reply to: list, batch list, read (in that order), once the read is answered."""
+    """(txnId, status) of every reply to: list, batch list, read (in that order), once the read answered."""
     dm = DigestManager(7, b"", DigestType.CRC32C)
     answers: queue.Queue[tuple[int, int]] = queue.Queue()
 
