@@ -47,6 +47,9 @@ VIOLATIONS = register(
                 pa.field("under_repair", pa.bool_()),
                 pa.field("published", pa.bool_()),
                 pa.field("detected_at", TIMESTAMP),
+                # what a ledger finding rests on: "listing" (exact) or "reads" (sampled, a lower bound)
+                pa.field("evidence", pa.string()),
+                pa.field("sampled_fraction", pa.float64()),
             ]
         ),
         partition_by=(RUN_PARTITION,),
@@ -107,6 +110,9 @@ BOOKIE_CHECKS = register(
                 pa.field("latency_ms_p95", pa.float64()),
                 pa.field("latency_ms_p99", pa.float64()),
                 pa.field("latency_ms_max", pa.float64()),
+                # "listing" or "reads" (no listing on this bookie this run) and why
+                pa.field("evidence", pa.string()),
+                pa.field("evidence_reason", pa.string()),
             ]
         ),
         partition_by=(RUN_PARTITION,),
