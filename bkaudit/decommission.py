@@ -120,9 +120,32 @@ def evidence_from_rows(
     return missing, unverified, truncated
 
 
+def evidence_basis_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the check's findings for one ledger rest on: {"evidence": "reads", "sampled_fraction": f} when
+    some bookie was verified by reads (no listing), else {} (listing: exact)."""
+    for r in rows:
+        if r.get("evidence") == "reads":
+            return {"evidence": "reads", "sampled_fraction": r.get("sampled_fraction")}
+    return {}
+
+
 def judge(shape: LedgerShape, removing: Sequence[str], rows: Iterable[Mapping[str, Any]] = (), *,
           min_copies: int = 1, managed_ledger: str | None = None) -> LedgerVerdict:
-    """The what-if for one ledger: remove `removing` together; `rows`: its violation rows from the check."""
+    """The what-if for one ledger: remove `removing` together; `rows`: its violation rows from the check.
+
+    Rows resting on sampled reads (bookies without listing) prove only the entries actually read missing:
+    the verdict is then a lower bound of the damage, and a blocking verdict says so in its detail.
+    """
+    rows = list(rows)
+    verdict = _judge(shape, removing, rows, min_copies=min_copies, managed_ledger=managed_ledger)
+    basis = evidence_basis_of_rows(rows)
+    if basis and verdict.reason is not None:
+        verdict = replace(verdict, detail={**verdict.detail, **basis})
+    return verdict
+
+
+def _judge(shape: LedgerShape, removing: Sequence[str], rows: Sequence[Mapping[str, Any]], *,
+           min_copies: int, managed_ledger: str | None) -> LedgerVerdict:
     gone = set(removing)
     named = tuple(sorted({b for seg in shape.segments for b in seg.ensemble if b in gone}))
     expected = expected_by_bookie(shape)

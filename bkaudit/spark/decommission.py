@@ -116,8 +116,14 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
                           audited_at_us=int(time.time() * 1_000_000))
     write_table(warehouse, "decommission_audits", table, snapshot_id=sid, snapshot_date=date,
                 replace={"audit_id": aid})
+    # bookies without listing were verified by reads (LedgerChecker): exact only when every entry was read
+    evidence = {b["bookie_id"]: b.get("evidence") or "listing" for b in result.bookies}
+    readers = sorted(b for b, mode in evidence.items() if mode == "reads" and b not in bookies)
+    percentage = run.conf.verification_percentage
     return {"audit_id": aid, "snapshot_id": sid, "safe": all(a.safe for a in results),
-            "min_copies": min_copies, "bookies": [a.summary() for a in results]}
+            "min_copies": min_copies, "bookies": [a.summary() for a in results],
+            "evidence": {"verified_by_reads": readers, "verification_percentage": percentage,
+                         "exact": not readers or percentage >= 100}}
 
 
 def _states(settings: Settings, bookies: Sequence[str]) -> dict[str, str]:
@@ -171,6 +177,11 @@ def human(summary: dict[str, Any]) -> str:
         for x in b["blocking"][:10]:
             left = x["min_copies_after"]
             lines.append(f"      ledger {x['ledger_id']}: {x['reason']} (copies left: {left})")
+    ev = summary.get("evidence") or {}
+    if ev.get("verified_by_reads") and not ev.get("exact"):
+        lines.append(f"  note: {', '.join(ev['verified_by_reads'])} cannot list entries; verified by reading "
+                     f"{ev['verification_percentage']:g}% of entries between each fragment's first and last "
+                     "(entries not read are assumed present)")
     return "\n".join(lines)
 
 

@@ -320,3 +320,35 @@ def test_configured_listing_unsupported_is_read_without_probe(spark, cluster, wo
     by_id = {b["bookie_id"]: b for b in result.bookies}
     assert by_id[lister]["evidence"] == "reads"
     assert "listing_unsupported" in by_id[lister]["evidence_reason"]
+
+
+def test_decommission_audit_uses_read_evidence(spark, cluster, world, tmp_path):
+    """Removing a listing bookie: the what-if counts the copies the no-listing bookies proved by reads."""
+    from bkaudit.spark.decommission import run_audit
+
+    removing = sorted(world["listers"])[0]
+    settings = settings_for(cluster, str(tmp_path), verification_percentage=100)
+    summary = run_audit(spark, settings, warehouse=str(tmp_path), bookies=[removing])
+    damage = world["damage"]
+    blocked = set()
+    for led in world["ledgers"]:
+        if removing not in led.ensemble:
+            continue
+        for e in range(ENTRIES):
+            left = [b for b in led.holders(e) if b != removing and not damage.bad(b, led.ledger_id, e)]
+            if not left:
+                blocked.add(led.ledger_id)
+    assert blocked, "the scenario must block the removal"
+    (answer,) = summary["bookies"]
+    assert {x["ledger_id"] for x in answer["blocking"]} == blocked
+    assert not summary["safe"]
+    assert summary["evidence"]["verified_by_reads"] == sorted(world["readers"])
+    assert summary["evidence"]["exact"] is True
+    # each blocking ledger's recorded detail says its evidence came from reads
+    import json
+
+    from bkaudit.tables.read import read_arrow
+
+    table = read_arrow(str(tmp_path), "decommission_audits").to_pylist()
+    details = [json.loads(b["detail"]) for r in table for b in r["blocking"] or []]
+    assert details and all(d.get("evidence") == "reads" for d in details)
