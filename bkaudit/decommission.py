@@ -72,6 +72,9 @@ DECOMMISSION_AUDITS = register(
             pa.field("min_copies", pa.int32()),
             pa.field("check_run_id", pa.string()),
             pa.field("audited_at", TIMESTAMP),
+            # bookies without listing, verified by LedgerChecker-style reads, and the share of entries read
+            pa.field("verified_by_reads", STRING_LIST),
+            pa.field("verification_percentage", pa.float64()),
         ]),
         partition_by=(AUDIT_PARTITION,),
         description="one row per bookie per decommission audit: safe to remove, and the ledgers blocking it",
@@ -218,8 +221,16 @@ def answers(requested: Sequence[str], verdicts: Iterable[LedgerVerdict],
     return list(out.values())
 
 
+def evidence_summary(verified_by_reads: Sequence[str], percentage: float) -> dict[str, Any]:
+    """What the audit's evidence rests on: exact unless a staying bookie was sampled by reads below 100%."""
+    readers = sorted(verified_by_reads)
+    return {"verified_by_reads": readers, "verification_percentage": percentage,
+            "exact": not readers or percentage >= 100}
+
+
 def table_rows(audit_id: str, snapshot_id: str, audit_date: str, results: Sequence[BookieAnswer], *,
-               min_copies: int, check_run_id: str | None, audited_at_us: int) -> pa.Table:
+               min_copies: int, check_run_id: str | None, audited_at_us: int,
+               verified_by_reads: Sequence[str] = (), verification_percentage: float = 0.0) -> pa.Table:
     """The `decommission_audits` rows of one audit."""
     requested = [a.bookie_id for a in results]
     rows = []
@@ -233,5 +244,7 @@ def table_rows(audit_id: str, snapshot_id: str, audit_date: str, results: Sequen
                           "managed_ledger": v.managed_ledger, "detail": json.dumps(dict(v.detail))}
                          for v in a.blocking],
             "min_copies": min_copies, "check_run_id": check_run_id, "audited_at": audited_at_us,
+            "verified_by_reads": sorted(verified_by_reads),
+            "verification_percentage": verification_percentage,
         })
     return pa.Table.from_pylist(rows, schema=DECOMMISSION_AUDITS.schema)
