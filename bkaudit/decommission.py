@@ -72,6 +72,9 @@ DECOMMISSION_AUDITS = register(
             pa.field("min_copies", pa.int32()),
             pa.field("check_run_id", pa.string()),
             pa.field("audited_at", TIMESTAMP),
+            # bookies without listing, verified by LedgerChecker-style reads, and the share of entries read
+            pa.field("verified_by_reads", STRING_LIST),
+            pa.field("verification_percentage", pa.float64()),
         ]),
         partition_by=(AUDIT_PARTITION,),
         description="one row per bookie per decommission audit: safe to remove, and the ledgers blocking it",
@@ -120,9 +123,32 @@ def evidence_from_rows(
     return missing, unverified, truncated
 
 
+def evidence_basis_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the check's findings for one ledger rest on: {"evidence": "reads", "sampled_fraction": f} when
+    some bookie was verified by reads (no listing), else {} (listing: exact)."""
+    for r in rows:
+        if r.get("evidence") == "reads":
+            return {"evidence": "reads", "sampled_fraction": r.get("sampled_fraction")}
+    return {}
+
+
 def judge(shape: LedgerShape, removing: Sequence[str], rows: Iterable[Mapping[str, Any]] = (), *,
           min_copies: int = 1, managed_ledger: str | None = None) -> LedgerVerdict:
-    """The what-if for one ledger: remove `removing` together; `rows`: its violation rows from the check."""
+    """The what-if for one ledger: remove `removing` together; `rows`: its violation rows from the check.
+
+    Rows resting on sampled reads (bookies without listing) prove only the entries actually read missing:
+    the verdict is then a lower bound of the damage, and a blocking verdict says so in its detail.
+    """
+    rows = list(rows)
+    verdict = _judge(shape, removing, rows, min_copies=min_copies, managed_ledger=managed_ledger)
+    basis = evidence_basis_of_rows(rows)
+    if basis and verdict.reason is not None:
+        verdict = replace(verdict, detail={**verdict.detail, **basis})
+    return verdict
+
+
+def _judge(shape: LedgerShape, removing: Sequence[str], rows: Sequence[Mapping[str, Any]], *,
+           min_copies: int, managed_ledger: str | None) -> LedgerVerdict:
     gone = set(removing)
     named = tuple(sorted({b for seg in shape.segments for b in seg.ensemble if b in gone}))
     expected = expected_by_bookie(shape)
@@ -195,8 +221,16 @@ def answers(requested: Sequence[str], verdicts: Iterable[LedgerVerdict],
     return list(out.values())
 
 
+def evidence_summary(verified_by_reads: Sequence[str], percentage: float) -> dict[str, Any]:
+    """What the audit's evidence rests on: exact unless a staying bookie was sampled by reads below 100%."""
+    readers = sorted(verified_by_reads)
+    return {"verified_by_reads": readers, "verification_percentage": percentage,
+            "exact": not readers or percentage >= 100}
+
+
 def table_rows(audit_id: str, snapshot_id: str, audit_date: str, results: Sequence[BookieAnswer], *,
-               min_copies: int, check_run_id: str | None, audited_at_us: int) -> pa.Table:
+               min_copies: int, check_run_id: str | None, audited_at_us: int,
+               verified_by_reads: Sequence[str] = (), verification_percentage: float = 0.0) -> pa.Table:
     """The `decommission_audits` rows of one audit."""
     requested = [a.bookie_id for a in results]
     rows = []
@@ -210,5 +244,7 @@ def table_rows(audit_id: str, snapshot_id: str, audit_date: str, results: Sequen
                           "managed_ledger": v.managed_ledger, "detail": json.dumps(dict(v.detail))}
                          for v in a.blocking],
             "min_copies": min_copies, "check_run_id": check_run_id, "audited_at": audited_at_us,
+            "verified_by_reads": sorted(verified_by_reads),
+            "verification_percentage": verification_percentage,
         })
     return pa.Table.from_pylist(rows, schema=DECOMMISSION_AUDITS.schema)

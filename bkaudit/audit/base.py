@@ -41,6 +41,7 @@ class Category(enum.Enum):
     BELOW_ACK_QUORUM = "below_ack_quorum"
     BELOW_WRITE_QUORUM = "below_write_quorum"
     EXTRA_ENTRIES = "extra_entries"
+    CORRUPT_ENTRIES = "corrupt_entries"
     PLACEMENT_FAIL = "placement_fail"
     PLACEMENT_SOFT = "placement_soft"
     UNDERREPLICATED_TOO_LONG = "underreplicated_too_long"
@@ -64,6 +65,7 @@ SEVERITY: Mapping[Category, Severity] = {
     Category.LEDGER_UNVERIFIABLE: Severity.WARNING,
     Category.PLACEMENT_SOFT: Severity.INFO,
     Category.EXTRA_ENTRIES: Severity.INFO,
+    Category.CORRUPT_ENTRIES: Severity.WARNING,
 }
 """The issue's severity table (critical: data is or may be lost; warning: act soon; info: look when idle)."""
 
@@ -79,7 +81,7 @@ PLACEMENT_CATEGORIES: tuple[Category, ...] = (Category.PLACEMENT_FAIL, Category.
 RECHECKED_CATEGORIES: frozenset[Category] = frozenset(
     DURABILITY_CATEGORIES
     + PLACEMENT_CATEGORIES
-    + (Category.EXTRA_ENTRIES, Category.LEDGER_UNVERIFIABLE)
+    + (Category.EXTRA_ENTRIES, Category.CORRUPT_ENTRIES, Category.LEDGER_UNVERIFIABLE)
 )
 """Ledger findings derived from possibly stale metadata: re-read the znode before writing them (BP-34)."""
 

@@ -213,6 +213,12 @@ class BookieEvidence:
     extra: tuple[Range, ...] = ()
     extra_count: int = 0
     error: str | None = None
+    evidence: str = "listing"
+    """"listing" (the bookie's exact list of entries) or "reads" (LedgerChecker-style sampled reads)."""
+    entries_read: int = 0
+    entries_expected: int = 0
+    corrupt: tuple[Range, ...] = ()
+    """Entries read back whose digest or ids did not verify (counted in `missing` too: not a replica)."""
 
     @property
     def answered(self) -> bool:
@@ -223,9 +229,11 @@ class BookieEvidence:
         return sum(m.count for m in self.missing)
 
 
-def failed_evidence(bookie_id: str, status: str, error: str | None = None) -> BookieEvidence:
+def failed_evidence(
+    bookie_id: str, status: str, error: str | None = None, evidence: str = "listing"
+) -> BookieEvidence:
     """Evidence for a bookie that could not be verified (nothing counted missing, nothing counted extra)."""
-    return BookieEvidence(bookie_id=bookie_id, status=status, error=error)
+    return BookieEvidence(bookie_id=bookie_id, status=status, error=error, evidence=evidence)
 
 
 def compare_bookie(
@@ -408,6 +416,9 @@ class DurabilityAssessment:
     missing: tuple[tuple[str, MissingRun], ...]
     extras: tuple[BookieEvidence, ...]
     unverified: tuple[BookieEvidence, ...]
+    corrupt: tuple[BookieEvidence, ...] = ()
+    basis: Mapping[str, Any] = field(default_factory=dict)
+    """What the findings rest on (`evidence_basis`): listing (exact) or reads with the sampled fraction."""
 
     @property
     def partial(self) -> bool:
@@ -478,6 +489,7 @@ def assess(shape: LedgerShape, evidence: Iterable[BookieEvidence]) -> Durability
     category = durability_category(min_replicas, wq, shape.ack_quorum) if top else None
     answered_extra = tuple(ev for ev in by_bookie.values() if ev.answered and ev.extra_count > 0)
     unverified = tuple(ev for ev in by_bookie.values() if not ev.answered)
+    corrupt = tuple(ev for ev in by_bookie.values() if ev.answered and ev.corrupt)
     return DurabilityAssessment(
         ledger_id=shape.ledger_id,
         write_quorum=wq,
@@ -493,7 +505,31 @@ def assess(shape: LedgerShape, evidence: Iterable[BookieEvidence]) -> Durability
         missing=tuple(missing_rows),
         extras=answered_extra,
         unverified=unverified,
+        corrupt=corrupt,
+        basis=evidence_basis(by_bookie.values()),
     )
+
+
+def evidence_basis(evidence: Iterable[BookieEvidence]) -> dict[str, Any]:
+    """`{"evidence": "listing"}` when every bookie listed its entries, else `{"evidence": "reads",
+    "sampled_fraction": f}`: the share of the read-verified bookies' expected entries actually read (an
+    ENOLEDGER answer proves all of them missing and counts as fully read; None when none answered)."""
+    read = expected = 0
+    any_reads = False
+    for ev in evidence:
+        if ev.evidence != "reads":
+            continue
+        any_reads = True
+        if ev.status == STATUS_NO_LEDGER:
+            read += ev.entries_expected
+            expected += ev.entries_expected
+        elif ev.answered:
+            read += ev.entries_read
+            expected += ev.entries_expected
+    if not any_reads:
+        return {"evidence": "listing"}
+    fraction = round(min(read / expected, 1.0), 6) if expected else None
+    return {"evidence": "reads", "sampled_fraction": fraction}
 
 
 # -- the check --------------------------------------------------------------------------------
@@ -520,6 +556,7 @@ class DurabilityCheck(Check[LedgerEvidence]):
         Category.BELOW_ACK_QUORUM,
         Category.BELOW_WRITE_QUORUM,
         Category.EXTRA_ENTRIES,
+        Category.CORRUPT_ENTRIES,
     )
 
     def __init__(self, max_ranges: int = 10_000) -> None:
@@ -529,9 +566,28 @@ class DurabilityCheck(Check[LedgerEvidence]):
         return self.findings(assess(subject.shape, subject.evidence))
 
     def findings(self, a: DurabilityAssessment) -> list[Finding]:
+        return [f.with_detail(**a.basis) for f in self._findings(a)]
+
+    def _findings(self, a: DurabilityAssessment) -> list[Finding]:
         out: list[Finding] = []
         if a.category is not None:
             out.append(self._durability_finding(a))
+        for ev in a.corrupt:
+            ranges, cut = cap_ranges(ev.corrupt, self.max_ranges)
+            out.append(
+                Finding(
+                    category=Category.CORRUPT_ENTRIES,
+                    ledger_id=a.ledger_id,
+                    bookie_id=ev.bookie_id,
+                    missing_entries=ranges,
+                    detail={
+                        "corrupt_count": range_count(ev.corrupt),
+                        "corrupt_entries": [list(r) for r in ranges],
+                        "entries_read": ev.entries_read,
+                        "ranges_truncated": cut,
+                    },
+                )
+            )
         for ev in a.extras:
             ranges, cut = cap_ranges(ev.extra, self.max_ranges)
             out.append(

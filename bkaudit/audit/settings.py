@@ -59,6 +59,14 @@ class CheckerSettings:
     metrics_job: str = "bkaudit_checker"
     # prefix of BookKeeper's gauge names: "auditor" gives auditor_NUM_LEDGERS_... as BookKeeper exports them
     metrics_scope: str = "auditor"
+    # bookies whose listing is known not to work (Java bookies on DbLedgerStorage): verified by reads at once
+    listing_unsupported: tuple[str, ...] = ()
+    # deadline of the per-run listing probe; a bookie that does not answer it is verified by reads
+    listing_probe_timeout_s: float = 5.0
+    # auditorLedgerVerificationPercentage: entries read between each fragment's first and last on such bookies
+    verification_percentage: float = 0.0
+    # inFlightReadEntryNumInLedgerChecker: entry reads in flight per bookie when verifying by reads
+    read_max_in_flight_per_bookie: int = 64
 
     def __post_init__(self) -> None:
         for key in ("grace_period_s", "retry_delay_s", "zk_reads_per_s", "publish_rate_per_s"):
@@ -73,6 +81,12 @@ class CheckerSettings:
         ):
             if getattr(self, key) < 1:
                 raise ConfigError(f"checker.{key}", "must be >= 1")
+        if not 0 <= self.verification_percentage <= 100:
+            raise ConfigError("checker.verification_percentage", "must be a percentage in [0, 100]")
+        if self.listing_probe_timeout_s <= 0:
+            raise ConfigError("checker.listing_probe_timeout_s", "must be > 0")
+        if self.read_max_in_flight_per_bookie < 1:
+            raise ConfigError("checker.read_max_in_flight_per_bookie", "must be >= 1")
         if self.retry_attempts < 0:
             raise ConfigError("checker.retry_attempts", "must be >= 0")
         if self.call_timeout_s <= 0:

@@ -25,8 +25,11 @@ def bookie() -> None:
 @click.option("--readonly", is_flag=True, help="serve reads only (registered under available/readonly)")
 @click.option("--bookie-id", default=None, help="custom bookie id (default host:port)")
 @click.option("--autorecovery", is_flag=True, help="also run AutoRecovery in this process (when available)")
+@click.option("--no-listing", is_flag=True,
+              help="never answer listing requests, like a Java bookie on DbLedgerStorage (tests, demos)")
 def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, port: int,
-        data_dir: str, rack: str | None, readonly: bool, bookie_id: str | None, autorecovery: bool) -> None:
+        data_dir: str, rack: str | None, readonly: bool, bookie_id: str | None, autorecovery: bool,
+        no_listing: bool) -> None:
     """Run a bookie until SIGTERM (graceful: read-only, drain, deregister)."""
     from bkaudit.bookie import settings as _settings  # noqa: F401  (registers [bookie])
     from bkaudit.bookie.server import BookieOptions
@@ -35,7 +38,7 @@ def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: 
 
     settings = load_settings(zk, cluster_dir, root, config_path)
     options = BookieOptions(data_dir=data_dir, port=port, bookie_id=bookie_id, rack=rack, readonly=readonly,
-                            autorecovery=autorecovery)
+                            autorecovery=autorecovery, no_listing=no_listing)
     try:
         sys.exit(run_bookie(settings, options))
     except BkAuditError as exc:

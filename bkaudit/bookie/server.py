@@ -49,6 +49,7 @@ class BookieOptions:
     rack: str | None = None
     readonly: bool = False
     autorecovery: bool = False
+    no_listing: bool = False
 
 
 def autorecovery_entry() -> Callable[[Settings, Any, str], Any]:
@@ -116,7 +117,9 @@ class BookieServer:
             self.mode.set("forced", True)
         self._check_disk()
         service = self.service = BookieService(storage, self.mode, max_pending=conf.max_pending_requests,
-                                               read_threads=conf.read_threads)
+                                               read_threads=conf.read_threads,
+                                               answer_listing=conf.answer_listing
+                                               and not self.options.no_listing)
         self._closers.append(service.close)
         context = None
         if conf.tls_cert:

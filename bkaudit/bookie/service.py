@@ -112,8 +112,10 @@ class BookieService:
     """Processes requests against one Storage; transport-agnostic (see bkaudit.bookie.rpcserver)."""
 
     def __init__(self, storage: Storage, mode: BookieMode | None = None, *, max_pending: int = 10000,
-                 read_threads: int = 4) -> None:
+                 read_threads: int = 4, answer_listing: bool = True) -> None:
         self.storage = storage
+        self.answer_listing = answer_listing
+        """False: behave like DbLedgerStorage behind a Java bookie, which never answers a listing request."""
         self.mode = mode or BookieMode()
         self.max_pending = max_pending
         self._pool = _Workers(read_threads)
@@ -187,6 +189,10 @@ class BookieService:
 
     def _process(self, req: pb.Request, done: Reply) -> None:
         header = req.header
+        if not self.answer_listing and header.operation in _LISTING:
+            with self._lock:
+                self._inflight -= 1  # dropped unanswered, as DbLedgerStorage's UnsupportedOperationException
+            return
         if not req.HasField("header") or not header.HasField("txnId"):
             done(_undecodable(header.txnId))
             return
@@ -345,6 +351,7 @@ def list_response(header: bytes, ledger_id: int, availability: bytes | None) -> 
         status = b"\x00"
     return length_delimited(b"\x0a", header) + b"\x10" + status + length_delimited(b"\xe2\x06", sub)
 
+_LISTING = frozenset({pb.GET_LIST_OF_ENTRIES_OF_LEDGER, pb.GET_LIST_OF_ENTRIES_OF_LEDGERS})
 
 
 def _undecodable(txn_id: int = 0) -> bytes:

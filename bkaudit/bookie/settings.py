@@ -38,6 +38,8 @@ class BookieSettings:
     grpc_port: int = -1
     # graceful stop: how long in-flight requests may take to finish after going read-only
     drain_timeout_s: float = 10.0
+    # false: never answer GET_LIST_OF_ENTRIES_OF_LEDGER, like a Java bookie on DbLedgerStorage (tests, demos)
+    answer_listing: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -67,6 +67,8 @@ class BookieInfo:
     pid: int | None
     data_dir: str
     host: str = ""  # listen + advertised address; "" in clusters made before per-bookie addresses: the id's
+    listing: bool = True
+    """False: started with --no-listing (never answers listing requests, like DbLedgerStorage)."""
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -97,10 +99,12 @@ class LocalCluster:
     @classmethod
     def up(cls, directory: str | os.PathLike[str], *, bookies: int = 3, racks: int = 3,
            zk_port: int | None = None, zk_connect: str | None = None, root: str = "/ledgers",
-           bookie_args: Sequence[str] = (), detach: bool = False) -> LocalCluster:
+           bookie_args: Sequence[str] = (), detach: bool = False,
+           no_listing: Sequence[int] = ()) -> LocalCluster:
         """Start ZooKeeper (unless `zk_connect`), initialise the cluster, start `bookies` bookies on racks
-        /rack-1../rack-N round robin; return once every bookie is registered. `detach` lets the processes
-        outlive this Python process (the CLI); otherwise they die with it."""
+        /rack-1../rack-N round robin; return once every bookie is registered. Bookies whose index (0-based)
+        is in `no_listing` never answer listing requests (DbLedgerStorage-like, `bookie run --no-listing`).
+        `detach` lets the processes outlive this Python process (the CLI); otherwise they die with it."""
         path = Path(directory).resolve()
         if (path / STATE_FILE).exists():
             raise ClusterError(f"{path} already holds a cluster ({STATE_FILE}); run `bkaudit cluster down "
@@ -117,7 +121,7 @@ class LocalCluster:
                 cluster.zookeeper = {"pid": server.pid, "port": server.port, "data_dir": str(server.data_dir)}
             cluster._init_metadata()
             for i in range(bookies):
-                cluster.bookies.append(cluster._new_bookie(i, None))
+                cluster.bookies.append(cluster._new_bookie(i, None, listing=i not in no_listing))
             cluster._save()
             cluster._start_many(cluster.bookies)
         except BaseException:
@@ -139,14 +143,14 @@ class LocalCluster:
         zk = self.zk_client()
         init_cluster(zk, root=self.root)
 
-    def _new_bookie(self, index: int, rack: str | None) -> BookieInfo:
+    def _new_bookie(self, index: int, rack: str | None, *, listing: bool = True) -> BookieInfo:
         host = bookie_host(index)
         port = free_port(host)
         data_dir = self.directory / f"bookie-{index + 1}"
         data_dir.mkdir(parents=True, exist_ok=True)
         rack = rack or f"/rack-{index % self.racks + 1}"
         return BookieInfo(id=f"{host}:{port}", rack=rack, port=port, pid=None, data_dir=str(data_dir),
-                          host=host)
+                          host=host, listing=listing)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> LocalCluster:
@@ -188,8 +192,8 @@ class LocalCluster:
             raise ClusterError(f"bookie {bookie_id} is already running (pid {b.pid})")
         self._start_many([b], wait=wait)
 
-    def add_bookie(self, *, rack: str | None = None) -> BookieInfo:
-        b = self._new_bookie(len(self.bookies), rack)
+    def add_bookie(self, *, rack: str | None = None, listing: bool = True) -> BookieInfo:
+        b = self._new_bookie(len(self.bookies), rack, listing=listing)
         self.bookies.append(b)
         self._save()
         self._start_many([b])
@@ -211,7 +215,7 @@ class LocalCluster:
         cmd = [*prefix, sys.executable, "-m", "bkaudit.cli", "bookie", "run", "--zk", self.zk,
                "--root", self.root,
                "--port", str(b.port), "--data-dir", b.data_dir, *(["--rack", b.rack] if b.rack else []),
-               *self.bookie_args]
+               *([] if b.listing else ["--no-listing"]), *self.bookie_args]
         env = dict(os.environ)
         env.setdefault("BKAUDIT_ZK__SESSION_TIMEOUT_S", str(BOOKIE_SESSION_TIMEOUT_S))
         env["BKAUDIT_BOOKIE__LISTEN_ADDRESS"] = env["BKAUDIT_BOOKIE__ADVERTISED_ADDRESS"] = b.host

@@ -76,6 +76,8 @@ from bkaudit.audit.settings import CheckerSettings
 from bkaudit.errors import BkAuditError, ConfigError, FormatError
 from bkaudit.spark.fanout import (
     ANSWERED,
+    EVIDENCE_LISTING,
+    EVIDENCE_READS,
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
     SHAPE_SCHEMA,
@@ -83,7 +85,9 @@ from bkaudit.spark.fanout import (
     FanoutConfig,
     evidence_of_row,
     fanout_partition,
+    probe_listing,
     query_bookie,
+    read_and_verify,
     shape_of,
 )
 from bkaudit.tables import location
@@ -203,19 +207,32 @@ SIDE_SCHEMA = pa.schema([pa.field("kind", pa.string()), *FINDING_SCHEMA])
 per task: ledgers, ledgers with checked entries and entries, as JSON in `detail`)."""
 
 LEDGER_INPUT_SCHEMA = pa.schema(
-    [*SHAPE_SCHEMA, pa.field("parse_error", pa.string()), pa.field("raw_size", pa.int32())]
+    [
+        *SHAPE_SCHEMA,
+        pa.field("parse_error", pa.string()),
+        pa.field("raw_size", pa.int32()),
+        pa.field("digest_type", pa.string()),
+    ]
 )
 
 
 def _requests_batch(
-    ledger: list[int], bookie: list[str], digests: list[bytes | None], entries: list[int]
+    ledger: list[int],
+    bookie: list[str],
+    digests: list[bytes | None],
+    entries: list[int],
+    reads: list[list[int] | None] | None = None,
+    types: list[str | None] | None = None,
 ) -> pa.RecordBatch:
+    n = len(ledger)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(bookie, pa.string()),
             pa.array(ledger, pa.int64()),
             pa.array(digests, pa.binary()),
             pa.array(entries, pa.int64()),
+            pa.array(reads if reads is not None else [None] * n, pa.list_(pa.int64())),
+            pa.array(types if types is not None else [None] * n, pa.string()),
         ],
         schema=REQUEST_SCHEMA,
     )
@@ -264,6 +281,7 @@ _SCALARS = (
     "managed_ledger",
     "parse_error",
     "raw_size",
+    "digest_type",
 )
 
 
@@ -318,6 +336,15 @@ def iter_shapes(batch: pa.RecordBatch) -> Iterator[tuple[dict[str, Any], LedgerS
         yield row, shape
 
 
+@dataclass(frozen=True)
+class ReadEvidencePlan:
+    """Which bookies are verified by reads in this run, and how (picklable: shipped to the ledger pass)."""
+
+    bookies: frozenset[str] = frozenset()
+    percentage: float = 0.0
+    seed: str = ""
+
+
 def ledger_pass_partition(
     policy: Any,
     topology: Any,
@@ -326,6 +353,7 @@ def ledger_pass_partition(
     side_dir: str,
     side_name: str | None = None,
     writable: frozenset[str] | None = None,
+    reads: ReadEvidencePlan | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """One pass over every ledger: LEDGER_INPUT_SCHEMA rows in, REQUEST_SCHEMA rows out.
 
@@ -335,10 +363,13 @@ def ledger_pass_partition(
     Per ledger: unparseable metadata or metadata BookKeeper would refuse → `metadata_unparseable`; otherwise
     placement of every segment, and one request row per (ledger, bookie) that must hold entries. Open
     ledgers get requests for their closed segments unless `check_open_ledgers` is off (BookKeeper skips them).
+    A bookie in `reads.bookies` gets the entries to read (LedgerChecker's choice) instead of a digest.
     """
+    read_plan = reads or ReadEvidencePlan()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from bkaudit.audit.placement import PlacementCheck
+        from bkaudit.audit.reads import plan_reads
 
         placement = PlacementCheck(policy, topology, policy_name, writable=writable)
         metadata = MetadataCheck()
@@ -351,6 +382,8 @@ def ledger_pass_partition(
             req_bookie: list[str] = []
             req_digest: list[bytes | None] = []
             req_entries: list[int] = []
+            req_reads: list[list[int] | None] = []
+            req_types: list[str | None] = []
             for row, shape in iter_shapes(batch):
                 ledgers += 1
                 version = row["znode_version"]
@@ -387,11 +420,18 @@ def ledger_pass_partition(
                 for bookie, expected in wanted.items():
                     req_ledger.append(shape.ledger_id)
                     req_bookie.append(bookie)
-                    req_digest.append(expected)
                     req_entries.append(n if first else 0)
+                    req_types.append(row["digest_type"])
                     first = False
+                    if bookie in read_plan.bookies:
+                        plan = plan_reads(shape, bookie, read_plan.percentage, seed=read_plan.seed)
+                        req_digest.append(None)
+                        req_reads.append(list(plan.entries))
+                    else:
+                        req_digest.append(expected)
+                        req_reads.append(None)
             if req_ledger:
-                yield _requests_batch(req_ledger, req_bookie, req_digest, req_entries)
+                yield _requests_batch(req_ledger, req_bookie, req_digest, req_entries, req_reads, req_types)
             side.extend(findings)
         stats = {"ledgers": ledgers, "durability_ledgers": durable, "entries": entries,
                  "bookkeeper_placement_only": placement.bookkeeper_only}
@@ -424,7 +464,8 @@ def ledger_findings(
     """Durability, extra entries and unverifiable findings of one ledger from its bookies' evidence."""
     a = assess(shape, [refine_status(ev, registered) for ev in evidence])
     found = DurabilityCheck(max_ranges).findings(a)
-    found += LedgerAvailabilityCheck().from_unverified(shape.ledger_id, a.unverified)
+    unverified = LedgerAvailabilityCheck().from_unverified(shape.ledger_id, a.unverified)
+    found += [f.with_detail(**a.basis) for f in unverified]
     return [f.with_detail(znode_version=shape.version) for f in found]
 
 
@@ -525,6 +566,7 @@ def ledger_pass_files(
     side_dir: str,
     files: Sequence[str],
     writable: frozenset[str] | None = None,
+    reads: ReadEvidencePlan | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ledger pass over staged LEDGER_INPUT files: rows of (`id`, an index into `files`) in,
     REQUEST_SCHEMA rows out.
@@ -544,7 +586,7 @@ def ledger_pass_files(
                 table = pq.read_table(rel, filesystem=fs)
                 inner = ledger_pass_partition(
                     policy, topology, policy_name, check_open_ledgers, side_dir,
-                    side_name=name, writable=writable,
+                    side_name=name, writable=writable, reads=reads,
                 )
                 yield from inner(iter(table.cast(LEDGER_INPUT_SCHEMA).to_batches(max_chunksize=10_000)))
 
@@ -576,6 +618,8 @@ def join_segments(ledgers: pa.Table, segments: pa.Table) -> pa.Table:
     else:
         column = pa.nulls(ledgers.num_rows, LEDGER_INPUT_SCHEMA.field("segments").type)
     table = ledgers.append_column("segments", column)
+    if "digest_type" not in table.column_names:  # inputs from before the reads evidence
+        table = table.append_column("digest_type", pa.nulls(table.num_rows, pa.string()))
     return table.select(LEDGER_INPUT_SCHEMA.names).cast(LEDGER_INPUT_SCHEMA)
 
 
@@ -851,7 +895,7 @@ class CheckerRun:
         )
         cols = [f.name for f in SHAPE_SCHEMA if f.name != "segments"]
         ledgers = frames["ledgers"].select(
-            *cols, "parse_error", F.length("raw_metadata").cast("int").alias("raw_size")
+            *cols, "parse_error", F.length("raw_metadata").cast("int").alias("raw_size"), "digest_type"
         )
         return ledgers.join(segs, "ledger_id", "left").select(*LEDGER_INPUT_SCHEMA.names)
 
@@ -885,20 +929,75 @@ class CheckerRun:
         self.side_dir = f"{self.staging}/ledger-pass"
         request_type = from_arrow_schema(REQUEST_SCHEMA)
         files = self._stage_ledger_input()
+        reads = self._read_evidence_plan()
         if files is not None:
             fn = ledger_pass_files(
-                policy, topology, name, self.conf.check_open_ledgers, self.side_dir, files, self._writable()
+                policy, topology, name, self.conf.check_open_ledgers, self.side_dir, files, self._writable(),
+                reads,
             )
             units = self.spark.range(0, len(files), 1, len(files))  # one unit per task
             return units.mapInArrow(fn, request_type)
         fn = ledger_pass_partition(
-            policy, topology, name, self.conf.check_open_ledgers, self.side_dir, writable=self._writable()
+            policy, topology, name, self.conf.check_open_ledgers, self.side_dir, writable=self._writable(),
+            reads=reads,
         )
         return self._ledger_input(frames).mapInArrow(fn, request_type)
 
     def _writable(self) -> frozenset[str]:
         """Bookies writable now: the only ones BookKeeper's rack-aware Auditor counts (bookkeeper_verdict)."""
         return frozenset(b for b, state in self.registered.items() if state == "writable")
+
+    def _read_evidence_plan(self) -> ReadEvidencePlan:
+        """Per bookie and per run: listing or reads (`[checker] listing_unsupported`, else a probe).
+
+        Probed: the bookies the staged input names in ensembles (every known bookie without staged input),
+        in parallel, one listing request and one read each, bounded by `listing_probe_timeout_s`.
+        """
+        from bkaudit.rpc.pool import BookieClientPool
+        from bkaudit.rpc.tls import TlsConfig
+
+        staged = getattr(self, "input_table", None)
+        if staged is not None:
+            import pyarrow.compute as pc
+
+            segments = pc.list_flatten(staged.column("segments"))
+            names = pc.list_flatten(pc.struct_field(segments, "ensemble"))
+            candidates = sorted(set(pc.unique(names).to_pylist()) - {None})
+        else:
+            candidates = sorted(self.targets)
+        configured = set(self.conf.listing_unsupported)
+        self.evidence: dict[str, tuple[str, str]] = {
+            b: (EVIDENCE_READS, "configured in [checker] listing_unsupported") for b in configured
+        }
+        to_probe = [b for b in candidates if b not in configured]
+        if to_probe:
+            timeout = min(self.conf.listing_probe_timeout_s, self.conf.call_timeout_s)
+            pool = BookieClientPool(
+                static=self.targets,
+                tls=TlsConfig.from_settings(self.settings),
+                request_timeout_s=timeout,
+                connect_timeout_s=timeout,
+            )
+
+            def one(bookie: str) -> tuple[str, tuple[str, str]]:
+                try:
+                    return bookie, probe_listing(pool.get(bookie), timeout_s=timeout)
+                except Exception as exc:  # a bookie we cannot even build a client for: the fan-out says so
+                    return bookie, (EVIDENCE_LISTING, f"not probed: {exc}")
+
+            try:
+                with ThreadPoolExecutor(max_workers=min(16, len(to_probe))) as ex:
+                    self.evidence.update(ex.map(one, to_probe))
+            finally:
+                pool.close()
+        bookies = frozenset(b for b, (mode, _why) in self.evidence.items() if mode == EVIDENCE_READS)
+        if bookies:
+            pct = self.conf.verification_percentage
+            self._say(
+                f"{len(bookies)} bookie(s) without listing, verified by reads ({pct:g}% between first and "
+                f"last): {', '.join(sorted(bookies))}"
+            )
+        return ReadEvidencePlan(bookies, self.conf.verification_percentage, seed=self.result.run_id)
 
     def _stage_ledger_input(self) -> list[str] | None:
         """Join the snapshot's ledgers and segments on the driver and stage them; None = use Spark."""
@@ -911,9 +1010,8 @@ class CheckerRun:
         assert sid is not None
         wh = self.options.warehouse
         scalar = [f.name for f in SHAPE_SCHEMA if f.name != "segments"]
-        ledgers = _read_snapshot(
-            wh, "ledgers", sid, [*scalar, "parse_error", "raw_metadata"], DRIVER_INPUT_MAX_LEDGERS
-        )
+        columns = [*scalar, "parse_error", "raw_metadata", "digest_type"]
+        ledgers = _read_snapshot(wh, "ledgers", sid, columns, DRIVER_INPUT_MAX_LEDGERS)
         if ledgers is None:
             return None
         raw = ledgers.column("raw_metadata")
@@ -975,6 +1073,7 @@ class CheckerRun:
             connect_timeout_s=min(rpc.connect_timeout_s, self.conf.call_timeout_s),
             failure_threshold=self.conf.bookie_failure_threshold,
             attempt=attempt,
+            read_max_in_flight=self.conf.read_max_in_flight_per_bookie,
             tls=tls,
         )
 
@@ -1022,11 +1121,15 @@ class CheckerRun:
             path = f"{self.staging}/responses-{attempt}"
             keyed.mapInArrow(fn, response_type).write.mode("overwrite").parquet(path)
             self.response_paths.append(path)
-            table = pq.read_table(path, columns=[*log_columns, "answer"])
+            extra = ["answer", "entries_missing", "entries_corrupt"]
+            table = pq.read_table(path, columns=[*log_columns, *extra])
             ok = pc.is_in(table.column("status"), pa.array(list(ANSWERED)))
             differs = pc.or_(
                 pc.equal(table.column("status"), "ENOLEDGER"), pc.is_valid(table.column("answer"))
             )
+            for bad in ("entries_missing", "entries_corrupt"):  # reads proved entries missing or corrupt
+                proved = pc.fill_null(pc.list_value_length(table.column(bad)), 0)
+                differs = pc.or_(differs, pc.greater(proved, 0))
             interesting |= set(table.filter(pc.and_(ok, differs)).column("ledger_id").to_pylist())
             unanswered = set(table.filter(pc.invert(ok)).column("ledger_id").to_pylist())
             logs.append(table.select(log_columns))
@@ -1204,7 +1307,9 @@ class CheckerRun:
                 row["error_statuses"][r["status"]] = n
                 row["last_error"] = r["error_max"] or row["last_error"]
         out = []
+        evidence = getattr(self, "evidence", {})
         for b, row in sorted(info.items()):
+            mode, why = evidence.get(b, (EVIDENCE_LISTING, None))
             values = lat.get(b, [])
             pct = latency_percentiles(values)
             row.update(
@@ -1219,6 +1324,8 @@ class CheckerRun:
                     "latency_ms_p95": pct.get("p95"),
                     "latency_ms_p99": pct.get("p99"),
                     "latency_ms_max": max(values) if values else None,
+                    "evidence": mode,
+                    "evidence_reason": why,
                 }
             )
             out.append(row)
@@ -1310,6 +1417,7 @@ class CheckerRun:
                 break
             self.result.reevaluated += len(todo)
             shapes: dict[int, tuple[LedgerShape, ZnodeVersion, Located]] = {}
+            digests: dict[int, tuple[str, bytes]] = {}
             fresh: dict[int, list[Finding]] = {}
             for ledger_id, (data, ver, loc) in todo.items():
                 try:
@@ -1328,8 +1436,9 @@ class CheckerRun:
                     fresh[ledger_id] = found
                     continue
                 shapes[ledger_id] = (shape, ver, loc)
+                digests[ledger_id] = (md.digest_type.name, md.password)
                 fresh[ledger_id] = self._placement_check().evaluate(shape)
-            evidence = self._ask_bookies([s for s, _v, _l in shapes.values()])
+            evidence = self._ask_bookies([s for s, _v, _l in shapes.values()], digests)
             for ledger_id, (shape, _ver, _loc) in shapes.items():
                 fresh[ledger_id] += ledger_findings(
                     shape,
@@ -1372,9 +1481,19 @@ class CheckerRun:
             self._placement = PlacementCheck(policy, topology, name, writable=self._writable())
         return self._placement
 
-    def _ask_bookies(self, shapes: Sequence[LedgerShape]) -> dict[int, list[BookieEvidence]]:
-        """Driver-side fan-out for a few re-evaluated ledgers (batching and judgement as on executors)."""
+    def _ask_bookies(
+        self, shapes: Sequence[LedgerShape], digests: Mapping[int, tuple[str, bytes]] | None = None
+    ) -> dict[int, list[BookieEvidence]]:
+        """Driver-side fan-out for a few re-evaluated ledgers (batching and judgement as on executors).
+
+        Bookies without listing are verified by reads, as in the fan-out; `digests` gives each ledger's
+        digest type and password from its current metadata (so MAC entries are verified in full here).
+        """
+        from bkaudit.audit.reads import plan_reads, read_evidence
         from bkaudit.rpc.pool import BookieClientPool
+
+        readers = {b for b, (mode, _why) in getattr(self, "evidence", {}).items() if mode == EVIDENCE_READS}
+        creds = digests or {}
 
         by_bookie: dict[str, list[LedgerShape]] = {}
         for s in shapes:
@@ -1387,6 +1506,22 @@ class CheckerRun:
 
         def one(bookie: str, items: list[LedgerShape]) -> list[tuple[int, BookieEvidence]]:
             client = pool.get(bookie)
+            if bookie in readers:
+                pct, seed = self.conf.verification_percentage, self.result.run_id
+                plans = [list(plan_reads(s, bookie, pct, seed=seed).entries) for s in items]
+                return [
+                    (items[p].ledger_id, read_evidence(items[p], bookie, summary))
+                    for p, summary, _c in read_and_verify(
+                        client,
+                        bookie,
+                        [s.ledger_id for s in items],
+                        plans,
+                        [creds.get(s.ledger_id, (None, None))[0] for s in items],
+                        passwords=[creds.get(s.ledger_id, (None, None))[1] for s in items],
+                        max_in_flight=self.conf.read_max_in_flight_per_bookie,
+                        failure_threshold=self.conf.bookie_failure_threshold,
+                    )
+                ]
             return [
                 (s.ledger_id, ev)
                 for s, ev, _c in query_bookie(
@@ -1488,6 +1623,8 @@ class CheckerRun:
                     "under_repair": f.under_repair,
                     "published": False,
                     "detected_at": detected,
+                    "evidence": f.detail.get("evidence"),
+                    "sampled_fraction": f.detail.get("sampled_fraction"),
                 }
             )
         rows.sort(

@@ -115,12 +115,18 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
     states = _states(settings, bookies)
     results = dc.answers(list(bookies), verdicts, states)
     date = started.strftime("%Y-%m-%d")
+    # bookies without listing were verified by reads (LedgerChecker): exact only when every entry was read
+    readers = sorted(b["bookie_id"] for b in result.bookies
+                     if b.get("evidence") == "reads" and b["bookie_id"] not in bookies)
+    percentage = float(run.conf.verification_percentage)
     table = dc.table_rows(aid, sid, date, results, min_copies=min_copies, check_run_id=result.run_id,
-                          audited_at_us=int(time.time() * 1_000_000))
+                          audited_at_us=int(time.time() * 1_000_000), verified_by_reads=readers,
+                          verification_percentage=percentage)
     write_table(warehouse, "decommission_audits", table, snapshot_id=sid, snapshot_date=date,
                 replace={"audit_id": aid})
     return {"audit_id": aid, "snapshot_id": sid, "safe": all(a.safe for a in results),
-            "min_copies": min_copies, "bookies": [a.summary() for a in results]}
+            "min_copies": min_copies, "bookies": [a.summary() for a in results],
+            "evidence": dc.evidence_summary(readers, percentage)}
 
 
 def _states(settings: Settings, bookies: Sequence[str]) -> dict[str, str]:
@@ -161,8 +167,13 @@ def recorded(warehouse: str, audit_id: str) -> dict[str, Any]:
     bookies = [{"bookie_id": r["bookie_id"], "safe": r["safe"], "state": r["state"], "ledgers": r["ledgers"],
                 "open_ledgers": r["open_ledgers"], "entries": r["entries"],
                 "blocking": [{k: b[k] for k in fields} for b in r["blocking"] or []]} for r in rows]
+    from bkaudit.decommission import evidence_summary
+
+    evidence = evidence_summary(rows[0].get("verified_by_reads") or [],
+                                float(rows[0].get("verification_percentage") or 0.0))
     return {"audit_id": audit_id, "snapshot_id": rows[0]["snapshot_id"],
-            "safe": all(b["safe"] for b in bookies), "min_copies": rows[0]["min_copies"], "bookies": bookies}
+            "safe": all(b["safe"] for b in bookies), "min_copies": rows[0]["min_copies"], "bookies": bookies,
+            "evidence": evidence}
 
 
 def human(summary: dict[str, Any]) -> str:
@@ -174,6 +185,11 @@ def human(summary: dict[str, Any]) -> str:
         for x in b["blocking"][:10]:
             left = x["min_copies_after"]
             lines.append(f"      ledger {x['ledger_id']}: {x['reason']} (copies left: {left})")
+    ev = summary.get("evidence") or {}
+    if ev.get("verified_by_reads") and not ev.get("exact"):
+        lines.append(f"  note: {', '.join(ev['verified_by_reads'])} cannot list entries; verified by reading "
+                     f"{ev['verification_percentage']:g}% of entries between each fragment's first and last "
+                     "(entries not read are assumed present)")
     return "\n".join(lines)
 
 

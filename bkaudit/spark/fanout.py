@@ -48,6 +48,13 @@ from bkaudit.audit.durability import (
     failed_evidence,
     merge_sorted_ranges,
 )
+from bkaudit.audit.reads import (
+    STATUS_CORRUPT,
+    ReadSummary,
+    read_evidence,
+    summarise_reads,
+    verify_entry,
+)
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.model.ledger import Segment
 from bkaudit.model.quorum import Striping, entries_of_bookie
@@ -84,11 +91,14 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("ledger_id", pa.int64()),
         pa.field("expected_digest", pa.binary()),
         pa.field("ledger_entries", pa.int64()),
+        pa.field("read_entries", pa.list_(pa.int64())),
+        pa.field("digest_type", pa.string()),
     ]
 )
 """One row per (ledger, bookie) to ask. `expected_digest`: digest of the canonical encoding of what the
 bookie must hold (null = always compare in detail); `ledger_entries` (entries checked) is set on one row per
-ledger, 0 on the others."""
+ledger, 0 on the others. `read_entries` set (a bookie without listing): verify by reading these entries
+(`bkaudit.audit.reads`) and checking each one's `digest_type` digest instead of asking for the list."""
 
 RESPONSE_SCHEMA = pa.schema(
     [
@@ -102,11 +112,16 @@ RESPONSE_SCHEMA = pa.schema(
         pa.field("call_id", pa.string()),
         pa.field("call_ms", pa.float64()),
         pa.field("attempt", pa.int32()),
+        pa.field("read_entries", pa.list_(pa.int64())),
+        pa.field("digest_type", pa.string()),
+        pa.field("entries_missing", pa.list_(pa.int64())),
+        pa.field("entries_corrupt", pa.list_(pa.int64())),
     ]
 )
 """One row per (ledger, bookie) asked. status OK with a null `answer`: exactly the expected entries. status OK
 with `answer`: something differs, the bytes are compared in detail downstream. ENOLEDGER: holds nothing.
-Anything else: not verified (UNAVAILABLE, CIRCUIT_OPEN, EIO, ...), `error` says why."""
+Anything else: not verified (UNAVAILABLE, CIRCUIT_OPEN, EIO, ...), `error` says why. Rows verified by reads
+(`read_entries` set) carry, with status OK, the entries proven missing (ENOENTRY) and corrupt."""
 
 ANSWERED = ("OK", "ENOLEDGER")
 DIGEST_MAX_RUNS = 4096
@@ -132,6 +147,7 @@ class FanoutConfig:
     connect_timeout_s: float = 5.0
     failure_threshold: int = 2
     attempt: int = 0
+    read_max_in_flight: int = 64
     tls: Any = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -279,6 +295,16 @@ def undecodable(value: bytes) -> str | None:
 def evidence_of_row(shape: LedgerShape, row: Mapping[str, Any]) -> BookieEvidence:
     """Evidence from a RESPONSE_SCHEMA row (the combine step; only differing answers carry bytes)."""
     bookie, status = str(row["bookie_id"]), str(row["status"])
+    reads = row.get("read_entries")
+    if reads is not None:
+        summary = ReadSummary(
+            status,
+            len(reads),
+            tuple(row.get("entries_missing") or ()),
+            tuple(row.get("entries_corrupt") or ()),
+            row.get("error"),
+        )
+        return read_evidence(shape, bookie, summary)
     if status == STATUS_OK:
         answer = row.get("answer")
         return BookieEvidence(bookie, STATUS_OK) if answer is None else judge_answer(shape, bookie, answer)
@@ -404,6 +430,148 @@ def query_bookie(
         yield shapes[p], judge_answer(shapes[p], bookie_id, value), call
 
 
+def read_and_verify(
+    client: Any,
+    bookie_id: str,
+    ledger_ids: Sequence[int],
+    plans: Sequence[Sequence[int]],
+    digest_types: Sequence[str | None],
+    *,
+    max_in_flight: int,
+    failure_threshold: int,
+    call_prefix: str = "",
+    passwords: Sequence[bytes | None] | None = None,
+) -> Iterator[tuple[int, ReadSummary, CallInfo | None]]:
+    """Verify (ledger, bookie) pairs by reading entries: one ReadSummary per position, in completion order.
+
+    At most `max_in_flight` entry reads are outstanding (BookKeeper's inFlightReadEntryNumInLedgerChecker);
+    each entry read back is verified with its ledger's digest. After `failure_threshold` consecutive
+    transport failures the bookie is not read again in this attempt: what is left is CIRCUIT_OPEN, so a bookie
+    that never answers costs a few deadlines, not one per entry.
+    """
+    work = iter([(p, e) for p in range(len(ledger_ids)) for e in plans[p]])
+    remaining = [len(plan) for plan in plans]
+    outcomes: list[dict[int, str]] = [{} for _ in plans]
+    errors: list[dict[int, str]] = [{} for _ in plans]
+    started: list[float | None] = [None] * len(plans)
+    for p, n in enumerate(remaining):
+        if n == 0:
+            yield p, ReadSummary(STATUS_OK, 0), None
+    pending: dict[Future[Any], tuple[int, int]] = {}
+    consecutive = 0
+    breaker: str | None = None
+
+    def finish(p: int) -> tuple[int, ReadSummary, CallInfo | None]:
+        t0 = started[p]
+        ms = None if t0 is None else (time.monotonic() - t0) * 1e3
+        call = None if ms is None else CallInfo(f"{call_prefix}{bookie_id}#r{p}", ms)
+        return p, summarise_reads(outcomes[p], errors[p]), call
+
+    while True:
+        while breaker is None and len(pending) < max_in_flight:
+            item = next(work, None)
+            if item is None:
+                break
+            p, entry = item
+            if started[p] is None:
+                started[p] = time.monotonic()
+            try:
+                fut: Future[Any] = client.read_entry(ledger_ids[p], entry)
+            except Exception as exc:  # a client that cannot even queue the call
+                fut = Future()
+                fut.set_exception(BookieError("UNAVAILABLE", str(exc), bookie_id=bookie_id))
+            pending[fut] = item
+        if not pending:
+            break
+        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+        for fut in done:
+            p, entry = pending.pop(fut)
+            try:
+                data = fut.result()
+            except BaseException as exc:
+                status = exc.status if isinstance(exc, BookieError) else "UNAVAILABLE"
+                outcomes[p][entry] = status
+                errors[p][entry] = str(exc) or status
+                if is_transport_failure(status):
+                    consecutive += 1
+                    if consecutive >= failure_threshold and breaker is None:
+                        breaker = f"{status}: {exc}"
+                        log.warning("bookie %s: %d transport failures in a row reading entries (%s); "
+                                    "skipping it for now", bookie_id, consecutive, exc)
+                else:
+                    consecutive = 0
+            else:
+                consecutive = 0
+                if not isinstance(data, bytes | bytearray | memoryview):
+                    outcomes[p][entry] = STATUS_INVALID_RESPONSE
+                    errors[p][entry] = f"not entry bytes: {type(data).__name__}"
+                else:
+                    pw = passwords[p] if passwords is not None else None
+                    problem = verify_entry(ledger_ids[p], entry, bytes(data), digest_types[p], pw)
+                    outcomes[p][entry] = STATUS_OK if problem is None else STATUS_CORRUPT
+                    if problem is not None:
+                        errors[p][entry] = problem
+            remaining[p] -= 1
+            if remaining[p] == 0:
+                yield finish(p)
+    if breaker is not None:
+        skipped = f"not read after {failure_threshold} consecutive transport failures ({breaker})"
+        for item in work:
+            p, entry = item
+            outcomes[p][entry] = STATUS_CIRCUIT_OPEN
+            errors[p][entry] = skipped
+            remaining[p] -= 1
+            if remaining[p] == 0:
+                yield finish(p)
+
+
+EVIDENCE_LISTING = "listing"
+EVIDENCE_READS = "reads"
+
+
+def probe_listing(client: Any, *, timeout_s: float, ledger_id: int = 0) -> tuple[str, str]:
+    """(evidence mode, why) for one bookie: does GET_LIST_OF_ENTRIES_OF_LEDGER work on it this run?
+
+    A listing request and an entry read go out together. Any answer to the listing (entries, ENOLEDGER, even
+    bytes that later fail to decode) means listing works. No answer in `timeout_s` (a Java bookie on
+    DbLedgerStorage sends none) or an error status means it does not, provided the bookie answers the read
+    (with anything: ENOLEDGER, ENOENTRY, an entry); a bookie that answers neither is simply unreachable and
+    keeps the listing path, which reports it as such.
+    """
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    def outcome(fut: Future[Any] | None) -> tuple[str | None, str]:
+        """(the status of a BookKeeper answer — OK included — or None without one, what happened)."""
+        if fut is None:
+            return None, "could not be sent"
+        try:
+            fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            return None, f"no answer within {timeout_s:g}s"
+        except BookieError as exc:
+            if is_transport_failure(exc.status):
+                return None, f"{exc.status}: {exc}"
+            return exc.status, f"{exc.status}: {exc}"
+        except Exception as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+        return STATUS_OK, "answered"
+
+    deadline = time.monotonic() + timeout_s
+    futures: list[Future[Any] | None] = []
+    for send in (lambda: client.get_list_of_entries(ledger_id), lambda: client.read_entry(ledger_id, 0)):
+        try:
+            futures.append(send())
+        except Exception:
+            futures.append(None)
+    listed, why = outcome(futures[0])
+    if listed in (STATUS_OK, STATUS_NO_LEDGER):
+        return EVIDENCE_LISTING, "listing answered"
+    alive, read_why = outcome(futures[1])
+    if alive is not None:
+        return EVIDENCE_READS, f"listing probe failed ({why}); reads answered"
+    return EVIDENCE_LISTING, f"unreachable (listing: {why}; read: {read_why})"
+
+
 def make_client(bookie_id: str, config: FanoutConfig) -> Any:
     """A BookieClient for one bookie, created inside the task (connections do not pickle)."""
     from bkaudit.rpc.client import BookieClient
@@ -425,7 +593,20 @@ def make_client(bookie_id: str, config: FanoutConfig) -> Any:
 class _Columns:
     """Output columns of one bookie's answers, appended to in arrival order."""
 
-    __slots__ = ("answer", "call_id", "call_ms", "digest", "entries", "error", "ledger", "status")
+    __slots__ = (
+        "answer",
+        "call_id",
+        "call_ms",
+        "corrupt",
+        "digest",
+        "digest_type",
+        "entries",
+        "error",
+        "ledger",
+        "missing",
+        "reads",
+        "status",
+    )
 
     def __init__(self) -> None:
         self.ledger: list[int] = []
@@ -436,6 +617,10 @@ class _Columns:
         self.answer: list[bytes | None] = []
         self.call_id: list[str | None] = []
         self.call_ms: list[float | None] = []
+        self.reads: list[list[int] | None] = []
+        self.digest_type: list[str | None] = []
+        self.missing: list[list[int] | None] = []
+        self.corrupt: list[list[int] | None] = []
 
     def __len__(self) -> int:
         return len(self.ledger)
@@ -454,6 +639,10 @@ class _Columns:
                 pa.array(self.call_id, pa.string()),
                 pa.array(self.call_ms, pa.float64()),
                 pa.array([attempt] * n, pa.int32()),
+                pa.array(self.reads, pa.list_(pa.int64())),
+                pa.array(self.digest_type, pa.string()),
+                pa.array(self.missing, pa.list_(pa.int64())),
+                pa.array(self.corrupt, pa.list_(pa.int64())),
             ],
             schema=RESPONSE_SCHEMA,
         )
@@ -474,22 +663,63 @@ def fanout_partition(
         if not tables:
             return
         requests = pa.concat_tables(tables)
-        groups: dict[str, tuple[list[int], list[bytes | None], list[int]]] = {}
+        groups: dict[str, tuple[list[int], list[bytes | None], list[int], list[Any], list[Any]]] = {}
         for bookie in pc.unique(requests.column("bookie_id")).to_pylist():
             part = requests.filter(pc.equal(requests.column("bookie_id"), bookie))
             groups[bookie] = (
                 part.column("ledger_id").to_pylist(),
                 part.column("expected_digest").to_pylist(),
                 part.column("ledger_entries").to_pylist(),
+                part.column("read_entries").to_pylist(),
+                part.column("digest_type").to_pylist(),
             )
         out: queue.Queue[pa.RecordBatch | BaseException | None] = queue.Queue(maxsize=64)
         prefix = f"{config.attempt}:{uuid.uuid4().hex[:8]}:"
 
-        def worker(bookie_id: str, ids: list[int], digests: list[bytes | None], entries: list[int]) -> None:
+        def worker(
+            bookie_id: str,
+            all_ids: list[int],
+            all_digests: list[bytes | None],
+            all_entries: list[int],
+            all_reads: list[list[int] | None],
+            all_types: list[str | None],
+        ) -> None:
             client = None
             try:
                 client = factory(bookie_id, config)
                 cols = _Columns()
+                by_reads = [i for i, r in enumerate(all_reads) if r is not None]
+                if by_reads:  # no listing on this bookie: LedgerChecker-style reads
+                    for i, summary, call in read_and_verify(
+                        client,
+                        bookie_id,
+                        [all_ids[i] for i in by_reads],
+                        [all_reads[i] or [] for i in by_reads],
+                        [all_types[i] for i in by_reads],
+                        max_in_flight=config.read_max_in_flight,
+                        failure_threshold=config.failure_threshold,
+                        call_prefix=prefix,
+                    ):
+                        k = by_reads[i]
+                        cols.ledger.append(all_ids[k])
+                        cols.digest.append(all_digests[k])
+                        cols.entries.append(all_entries[k])
+                        cols.call_id.append(call.call_id if call else None)
+                        cols.call_ms.append(call.ms if call else None)
+                        cols.status.append(summary.status)
+                        cols.error.append(summary.error)
+                        cols.answer.append(None)
+                        cols.reads.append(all_reads[k])
+                        cols.digest_type.append(all_types[k])
+                        cols.missing.append(list(summary.missing))
+                        cols.corrupt.append(list(summary.corrupt))
+                        if len(cols) >= OUTPUT_BATCH_ROWS:
+                            out.put(cols.batch(bookie_id, config.attempt))
+                            cols = _Columns()
+                listed = [i for i, r in enumerate(all_reads) if r is None]
+                ids = [all_ids[i] for i in listed]
+                digests = [all_digests[i] for i in listed]
+                entries = [all_entries[i] for i in listed]
                 for p, value, call in ask(
                     client,
                     bookie_id,
@@ -499,6 +729,10 @@ def fanout_partition(
                     failure_threshold=config.failure_threshold,
                     call_prefix=prefix,
                 ):
+                    cols.reads.append(None)
+                    cols.digest_type.append(all_types[listed[p]])
+                    cols.missing.append(None)
+                    cols.corrupt.append(None)
                     cols.ledger.append(ids[p])
                     cols.digest.append(digests[p])
                     cols.entries.append(entries[p])

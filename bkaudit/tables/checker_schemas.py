@@ -54,6 +54,9 @@ VIOLATIONS = register(
                 pa.field("ensemble_size", pa.int32()),
                 pa.field("write_quorum", pa.int32()),
                 pa.field("ack_quorum", pa.int32()),
+                # what a ledger finding rests on: "listing" (exact) or "reads" (sampled, a lower bound)
+                pa.field("evidence", pa.string()),
+                pa.field("sampled_fraction", pa.float64()),
             ]
         ),
         partition_by=(RUN_PARTITION,),
@@ -114,6 +117,9 @@ BOOKIE_CHECKS = register(
                 pa.field("latency_ms_p95", pa.float64()),
                 pa.field("latency_ms_p99", pa.float64()),
                 pa.field("latency_ms_max", pa.float64()),
+                # "listing" or "reads" (no listing on this bookie this run) and why
+                pa.field("evidence", pa.string()),
+                pa.field("evidence_reason", pa.string()),
             ]
         ),
         partition_by=(RUN_PARTITION,),

@@ -32,6 +32,7 @@ def test_severity_table_is_the_issues():
         "underreplicated_too_long",
         "bookie_unreachable_but_registered",
         "ledger_unverifiable",
+        "corrupt_entries",  # issue 11: a copy read back that fails its digest
     }
     assert info == {"placement_soft", "extra_entries"}
     assert set(SEVERITY) == set(Category)
