@@ -1,9 +1,10 @@
 """Bookie lifecycle states and the transitions between them (pure: no I/O, no clock).
 
 The states and rules of the lifecycle design (shared/seeds/001): Active (the default, no state znode),
-Draining, DrainingFailed, Drained, and "removed" (cookie and state deleted together).
-Who may make a transition is part of the rule: the Auditor decides Draining -> Drained / DrainingFailed from
-replication results; an operator starts a drain, accepts a failed one after fixing its ledgers, and removes a drained bookie.
+Draining, DrainingFailed, Drained, and "removed" (cookie and state deleted together). Who may make a
+transition is part of the rule: the Auditor decides Draining -> Drained / DrainingFailed from replication
+results; an operator starts a drain, accepts a failed one after fixing its ledgers, and removes a drained
+bookie.
 """
 
 from __future__ import annotations
