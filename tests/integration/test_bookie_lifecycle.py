@@ -21,12 +21,14 @@ def wait_for(predicate, timeout_s: float = 30.0) -> None:  # type: ignore[no-unt
         time.sleep(0.05)
 
 
-def test_draining_bookie_serves_reads_only_and_stays_so_after_restart(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_draining_bookie_serves_reads_only_after_restart(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(bookies=2, racks=1)
     zk = cluster.zk_client()
     b = cluster.bookies[0].id
     assert registry.bookie_state(zk, b, cluster.root) == "writable"
-    service.transition(zk, b, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="test", root=cluster.root)
+    service.transition(
+        zk, b, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="test", root=cluster.root
+    )
     wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "readonly")
     assert registry.bookie_state(zk, cluster.bookies[1].id, cluster.root) == "writable"
     cluster.stop_bookie(b)
