@@ -71,9 +71,9 @@ def test_bookie_state_and_read_only_switch(api: httpx.Client, zk, zk_root) -> No
                      headers=ADMIN), 422)
     error_of(api.put("/api/v1/bookie/state/readonly", params={"bookie": A}, content=b"{not json",
                      headers={**ADMIN, "Content-Type": "application/json"}), 422)
-    error_of(api.put("/api/v1/bookie/state/readonly", params={"bookie": "nobody:1"}, json=body, headers=ADMIN),
-             404)
-    error_of(api.put("/api/v1/bookie/state/readonly", params={"bookie": "a/b"}, json=body, headers=ADMIN), 400)
+    put = "/api/v1/bookie/state/readonly"
+    error_of(api.put(put, params={"bookie": "nobody:1"}, json=body, headers=ADMIN), 404)
+    error_of(api.put(put, params={"bookie": "a/b"}, json=body, headers=ADMIN), 400)
     error_of(api.put("/api/v1/bookie/state/readonly", json=body, headers=ADMIN), 422)
     r = api.put("/api/v1/bookie/state/readonly", params={"bookie": A}, json=body, headers=ADMIN)
     assert r.status_code == 200 and store.read_serving(zk, A, root=zk_root)
@@ -103,7 +103,8 @@ def test_lifecycle_endpoints_change_zookeeper_by_the_rules(api: httpx.Client, zk
     from bkaudit.lifecycle import service
     service.transition(zk, A, lc.LifecycleState.DRAINING_FAILED, actor=lc.Actor.AUDITOR, by="auditor",
                        root=zk_root)
-    store.write_progress(zk, A, {"ledgers_left": 1, "bytes_left": 4096, "data_loss_ledgers": [5]}, root=zk_root)
+    progress = {"ledgers_left": 1, "bytes_left": 4096, "data_loss_ledgers": [5]}
+    store.write_progress(zk, A, progress, root=zk_root)
     body = error_of(api.put("/api/v1/bookie/lifecycle", params={"bookie": A}, json={"state": "Drained"},
                             headers=ADMIN), 409)
     assert body["blockers"] == ["ledger 5"]
