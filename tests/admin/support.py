@@ -22,9 +22,10 @@ READER = {"Authorization": f"Bearer {READ_TOKEN}"}
 
 
 def settings(**kw: Any) -> AdminSettings:
+    kw.setdefault("webhook_poll_s", 0.2)
+    kw.setdefault("webhook_backoff_s", 0.05)
     return AdminSettings(admin_tokens=(f"ops:{hash_token(ADMIN_TOKEN)}",),
-                         read_tokens=(f"viewer:{hash_token(READ_TOKEN)}",), webhook_poll_s=0.2,
-                         webhook_backoff_s=0.05, **kw)
+                         read_tokens=(f"viewer:{hash_token(READ_TOKEN)}",), **kw)
 
 
 def serve(zk: Any, root: str, **kw: Any) -> AdminServer:
