@@ -43,6 +43,9 @@ def _transition(bookie: str, target: str, reason: str, as_json: bool, **zk_args:
     from bkaudit.model import lifecycle as lc
 
     def act(client: Any, r: str) -> dict[str, Any]:
+        done = _already(client, bookie, lc.LifecycleState.parse(target), r)
+        if done is not None:  # a retried step (Airflow, scripts) finds its work done: success
+            return done
         try:
             record = service.transition(
                 client, bookie, lc.LifecycleState.parse(target), actor=lc.Actor.OPERATOR,
@@ -58,6 +61,29 @@ def _transition(bookie: str, target: str, reason: str, as_json: bool, **zk_args:
 
     doc = _run(action=act, **zk_args)
     emit(doc, as_json, lambda d: f"{d['bookie']}: {d['previous']} -> {d['state']} (by {d['by']}, {d['at']})")
+
+
+def _already(client: Any, bookie: str, target: Any, root: str) -> dict[str, Any] | None:
+    """The bookie's record when it is already in `target` (Removed: no cookie and a removal recorded)."""
+    from bkaudit.lifecycle import service
+    from bkaudit.model import lifecycle as lc
+    from bkaudit.zk import lifecycle as store
+    from bkaudit.zk import paths, registry
+
+    try:
+        paths.lifecycle_state_path(bookie, root=root)
+        if target is lc.LifecycleState.REMOVED:
+            if registry.exists(client, paths.cookie_path(bookie, root=root)):
+                return None
+            history = store.history(client, bookie, root=root)
+            last = history[-1] if history else None
+            if last is None or last.state is not target:
+                return None
+            return {"bookie": bookie, **last.to_dict(), "already": True}
+        state, record, _ = service.current(client, bookie, root=root)
+    except (ValueError, BkAuditError):
+        return None  # the transition itself reports the problem
+    return {"bookie": bookie, **record.to_dict(), "already": True} if record and state is target else None
 
 
 def _common(func: Any) -> Any:

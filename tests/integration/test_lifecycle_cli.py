@@ -30,6 +30,9 @@ def test_drain_state_refusals_and_remove(zk, zk_server, zk_root) -> None:
     assert code == 0 and json.loads(out)["state"] == "Draining"
     record, _ = store.read_state(zk, B, root=zk_root)
     assert record is not None and record.reason == "os migration" and record.by.startswith("cli:")
+    code, out, _ = cli(zk_server, zk_root, "drain", B, "--json")  # a retried step: already done, success
+    assert code == 0 and json.loads(out)["already"] is True
+    assert len(store.history(zk, B, root=zk_root)) == 1
     code, out, _ = cli(zk_server, zk_root, "state", B, "--json")
     assert code == 0 and json.loads(out)["state"] == "Draining"
     code, out, _ = cli(zk_server, zk_root, "remove", B)  # not Drained: refused, exit 1
@@ -48,5 +51,6 @@ def test_drain_state_refusals_and_remove(zk, zk_server, zk_root) -> None:
     assert cli(zk_server, zk_root, "mark-drained", B)[0] == 0
     assert cli(zk_server, zk_root, "remove", B)[0] == 0
     assert registry.read_cookie(zk, B, zk_root) is None
+    assert cli(zk_server, zk_root, "remove", B)[0] == 0  # retried: already removed
     code, out, _ = cli(zk_server, zk_root, "history", B, "--json")
     assert [h["state"] for h in json.loads(out)] == ["Draining", "DrainingFailed", "Drained", "Removed"]
