@@ -53,3 +53,31 @@ def test_record_round_trip() -> None:
 def test_malformed_records_are_format_errors(data: bytes) -> None:
     with pytest.raises(FormatError):
         lc.parse(data)
+
+
+def test_conf_file_documents_the_defaults() -> None:
+    from bkaudit import config
+    from bkaudit.admin.settings import AdminSettings
+    from bkaudit.lifecycle.settings import LifecycleSettings
+
+    settings = config.load(environ={})
+    assert settings.get(LifecycleSettings) == LifecycleSettings()
+    assert settings.get(AdminSettings) == AdminSettings()
+
+
+@pytest.mark.parametrize("entry", ["ops", "ops:abc", "ops:" + "g" * 64, ":" + "a" * 64])
+def test_token_entries_must_be_name_and_sha256(entry: str) -> None:
+    from bkaudit.admin.settings import AdminSettings
+    from bkaudit.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        AdminSettings(admin_tokens=(entry,))
+
+
+def test_token_book_roles() -> None:
+    from bkaudit.admin.auth import Role, TokenBook, hash_token
+
+    book = TokenBook(admin=[f"ops:{hash_token('a')}"], read=[f"viewer:{hash_token('r')}"])
+    assert book.identify("a") is not None and book.identify("a").role is Role.ADMIN  # type: ignore[union-attr]
+    assert book.identify("r") is not None and book.identify("r").role is Role.READ  # type: ignore[union-attr]
+    assert book.identify("x") is None
