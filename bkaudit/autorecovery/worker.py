@@ -246,6 +246,7 @@ class ReplicationWorker:
     def _timed(self, ledger_id: int, version: int, action: Callable[[int, int], Outcome]) -> Outcome:
         started = time.monotonic()
         self.current = ledger_id
+        self._draining = self._ensemble_bookies = frozenset()  # set by this ledger's evaluation only
         try:
             return action(ledger_id, version)
         except (BkAuditError, FutureTimeout, OSError) as exc:
