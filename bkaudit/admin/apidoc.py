@@ -60,7 +60,9 @@ answered but whose answer was lost may see a retry (verify the signature, de-dup
 the under-replication queue, data-loss records and the latest checker run's verdict and categories. One
 server-rendered page with a few lines of inline script and no external resources (works offline). Drain,
 mark drained and remove buttons appear after logging in with an admin token (kept in the tab's
-sessionStorage); they call the API below, which does every check.
+sessionStorage); they call the API below, which does every check. Loading the page is a read: a browser
+sends no bearer token when it navigates, so with `anonymous_read = false` the page answers 401 (put it behind
+the site's own authentication, or keep anonymous reads on; changes still need the admin token).
 
 ## Endpoints
 
