@@ -125,7 +125,8 @@ def openapi_document() -> dict[str, Any]:
     from bkaudit.admin.settings import AdminSettings
 
     doc: dict[str, Any] = create_app(None, root="/ledgers", settings=AdminSettings()).openapi()
-    return json.loads(json.dumps(doc))
+    plain: dict[str, Any] = json.loads(json.dumps(doc))
+    return plain
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 import sys
+from typing import Any
 
 import click
 
@@ -39,10 +40,9 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
-    settings = load_settings(zk, cluster_dir, root, config_path, **{
-        "admin.listen": listen, "admin.port": port, "admin.tls_cert": tls_cert, "admin.tls_key": tls_key,
-        "admin.warehouse": warehouse,
-    })
+    overrides: dict[str, Any] = {"admin.listen": listen, "admin.port": port, "admin.tls_cert": tls_cert,
+                                 "admin.tls_key": tls_key, "admin.warehouse": warehouse}
+    settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
     conf = settings.get(AdminSettings)
     zk_settings = settings.get(ZkSettings)
     try:
