@@ -7,7 +7,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench airflow prereqs clean
+.PHONY: demo test test-fast lint bench airflow prereqs browser clean
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -29,6 +29,13 @@ $(AIRFLOW_STAMP): airflow_dags/requirements.txt | prereqs
 
 airflow: $(AIRFLOW_STAMP)
 
+# the dashboard test drives Debian's chromium headless (CI runs as root on a fresh machine)
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium chromium-driver; \
+	  else sudo apt-get update -q && sudo apt-get install -y -q chromium chromium-driver; fi; \
+	fi
+
 demo: $(STAMP)
 	$(VENV)/bin/bkaudit demo
 
@@ -36,7 +43,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check bkaudit jobs tests bench airflow_dags
 	$(VENV)/bin/mypy
 
-test: $(STAMP) $(AIRFLOW_STAMP) lint
+test: $(STAMP) $(AIRFLOW_STAMP) browser lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP) lint

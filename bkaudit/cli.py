@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "report": "bkaudit.report.commands:report",
     "demo": "bkaudit.cluster.demo:demo",
     "decommission-audit": "bkaudit.spark.decommission:decommission_audit",
+    "lifecycle": "bkaudit.lifecycle.commands:lifecycle",
+    "admin": "bkaudit.admin.commands:admin",
 }
 
 

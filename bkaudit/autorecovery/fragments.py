@@ -39,6 +39,7 @@ class Reason(enum.Enum):
     MISSING_ENTRIES = "missing_entries"
     UNREACHABLE = "unreachable"  # registered but not answering, and named by the marker
     READONLY_INCOMPLETE = "readonly_incomplete"  # read-only and lacking entries: cannot be refilled
+    DRAINING = "draining"  # the bookie is Draining (docs/lifecycle.md): its copy moves out while readable
 
 
 class AvailabilityLike(Protocol):
@@ -118,19 +119,21 @@ def find_fragments(
     *,
     lac: int | None = None,
     marked: Collection[str] = (),
+    draining: Collection[str] = (),
 ) -> list[Fragment]:
     """Every under-replicated fragment of the ledger, closed ones and (for decisions only) open ones.
 
     `answers` holds one GetListOfEntries answer per non-lost bookie of the closed segments; a bookie missing
     from `answers` is not judged on entries. A bookie that could not be asked counts as under-replicated only
-    if the marker names it (`marked`): otherwise one slow answer would swap a healthy bookie out.
+    if the marker names it (`marked`): otherwise one slow answer would swap a healthy bookie out. A bookie in
+    `draining` is replaced wherever it stores entries, even when complete and readable.
     """
     out: list[Fragment] = []
     for seg_index, segment, last in metadata.segment_ranges():
         closed = segment_closed(metadata, seg_index, lac)
         for b, bookie in enumerate(segment.ensemble):
             expected = expected_entries(metadata, seg_index, b)
-            judged = _judge(states.get(bookie, BookieState.LOST), expected, answers, bookie, marked)
+            judged = _judge(states.get(bookie, BookieState.LOST), expected, answers, bookie, marked, draining)
             if judged is not None:
                 reason, missing = judged
                 out.append(
@@ -147,10 +150,13 @@ def _judge(
     answers: Mapping[str, Answer],
     bookie: str,
     marked: Collection[str],
+    draining: Collection[str] = (),
 ) -> tuple[Reason, tuple[tuple[int, int], ...] | None] | None:
     """(reason, refill ranges) when this (segment, index) is under-replicated, else None."""
     if state is BookieState.LOST:
         return Reason.LOST, None
+    if bookie in draining and expected is not None and expected.count() > 0:
+        return Reason.DRAINING, None
     if expected is None or expected.count() == 0 or bookie not in answers:
         return None
     answer = answers[bookie]

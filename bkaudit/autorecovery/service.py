@@ -24,6 +24,8 @@ from bkaudit.autorecovery.summary import DrainSummary, LeftLedger, drain_summary
 from bkaudit.autorecovery.view import BookieView
 from bkaudit.autorecovery.worker import ReplicationWorker, Shared
 from bkaudit.config import Settings, ZkSettings
+from bkaudit.lifecycle.drain import Drainer, LifecycleCache
+from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import underreplication as ur
 
@@ -68,6 +70,7 @@ class AutoRecoveryService:
         self._owns_zk = zk is None
         self._closers: list[Any] = []
         self.auditor: Auditor | None = None
+        self.drainer: Drainer | None = None
         self.elector: AuditorElector | None = None
         self.workers: list[ReplicationWorker] = []
         self._threads: list[threading.Thread] = []
@@ -169,6 +172,7 @@ class AutoRecoveryService:
             holder=self.node_id,
             recover=lambda ledger_id: bk.open_ledger(ledger_id, recover=True),
             acl=acl,
+            lifecycle=LifecycleCache(self._zk, root=self.root),
             read_timeout_s=min(client_settings.read_timeout_s, rpc.request_timeout_s * 2),
             task_limiter=RateLimiter(conf.zk_replication_task_rate_limit)
             if conf.zk_replication_task_rate_limit
@@ -218,12 +222,24 @@ class AutoRecoveryService:
                     events=self.events,
                     acl=self.shared.acl,
                 ).start()
+            if self.drainer is None:  # the lifecycle drain runs beside the Auditor, for its term
+                self.drainer = Drainer(
+                    self._zk,
+                    root=self.root,
+                    settings=self.settings.get(LifecycleSettings),
+                    emit=self.events.emit,
+                    acl=self.shared.acl,
+                    max_in_flight=self.conf.max_concurrent_metadata_reads,
+                ).start()
 
     def _demoted(self) -> None:
         with self._auditor_lock:
             auditor, self.auditor = self.auditor, None
+            drainer, self.drainer = self.drainer, None
         if auditor is not None:
             auditor.stop()
+        if drainer is not None:
+            drainer.stop()
 
     # -- --once ----------------------------------------------------------------------------------------------
     def drain(self, timeout_s: float | None = None) -> DrainSummary:

@@ -90,6 +90,7 @@ class Shared:
     ]  # fence + recover + close a ledger (BookKeeper.open_ledger(recover=True))
     acl: Any = None
     state_root: str | None = None  # [zk] state_root: where data-loss records live (None = derived from root)
+    lifecycle: Any = None  # lifecycle.drain.LifecycleCache: Draining bookies move out; none is a target
     read_timeout_s: float = 30.0
     task_limiter: Any = None
     byte_limiter: Any = None
@@ -182,6 +183,8 @@ class ReplicationWorker:
         )
         self.idle = False
         self.current: int | None = None
+        self._draining: frozenset[str] = frozenset()  # Draining bookies as of the current evaluation
+        self._ensemble_bookies: frozenset[str] = frozenset()
         self._wake = threading.Event()
 
     # -- loop ------------------------------------------------------------------------------------------------
@@ -244,6 +247,7 @@ class ReplicationWorker:
     def _timed(self, ledger_id: int, version: int, action: Callable[[int, int], Outcome]) -> Outcome:
         started = time.monotonic()
         self.current = ledger_id
+        self._draining = self._ensemble_bookies = frozenset()  # set by this ledger's evaluation only
         try:
             return action(ledger_id, version)
         except (BkAuditError, FutureTimeout, OSError) as exc:
@@ -309,9 +313,11 @@ class ReplicationWorker:
         metadata = known[0]
         writable, readonly = sh.view.writable(), sh.view.readonly()
         states = {b: bookie_state(b, writable, readonly) for b in metadata.bookies()}
+        draining = self._draining = sh.lifecycle.draining() if sh.lifecycle is not None else frozenset()
+        self._ensemble_bookies = frozenset(metadata.bookies())
         lac = None if metadata.is_closed else self._lac(ledger_id, metadata)
         if verified:
-            left = find_fragments(metadata, states, {}, lac=lac)
+            left = find_fragments(metadata, states, {}, lac=lac, draining=draining)
             if not left and not open_last_segment_at_risk(metadata, writable):
                 return self._resolve(ledger_id, version), None
             return None, RepairReport()  # not clean: re-read and evaluate fully
@@ -319,7 +325,7 @@ class ReplicationWorker:
         marked = (
             self._marked(ledger_id) if any(isinstance(a, BaseException) for a in answers.values()) else ()
         )
-        fragments = find_fragments(metadata, states, answers, lac=lac, marked=marked)
+        fragments = find_fragments(metadata, states, answers, lac=lac, marked=marked, draining=draining)
         repairs = plan_repairs(metadata, fragments)
         if not repairs:
             if open_last_segment_at_risk(metadata, writable) or any(not f.closed for f in fragments):
@@ -364,7 +370,9 @@ class ReplicationWorker:
         key = master_key(metadata.password)
         unusable = {b for b, s in states.items() if s is not BookieState.WRITABLE}
         lost = {b for b, s in states.items() if s is BookieState.LOST}
-        candidates = sorted(sh.view.writable())
+        not_active = sh.lifecycle.not_active() if sh.lifecycle is not None else frozenset()
+        unusable |= not_active  # never copy onto a bookie that is leaving (plan against every draining one)
+        candidates = sorted(b for b in sh.view.writable() if b not in not_active)
         topology = sh.view.topology()
         for n, repair in enumerate(repairs):
             if self._should_stop():
@@ -404,7 +412,8 @@ class ReplicationWorker:
         report: RepairReport,
     ) -> bool:
         sh = self.shared
-        leaving = {repair.ensemble[i] for i in repair.replaced()}
+        # a draining bookie leaves the ensemble but stays a source while it answers
+        leaving = {repair.ensemble[i] for i in repair.replaced()} - (self._draining - lost)
         ok = True
         for fragment in repair.fragments:
             target = repair.target_of(fragment)
@@ -588,6 +597,10 @@ class ReplicationWorker:
         sh.events.emit(
             "failed", ledger=ledger_id, attempt=failures, hold_s=round(delay, 3), error=why, worker=self.name
         )
+        if self._draining & self._ensemble_bookies:  # the Auditor counts these toward DrainingFailed
+            from bkaudit.lifecycle.drain import report_failure
+
+            report_failure(sh.zk, self._draining, self._ensemble_bookies, ledger_id, why, root=sh.root)
         if cluster_problem:  # e.g. NotEnoughBookies: BookKeeper's rwRereplicateBackoffMs pause
             sh.stop.wait(sh.settings.rw_rereplicate_backoff_s)
         return Outcome.FAILED

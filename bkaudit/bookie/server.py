@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bkaudit import __version__
+from bkaudit.bookie import lifecycle as bookie_lifecycle
 from bkaudit.bookie.nativeserver import NativeServer
 from bkaudit.bookie.registration import Registration, check_cookie
 from bkaudit.bookie.service import BookieMode, BookieService
@@ -115,6 +116,7 @@ class BookieServer:
                      acl=acl, connect=self.zk_settings.connect)
         if self.options.readonly:
             self.mode.set("forced", True)
+        bookie_lifecycle.watch(zk, self.bookie_id, self.mode, root=self.root)  # Draining & co.: read-only
         self._check_disk()
         service = self.service = BookieService(storage, self.mode, max_pending=conf.max_pending_requests,
                                                read_threads=conf.read_threads,

@@ -6,6 +6,8 @@
 3. snapshot + check: clean;                            7. snapshot + check: durability clean again, what
 4. faults: kill a bookie; wipe, format and restart        remains explained in plain words;
    another; a ledger with every copy on one rack;      8. the HTML report;   9. stop everything.
+6b. lifecycle: a new bookie joins, an old one is drained (Active -> Draining -> Drained, docs/lifecycle.md)
+   by the Auditor while it serves reads only; the final check and the report show its state.
 
 The two damaged bookies share a rack on purpose: rack-aware placement never puts two bookies of one rack in
 a WQ=2 write set, so every entry keeps a copy and recovery can succeed (losing two racks' worth of bookies
@@ -49,6 +51,7 @@ STEPS = (
     "inject faults",
     "snapshot + check: find the damage, publish it to the under-replication queue",
     "auto-recovery: drain the under-replication queue",
+    "lifecycle: add a bookie, drain an old one until Drained",
     "snapshot + check: expect durability clean again",
     "write the HTML report",
     "stop the cluster",
@@ -253,6 +256,7 @@ class Demo:
             faults = self.step_faults()
             self.step_check("faults", "demo-2-faults", publish=True, faults=faults)
             self.step_recover()
+            faults["drained"] = self.step_drain()
             self.step_check("recovered", "demo-3-recovered", final=True, faults=faults)
             self.step_report()
         except KeyboardInterrupt:
@@ -336,7 +340,7 @@ class Demo:
         from bkaudit.spark.checker import CheckOptions, run_check
         from bkaudit.spark.snapshot import run_snapshot
 
-        self.progress.start(STEPS[{"baseline": 2, "faults": 4, "recovered": 6}[phase]])
+        self.progress.start(STEPS[{"baseline": 2, "faults": 4, "recovered": 7}[phase]])
         snap = run_snapshot(self.spark, self.settings, warehouse=self.warehouse, snapshot_id=run_id)
         self.progress.say(f"snapshot {snap.snapshot_id}: {snap.ledgers} ledgers, {snap.bookies} bookies, "
                           f"{snap.underreplicated} under-replicated ({snap.seconds:.1f}s)")
@@ -418,6 +422,50 @@ class Demo:
         self.expect("auto-recovery drained the queue", proc.returncode == 0,
                     f"exit {proc.returncode} (log: {self.dir / 'autorecovery.log'})")
 
+    def step_drain(self) -> str:
+        """A bookie joins /rack-3 and an old /rack-3 bookie is drained by the Auditor (autorecovery run)."""
+        from bkaudit.lifecycle import service
+        from bkaudit.lifecycle.index import ledgers_of
+        from bkaudit.model import lifecycle as lc
+        from bkaudit.zk import lifecycle as store
+
+        self.progress.start(STEPS[6])
+        c = self.cluster
+        zk = c.zk_client()
+        added = c.add_bookie(rack="/rack-3")
+        old = next(b.id for b in c.bookies if b.rack == "/rack-3" and b.id != added.id)
+        before = len(ledgers_of(zk, [old], root=c.root)[old])
+        self.progress.say(f"bookie {added.id} joined /rack-3; draining {old} ({before} ledgers reference it)")
+        service.transition(zk, old, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="demo",
+                           reason="replaced by " + added.id, root=c.root)
+        self.progress.say(f"$ bkaudit lifecycle drain {old}   (now read-only; the Auditor moves its ledgers)")
+        env = {**os.environ, "BKAUDIT_LIFECYCLE__DRAIN_CHECK_INTERVAL_S": "1"}
+        cmd = [sys.executable, "-m", "bkaudit.cli", "autorecovery", "run", "--zk", c.zk, "--config",
+               str(self.config_path), "--events", str(self.dir / "drain-events.jsonl")]
+        with (self.dir / "drain.log").open("wb") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        state = lc.LifecycleState.DRAINING
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                state = service.current(zk, old, root=c.root)[0]
+                if state is not lc.LifecycleState.DRAINING:
+                    break
+                time.sleep(0.5)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        progress = store.read_progress(zk, old, root=c.root) or {}
+        left = len(ledgers_of(zk, [old], root=c.root)[old])
+        self.summary["drain"] = {"bookie": old, "added": added.id, "ledgers_before": before,
+                                 "state": state.value, "progress": progress}
+        self.expect("drained", state is lc.LifecycleState.DRAINED and left == 0,
+                    f"{old} is {state.value}; {left} ledgers reference it (was {before})")
+        return old
+
     def _final_expectations(self, counts: dict[str, int], faults: dict[str, Any]) -> None:
         durable = {c: counts.get(c, 0) for c in DURABILITY}
         self.expect("durability clean after recovery", not any(durable.values()), json.dumps(durable))
@@ -462,14 +510,19 @@ class Demo:
     def step_report(self) -> None:
         from bkaudit.report.builder import write_report
 
-        self.progress.start(STEPS[7])
+        self.progress.start(STEPS[8])
         path = write_report(self.warehouse, self.report_dir, self.runs["recovered"]["run_id"])
         self.summary["report"] = str(path)
         self.summary["report_index"] = str(self.report_dir / "index.html")
         self.expect("report written", path.is_file() and path.stat().st_size > 0, str(path))
+        drained = self.summary.get("drain", {}).get("bookie")
+        if drained:
+            page = path.read_text(encoding="utf-8")
+            self.expect("report shows lifecycle states", drained in page and "Drained" in page,
+                        f"{drained} listed as Drained in the bookies section")
 
     def step_stop(self, spark_future: Future[Any] | None) -> None:
-        self.progress.start(STEPS[8] + (" (skipped: --keep)" if self.keep else ""))
+        self.progress.start(STEPS[9] + (" (skipped: --keep)" if self.keep else ""))
         if spark_future is not None:
             try:
                 spark = spark_future.result(timeout=120)
@@ -502,6 +555,8 @@ def where(summary: dict[str, Any], bin_dir: str) -> str:
         "",
         click.style("Query the tables:", bold=True),
         f"  {bk} violations --config {cfg} --run-id demo-2-faults",
+        *([f"  {bk} lifecycle state {summary['drain']['bookie']} --config {cfg}   "
+           "(Drained: `lifecycle remove` deletes its cookie)"] if summary.get("drain") else []),
         f"  {bk} violations --config {cfg} --run-id {run} --category placement_fail --json",
         f"  {bk} report --warehouse {wh} --run-id demo-2-faults --out {d}/report",
         f"  {py} -c \"from bkaudit import tables; from bkaudit.spark.session import get_session; "

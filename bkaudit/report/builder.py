@@ -156,6 +156,7 @@ def bookies_section(rows: Sequence[dict[str, Any]]) -> str:
     cols: list[Column] = [("bookie_id", "bookie", "code"), ("violations", "violations naming it", "num"),
                           ("ledgers_missing_entries", "ledgers missing entries on it", "num"),
                           ("categories", "categories", "text"), ("state", "state", "text"),
+                          ("lifecycle", "lifecycle", "text"),
                           ("reachable", "reachable", "bool"), ("calls", "calls", "num"),
                           ("errors", "errors", "num"), ("ledgers_unverified", "ledgers unverified", "num"),
                           ("latency_ms_p95", "p95 ms", "num")]
@@ -243,7 +244,7 @@ def render(data: ReportData, *, now: datetime | None = None) -> str:
     body = "\n".join([
         summary_section(data, cats),
         categories_section(cats, summary.by_severity(rows)),
-        bookies_section(summary.by_bookie(rows, data.bookie_checks)),
+        bookies_section(summary.by_bookie(rows, data.bookie_checks, data.lifecycle)),
         managed_ledgers_section(summary.by_managed_ledger(rows)),
         trend_section(summary.trend(data.runs), data.history),
         worst_section(summary.worst_ledgers(rows)),

@@ -41,6 +41,8 @@ class ReportData:
     """Succeeded runs, oldest first, ending with (at most) the reported run."""
     history: list[dict[str, Any]] = field(default_factory=list)
     """Delta commits of `violations`, newest first; `this_run` marks the commit of the reported run."""
+    lifecycle: dict[str, str] = field(default_factory=dict)
+    """bookie -> lifecycle state in the run's snapshot (bookies with a cookie)."""
 
     @property
     def run_id(self) -> str:
@@ -105,6 +107,10 @@ def load(warehouse: str, run_id: str | None = None, *, history_runs: int = HISTO
     results = _rows_where(warehouse, "validation_results", "snapshot_id", str(run["snapshot_id"]))
     if results is not None:
         data.validation = sorted(results.to_pylist(), key=lambda r: (r["success"], r["expectation"]))
+    bookies = _rows_where(warehouse, "bookies", "snapshot_id", str(run["snapshot_id"]))
+    if bookies is not None and "lifecycle_state" in bookies.column_names:
+        data.lifecycle = {r["bookie_id"]: r["lifecycle_state"] for r in bookies.to_pylist()
+                          if r.get("lifecycle_state")}
     data.runs = _trend_runs(runs, run, history_runs)
     data.history = _violations_history(warehouse, rid)
     return data

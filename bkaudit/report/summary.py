@@ -80,8 +80,11 @@ def by_severity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"severity": s, "rows": counts.get(s, 0), "new": new.get(s, 0)} for s in order]
 
 
-def by_bookie(rows: list[dict[str, Any]], checks: pa.Table | None) -> list[dict[str, Any]]:
-    """Per bookie: rows naming it (`bookie_id`), ledgers it misses entries of, and how it answered."""
+def by_bookie(rows: list[dict[str, Any]], checks: pa.Table | None,
+              lifecycle: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Per bookie: rows naming it (`bookie_id`), ledgers it misses entries of, how it answered, and its
+    lifecycle state (every bookie that is not Active is listed, violations or not)."""
+    lifecycle = lifecycle or {}
     named: Counter[str] = Counter()
     categories: dict[str, Counter[str]] = defaultdict(Counter)
     missing: dict[str, set[int]] = defaultdict(set)
@@ -94,14 +97,15 @@ def by_bookie(rows: list[dict[str, Any]], checks: pa.Table | None) -> list[dict[
                 missing[str(b)].add(int(r["ledger_id"]))
     answered = {c["bookie_id"]: c for c in (checks.to_pylist() if checks is not None else [])}
     out = []
-    for b in sorted(set(named) | set(missing) | set(answered)):
+    leaving = {b for b, s in lifecycle.items() if s != "Active"}
+    for b in sorted(set(named) | set(missing) | set(answered) | leaving):
         c = answered.get(b, {})
         out.append({
             "bookie_id": b, "violations": named.get(b, 0), "ledgers_missing_entries": len(missing.get(b, ())),
             "categories": ", ".join(f"{k} {v}" for k, v in categories[b].most_common()),
             "state": c.get("state"), "reachable": c.get("reachable"), "calls": c.get("calls"),
             "errors": c.get("errors"), "ledgers_unverified": c.get("ledgers_unverified"),
-            "latency_ms_p95": c.get("latency_ms_p95"),
+            "latency_ms_p95": c.get("latency_ms_p95"), "lifecycle": lifecycle.get(b),
         })
     out.sort(key=lambda x: (-(x["violations"] + x["ledgers_missing_entries"]), x["bookie_id"]))
     return out

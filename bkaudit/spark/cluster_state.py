@@ -31,6 +31,27 @@ class ClusterState:
         return {b.bookie_id for b in self.bookies}
 
 
+def _with_lifecycle(
+    zk: Any, root: str, bookies: list[BookieRecord], cookies: set[str]
+) -> list[BookieRecord]:
+    """Each bookie with a cookie gets its lifecycle state (Active when no state znode; `unreadable`)."""
+    import dataclasses
+
+    from bkaudit.errors import FormatError
+    from bkaudit.zk.lifecycle import list_states
+
+    states = list_states(zk, root=root)
+    out = []
+    for b in bookies:
+        if b.bookie_id in cookies:
+            found = states.get(b.bookie_id)
+            value = "Active" if found is None else found.state.value if not isinstance(found, FormatError) \
+                else "unreadable"
+            b = dataclasses.replace(b, lifecycle_state=value)
+        out.append(b)
+    return out
+
+
 def read_cluster_state(
     zk: Any, root: str, *, max_in_flight: int = 500, rate_limiter: Any = None
 ) -> ClusterState:
@@ -54,7 +75,7 @@ def read_cluster_state(
             seen[bookie_id] = BookieRecord(bookie_id, kind, bookie_id in cookies, data)
     for bookie_id in cookies - set(seen):
         seen[bookie_id] = BookieRecord(bookie_id, UNAVAILABLE, True)
-    state.bookies = list(seen.values())
+    state.bookies = _with_lifecycle(zk, root, list(seen.values()), cookies)
     _read_racks(zk, state)
     state.markers = _read_markers(zk, root, max_in_flight, rate_limiter)
     return state

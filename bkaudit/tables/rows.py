@@ -185,6 +185,7 @@ class BookieRecord:
     state: str
     has_cookie: bool
     service_info: bytes | None = None  # registration data (writable or read-only znode)
+    lifecycle_state: str | None = None  # `cookies/<id>/state` (None: no cookie; Active when absent)
 
 
 def bookie_table(
@@ -221,6 +222,7 @@ def bookie_table(
             "properties": properties,
             "error": error,
             "hostname": (hostnames or {}).get(rec.bookie_id),
+            "lifecycle_state": rec.lifecycle_state,
         }
         row.update(_location(topology, rec.bookie_id))
         rows.append(row)

@@ -142,6 +142,7 @@ BOOKIES = TableSpec(
             pa.field("endpoints", pa.list_(ENDPOINT_STRUCT)),
             pa.field("properties", STRING_MAP),
             pa.field("error", pa.string()),
+            pa.field("lifecycle_state", pa.string()),  # Active / Draining / DrainingFailed / Drained
         ]
     ),
     description="registered, read-only, cookie-only and ensemble-only (unknown) bookies with their location",

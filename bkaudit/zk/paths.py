@@ -65,6 +65,10 @@ STATE_BASE = "/bkaudit"
 # Where releases before the move kept it (`<root>/bkaudit`): still skipped by the listing, migrated at start.
 BKAUDIT_NODE = "bkaudit"
 DATA_LOSS_NODE = "dataloss"
+LIFECYCLE_STATE_NODE = "state"  # child of a bookie's cookie znode (lifecycle design, shared/seeds/001)
+LIFECYCLE_NODE = "lifecycle"
+WEBHOOKS_NODE = "webhooks"
+SERVING_NODE = "serving"
 LISTING_SKIP = SPECIAL_ZNODES | {BKAUDIT_NODE}
 
 # digits of each directory level below the root: `/{2}/{4}/L{4}` (short ids), `/{3}/{4}/{4}/{4}/L{4}` (long)
@@ -374,3 +378,54 @@ def _parse_hex_tree(path: str, base: str, leaf_rx: re.Pattern[str]) -> int | Non
         return None
     value = int(leaf.group(1))
     return value if value <= LONG_MAX else None
+
+
+# -- bookie lifecycle (shared/seeds/001) -------------------------------------------------------------------
+def lifecycle_state_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
+    """`{root}/cookies/<bookieId>/state`: the bookie's lifecycle state (absent = Active), as the design says.
+
+    A child under the cookie means BookKeeper's own cookie delete (a plain delete) fails until the state is
+    cleared, which is intended: a drained bookie's cookie goes together with its state (docs/lifecycle.md).
+    """
+    return _child(root, COOKIES_NODE, _validate_bookie_id(bookie_id), LIFECYCLE_STATE_NODE)
+
+
+def lifecycle_root(*, root: str = DEFAULT_ROOT) -> str:
+    return _child(root, BKAUDIT_NODE, LIFECYCLE_NODE)
+
+
+def lifecycle_history_root(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
+    """Append-only transitions of one bookie: PERSISTENT_SEQUENTIAL `h-` children (kept after removal)."""
+    return _child(root, BKAUDIT_NODE, LIFECYCLE_NODE, "history", _validate_bookie_id(bookie_id))
+
+
+def drain_progress_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
+    """The Auditor's latest drain progress of a bookie (ledgers / bytes left, failures), JSON."""
+    return _child(root, BKAUDIT_NODE, LIFECYCLE_NODE, "progress", _validate_bookie_id(bookie_id))
+
+
+def drain_failures_root(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
+    """Per-ledger failure counts workers report while draining a bookie: children `L%010d`, JSON."""
+    return _child(root, BKAUDIT_NODE, LIFECYCLE_NODE, "failures", _validate_bookie_id(bookie_id))
+
+
+def drain_failure_path(bookie_id: str, ledger_id: int, *, root: str = DEFAULT_ROOT) -> str:
+    return f"{drain_failures_root(bookie_id, root=root)}/L{validate_ledger_id(ledger_id):010d}"
+
+
+def serving_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
+    """An operator's read-only request for a bookie (the cluster-level /api/v1/bookie/state/readonly)."""
+    return _child(root, BKAUDIT_NODE, SERVING_NODE, _validate_bookie_id(bookie_id))
+
+
+def webhooks_root(*, root: str = DEFAULT_ROOT) -> str:
+    return _child(root, BKAUDIT_NODE, WEBHOOKS_NODE)
+
+
+def webhook_path(webhook_id: str, *, root: str = DEFAULT_ROOT) -> str:
+    return _child(root, BKAUDIT_NODE, WEBHOOKS_NODE, _validate_bookie_id(webhook_id))
+
+
+def webhook_deliveries_root(webhook_id: str, *, root: str = DEFAULT_ROOT) -> str:
+    """Delivery records of one webhook: PERSISTENT_SEQUENTIAL `d-` children."""
+    return _child(root, BKAUDIT_NODE, "webhook-deliveries", _validate_bookie_id(webhook_id))

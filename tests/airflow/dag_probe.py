@@ -30,6 +30,8 @@ def describe(folder: str) -> dict[str, Any]:
                 "outlets": [getattr(o, "name", str(o)) for o in (t.outlets or [])],
                 "application": getattr(t, "application", None),
                 "application_args": getattr(t, "application_args", None),
+                "mode": getattr(t, "mode", None),
+                "poke_interval": getattr(t, "poke_interval", None),
             }
         out["dags"][dag_id] = {
             "schedule": None if dag.schedule is None else str(dag.schedule),

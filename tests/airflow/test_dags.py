@@ -95,7 +95,12 @@ def test_decommission_audit_structure(dagbag: dict[str, Any]) -> None:
     dag = dagbag["dags"]["bk_decommission_audit"]
     assert dag["schedule"] is None  # manual only
     assert {t: v["upstream"] for t, v in dag["tasks"].items()} == {
-        "snapshot": [], "audit": ["snapshot"], "answer": ["audit"]}
+        "snapshot": [], "audit": ["snapshot"], "answer": ["audit"], "go_ahead": ["answer"],
+        "drain": ["go_ahead"], "wait_drained": ["drain"], "final_snapshot": ["wait_drained"],
+        "final_audit": ["final_snapshot"], "final_answer": ["final_audit"], "remove": ["final_answer"]}
+    assert dag["tasks"]["wait_drained"]["mode"] == "reschedule"  # no worker slot held while draining
+    assert dag["tasks"]["final_audit"]["application"].endswith("/jobs/decommission_audit.py")
+    assert dag["params"]["decommission"]["default"] is False  # audit only unless asked
     assert dag["tasks"]["audit"]["application"].endswith("/jobs/decommission_audit.py")
     assert dag["sample_id"] == "dc-manual__2026-11-22T05-41-15-00-00"
     assert dagbag["dags"]["bk_metadata_checker"]["sample_id"] == "af-manual__2026-11-22T05-41-15-00-00"

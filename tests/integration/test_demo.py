@@ -65,10 +65,14 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert summary["ok"] is True
     names = {e["name"]: e["ok"] for e in summary["expectations"]}
     assert all(names.values()), names
-    assert {"baseline is clean", "damage detected", "auto-recovery drained the queue",
-            "durability clean after recovery", "report written"} <= set(names)
+    assert {"baseline is clean", "damage detected", "auto-recovery drained the queue", "drained",
+            "durability clean after recovery", "report written",
+            "report shows lifecycle states"} <= set(names)
     # progress went to stderr with a step counter, stdout holds only the JSON document
-    assert "[1/9 " in proc.stderr and "[9/9 " in proc.stderr
+    assert "[1/10 " in proc.stderr and "[10/10 " in proc.stderr
+    drain = summary["drain"]
+    assert drain["state"] == "Drained" and drain["ledgers_before"] > 0 and drain["bookie"] != drain["added"]
+    assert drain["progress"]["ledgers_left"] == 0
 
     runs = summary["runs"]
     assert summary["written"]["ledgers"] == LEDGERS == runs["baseline"]["ledgers"]

@@ -249,3 +249,27 @@ def test_fragments_match_a_naive_per_entry_reference(e: int, data: st.DataObject
         if f.reason is Reason.MISSING_ENTRIES:
             ids = [x for lo, hi in f.entry_ranges() for x in range(lo, hi + 1)]
             assert ids == [x for x in f.expected if x not in answers[f.bookie]]
+
+
+def test_draining_bookie_is_replaced_even_when_complete_and_readable() -> None:
+    m = md([(0, "abc"), (50, "abd")])
+    states = {"a": BookieState.READONLY, "b": W, "c": W, "d": W}
+    assert find_fragments(m, states, full(m)) == []  # read-only and complete: nothing to do ...
+    fragments = find_fragments(m, states, full(m), draining={"a"})  # ... unless it is draining
+    assert [(f.segment_index, f.bookie, f.reason, f.replace) for f in fragments] == [
+        (0, "a", Reason.DRAINING, True),
+        (1, "a", Reason.DRAINING, True),
+    ]
+    # judged without answers too (the worker's re-check after its own swap)
+    assert len(find_fragments(m, states, {}, draining={"a"})) == 2
+
+
+def test_two_draining_bookies_of_one_segment_are_replaced_by_non_draining_targets() -> None:
+    m = md([(0, "abc")], last=8)
+    states = {"a": BookieState.READONLY, "b": BookieState.READONLY, "c": W, "d": W, "e": W}
+    (repair,) = plan_repairs(m, find_fragments(m, states, full(m), draining={"a", "b"}))
+    chosen = choose_targets(
+        repair, m, DefaultPolicy(), ["c", "d", "e", "a", "b"], Topology.from_mapping({}), exclude={"a", "b"},
+        rng=random.Random(1),
+    )
+    assert set(chosen) == {0, 1} and set(chosen.values()) == {"d", "e"}

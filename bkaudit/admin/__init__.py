@@ -1,0 +1,1 @@
+"""The cluster-level HTTP management API and dashboard (`bkaudit admin serve`, docs/http-api.md)."""

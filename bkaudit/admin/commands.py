@@ -1,0 +1,81 @@
+"""`bkaudit admin serve` (the HTTP management API and dashboard) and `bkaudit admin hash-token`."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import sys
+from typing import Any
+
+import click
+
+from bkaudit.cli_common import fail, load_settings, zk_options
+from bkaudit.errors import BkAuditError
+
+
+@click.group()
+def admin() -> None:
+    """Cluster-level HTTP management API and dashboard (docs/http-api.md)."""
+
+
+@admin.command()
+@zk_options
+@click.option("--listen", default=None, help="address to bind ([admin] listen, default 127.0.0.1)")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="[admin] port (default 8000)")
+@click.option("--warehouse", default=None, help="Delta tables for the audit verdicts ([admin] warehouse)")
+@click.option("--tls-cert", default=None, type=click.Path(dir_okay=False, exists=True), help="PEM cert")
+@click.option("--tls-key", default=None, type=click.Path(dir_okay=False, exists=True), help="PEM private key")
+def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
+          listen: str | None, port: int | None, warehouse: str | None, tls_cert: str | None,
+          tls_key: str | None) -> None:
+    """Serve the API and dashboard until SIGTERM / SIGINT; works with any bookie host down."""
+    from bkaudit.admin.server import AdminServer
+    from bkaudit.admin.settings import AdminSettings
+    from bkaudit.config import ZkSettings
+    from bkaudit.lifecycle import settings as _lc  # noqa: F401  (registers [lifecycle])
+    from bkaudit.rpc.pool import BookieClientPool
+    from bkaudit.rpc.tls import TlsConfig
+    from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.zk import client as zkclient
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    overrides: dict[str, Any] = {"admin.listen": listen, "admin.port": port, "admin.tls_cert": tls_cert,
+                                 "admin.tls_key": tls_key, "admin.warehouse": warehouse}
+    settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
+    conf = settings.get(AdminSettings)
+    zk_settings = settings.get(ZkSettings)
+    try:
+        snapshot_warehouse = settings.get(SnapshotSettings).warehouse
+    except BkAuditError:
+        snapshot_warehouse = ""
+    try:
+        client = zkclient.connect(zk_settings)
+    except BkAuditError as exc:
+        fail(str(exc), code=2)
+    timeout = conf.disk_info_timeout_s
+    pool = BookieClientPool(zk=client, root=zk_settings.root, tls=TlsConfig.from_settings(settings),
+                            request_timeout_s=timeout, connect_timeout_s=timeout)
+    warehouse_used = conf.warehouse or snapshot_warehouse
+    server = AdminServer(client, zk_settings.root, conf, warehouse=warehouse_used, pool=pool)
+    scheme = "https" if conf.tls_cert else "http"
+    click.echo(f"bkaudit admin API on {scheme}://{conf.listen}:{conf.port}/ (dashboard /dashboard, "
+               f"OpenAPI /docs)", err=True)
+    try:
+        server.run()
+    finally:
+        pool.close()
+        zkclient.close(client)
+
+
+@admin.command("hash-token")
+@click.argument("token", required=False)
+@click.option("--name", default="admin", help="the name the entry carries (shown as who made a change)")
+def hash_token(token: str | None, name: str) -> None:
+    """Print a `name:sha256` entry for [admin] admin_tokens / read_tokens (a random token if none given)."""
+    from bkaudit.admin.auth import hash_token as digest
+
+    if token is None:
+        token = secrets.token_urlsafe(32)
+        click.echo(f"token: {token}", err=True)
+    click.echo(f"{name}:{digest(token)}")

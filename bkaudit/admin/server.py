@@ -1,0 +1,91 @@
+"""Running the admin app: uvicorn (optionally TLS), the webhook dispatcher, and their shutdown."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bkaudit.admin.settings import AdminSettings
+from bkaudit.admin.webhooks import Dispatcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AdminServer:
+    """The API + dashboard and the webhook dispatcher over one ZooKeeper session."""
+
+    zk: Any
+    root: str
+    settings: AdminSettings
+    warehouse: str = ""
+    pool: Any = None
+    port: int | None = None  # overrides settings.port (0 = any free port)
+    _server: Any = None
+    _thread: threading.Thread | None = None
+    dispatcher: Dispatcher | None = None
+    bound: tuple[str, int] | None = field(default=None)
+
+    def _uvicorn(self) -> Any:
+        import uvicorn
+
+        from bkaudit.admin.app import create_app
+
+        app = create_app(self.zk, root=self.root, settings=self.settings, warehouse=self.warehouse,
+                         pool=self.pool)
+        s = self.settings
+        config = uvicorn.Config(
+            app, host=s.listen, port=s.port if self.port is None else self.port, log_level="warning",
+            ssl_certfile=s.tls_cert or None, ssl_keyfile=s.tls_key or None, access_log=False,
+        )
+        return uvicorn.Server(config)
+
+    def _start_dispatcher(self) -> None:
+        s = self.settings
+        self.dispatcher = Dispatcher(self.zk, root=self.root, poll_s=s.webhook_poll_s,
+                                     max_attempts=s.webhook_max_attempts, backoff_s=s.webhook_backoff_s,
+                                     timeout_s=s.webhook_timeout_s).start()
+
+    def run(self) -> None:
+        """Serve in this thread until SIGINT / SIGTERM (uvicorn's handlers), then stop the dispatcher."""
+        self._server = self._uvicorn()
+        self._start_dispatcher()
+        try:
+            self._server.run()
+        finally:
+            self.stop()
+
+    def start(self, timeout_s: float = 30.0) -> AdminServer:
+        """Serve in a background thread (tests, embedding); returns once the socket listens."""
+        self._server = self._uvicorn()
+        self._server.config.install_signal_handlers = False  # not the main thread
+        self._thread = threading.Thread(target=self._server.run, name="admin-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the admin server did not start")
+            time.sleep(0.02)
+        sock = self._server.servers[0].sockets[0]
+        self.bound = sock.getsockname()[:2]
+        self._start_dispatcher()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self.bound is not None
+        scheme = "https" if self.settings.tls_cert else "http"
+        return f"{scheme}://{self.bound[0]}:{self.bound[1]}"
+
+    def stop(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+            self.dispatcher = None
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None

@@ -1,0 +1,1 @@
+"""Bookie lifecycle: Active -> Draining -> Drained / DrainingFailed -> removed (docs/lifecycle.md)."""

@@ -1,0 +1,152 @@
+"""`bkaudit lifecycle drain|state|mark-drained|remove|history BOOKIE`: the same service path as the HTTP API.
+
+Works while the bookie host is down: everything lives in ZooKeeper. Exit codes: 0 done, 1 refused (the
+transition is not allowed now; the ledgers in the way are listed), 2 ZooKeeper / input trouble.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+import click
+
+from bkaudit.cli_common import emit, fail, load_settings, zk_options
+from bkaudit.errors import BkAuditError
+
+
+@click.group()
+def lifecycle() -> None:
+    """Bookie lifecycle: Active -> Draining -> Drained (or DrainingFailed) -> removed (docs/lifecycle.md)."""
+
+
+def _run(
+    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, action: Any
+) -> Any:
+    from bkaudit.config import ZkSettings
+    from bkaudit.lifecycle import settings as _lc  # noqa: F401  (registers [lifecycle])
+    from bkaudit.zk import client as zkclient
+
+    zk_settings = load_settings(zk, cluster_dir, root, config_path).get(ZkSettings)
+    try:
+        client = zkclient.connect(zk_settings)
+    except BkAuditError as exc:
+        fail(str(exc), code=2)
+    try:
+        return action(client, zk_settings.root)
+    finally:
+        zkclient.close(client)
+
+
+def _transition(bookie: str, target: str, reason: str, as_json: bool, **zk_args: Any) -> None:
+    from bkaudit.lifecycle import service
+    from bkaudit.model import lifecycle as lc
+
+    def act(client: Any, r: str) -> dict[str, Any]:
+        done = _already(client, bookie, lc.LifecycleState.parse(target), r)
+        if done is not None:  # a retried step (Airflow, scripts) finds its work done: success
+            return done
+        try:
+            record = service.transition(
+                client, bookie, lc.LifecycleState.parse(target), actor=lc.Actor.OPERATOR,
+                by=f"cli:{getpass.getuser()}", reason=reason, root=r,
+            )
+        except lc.TransitionRefused as exc:
+            emit({"bookie": bookie, "refused": str(exc), "blockers": list(exc.blockers)}, as_json,
+                 lambda d: "\n".join([f"refused: {d['refused']}", *(f"  {b}" for b in d["blockers"])]))
+            raise SystemExit(1) from None
+        except (service.UnknownBookie, ValueError, BkAuditError) as exc:
+            fail(str(exc), code=2)
+        return {"bookie": bookie, **record.to_dict()}
+
+    doc = _run(action=act, **zk_args)
+    emit(doc, as_json, lambda d: f"{d['bookie']}: {d['previous']} -> {d['state']} (by {d['by']}, {d['at']})")
+
+
+def _already(client: Any, bookie: str, target: Any, root: str) -> dict[str, Any] | None:
+    """The bookie's record when it is already in `target` (Removed: no cookie and a removal recorded)."""
+    from bkaudit.lifecycle import service
+    from bkaudit.model import lifecycle as lc
+    from bkaudit.zk import lifecycle as store
+    from bkaudit.zk import paths, registry
+
+    try:
+        paths.lifecycle_state_path(bookie, root=root)
+        if target is lc.LifecycleState.REMOVED:
+            if registry.exists(client, paths.cookie_path(bookie, root=root)):
+                return None
+            history = store.history(client, bookie, root=root)
+            last = history[-1] if history else None
+            if last is None or last.state is not target:
+                return None
+            return {"bookie": bookie, **last.to_dict(), "already": True}
+        state, record, _ = service.current(client, bookie, root=root)
+    except (ValueError, BkAuditError):
+        return None  # the transition itself reports the problem
+    return {"bookie": bookie, **record.to_dict(), "already": True} if record and state is target else None
+
+
+def _common(func: Any) -> Any:
+    func = click.option("--json", "as_json", is_flag=True, help="print JSON")(func)
+    func = zk_options(func)
+    return click.argument("bookie")(func)
+
+
+@lifecycle.command()
+@_common
+@click.option("--reason", default="", help="why (kept in the history)")
+def drain(bookie: str, reason: str, as_json: bool, **zk_args: Any) -> None:
+    """Active -> Draining: the bookie serves reads only and the Auditor moves its ledgers out."""
+    _transition(bookie, "Draining", reason, as_json, **zk_args)
+
+
+@lifecycle.command("mark-drained")
+@_common
+@click.option("--reason", default="", help="why (kept in the history)")
+def mark_drained(bookie: str, reason: str, as_json: bool, **zk_args: Any) -> None:
+    """DrainingFailed -> Drained, once no ledger references the bookie any more (refused otherwise)."""
+    _transition(bookie, "Drained", reason, as_json, **zk_args)
+
+
+@lifecycle.command()
+@_common
+@click.option("--reason", default="", help="why (kept in the history)")
+def remove(bookie: str, reason: str, as_json: bool, **zk_args: Any) -> None:
+    """Drained -> removed: delete the cookie and the state together (refused unless Drained)."""
+    _transition(bookie, "Removed", reason, as_json, **zk_args)
+
+
+@lifecycle.command()
+@_common
+def state(bookie: str, as_json: bool, **zk_args: Any) -> None:
+    """The bookie's lifecycle state, serving mode and drain progress."""
+    from bkaudit.lifecycle import service
+
+    doc = _run(action=lambda client, r: service.describe(client, bookie, root=r), **zk_args)
+
+    def human(d: dict[str, Any]) -> str:
+        lines = [f"{d['bookie']}: {d.get('state') or 'unreadable: ' + str(d.get('error'))}"
+                 f" (registered {d.get('registration', '?')})"]
+        if d.get("record"):
+            rec = d["record"]
+            lines.append(f"  set by {rec['by']} at {rec['at']}: {rec['reason'] or '-'}")
+        if d.get("progress"):
+            p = d["progress"]
+            lines.append(f"  drain: {p.get('ledgers_left')} ledgers / {p.get('bytes_left')} bytes left, "
+                         f"{p.get('failures')} failures, data loss {p.get('data_loss_ledgers')}")
+        return "\n".join(lines)
+
+    emit(doc, as_json, human)
+
+
+@lifecycle.command()
+@_common
+def history(bookie: str, as_json: bool, **zk_args: Any) -> None:
+    """Every lifecycle transition of the bookie, oldest first (kept after removal)."""
+    from bkaudit.zk import lifecycle as store
+
+    records = _run(action=lambda client, r: [h.to_dict() for h in store.history(client, bookie, root=r)],
+                   **zk_args)
+    emit(records, as_json, lambda rs: "\n".join(
+        f"{r['at']} {r['previous']} -> {r['state']} by {r['by']}: {r['reason'] or '-'}" for r in rs
+    ) or "none")

@@ -1,0 +1,206 @@
+"""The Auditor's drain: publish a Draining bookie's ledgers, gather progress, decide Drained / DrainingFailed.
+
+Runs beside the elected Auditor (one per cluster), every `[lifecycle] drain_check_interval_s`:
+1. read the lifecycle states; for each Draining bookie, list the ledgers whose ensembles still name it;
+2. mark each of them under-replicated naming every draining bookie of that ledger (BookKeeper's marker, so
+   workers - bkaudit's or anything reading the queue - pick them up); the workers copy the entries from a
+   surviving replica or the draining bookie itself, never onto a non-Active bookie, and swap by CAS;
+3. record progress (ledgers left, bytes left, failures) at `bkaudit/lifecycle/progress/<id>`;
+4. no ledger left -> Drained; every ledger left is bad (data-loss record, or `drain_max_failures` failed
+   replications reported by workers) -> DrainingFailed, naming the bad ledgers. Good ledgers are always
+   drained first: DrainingFailed means "everything that could move has moved".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bkaudit.autorecovery import dataloss
+from bkaudit.errors import BkAuditError, MetadataConflict
+from bkaudit.lifecycle import service
+from bkaudit.lifecycle.index import ledgers_of
+from bkaudit.lifecycle.settings import LifecycleSettings
+from bkaudit.model import lifecycle as lc
+from bkaudit.zk import lifecycle as store
+from bkaudit.zk import underreplication as ur
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+log = logging.getLogger(__name__)
+
+S = lc.LifecycleState
+AUDITOR = "auditor"
+
+
+class LifecycleCache:
+    """The workers' view of lifecycle states, re-read at most every `ttl_s` (one read per cookie)."""
+
+    def __init__(self, zk: KazooClient, *, root: str, ttl_s: float = 1.0) -> None:
+        self.zk = zk
+        self.root = root
+        self.ttl_s = ttl_s
+        self._states: dict[str, lc.LifecycleState] = {}
+        self._at = float("-inf")
+        self._lock = threading.Lock()
+
+    def _fresh(self) -> dict[str, lc.LifecycleState]:
+        with self._lock:
+            if time.monotonic() - self._at > self.ttl_s:
+                try:
+                    self._states = service.states(self.zk, root=self.root)
+                    self._at = time.monotonic()
+                except Exception as exc:  # keep the last reading; ZooKeeper trouble shows elsewhere
+                    log.warning("could not read lifecycle states: %s", exc)
+            return self._states
+
+    def draining(self) -> frozenset[str]:
+        """Bookies whose copies must move out (their fragments are replaced even while readable)."""
+        return frozenset(b for b, s in self._fresh().items() if s is S.DRAINING)
+
+    def not_active(self) -> frozenset[str]:
+        """Bookies that must never receive a copy (Draining, DrainingFailed, Drained)."""
+        return frozenset(b for b, s in self._fresh().items() if s is not S.ACTIVE)
+
+
+def report_failure(zk: KazooClient, draining: frozenset[str], ensemble_bookies: frozenset[str],
+                   ledger_id: int, error: str, *, root: str) -> None:
+    """A worker's failed pass over a ledger that a draining bookie is leaving: counted per bookie."""
+    for bookie in sorted(draining & ensemble_bookies):
+        try:
+            store.record_failure(zk, bookie, ledger_id, error[:500], service.now_iso(), root=root)
+        except Exception as exc:
+            log.warning("could not record drain failure of ledger %s on %s: %s", ledger_id, bookie, exc)
+
+
+class Drainer:
+    """One drain pass per interval while this process is the Auditor."""
+
+    def __init__(
+        self,
+        zk: KazooClient,
+        *,
+        root: str,
+        settings: LifecycleSettings,
+        emit: Callable[..., None] | None = None,
+        acl: Any = None,
+        max_in_flight: int = 500,
+    ) -> None:
+        self.zk = zk
+        self.root = root
+        self.settings = settings
+        self.emit = emit or (lambda event, **fields: None)
+        self.acl = acl
+        self.max_in_flight = max_in_flight
+        self.passes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="drainer", daemon=True)
+
+    def start(self) -> Drainer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception as exc:
+                log.warning("drain pass failed (retrying): %s", exc)
+            self._stop.wait(self.settings.drain_check_interval_s)
+
+    def step(self) -> dict[str, dict[str, Any]]:
+        """One pass; returns the progress recorded per Draining bookie."""
+        draining = sorted(service.in_state(self.zk, S.DRAINING, root=self.root))
+        self.passes += 1
+        if not draining:
+            return {}
+        index = ledgers_of(self.zk, draining, root=self.root, max_in_flight=self.max_in_flight)
+        by_ledger: dict[int, list[str]] = defaultdict(list)
+        for bookie in draining:
+            for ledger_id in index[bookie]:
+                by_ledger[ledger_id].append(bookie)
+        lost = {lid for lid in by_ledger if dataloss.exists(self.zk, lid, root=self.root)}
+        enabled = ur.is_replication_enabled(self.zk, root=self.root)
+        out: dict[str, dict[str, Any]] = {}
+        published: set[int] = set()
+        for bookie in draining:
+            out[bookie] = self._one(bookie, index[bookie], lost, by_ledger, published, enabled=enabled)
+        return out
+
+    def _one(
+        self,
+        bookie: str,
+        ledgers: dict[int, int],
+        lost: set[int],
+        by_ledger: dict[int, list[str]],
+        published: set[int],
+        *,
+        enabled: bool,
+    ) -> dict[str, Any]:
+        failures = store.list_failures(self.zk, bookie, root=self.root)
+        failed = {
+            lid for lid, f in failures.items()
+            if lid in ledgers and _count(f) >= self.settings.drain_max_failures
+        }
+        bad = sorted((failed | lost) & set(ledgers))
+        progress: dict[str, Any] = {
+            "bookie": bookie,
+            "ledgers_left": len(ledgers),
+            "bytes_left": sum(ledgers.values()),
+            "failures": sum(_count(f) for lid, f in failures.items() if lid in ledgers),
+            "failed_ledgers": sorted(failed & set(ledgers))[:100],
+            "data_loss_ledgers": sorted(lost & set(ledgers))[:100],
+            "updated": service.now_iso(),
+        }
+        if not ledgers:
+            self._decide(bookie, S.DRAINED, "no ledger references the bookie any more", progress)
+        elif len(bad) == len(ledgers):
+            why = (
+                f"{len(bad)} ledgers cannot be replicated: data loss recorded "
+                f"{sorted(lost & set(ledgers))[:20]}, failed {self.settings.drain_max_failures}+ times "
+                f"{sorted(failed)[:20]}"
+            )
+            self._decide(bookie, S.DRAINING_FAILED, why, progress)
+        elif enabled:
+            marked = 0
+            for ledger_id in sorted(set(ledgers) - set(bad) - published):
+                if self._stop.is_set():
+                    break
+                published.add(ledger_id)
+                replicas = by_ledger[ledger_id]
+                if ur.mark_underreplicated(self.zk, ledger_id, replicas, root=self.root, acl=self.acl):
+                    marked += 1
+            progress["marked"] = marked
+        progress["state"] = service.current(self.zk, bookie, root=self.root)[0].value
+        store.write_progress(self.zk, bookie, progress, root=self.root)
+        self.emit("drain_progress", **{k: v for k, v in progress.items() if k != "updated"})
+        return progress
+
+    def _decide(self, bookie: str, target: lc.LifecycleState, why: str, progress: dict[str, Any]) -> None:
+        try:
+            service.transition(
+                self.zk, bookie, target, actor=lc.Actor.AUDITOR, by=AUDITOR, reason=why, root=self.root,
+                expected=S.DRAINING,
+            )
+        except (MetadataConflict, lc.TransitionRefused, service.UnknownBookie, BkAuditError) as exc:
+            log.info("drain of %s: not moving to %s (%s)", bookie, target.value, exc)
+            return
+        self.emit("drain_" + ("done" if target is S.DRAINED else "failed"), bookie=bookie, reason=why)
+        log.info("bookie %s is %s: %s", bookie, target.value, why)
+
+
+def _count(record: dict[str, Any]) -> int:
+    try:
+        return int(record.get("count", 0))
+    except (TypeError, ValueError):
+        return 0

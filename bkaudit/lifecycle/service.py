@@ -1,0 +1,141 @@
+"""The one code path every lifecycle change takes (CLI, HTTP API, dashboard, Airflow and the Auditor).
+
+It applies the model's transition rules (bkaudit.model.lifecycle), adds the checks that need the cluster
+(a bookie must have a cookie to be drained; DrainingFailed -> Drained and removal are refused while a ledger
+still references the bookie, and the refusal lists those ledgers), then writes through the ZooKeeper store
+with a compare-and-set plus a history record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bkaudit.autorecovery import dataloss
+from bkaudit.errors import FormatError
+from bkaudit.lifecycle.index import ledgers_of
+from bkaudit.model import lifecycle as lc
+from bkaudit.zk import lifecycle as store
+from bkaudit.zk import paths, registry
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+BLOCKERS_LISTED = 100  # ledgers named in a refusal (the count is always exact)
+
+
+class UnknownBookie(LookupError):
+    """The bookie has no cookie: it was never part of the cluster (or was removed)."""
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def current(
+    zk: KazooClient, bookie_id: str, *, root: str
+) -> tuple[lc.LifecycleState, lc.StateRecord | None, int]:
+    """(state, record, znode version); Active with no record when the state znode is absent."""
+    record, version = store.read_state(zk, bookie_id, root=root)
+    return (record.state if record else lc.LifecycleState.ACTIVE), record, version
+
+
+def states(zk: KazooClient, *, root: str) -> dict[str, lc.LifecycleState]:
+    """Every known bookie (cookie) -> its lifecycle state (a malformed state znode is skipped here and
+    reported by `describe`)."""
+    known = registry.list_cookies(zk, root)
+    recorded = store.list_states(zk, root=root)
+    out: dict[str, lc.LifecycleState] = {}
+    for bookie in known:
+        value = recorded.get(bookie)
+        if isinstance(value, FormatError):
+            continue
+        out[bookie] = value.state if value else lc.LifecycleState.ACTIVE
+    return out
+
+
+def in_state(zk: KazooClient, *wanted: lc.LifecycleState, root: str) -> set[str]:
+    return {b for b, s in states(zk, root=root).items() if s in wanted}
+
+
+@dataclass(frozen=True)
+class Blockers:
+    """Ledgers that still reference the bookie, with the data-loss records among them."""
+
+    ledgers: tuple[int, ...]
+    data_lost: tuple[int, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.ledgers)
+
+    def describe(self) -> tuple[str, ...]:
+        lost = set(self.data_lost)
+        return tuple(
+            f"ledger {lid}" + (" (data loss recorded)" if lid in lost else "")
+            for lid in self.ledgers[:BLOCKERS_LISTED]
+        )
+
+
+def blockers(zk: KazooClient, bookie_id: str, *, root: str) -> Blockers:
+    referencing = sorted(ledgers_of(zk, [bookie_id], root=root)[bookie_id])
+    lost = tuple(lid for lid in referencing if dataloss.exists(zk, lid, root=root))
+    return Blockers(tuple(referencing), lost)
+
+
+def transition(
+    zk: KazooClient,
+    bookie_id: str,
+    target: lc.LifecycleState,
+    *,
+    actor: lc.Actor,
+    by: str,
+    reason: str = "",
+    root: str,
+    expected: lc.LifecycleState | None = None,
+) -> lc.StateRecord:
+    """Move `bookie_id` to `target` (or remove it) by compare-and-set.
+
+    UnknownBookie without a cookie; TransitionRefused when the rules or the cluster forbid it (its
+    `blockers` name the ledgers in the way); MetadataConflict when another writer changed the state between
+    our read and write. `expected` refuses unless the bookie is in that state now (an Auditor decision
+    made on an older reading must not apply to a newer state).
+    """
+    paths.lifecycle_state_path(bookie_id, root=root)  # validates the id
+    if registry.read_cookie(zk, bookie_id, root) is None:
+        raise UnknownBookie(f"bookie {bookie_id} has no cookie under {paths.cookies_root(root=root)}")
+    state, _, version = current(zk, bookie_id, root=root)
+    if expected is not None and state is not expected:
+        raise lc.TransitionRefused(f"{bookie_id} is {state.value}, not {expected.value}")
+    lc.check_transition(state, target, actor=actor)
+    if actor is lc.Actor.OPERATOR and target in (lc.LifecycleState.DRAINED, lc.LifecycleState.REMOVED):
+        found = blockers(zk, bookie_id, root=root)
+        if found:
+            raise lc.TransitionRefused(
+                f"{bookie_id}: {len(found.ledgers)} ledgers still reference it "
+                f"({len(found.data_lost)} with data loss recorded); deal with them first",
+                blockers=found.describe(),
+            )
+    record = lc.StateRecord(target, by, now_iso(), reason, state)
+    if target is lc.LifecycleState.REMOVED:
+        store.remove_bookie(zk, bookie_id, record, version=version, root=root)
+        store.clear_drain_records(zk, bookie_id, root=root)
+    else:
+        store.write_state(zk, bookie_id, record, version=version, root=root)
+    return record
+
+
+def describe(zk: KazooClient, bookie_id: str, *, root: str) -> dict[str, Any]:
+    """The bookie's lifecycle as JSON: state, who set it, serving mode, drain progress."""
+    try:
+        state, record, _ = current(zk, bookie_id, root=root)
+    except FormatError as exc:
+        return {"bookie": bookie_id, "state": None, "error": str(exc)}
+    return {
+        "bookie": bookie_id,
+        "state": state.value,
+        "record": record.to_dict() if record else None,
+        "registration": registry.bookie_state(zk, bookie_id, root),
+        "read_only_requested": store.read_serving(zk, bookie_id, root=root),
+        "progress": store.read_progress(zk, bookie_id, root=root),
+    }

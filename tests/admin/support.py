@@ -1,0 +1,63 @@
+"""Shared pieces of the admin API tests: tokens, a served app on loopback, seeded cluster records."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+
+from bkaudit.admin.auth import hash_token
+from bkaudit.admin.server import AdminServer
+from bkaudit.admin.settings import AdminSettings
+from bkaudit.formats import ledger_metadata, records
+from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+from bkaudit.zk import paths, registry
+
+ADMIN_TOKEN = "admin-token-0123456789"
+READ_TOKEN = "read-token-0123456789"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+READER = {"Authorization": f"Bearer {READ_TOKEN}"}
+
+
+def settings(**kw: Any) -> AdminSettings:
+    kw.setdefault("webhook_poll_s", 0.2)
+    kw.setdefault("webhook_backoff_s", 0.05)
+    return AdminSettings(admin_tokens=(f"ops:{hash_token(ADMIN_TOKEN)}",),
+                         read_tokens=(f"viewer:{hash_token(READ_TOKEN)}",), **kw)
+
+
+def serve(zk: Any, root: str, **kw: Any) -> AdminServer:
+    warehouse = kw.pop("warehouse", "")
+    pool = kw.pop("pool", None)
+    return AdminServer(zk, root, settings(**kw), warehouse=warehouse, pool=pool, port=0).start()
+
+
+def add_cookie(zk: Any, root: str, bookie: str) -> None:
+    registry.create_cookie(zk, records.Cookie(bookie, ("/d",), ("/d",), "inst"), root=root)
+
+
+def add_ledger(zk: Any, root: str, ledger_id: int, ensemble: tuple[str, ...], length: int = 1000) -> None:
+    metadata = LedgerMetadata(
+        ensemble_size=len(ensemble), write_quorum=len(ensemble), ack_quorum=len(ensemble),
+        state=LedgerState.CLOSED, last_entry_id=9, length=length, digest_type=DigestType.CRC32C, password=b"",
+        segments=(Segment(0, ensemble),),
+    )
+    zk.create(paths.ledger_path(ledger_id, root=root), ledger_metadata.serialize(metadata), makepath=True)
+
+
+def write_audit_run(warehouse: str, run_id: str, start: datetime, rows: list[dict[str, Any]]) -> None:
+    """A checker run's `audit_runs` and `violations` rows, committed as the checker does (delta-rs)."""
+    import bkaudit.tables.checker_schemas as cs
+    from bkaudit.tables.store import write_table
+
+    date, sid = start.strftime("%Y-%m-%d"), f"snap-{run_id}"
+    keys = {"run_id": run_id, "snapshot_id": sid, "run_date": date}
+    v = pa.Table.from_pylist([{**keys, "detected_at": start, **r} for r in rows], schema=cs.VIOLATIONS.schema)
+    same = {"snapshot_id": sid, "snapshot_date": date, "replace": {"run_id": run_id}}
+    write_table(warehouse, "violations", v, **same)
+    counts = Counter(r["category"] for r in rows)
+    run = {**keys, "status": "succeeded", "started_at": start, "finished_at": start + timedelta(seconds=9),
+           "seconds": 9.0, "ledgers_checked": 40, "counts": list(counts.items()), "published": 0}
+    write_table(warehouse, "audit_runs", pa.Table.from_pylist([run], schema=cs.AUDIT_RUNS.schema), **same)

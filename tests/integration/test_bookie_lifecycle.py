@@ -1,0 +1,47 @@
+"""A real bookie process follows its lifecycle state and the read-only switch, across a restart."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bkaudit.lifecycle import service
+from bkaudit.model import lifecycle as lc
+from bkaudit.zk import lifecycle as store
+from bkaudit.zk import registry
+
+pytestmark = pytest.mark.cluster
+
+
+def wait_for(predicate, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_draining_bookie_serves_reads_only_after_restart(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(bookies=2, racks=1)
+    zk = cluster.zk_client()
+    b = cluster.bookies[0].id
+    assert registry.bookie_state(zk, b, cluster.root) == "writable"
+    service.transition(
+        zk, b, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="test", root=cluster.root
+    )
+    wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "readonly")
+    assert registry.bookie_state(zk, cluster.bookies[1].id, cluster.root) == "writable"
+    cluster.stop_bookie(b)
+    cluster.start_bookie(b)
+    # registered read-only from the start: never listed as writable after the restart
+    assert registry.bookie_state(zk, b, cluster.root) == "readonly"
+
+
+def test_read_only_switch_follows_the_operator(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(bookies=1, racks=1)
+    zk = cluster.zk_client()
+    b = cluster.bookies[0].id
+    store.write_serving(zk, b, True, by="test", at="now", root=cluster.root)
+    wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "readonly")
+    store.write_serving(zk, b, False, by="test", at="now", root=cluster.root)
+    wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "writable")
