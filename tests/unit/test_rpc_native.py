@@ -225,3 +225,23 @@ def test_closed_client_fails_at_once_and_callbacks_may_call_it_again(fake) -> No
     exc = fut.exception(timeout=5)
     assert isinstance(exc, BookieError) and "client closed" in str(exc)
     assert len(again) == 1 and "client closed" in str(again[0])
+
+
+def test_tls_client_against_a_bookie_without_tls_fails_with_the_reason(fake) -> None:  # type: ignore[no-untyped-def]
+    from bkaudit.rpc.tls import TlsConfig
+
+    seen: list[pb.Request] = []
+
+    def no_tls(conn: socket.socket) -> None:  # BookieRequestProcessor without TLS configured: EBADREQ
+        req = read_request(conn)
+        seen.append(req)
+        resp = pb.Response(status=pb.EBADREQ)
+        resp.header.CopyFrom(req.header)
+        data = resp.SerializeToString()
+        conn.sendall(struct.pack(">I", len(data)) + data)
+        conn.recv(1)
+
+    with BookieClient("b", fake(no_tls).target, tls=TlsConfig(), request_timeout_s=60) as client:
+        fails_fast(client, "refused START_TLS with EBADREQ")
+    first = seen[0]  # START_TLS goes out before anything else
+    assert first.header.operation == pb.START_TLS and first.HasField("startTLSRequest")
