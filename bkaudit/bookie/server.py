@@ -159,8 +159,9 @@ class BookieServer:
     def _service_info(self) -> bytes:
         conf = self.conf
         props = {TRANSPORT_PROPERTY[0]: TRANSPORT_PROPERTY[1], "bkaudit.version": __version__,
-                 "bkaudit.tls": ("mtls" if conf.tls_ca else "tls") if conf.tls_cert else "none",
-                 BATCH_LISTING_PROPERTY: "true"}
+                 "bkaudit.tls": ("mtls" if conf.tls_ca else "tls") if conf.tls_cert else "none"}
+        if conf.answer_listing and not self.options.no_listing:  # a DbLedgerStorage-like bookie lists nothing
+            props[BATCH_LISTING_PROPERTY] = "true"
         extra: tuple[records.Endpoint, ...] = ()
         if self.grpc_port is not None:
             extra = (records.Endpoint(GRPC_PROTOCOL, self.grpc_port, conf.advertised_address, GRPC_PROTOCOL),)

@@ -352,3 +352,18 @@ def test_decommission_audit_uses_read_evidence(spark, cluster, world, tmp_path):
     table = read_arrow(str(tmp_path), "decommission_audits").to_pylist()
     details = [json.loads(b["detail"]) for r in table for b in r["blocking"] or []]
     assert details and all(d.get("evidence") == "reads" for d in details)
+
+
+def test_only_listing_bookies_advertise_the_batch_listing(cluster):
+    """A DbLedgerStorage-like bookie must not invite op 1000: clients send it only where advertised."""
+    from bkaudit.formats import records
+    from bkaudit.zk import paths
+
+    zk = cluster.zk_client()
+    advertised = {}
+    for b in cluster.bookies:
+        data, _ = zk.get(paths.available_path(b.id, root=cluster.root))
+        props = records.parse_bookie_service_info(data, b.id).properties_dict()
+        advertised[b.id] = props.get("bkaudit.listing.batch") == "true"
+    assert advertised == {b.id: b.listing for b in cluster.bookies}
+    assert sorted(advertised.values()) == [False, False, True, True]  # two started with --no-listing
