@@ -38,7 +38,7 @@ def test_local_cluster_lifecycle_through_the_cli(tmp_path: Path) -> None:
         state = json.loads((Path(d) / "cluster.json").read_text())
         assert set(state) >= {"zk", "root", "bookies", "zookeeper"}
         assert set(state["zookeeper"]) == {"pid", "port", "data_dir"}
-        assert all(set(b) == {"id", "rack", "port", "pid", "data_dir"} for b in state["bookies"])
+        assert all(set(b) == {"id", "rack", "port", "pid", "data_dir", "listing"} for b in state["bookies"])
         assert [b["state"] for b in up["bookies"]] == ["writable", "writable"]
         assert [b["rack"] for b in up["bookies"]] == ["/rack-1", "/rack-2"]
         first = state["bookies"][0]["id"]
