@@ -6,7 +6,8 @@
 Takes a fresh snapshot unless --snapshot-id names one, checks the ledgers whose ensembles name those bookies
 (the metadata checker, restricted; its own tables untouched), answers per bookie whether removing them all
 together leaves every entry with at least --min-copies copies, and writes one `decommission_audits` row per
-bookie (bkaudit.decommission). Prints {"audit_id", "snapshot_id", "safe", "min_copies", "bookies": [...]} as
+bookie (bkaudit.decommission). Prints {"audit_id", "snapshot_id", "safe", "min_copies", "bookies": [...],
+"evidence": {"verified_by_reads", "verification_percentage", "exact"}} as
 JSON; exits 0 when the audit ran (whatever the answer: it is in the JSON and the table), 1 when it could not.
 """
 

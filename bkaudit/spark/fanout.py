@@ -449,7 +449,7 @@ def read_and_verify(
     transport failures the bookie is not read again in this attempt: what is left is CIRCUIT_OPEN, so a bookie
     that never answers costs a few deadlines, not one per entry.
     """
-    work = iter([(p, e) for p in range(len(ledger_ids)) for e in plans[p]])
+    work = ((p, e) for p in range(len(ledger_ids)) for e in plans[p])
     remaining = [len(plan) for plan in plans]
     outcomes: list[dict[int, str]] = [{} for _ in plans]
     errors: list[dict[int, str]] = [{} for _ in plans]

@@ -21,7 +21,6 @@ Damage is whatever the test leaves out of the bookie's store: ground truth is a 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import socket
 import socketserver
 import struct
@@ -44,13 +43,10 @@ from bkaudit.formats.proto import DataFormats_pb2 as df
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.zk import ledgers as zk_ledgers
 
-NATIVE = importlib.util.find_spec("bkaudit.rpc.native") is not None
-
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.spark,
     pytest.mark.slow,
-    pytest.mark.skipif(not NATIVE, reason="needs the native transport (issue 11)"),
 ]
 
 MAX_FRAME = 5 * 1024 * 1024

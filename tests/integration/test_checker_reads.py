@@ -11,6 +11,7 @@ BookKeeper's LedgerChecker reads at 0%: the first and last entry each bookie ind
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -65,12 +66,14 @@ def settings_for(cluster: LocalCluster, warehouse: str, **checker: Any) -> confi
     return config.load(environ={}, overrides=overrides)
 
 
-def run(spark, cluster, warehouse: str, **checker: Any):
+def run(spark, cluster, warehouse: str, *, before_check=None, **checker: Any):
     from bkaudit.spark.checker import CheckOptions, run_check
     from bkaudit.spark.snapshot import run_snapshot
 
     settings = settings_for(cluster, warehouse, **checker)
     snap = run_snapshot(spark, settings, warehouse=warehouse)
+    if before_check is not None:
+        before_check()
     return run_check(spark, settings, CheckOptions(warehouse=warehouse, snapshot_id=snap.snapshot_id))
 
 
@@ -345,13 +348,33 @@ def test_decommission_audit_uses_read_evidence(spark, cluster, world, tmp_path):
     assert summary["evidence"]["verified_by_reads"] == sorted(world["readers"])
     assert summary["evidence"]["exact"] is True
     # each blocking ledger's recorded detail says its evidence came from reads
-    import json
-
     from bkaudit.tables.read import read_arrow
 
     table = read_arrow(str(tmp_path), "decommission_audits").to_pylist()
     details = [json.loads(b["detail"]) for r in table for b in r["blocking"] or []]
     assert details and all(d.get("evidence") == "reads" for d in details)
+
+
+def test_metadata_changed_after_the_snapshot_is_re_read_by_reads(spark, cluster, world, tmp_path):
+    """The driver's re-evaluation (metadata moved between snapshot and check) verifies by reads too."""
+    hole = world["hole_mid"]
+
+    def touch() -> None:  # a new znode version with the same metadata: the ledger must be re-evaluated
+        zk = cluster.zk_client()
+        md, stat = zk_ledgers.read_ledger_metadata(zk, hole.ledger_id, root=cluster.root)
+        zk_ledgers.write_ledger_metadata(
+            zk, hole.ledger_id, md, expected_version=stat.version, root=cluster.root
+        )
+
+    result = run(spark, cluster, str(tmp_path), before_check=touch, verification_percentage=100)
+    expected = truth([hole], world["damage"], sampled=False, readers=world["readers"])
+    assert found(result, [hole]) == expected
+    (row,) = [
+        r for r in result.violations if r["ledger_id"] == hole.ledger_id and r["category"] in DURABILITY
+    ]
+    assert json.loads(row["detail"]).get("reevaluated") is True
+    assert row["evidence"] == "reads" and row["sampled_fraction"] == 1.0
+    assert result.reevaluated >= 1
 
 
 def test_only_listing_bookies_advertise_the_batch_listing(cluster):
