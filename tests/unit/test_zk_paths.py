@@ -218,3 +218,20 @@ def test_data_loss_path_not_a_ledger_tree() -> None:
     assert p == "/ledgers/bkaudit/dataloss/0000/0000/0000/0001/L0000000001"
     assert paths.parse_ledger_path(p) is None
     assert not paths.is_ledger_parent_node(paths.BKAUDIT_NODE)
+
+
+def test_lifecycle_paths() -> None:
+    from bkaudit.zk import paths as p
+
+    assert p.lifecycle_state_path("10.0.0.1:3181", root="/ledgers") == "/ledgers/cookies/10.0.0.1:3181/state"
+    history = p.lifecycle_history_root("b:1", root="/pulsar/ledgers")
+    assert history == "/pulsar/ledgers/bkaudit/lifecycle/history/b:1"
+    assert p.drain_progress_path("b:1") == "/ledgers/bkaudit/lifecycle/progress/b:1"
+    assert p.drain_failure_path("b:1", 7) == "/ledgers/bkaudit/lifecycle/failures/b:1/L0000000007"
+    assert p.serving_path("b:1") == "/ledgers/bkaudit/serving/b:1"
+    assert p.webhook_path("abc") == "/ledgers/bkaudit/webhooks/abc"
+    # all of it lives where BookKeeper's ledger listing never looks
+    assert p.is_skipped_in_listing(p.BKAUDIT_NODE) and p.is_skipped_in_listing(p.COOKIES_NODE)
+    for bad in ("", "a/b", ".."):
+        with pytest.raises(ValueError):
+            p.lifecycle_state_path(bad)
