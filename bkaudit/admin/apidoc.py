@@ -44,7 +44,7 @@ server keeps serving.
 
 ## Webhooks
 
-`POST /api/v1/webhooks {"url", "secret"}` registers a URL in ZooKeeper (`<root>/bkaudit/webhooks/<id>`, so it
+`POST /api/v1/webhooks {"url", "secret"}` registers a URL in ZooKeeper (`/bkaudit<root>/webhooks/<id>`, so it
 survives restarts and is shared by several admin servers). Every lifecycle transition recorded after the
 registration is POSTed once as JSON `{"webhook", "event": "lifecycle_transition", "bookie", "record",
 "transition": {"state", "previous", "by", "at", "reason"}}` with `X-Bkaudit-Signature: sha256=<hex of

@@ -390,42 +390,54 @@ def lifecycle_state_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
     return _child(root, COOKIES_NODE, _validate_bookie_id(bookie_id), LIFECYCLE_STATE_NODE)
 
 
-def lifecycle_root(*, root: str = DEFAULT_ROOT) -> str:
-    return _child(root, BKAUDIT_NODE, LIFECYCLE_NODE)
+def lifecycle_root(*, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
+    """Lifecycle history, drain progress and failures: under bkaudit's state root, outside the ledgers root,
+    so BookKeeper's `nukeexistingcluster` is not blocked (only `state` sits beside the cookie).
+    """
+    return _child(bkaudit_state_root(root=root, state_root=state_root), LIFECYCLE_NODE)
 
 
-def lifecycle_history_root(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
+def lifecycle_history_root(bookie_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
     """Append-only transitions of one bookie: PERSISTENT_SEQUENTIAL `h-` children (kept after removal)."""
-    return _child(root, BKAUDIT_NODE, LIFECYCLE_NODE, "history", _validate_bookie_id(bookie_id))
+    return _child(lifecycle_root(root=root, state_root=state_root), "history", _validate_bookie_id(bookie_id))
 
 
-def drain_progress_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
+def drain_progress_path(bookie_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
     """The Auditor's latest drain progress of a bookie (ledgers / bytes left, failures), JSON."""
-    return _child(root, BKAUDIT_NODE, LIFECYCLE_NODE, "progress", _validate_bookie_id(bookie_id))
+    base = lifecycle_root(root=root, state_root=state_root)
+    return _child(base, "progress", _validate_bookie_id(bookie_id))
 
 
-def drain_failures_root(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
+def drain_failures_root(bookie_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
     """Per-ledger failure counts workers report while draining a bookie: children `L%010d`, JSON."""
-    return _child(root, BKAUDIT_NODE, LIFECYCLE_NODE, "failures", _validate_bookie_id(bookie_id))
+    base = lifecycle_root(root=root, state_root=state_root)
+    return _child(base, "failures", _validate_bookie_id(bookie_id))
 
 
-def drain_failure_path(bookie_id: str, ledger_id: int, *, root: str = DEFAULT_ROOT) -> str:
-    return f"{drain_failures_root(bookie_id, root=root)}/L{validate_ledger_id(ledger_id):010d}"
+def drain_failure_path(
+    bookie_id: str, ledger_id: int, *, root: str = DEFAULT_ROOT, state_root: str | None = None
+) -> str:
+    base = drain_failures_root(bookie_id, root=root, state_root=state_root)
+    return f"{base}/L{validate_ledger_id(ledger_id):010d}"
 
 
-def serving_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
+def serving_path(bookie_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
     """An operator's read-only request for a bookie (the cluster-level /api/v1/bookie/state/readonly)."""
-    return _child(root, BKAUDIT_NODE, SERVING_NODE, _validate_bookie_id(bookie_id))
+    base = bkaudit_state_root(root=root, state_root=state_root)
+    return _child(base, SERVING_NODE, _validate_bookie_id(bookie_id))
 
 
-def webhooks_root(*, root: str = DEFAULT_ROOT) -> str:
-    return _child(root, BKAUDIT_NODE, WEBHOOKS_NODE)
+def webhooks_root(*, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
+    return _child(bkaudit_state_root(root=root, state_root=state_root), WEBHOOKS_NODE)
 
 
-def webhook_path(webhook_id: str, *, root: str = DEFAULT_ROOT) -> str:
-    return _child(root, BKAUDIT_NODE, WEBHOOKS_NODE, _validate_bookie_id(webhook_id))
+def webhook_path(webhook_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
+    return _child(webhooks_root(root=root, state_root=state_root), _validate_bookie_id(webhook_id))
 
 
-def webhook_deliveries_root(webhook_id: str, *, root: str = DEFAULT_ROOT) -> str:
+def webhook_deliveries_root(
+    webhook_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None
+) -> str:
     """Delivery records of one webhook: PERSISTENT_SEQUENTIAL `d-` children."""
-    return _child(root, BKAUDIT_NODE, "webhook-deliveries", _validate_bookie_id(webhook_id))
+    base = bkaudit_state_root(root=root, state_root=state_root)
+    return _child(base, "webhook-deliveries", _validate_bookie_id(webhook_id))

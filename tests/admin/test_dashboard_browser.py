@@ -32,11 +32,19 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 def wait_for(predicate, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
+    """Poll `predicate`; an element gone stale because the page reloaded meanwhile counts as "not yet"."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
     deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
+    while True:
+        try:
+            value = predicate()
+        except (StaleElementReferenceException, NoSuchElementException):
+            value = None
+        if value:
+            return value
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.1)
-    return value
 
 
 @pytest.fixture
@@ -87,7 +95,8 @@ def test_dashboard_shows_the_cluster_and_drains_from_the_page(cluster_factory, b
         {"ledger_id": 5, "category": "placement_fail", "severity": "warning", "detail": "{}"}])
 
     port = free_port()
-    env = {**os.environ, "BKAUDIT_ADMIN__ADMIN_TOKENS": f"ops:{hash_token(ADMIN_TOKEN)}"}
+    env = {**os.environ, "BKAUDIT_ADMIN__ADMIN_TOKENS": f"ops:{hash_token(ADMIN_TOKEN)}",
+           "BKAUDIT_ADMIN__DISK_INFO_TIMEOUT_S": "10"}  # a loaded machine answers GetBookieInfo slowly
     server = subprocess.Popen(
         [sys.executable, "-m", "bkaudit.cli", "admin", "serve", "--zk", cluster.zk, "--root", cluster.root,
          "--port", str(port), "--warehouse", warehouse],
@@ -111,7 +120,7 @@ def test_dashboard_shows_the_cluster_and_drains_from_the_page(cluster_factory, b
             assert row[1] == (info.rack or "")
         assert (bookies[a][2], bookies[a][3]) == ("Active", "writable")
         assert bookies[b][2] == "Draining"
-        wait_for(lambda: "%" in table(browser, "bookies")[a][4] or browser.refresh(), 30)  # disk use shown
+        wait_for(lambda: "%" in table(browser, "bookies")[a][4] or browser.refresh(), 60)  # disk use shown
         assert table(browser, "queue")["77"][1] == c
         assert table(browser, "dataloss")["78"][1] == "5"
         assert browser.find_element(By.ID, "verdict").text == "warning"
@@ -121,19 +130,19 @@ def test_dashboard_shows_the_cluster_and_drains_from_the_page(cluster_factory, b
         assert not drain_a.is_displayed()  # actions need the admin login
         browser.find_element(By.ID, "token").send_keys("wrong-token")
         browser.find_element(By.ID, "login").click()
-        wait_for(lambda: "refused" in browser.find_element(By.ID, "status").text)
+        wait_for(lambda: "refused" in browser.find_element(By.ID, "status").text, 60)
         assert not drain_a.is_displayed()
         token_box = browser.find_element(By.ID, "token")
         token_box.clear()
         token_box.send_keys(ADMIN_TOKEN)
         browser.find_element(By.ID, "login").click()
-        wait_for(lambda: drain_a.is_displayed())
+        wait_for(lambda: drain_a.is_displayed(), 60)
         drain_a.click()
-        wait_for(lambda: service.current(zk, a, root=cluster.root)[0] is lc.LifecycleState.DRAINING)
+        wait_for(lambda: service.current(zk, a, root=cluster.root)[0] is lc.LifecycleState.DRAINING, 60)
         record, _ = service.current(zk, a, root=cluster.root)[1:]
         assert record.by == "api:ops" and record.reason == "dashboard"
         # the page reloads and shows the new state
-        wait_for(lambda: table(browser, "bookies").get(a, ["", "", ""])[2] == "Draining", 30)
+        wait_for(lambda: table(browser, "bookies").get(a, ["", "", ""])[2] == "Draining", 60)
     finally:
         server.terminate()
         server.wait(30)

@@ -20,6 +20,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.timeout(1800)  # four spark-submit jobs and a drain on a shared 2-core machine
 def test_dags_test_decommissions_a_bookie(cluster_factory: Any, tmp_path: Path) -> None:
     from bkaudit.client import BookKeeper
     from bkaudit.lifecycle.index import ledgers_of
@@ -55,7 +56,7 @@ def test_dags_test_decommissions_a_bookie(cluster_factory: Any, tmp_path: Path) 
         conf = {"zk": cluster.zk, "warehouse": str(warehouse), "bookies": [leaving], "decommission": True}
         proc = subprocess.run([str(AIRFLOW_BIN), "dags", "test", "bk_decommission_audit", "2026-11-23", "-c",
                                json.dumps(conf)], env=env, cwd=home, capture_output=True, text=True,
-                              timeout=900, check=False)
+                              timeout=1700, check=False)
     finally:
         stop(ar)
     log = proc.stdout + proc.stderr

@@ -236,3 +236,23 @@ def test_a_state_root_inside_the_ledgers_root_is_refused(inside: str) -> None:
     with pytest.raises(ValueError, match="outside the ledgers root"):
         paths.bkaudit_state_root(root="/ledgers", state_root=inside)
     assert paths.bkaudit_state_root(root="/ledgers", state_root="/ledgers2") == "/ledgers2"
+
+
+def test_lifecycle_paths() -> None:
+    from bkaudit.zk import paths as p
+
+    assert p.lifecycle_state_path("10.0.0.1:3181", root="/ledgers") == "/ledgers/cookies/10.0.0.1:3181/state"
+    history = p.lifecycle_history_root("b:1", root="/pulsar/ledgers")
+    assert history == "/bkaudit/pulsar/ledgers/lifecycle/history/b:1"
+    assert p.drain_progress_path("b:1") == "/bkaudit/ledgers/lifecycle/progress/b:1"
+    assert p.drain_failure_path("b:1", 7) == "/bkaudit/ledgers/lifecycle/failures/b:1/L0000000007"
+    assert p.serving_path("b:1") == "/bkaudit/ledgers/serving/b:1"
+    assert p.webhook_path("abc") == "/bkaudit/ledgers/webhooks/abc"
+    assert p.webhook_path("abc", state_root="/ops/bk") == "/ops/bk/webhooks/abc"
+    # only the state beside the cookie lives under the ledgers root (BookKeeper's nuke rule)
+    for path in (history, p.drain_progress_path("b:1"), p.serving_path("b:1"), p.webhook_path("abc"),
+                 p.webhook_deliveries_root("abc")):
+        assert not path.startswith(("/ledgers/", "/pulsar/ledgers/"))
+    for bad in ("", "a/b", ".."):
+        with pytest.raises(ValueError):
+            p.lifecycle_state_path(bad)
