@@ -50,7 +50,7 @@ registration is POSTed once as JSON `{"webhook", "event": "lifecycle_transition"
 "transition": {"state", "previous", "by", "at", "reason"}}` with `X-Bkaudit-Signature: sha256=<hex of
 HMAC-SHA256(secret, body)>` and `X-Bkaudit-Delivery: <id>/<bookie>~<record>`. A non-2xx answer or an error is
 retried `webhook_max_attempts` times with exponential backoff from `webhook_backoff_s`; each delivery and
-its attempts are recorded under `<root>/bkaudit/webhook-deliveries/<id>/` (`GET .../deliveries`).
+its attempts are recorded under `/bkaudit<root>/webhook-deliveries/<id>/` (`GET .../deliveries`).
 Delivery is claimed before it is sent (a znode create), so two servers never both send it; a receiver that
 answered but whose answer was lost may see a retry (verify the signature, de-duplicate on the delivery id).
 

@@ -5,7 +5,7 @@ Runs beside the elected Auditor (one per cluster), every `[lifecycle] drain_chec
 2. mark each of them under-replicated naming every draining bookie of that ledger (BookKeeper's marker, so
    workers - bkaudit's or anything reading the queue - pick them up); the workers copy the entries from a
    surviving replica or the draining bookie itself, never onto a non-Active bookie, and swap by CAS;
-3. record progress (ledgers left, bytes left, failures) at `/bkaudit<root>/lifecycle/progress/<id>` (bkaudit's state root);
+3. record progress (ledgers left, bytes left, failures) at `/bkaudit<root>/lifecycle/progress/<id>`;
 4. no ledger left -> Drained; every ledger left is bad (data-loss record, or `drain_max_failures` failed
    replications reported by workers) -> DrainingFailed, naming the bad ledgers. Good ledgers are always
    drained first: DrainingFailed means "everything that could move has moved".
