@@ -47,7 +47,7 @@ class CheckerSettings:
     publish_placement: bool = False
     # markers written per second (zkReplicationTaskRateLimit-style throttle, cf. BookKeeper PR #3541)
     publish_rate_per_s: float = 50.0
-    # never | warning | critical: the lowest severity that makes the run exit 2
+    # never | warning | critical: the lowest severity that makes the run exit 3
     fail_on: str = "critical"
     # Prometheus text file (node_exporter textfile collector); empty = none
     metrics_file: str = ""

@@ -575,7 +575,7 @@ def test_corrupt_znode(spark, cluster, bk, warehouse):
         result = snapshot_and_check(spark, cluster, warehouse)
         assert found(result, "metadata_unparseable") == {lid}
         assert sum(result.counts.values()) == 1
-        assert result.exit_code == 2  # critical, default --fail-on critical
+        assert result.exit_code == 3  # critical, default --fail-on critical
     finally:
         cleanup(cluster, sc)
 

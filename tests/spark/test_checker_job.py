@@ -139,7 +139,7 @@ def test_findings_match_what_was_written(spark, world, snapshot_id):
     assert {b["bookie"] for b in detail["bookies"]} == {A, C}
     assert result.counts["bookie_unreachable_but_registered"] == 0
     assert result.ledgers_checked == 6 and result.ledgers_durability_checked == 1
-    assert result.exit_code == 2  # metadata_unparseable is critical
+    assert result.exit_code == 3  # metadata_unparseable is critical
     stats = {b["bookie_id"]: b for b in result.bookies}
     assert set(stats) == {A, C} and all(not b["reachable"] for b in stats.values())
     assert all(b["attempts"] == 2 for b in stats.values())  # asked again after the delay
@@ -242,12 +242,12 @@ def test_cli_exit_codes_json_and_violations(spark, world, snapshot_id, tmp_path)
         '[placement]\nlocations = { "127.0.0.1:9" = "/r1", "127.0.0.1:11" = "/r1", "127.0.0.1:13" = "/r2" }\n'
     )
     res = runner.invoke(cli, [*base, "--config", str(conf)], env=env)
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == 3, res.output
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert list(out) == ["run_id", "snapshot_id", "ledgers_checked", "counts", "seconds"]
     assert out["snapshot_id"] == snapshot_id and out["counts"]["metadata_unparseable"] == 1
     assert runner.invoke(cli, [*base, "--config", str(conf), "--fail-on", "never"], env=env).exit_code == 0
-    assert runner.invoke(cli, [*base, "--config", str(conf), "--fail-on", "warning"], env=env).exit_code == 2
+    assert runner.invoke(cli, [*base, "--config", str(conf), "--fail-on", "warning"], env=env).exit_code == 3
     # could not run: a snapshot that does not exist
     bad = runner.invoke(cli, [*base[:-3], "--snapshot-id", "nope", "--json", "--config", str(conf)], env=env)
     assert bad.exit_code == 1
