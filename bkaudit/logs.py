@@ -23,21 +23,23 @@ def configure(verbosity: int = 0) -> None:
     logging.getLogger().setLevel(own)
     for name in NOISY:
         logging.getLogger(name).setLevel(libraries)
-    if verbosity <= 0:
-        quiet_spark_startup()
+    global VERBOSITY
+    VERBOSITY = verbosity
 
 
-def quiet_spark_startup() -> None:
-    """Spark's driver JVM logs through log4j2 before any setLogLevel can run; give it a quiet config.
+VERBOSITY = 0
+"""Set by `configure` (the CLI's -v count); 0 keeps the Spark driver JVM this process launches quiet."""
 
-    Applies to sessions this process launches (the CLI, local masters); spark-submit keeps its own.
+
+def spark_java_options() -> str | None:
+    """Driver JVM options for a quiet local Spark session, or None with -v (Spark's own log4j defaults).
+
+    Spark logs through log4j2 before any setLogLevel can run, so the configuration goes in at JVM launch.
     """
-    if "PYSPARK_SUBMIT_ARGS" in os.environ:
-        return
+    if VERBOSITY > 0:
+        return None
     config = resources.files("bkaudit.spark").joinpath("log4j2-quiet.properties")
-    os.environ["PYSPARK_SUBMIT_ARGS"] = (
-        f"--driver-java-options -Dlog4j2.configurationFile={config} pyspark-shell"
-    )
+    return f"-Dlog4j2.configurationFile=file:{config}"
 
 
-__all__ = ["NOISY", "configure", "quiet_spark_startup"]
+__all__ = ["NOISY", "VERBOSITY", "configure", "spark_java_options"]

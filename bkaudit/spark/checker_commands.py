@@ -18,7 +18,6 @@ from bkaudit.cli_common import (
     exit_code_for,
     load_settings,
     require_warehouse,
-    require_zk,
     zk_options,
 )
 from bkaudit.exitcodes import ExitCode
