@@ -65,12 +65,24 @@ def snapshot(
         spark = get_session(master or snap.master, app_name="bkaudit-snapshot")
         result = run_snapshot(spark, settings, snapshot_id=snapshot_id)
     except BkAuditError as exc:
+        _metrics(settings, None)
         fail(str(exc), exit_code_for(exc))
         return
     except ValueError as exc:  # e.g. an invalid --snapshot-id
         fail(str(exc), ExitCode.USAGE)
         return
     emit(result.summary(), as_json, _human)
+    _metrics(settings, result.summary())
+
+
+def _metrics(settings: Any, summary: dict[str, Any] | None) -> None:
+    """Snapshot freshness metrics ([snapshot] metrics_file / pushgateway_url); a failure is only a warning."""
+    from bkaudit.metrics import export_snapshot
+    from bkaudit.spark.settings import SnapshotSettings
+
+    problem = export_snapshot(settings.get(SnapshotSettings), summary)
+    if problem:
+        click.echo(f"warning: metrics: {problem}", err=True)
 
 
 def __getattr__(name: str) -> Any:
