@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "report": "bkaudit.report.commands:report",
     "demo": "bkaudit.cluster.demo:demo",
     "decommission-audit": "bkaudit.spark.decommission:decommission_audit",
+    "underreplicated": "bkaudit.autorecovery.underreplicated:underreplicated",
 }
 
 
