@@ -190,9 +190,10 @@ def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_
                           cwd=home, capture_output=True, text=True, timeout=120, check=False)
     assert pool.returncode == 0, pool.stdout[-2000:] + pool.stderr[-2000:]
     # ZooKeeper from the Connection (as a secrets backend would supply it), not from a param
-    host, port = cluster.zk.split(",")[0].rsplit(":", 1)
+    hosts, _, chroot = cluster.zk.partition("/")
+    host, port = hosts.split(",")[0].rsplit(":", 1)
     env["AIRFLOW_CONN_BKAUDIT_ZOOKEEPER"] = json.dumps({"conn_type": "generic", "host": host,
-                                                        "port": int(port)})
+                                                        "port": int(port), "schema": chroot})
     conf = {"warehouse": str(warehouse), "report_dir": str(reports)}
     proc = subprocess.run([str(AIRFLOW_BIN), "dags", "test", "bk_metadata_checker", "2026-11-22", "-c",
                            json.dumps(conf)], env=env, cwd=home, capture_output=True, text=True, timeout=600,
