@@ -23,7 +23,7 @@ import pkgutil
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -195,7 +195,7 @@ def _build(name: str, cls: type[Any], values: Mapping[str, Any]) -> Any:
     hints = typing.get_type_hints(cls)
     prepared = {key: _prepare(hints[key], value) for key, value in values.items()}
     try:
-        return _adapter(cls).validate_python(prepared)
+        return _adapter(typing.cast(Hashable, cls)).validate_python(prepared)
     except ValidationError as exc:
         raise _config_error(name, exc) from None
     except ConfigError:
@@ -205,7 +205,7 @@ def _build(name: str, cls: type[Any], values: Mapping[str, Any]) -> Any:
 
 
 @functools.cache
-def _adapter(cls: type[Any]) -> Any:
+def _adapter(cls: Any) -> Any:
     from pydantic import ConfigDict, TypeAdapter
 
     # numbers are accepted where text is expected (`connect = 2181` is a host's port, not a type error)

@@ -263,12 +263,12 @@ class CheckerRunMetrics:
                 ("0.99", "latency_ms_p99"),
                 ("1", "latency_ms_max"),
             ):
-                value = b.get(key)
-                if value is not None:
+                latency = b.get(key)
+                if latency is not None:
                     out.gauge(
                         "bkaudit_checker_bookie_latency_seconds",
                         "batch call latency quantiles per bookie in the last run (seconds)",
-                        float(str(value)) / 1000.0,
+                        float(str(latency)) / 1000.0,
                         {**bookie, "quantile": quantile},
                     )
         return out
