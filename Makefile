@@ -7,7 +7,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench airflow prereqs browser clean
+.PHONY: demo test test-fast lint bench airflow prereqs browser clean dist dist-env
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -52,5 +52,19 @@ test-fast: $(STAMP) lint
 bench: $(STAMP)
 	$(PY) bench/formats.py
 
+# The wheel (core; `bkaudit[spark]` adds pyspark) and dist/bkaudit-pyfiles.zip for `spark-submit --py-files`.
+dist: $(STAMP)
+	rm -rf dist build && mkdir -p dist
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist .
+	$(PY) deploy/build_pyfiles.py dist/bkaudit-pyfiles.zip
+
+# A relocatable environment with bkaudit and its dependencies but not pyspark (the cluster brings Spark), for
+# `spark-submit --archives dist/bkaudit-env.tar.gz#env --conf spark.pyspark.python=./env/bin/python`.
+dist-env: dist
+	rm -rf build/env dist/bkaudit-env.tar.gz
+	$(PYTHON) -m venv build/env
+	build/env/bin/python -m pip install -q dist/bkaudit-*.whl venv-pack
+	build/env/bin/venv-pack -p build/env -o dist/bkaudit-env.tar.gz
+
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -97,6 +97,7 @@ with DAG(
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
+    max_active_runs=1,  # one what-if at a time; its Spark tasks also share the bkaudit pool with the audits
     default_args=DEFAULT_ARGS,
     params=PARAMS,
     user_defined_macros={**MACROS, "bk_id": decommission_id},  # ids "dc-…": told apart from audits

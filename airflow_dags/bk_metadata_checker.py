@@ -120,7 +120,7 @@ with DAG(
                retries=0,  # its failures are verdicts on this run: retrying would only delay the alert
                output_processor=last_json_line)
     def report(params: dict[str, Any] | None = None, run_id: str | None = None, ti: Any = None) -> str:
-        """`bkaudit report` for this run, then the run's verdict: exit 2 when new violations reach
+        """`bkaudit report` for this run, then the run's verdict: exit 3 when new violations reach
         `fail_on`, exit 1 when validate or publish did not succeed (the report is written either way)."""
         states = task_states(ti, ["validate", "check", "publish"])
         if states.get("check", "success") != "success":

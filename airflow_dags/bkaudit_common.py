@@ -3,16 +3,24 @@
 This file runs in the Airflow environment, which has neither bkaudit nor pyspark (see requirements.txt):
 every bkaudit step runs through `spark-submit` (jobs/ entry points) or the `bkaudit` command, both from the
 Spark/bkaudit environment. Nothing here names a host: where ZooKeeper, the warehouse and Spark are comes
-from DAG params, falling back to Airflow Variables (docs/airflow.md lists them).
+from DAG params, falling back to an Airflow Connection (ZooKeeper) and Variables (docs/airflow.md).
 
-Deployment settings (read when the DAG file is parsed; Variable, else `AIRFLOW_VAR_<NAME>`, else default):
+Nothing reads the Variable store when a DAG file is parsed (the scheduler parses it every few seconds, and a
+bad Variable must not break the import of both DAGs). Parse-time settings come from the environment only:
+    AIRFLOW_VAR_BKAUDIT_TASK_RETRIES      retries per task (default 2, exponential backoff from 1 minute)
+    AIRFLOW_VAR_BKAUDIT_CHECKER_SCHEDULE  bk_metadata_checker's schedule (default @daily)
+    AIRFLOW_VAR_BKAUDIT_POOL              the pool both DAGs' Spark tasks share (default bkaudit; create it:
+                                          `airflow pools set bkaudit 1 "bkaudit Spark jobs"`)
+    AIRFLOW_VAR_BKAUDIT_WAREHOUSE         the deployment's warehouse URI: the assets' URIs name it
+Task-time Variables (read when a task runs, so they can change without a re-parse; errors fail that task):
     bkaudit_spark_conn_id   Spark connection (default spark_default)
     bkaudit_jobs_dir        directory or URI holding jobs/*.py (default: the repository's jobs/)
     bkaudit_spark_conf      JSON object of extra Spark properties (e.g. spark.archives for a packed venv)
-    bkaudit_py_files        comma-separated --py-files (e.g. a bkaudit wheel/zip on HDFS)
-    bkaudit_task_retries    retries per task (default 2, exponential backoff from 1 minute)
-Run-time Variables (read when a task runs, so they can change without a re-parse):
+    bkaudit_py_files        comma-separated --py-files (e.g. the bkaudit wheel / dist/bkaudit-pyfiles.zip)
     bkaudit_zk, bkaudit_warehouse, bkaudit_config, bkaudit_report_dir, bkaudit_bin
+ZooKeeper: the `zk` param, else the Connection `bkaudit_zookeeper` (host/port, or extra {"hosts": "h1:2181,
+h2:2181"}, schema = chroot, login/password = digest credentials; from any secrets backend), else the
+Variable bkaudit_zk.
 """
 
 from __future__ import annotations
@@ -25,50 +33,62 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param
 
-# -- deployment settings (parse time) ---------------------------------------------------------------------
+# -- deployment settings (parse time: environment only) -------------------------------------------------
 
 
 def deployment_setting(name: str, default: str) -> str:
-    """An Airflow Variable read at parse time; `default` when unset or no Variable store is reachable."""
-    try:
-        from airflow.sdk import Variable
-
-        value = Variable.get(name, default=None)
-    except Exception:
-        value = None
-    if value is None:
-        value = os.environ.get(f"AIRFLOW_VAR_{name.upper()}")
+    """A parse-time setting from `AIRFLOW_VAR_<NAME>` (never the Variable store: see the module docstring)."""
+    value = os.environ.get(f"AIRFLOW_VAR_{name.upper()}")
     return default if value in (None, "") else str(value)
 
 
 REPO_JOBS = str(Path(__file__).resolve().parent.parent / "jobs")
-SPARK_CONN_ID = deployment_setting("bkaudit_spark_conn_id", "spark_default")
-JOBS_DIR = deployment_setting("bkaudit_jobs_dir", REPO_JOBS).rstrip("/")
-PY_FILES = deployment_setting("bkaudit_py_files", "") or None
 BASE_SPARK_CONF = {"spark.sql.session.timeZone": "UTC"}
-SPARK_CONF = {**BASE_SPARK_CONF, **json.loads(deployment_setting("bkaudit_spark_conf", "{}"))}
+POOL = deployment_setting("bkaudit_pool", "bkaudit")
+"""Shared by both DAGs' Spark tasks: an ad hoc decommission audit and the scheduled audit do not load
+ZooKeeper and the bookies at the same time (pool size 1), whatever each DAG's max_active_runs."""
+ZK_CONN_ID = "bkaudit_zookeeper"
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "bkaudit",
-    "retries": int(deployment_setting("bkaudit_task_retries", "2")),
+    "retries": int(n) if (n := deployment_setting("bkaudit_task_retries", "2")).isdigit() else 2,
     "retry_delay": timedelta(minutes=1),
     "retry_exponential_backoff": True,  # 1, 2, 4 ... minutes: ZooKeeper/bookies get room to recover
     "max_retry_delay": timedelta(minutes=20),
 }
 
 # -- assets --------------------------------------------------------------------------------------------------
-SNAPSHOT_ASSET = Asset(name="bkaudit_snapshots", uri="bkaudit://warehouse/snapshots", group="bkaudit")
-VIOLATIONS_ASSET = Asset(name="bkaudit_violations", uri="bkaudit://warehouse/violations", group="bkaudit")
+
+
+def table_asset(table: str) -> Asset:
+    """The Delta table `table` of this deployment's warehouse as an Airflow Asset: its URI is the table's own
+    location (s3://bucket/prefix/violations, file:///data/bkaudit/violations), so two deployments (or two
+    clusters' warehouses) are two assets. Without AIRFLOW_VAR_BKAUDIT_WAREHOUSE: bkaudit://warehouse/<table>."""
+    warehouse = deployment_setting("bkaudit_warehouse", "").rstrip("/")
+    if not warehouse:
+        uri = f"bkaudit://warehouse/{table}"
+    elif "://" not in warehouse:
+        uri = f"file://{Path(warehouse).resolve()}/{table}"
+    else:
+        scheme, rest = warehouse.split("://", 1)
+        uri = f"{'s3' if scheme == 's3a' else scheme}://{rest}/{table}"  # Airflow knows s3://, not s3a://
+    return Asset(name=f"bkaudit_{table}", uri=uri, group="bkaudit",
+                 extra={"warehouse": warehouse} if warehouse else {})
+
+
+SNAPSHOT_ASSET = table_asset("snapshots")
+VIOLATIONS_ASSET = table_asset("violations")
 """Downstream DAGs can run on `schedule=[VIOLATIONS_ASSET]` (written by check, publish and decommission)."""
-DECOMMISSION_ASSET = Asset(name="bkaudit_decommission_audits", uri="bkaudit://warehouse/decommission_audits",
-                           group="bkaudit")
+DECOMMISSION_ASSET = table_asset("decommission_audits")
 
 # -- params --------------------------------------------------------------------------------------------------
 COMMON_PARAMS: dict[str, Param] = {
     "zk": Param("", type="string", title="ZooKeeper",
-                description="connect string HOST:PORT[,HOST:PORT][/chroot]; empty = Variable bkaudit_zk"),
+                description="connect string HOST:PORT[,HOST:PORT][/chroot]; empty = Connection "
+                            "bkaudit_zookeeper, else Variable bkaudit_zk"),
     "zk_root": Param("/ledgers", type="string", title="ledgers root znode"),
     "warehouse": Param("", type="string", title="warehouse",
                        description="Delta tables directory or URI; empty = Variable bkaudit_warehouse"),
@@ -78,7 +98,8 @@ COMMON_PARAMS: dict[str, Param] = {
 }
 
 # Jinja snippets for templated operator fields (macros below are registered as user_defined_macros)
-ZK = "{{ bk_required(params.zk or var.value.get('bkaudit_zk', ''), 'param zk or Variable bkaudit_zk') }}"
+ZK = "{{ bk_zk(params) }}"
+ZK_AUTH = "{{ bk_zk_auth(params) }}"
 WAREHOUSE = ("{{ bk_required(params.warehouse or var.value.get('bkaudit_warehouse', ''), "
              "'param warehouse or Variable bkaudit_warehouse') }}")
 ROOT = "{{ params.zk_root }}"
@@ -112,25 +133,80 @@ def bk_required(value: Any, what: str) -> str:
     return str(value)
 
 
-MACROS = {"bk_id": bk_id, "bk_required": bk_required}
+def _zk_connection() -> Any:
+    """The Connection bkaudit_zookeeper, or None when it is not defined (any secrets backend)."""
+    from airflow.sdk import Connection
+
+    try:
+        return Connection.get(ZK_CONN_ID)
+    except Exception:  # AirflowNotFoundException and friends: not configured
+        return None
+
+
+def bk_zk(params: dict[str, Any]) -> str:
+    """The ZooKeeper connect string: param zk, else the Connection, else the Variable (task/render time)."""
+    if params.get("zk"):
+        return str(params["zk"])
+    conn = _zk_connection()
+    if conn is not None and (conn.host or (conn.extra_dejson or {}).get("hosts")):
+        hosts = (conn.extra_dejson or {}).get("hosts") or f"{conn.host}:{conn.port or 2181}"
+        chroot = (conn.schema or "").strip("/")
+        return f"{hosts}/{chroot}" if chroot else str(hosts)
+    return bk_required(runtime_variable("bkaudit_zk"),
+                       f"param zk, Connection {ZK_CONN_ID} or Variable bkaudit_zk")
+
+
+def bk_zk_auth(params: dict[str, Any]) -> str:
+    """Digest credentials "user:password" from the Connection's login/password ("" without)."""
+    if params.get("zk"):
+        return ""
+    conn = _zk_connection()
+    return f"{conn.login}:{conn.password}" if conn is not None and conn.login else ""
+
+
+MACROS = {"bk_id": bk_id, "bk_required": bk_required, "bk_zk": bk_zk, "bk_zk_auth": bk_zk_auth}
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------
+class BkauditSparkSubmitOperator(SparkSubmitOperator):
+    """spark-submit of a jobs/ script whose deployment Variables are read when the task runs.
+
+    A bad Variable (e.g. bkaudit_spark_conf that is not JSON) fails this task with a message naming it,
+    instead of breaking the import of the DAG files.
+    """
+
+    def __init__(self, *, script: str, **kwargs: Any) -> None:
+        super().__init__(application=f"{REPO_JOBS}/{script}", **kwargs)
+        self.script = script
+
+    def execute(self, context: Any) -> Any:
+        jobs_dir = runtime_variable("bkaudit_jobs_dir", REPO_JOBS).rstrip("/")
+        self.application = f"{jobs_dir}/{self.script}"
+        raw = runtime_variable("bkaudit_spark_conf", "{}")
+        try:
+            extra = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"bkaudit: Variable bkaudit_spark_conf is not JSON: {exc}") from None
+        if not isinstance(extra, dict):
+            raise ValueError("bkaudit: Variable bkaudit_spark_conf must be a JSON object of Spark properties")
+        self.conf = {**BASE_SPARK_CONF, **{str(k): str(v) for k, v in extra.items()}, **(self.conf or {})}
+        self.py_files = runtime_variable("bkaudit_py_files") or self.py_files
+        self._conn_id = runtime_variable("bkaudit_spark_conn_id", "spark_default")
+        self._hook = None  # built from the values above
+        return super().execute(context)
+
+
 def spark_job(task_id: str, script: str, args: list[str], *, timeout: timedelta,
               env: dict[str, str] | None = None, **kwargs: Any) -> Any:
-    """A SparkSubmitOperator running jobs/<script> with `args` (logged in full by the provider)."""
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
-    return SparkSubmitOperator(
+    """A spark-submit of jobs/<script> with `args` (logged in full by the provider), in the shared pool."""
+    return BkauditSparkSubmitOperator(
         task_id=task_id,
-        application=f"{JOBS_DIR}/{script}",
+        script=script,
         application_args=args,
-        conn_id=SPARK_CONN_ID,
-        conf=dict(SPARK_CONF),
-        py_files=PY_FILES,
         name=f"bkaudit-{task_id}-{RUN_KEY}",
-        env_vars=env,
+        env_vars={"BKAUDIT_ZK__AUTH_DIGEST": ZK_AUTH, **(env or {})},
         execution_timeout=timeout,
+        pool=POOL,
         **kwargs,
     )
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+import traceback
+from typing import Any, NoReturn
 
 import click
 
 from bkaudit import __version__
+from bkaudit.exitcodes import ExitCode
 
 # command name -> "module:attribute"; modules are imported only when their command runs
 COMMANDS: dict[str, str] = {
@@ -32,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "decommission-audit": "bkaudit.spark.decommission:decommission_audit",
     "lifecycle": "bkaudit.lifecycle.commands:lifecycle",
     "admin": "bkaudit.admin.commands:admin",
+    "underreplicated": "bkaudit.autorecovery.underreplicated:underreplicated",
 }
 
 
@@ -55,6 +58,16 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(module, attr)
         return command
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """bkaudit's own errors escaping a command become one line and the exit code of bkaudit.exitcodes."""
+        from bkaudit.cli_common import command_error
+        from bkaudit.errors import BkAuditError
+
+        try:
+            return super().invoke(ctx)
+        except BkAuditError as exc:
+            raise command_error(exc) from None
+
 
 def _unavailable(name: str, why: str) -> click.Command:
     @click.command(name=name, help=f"(unavailable: {why})")
@@ -66,12 +79,49 @@ def _unavailable(name: str, why: str) -> click.Command:
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="bkaudit")
-def cli() -> None:
-    """Audit Apache BookKeeper / Pulsar clusters: snapshot, check, publish, recover, report."""
+@click.option("-v", "--verbose", count=True,
+              help="more log output: -v library warnings and bkaudit info, -vv debug (default: quiet)")
+def cli(verbose: int) -> None:
+    """Audit Apache BookKeeper / Pulsar clusters: snapshot, check, publish, recover, report.
+
+    Exit codes (docs/cli.md): 0 clean, 1 error, 2 usage or configuration, 3 findings at or above fail_on.
+    """
+    from bkaudit.logs import configure
+
+    configure(verbose)
 
 
-def main(argv: list[str] | None = None) -> Any:
-    return cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="bkaudit")
+def run(argv: list[str] | None = None) -> int:
+    """Run one command and return its exit code (docs/cli.md); a bug still prints its traceback (exit 1)."""
+    try:
+        cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="bkaudit")
+    except SystemExit as exc:
+        return _code(exc.code)
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)
+    except Exception:
+        traceback.print_exc()
+        return int(ExitCode.ERROR)
+    return int(ExitCode.OK)
+
+
+def _code(code: object) -> int:
+    if code is None:
+        return int(ExitCode.OK)
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message"), as Python itself prints it
+    return int(ExitCode.ERROR)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """The console script: run the command, then end the process without interpreter teardown.
+
+    See bkaudit.shutdown for why (native Arrow/delta-rs threads abort a normal exit about 1 time in 20).
+    """
+    from bkaudit.shutdown import exit_process
+
+    exit_process(run(argv))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""Options and helpers shared by CLI commands (JSON output, --zk/--dir resolution, errors as exit codes)."""
+"""Options and helpers shared by CLI commands (JSON output, --zk/--dir resolution, errors as exit codes).
+
+Exit codes are bkaudit.exitcodes' table (docs/cli.md): 0 clean, 1 error, 2 usage/config, 3 findings.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +9,36 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from datetime import date, datetime, time, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
-from bkaudit.errors import BkAuditError
+from bkaudit.errors import BkAuditError, ConfigError
+from bkaudit.exitcodes import ExitCode
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CommandError(click.ClickException):
+    """A failed command: one line on stderr (`error: ...`) and its exit code from bkaudit.exitcodes."""
+
+    def __init__(self, message: str, code: int = ExitCode.ERROR) -> None:
+        super().__init__(" ".join(message.split()))
+        self.exit_code = int(code)
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """2 for an invalid setting (the operator's input), 1 for anything that stopped the work itself."""
+    return int(ExitCode.USAGE if isinstance(exc, ConfigError) else ExitCode.ERROR)
+
+
+def command_error(exc: BaseException) -> CommandError:
+    return CommandError(str(exc), exit_code_for(exc))
 
 
 def zk_options(func: F) -> F:
@@ -49,8 +74,12 @@ def resolve_zk(zk: str | None, cluster_dir: str | None) -> str:
 
 
 def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
-                  *, need_zk: bool = True, **overrides: Any) -> Any:
-    """Settings with CLI flags applied on top of file and environment."""
+                  *, need_zk: bool = True, probe_zk: bool = True, **overrides: Any) -> Any:
+    """Settings with CLI flags applied on top of file and environment, all validated (exit 2 if not).
+
+    With `need_zk`, a command fails in seconds when no ZooKeeper server accepts a connection (exit 1)
+    instead of retrying for the whole connect timeout; services that should wait for it pass probe_zk=False.
+    """
     from bkaudit import config
 
     ov: dict[str, Any] = dict(overrides)
@@ -60,22 +89,62 @@ def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, con
         ov["zk.root"] = root
     try:
         settings = config.load(path=config_path, overrides=ov)
-        from bkaudit.tables import location
-
-        location.configure_from(settings)  # [tables] storage options for every warehouse URI
-        return settings
     except BkAuditError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise CommandError(str(exc), ExitCode.USAGE) from None
+    from bkaudit.tables import location
+
+    location.configure_from(settings)  # [tables] storage options for every warehouse URI
+    if need_zk and probe_zk:
+        require_zk(settings)
+    return settings
+
+
+def require_zk(settings: Any) -> None:
+    """Fail in seconds, before a JVM or job starts, when no ZooKeeper server of the settings answers."""
+    from bkaudit.config import ZkSettings
+    from bkaudit.errors import ZooKeeperError
+    from bkaudit.zk.client import require_reachable
+
+    zk = settings.get(ZkSettings)
+    try:
+        require_reachable(zk.connect, timeout_s=min(2.0, zk.connect_timeout_s))
+    except ZooKeeperError as exc:
+        raise CommandError(str(exc), ExitCode.ERROR) from None
+
+
+def require_warehouse(warehouse: str) -> None:
+    """A local warehouse that does not exist is named as such (not "no checker run in ...")."""
+    if "://" in warehouse and not warehouse.startswith("file://"):
+        return  # object stores: the readers say what is missing
+    path = Path(warehouse.removeprefix("file://"))
+    if not path.is_dir():
+        what = "is not a directory" if path.exists() else "does not exist"
+        raise CommandError(f"warehouse {warehouse} {what} (check --warehouse / [snapshot] warehouse)",
+                           ExitCode.USAGE)
 
 
 def emit(data: Any, as_json: bool, human: Callable[[Any], str] | None = None) -> None:
     """Print `data` as one JSON document, or as human text."""
     if as_json:
-        click.echo(json.dumps(data, sort_keys=False, default=str))
+        click.echo(json.dumps(data, sort_keys=False, default=json_default))
     else:
-        click.echo(human(data) if human else json.dumps(data, indent=2, default=str))
+        click.echo(human(data) if human else json.dumps(data, indent=2, default=json_default))
 
 
-def fail(message: str, code: int = 1) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+def json_default(value: Any) -> Any:
+    """JSON for what the json module does not know: ISO-8601 times (2026-11-24T10:00:42+00:00), else text."""
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def fail(message: str, code: int = ExitCode.ERROR) -> NoReturn:
+    """Print `error: message` (one line) and exit with `code` (ExitCode.USAGE for bad input)."""
+    click.echo(f"error: {' '.join(message.split())}", err=True)
+    sys.exit(int(code))

@@ -5,18 +5,25 @@ there (one source of truth), conf/bkaudit.toml documents them, docs/config.md ma
 
 Environment: `BKAUDIT_<SECTION>__<KEY>` (double underscore), e.g. `BKAUDIT_CHECKER__GRACE_PERIOD_S=600`.
 Top-level shortcuts: `BKAUDIT_ZK` (ZooKeeper connect string) and `BKAUDIT_ROOT` (ledgers root).
-An invalid value fails fast with ConfigError naming the key and the reason; unknown keys are errors too
-(a typo in a config file should not silently fall back to a default).
+`load` validates every section present in file, environment or flags before returning (pydantic, over the
+dataclasses as declared: types, lax coercion of environment strings, then each class's `__post_init__`
+checks), so a bad value fails at start-up with one ConfigError naming the key and the reason; unknown keys
+and sections are errors too, with a did-you-mean (a typo should not silently fall back to a default).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import importlib
+import importlib.util
 import os
+import pkgutil
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +47,28 @@ def section(name: str) -> Callable[[type[T]], type[T]]:
         return cls
 
     return register
+
+
+# sections registered outside a subsystem's `settings` module (those are found by name, see _discover)
+SECTION_MODULES = {"placement": "bkaudit.model.placement"}
+
+
+def _discover(name: str) -> type[Any] | None:
+    """The class of section `name`, importing the module that registers it when nobody has yet.
+
+    Lets `load` validate every section of a file at start-up, not when (or if) a command first reads it.
+    """
+    if name in _SECTIONS:
+        return _SECTIONS[name]
+    if name in SECTION_MODULES:
+        importlib.import_module(SECTION_MODULES[name])
+    if name not in _SECTIONS:
+        import bkaudit
+
+        for info in pkgutil.iter_modules(bkaudit.__path__):
+            if info.ispkg and importlib.util.find_spec(f"bkaudit.{info.name}.settings") is not None:
+                importlib.import_module(f"bkaudit.{info.name}.settings")
+    return _SECTIONS.get(name)
 
 
 def sections() -> Mapping[str, type[Any]]:
@@ -95,9 +124,11 @@ class Settings:
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._cache:
-            cls = _SECTIONS.get(name)
+            cls = _discover(name)
             if cls is None:
-                raise ConfigError(name, "unknown configuration section")
+                close = difflib.get_close_matches(name, _SECTIONS, n=1)
+                hint = f"did you mean [{close[0]}]?" if close else f"known: {', '.join(sorted(_SECTIONS))}"
+                raise ConfigError(name, f"unknown configuration section ({hint})")
             self._cache[name] = _build(name, cls, self._raw.get(name, {}))
         return self._cache[name]
 
@@ -156,66 +187,64 @@ def load(
         if not key:
             raise ConfigError(dotted, "override keys are 'section.key'")
         merged.setdefault(sec, {})[key] = value
-    return Settings(merged, source)
+    settings = Settings(merged, source)
+    settings.validate_all()
+    return settings
 
 
 def _build(name: str, cls: type[Any], values: Mapping[str, Any]) -> Any:
+    """Validate one section with pydantic (types, coercion of environment strings, the class's own checks)."""
+    from pydantic import ValidationError
+
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for key, value in values.items():
+    for key in values:
         if key not in fields:
-            raise ConfigError(f"{name}.{key}", f"unknown key (known: {', '.join(sorted(fields))})")
-        kwargs[key] = _coerce(f"{name}.{key}", hints[key], value)
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(fields))}"
+            raise ConfigError(f"{name}.{key}", f"unknown key ({hint})")
+    hints = typing.get_type_hints(cls)
+    prepared = {key: _prepare(hints[key], value) for key, value in values.items()}
     try:
-        return cls(**kwargs)
+        return _adapter(typing.cast(Hashable, cls)).validate_python(prepared)
+    except ValidationError as exc:
+        raise _config_error(name, exc) from None
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:
-        raise ConfigError(name, str(exc)) from exc
+        raise ConfigError(name, str(exc)) from None
 
 
-def _coerce(key: str, hint: Any, value: Any) -> Any:
+@functools.cache
+def _adapter(cls: Any) -> Any:
+    from pydantic import ConfigDict, TypeAdapter
+
+    # numbers are accepted where text is expected (`connect = 2181` is a host's port, not a type error)
+    cls.__pydantic_config__ = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+    return TypeAdapter(cls)
+
+
+def _prepare(hint: Any, value: Any) -> Any:
+    """Environment and flag spellings pydantic does not know: "a,b" lists, "none" for optional values."""
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("", "none", "null")):
+    if origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint):
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
             return None
-        return _coerce(key, args[0], value)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
-            return True
-        if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(key, f"expected a boolean, got {value!r}")
-    if hint is int:
-        if isinstance(value, bool):
-            raise ConfigError(key, f"expected an integer, got {value!r}")
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(key, f"expected an integer, got {value!r}") from None
-    if hint is float:
-        if isinstance(value, bool):
-            raise ConfigError(key, f"expected a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(key, f"expected a number, got {value!r}") from None
-    if hint is str:
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            raise ConfigError(key, f"expected a string, got {value!r}")
-        return str(value)
-    if origin in (tuple, list):
-        (item,) = typing.get_args(hint)[:1] or (str,)
-        items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            raise ConfigError(key, f"expected a list, got {value!r}")
-        return tuple(_coerce(key, item, v) for v in items)
-    if origin is dict or hint is dict:
-        if isinstance(value, str):
-            raise ConfigError(key, "expected a table")
-        return dict(value)
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _prepare(args[0], value) if len(args) == 1 else value
+    if origin in (tuple, list) and isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
     return value
+
+
+def _config_error(name: str, exc: Any) -> ConfigError:
+    """The first problem of a pydantic ValidationError as one ConfigError naming the key."""
+    err = exc.errors(include_url=False)[0]
+    original = (err.get("ctx") or {}).get("error")
+    if isinstance(original, ConfigError):  # raised by the section's own __post_init__ checks
+        return original
+    loc = ".".join(str(part) for part in err.get("loc", ()) if not isinstance(part, int))
+    key = f"{name}.{loc}" if loc else name
+    message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    if loc and "input" in err:
+        message += f", got {err['input']!r}"
+    return ConfigError(key, message)

@@ -1,29 +1,25 @@
-"""Prometheus metrics of batch runs: text exposition format, written to a file or pushed to a push gateway.
+"""Prometheus metrics of batch runs through prometheus_client: a text file or a push gateway.
 
 A batch job has no long-lived endpoint to scrape, so the two usual routes are offered: a text file for the
-node_exporter textfile collector (written atomically: temp file + rename, so the collector never reads half a
-file) and a PUT to a Prometheus push gateway (`/metrics/job/<job>`, replacing the job's previous group).
-Only the standard library is used (urllib), no client library dependency.
+node_exporter textfile collector (prometheus_client's write_to_textfile: temp file + rename, so the collector
+never reads half a file) and a push to a Prometheus push gateway (PUT: replaces the job's previous group).
 
-Names: where BookKeeper's Auditor has a gauge for the same thing, the checker exports it under BookKeeper's
-name with its stats scope prefix (`auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY`, as BookKeeper's
-Prometheus provider names it), so existing dashboards and alerts keep working; everything else is
-`bkaudit_checker_*`.
+Names: where BookKeeper exports the same thing, bkaudit uses BookKeeper's name with its stats scope prefix
+(`auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY`, as BookKeeper's Prometheus provider names it), and
+BookKeeper's unit (its OpStats summaries are in milliseconds), so existing dashboards and alerts keep working.
+BookKeeper's counters are exported as gauges: prometheus_client appends `_total` to a counter's name, which
+would break those queries (rate() works on either type). Everything of bkaudit's own is `bkaudit_*`, typed,
+in seconds, with bounded labels (category, severity, phase, bookie, quantile; never a run id).
+deploy/monitoring/ holds a Grafana dashboard and alert rules over these names (tested against `names()`).
 """
 
 from __future__ import annotations
 
-import math
-import os
-import tempfile
-import urllib.parse
-import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from bkaudit.errors import BkAuditError
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # category value -> BookKeeper gauge name (replication/ReplicationStats.java)
 BOOKKEEPER_GAUGES: Mapping[str, str] = {
@@ -44,100 +40,117 @@ class MetricsError(BkAuditError):
     """Metrics could not be written or pushed (the run itself is not failed by this)."""
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One sample line; `kind` is the family's TYPE (gauge, counter, summary, untyped)."""
+class Families:
+    """Metric families of one export, built from values a run already computed (no live instrumentation)."""
 
-    name: str
-    value: float
-    labels: Mapping[str, str] = field(default_factory=dict)
-    help: str = ""
-    kind: str = "gauge"
+    def __init__(self) -> None:
+        self._families: dict[str, Any] = {}
 
+    def gauge(self, name: str, doc: str, value: float, labels: Mapping[str, str] | None = None) -> None:
+        from prometheus_client.core import GaugeMetricFamily
 
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+        self._add(
+            name,
+            lambda: GaugeMetricFamily(name, doc, labels=list(labels or {})),
+            labels,
+            lambda fam: fam.add_metric(list((labels or {}).values()), float(value)),
+        )
 
+    def counter(self, name: str, doc: str, value: float, labels: Mapping[str, str] | None = None) -> None:
+        """A counter; prometheus_client exposes it as `<name>_total`."""
+        from prometheus_client.core import CounterMetricFamily
 
-def _escape_help(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
+        self._add(
+            name,
+            lambda: CounterMetricFamily(name, doc, labels=list(labels or {})),
+            labels,
+            lambda fam: fam.add_metric(list((labels or {}).values()), float(value)),
+        )
 
+    def summary(
+        self, name: str, doc: str, *, count: float, total: float, labels: Mapping[str, str] | None = None
+    ) -> None:
+        from prometheus_client.core import SummaryMetricFamily
 
-def _format_value(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 2**53:
-        return str(int(value))
-    return repr(float(value))
+        self._add(
+            name,
+            lambda: SummaryMetricFamily(name, doc, labels=list(labels or {})),
+            labels,
+            lambda fam: fam.add_metric(list((labels or {}).values()), count_value=count, sum_value=total),
+        )
 
+    def _add(self, name: str, make: Any, labels: Mapping[str, str] | None, add: Any) -> None:
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = make()
+        add(family)
 
-def sanitize(name: str) -> str:
-    """A valid metric name: [a-zA-Z_:][a-zA-Z0-9_:]*."""
-    out = "".join(c if c.isalnum() or c in "_:" else "_" for c in name)
-    return out if out and not out[0].isdigit() else f"_{out}"
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._families.values())
 
+    def registry(self) -> Any:
+        """A CollectorRegistry holding exactly these families."""
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.registry import Collector
 
-def render(samples: Iterable[Sample]) -> str:
-    """The text exposition format: samples grouped by family, one HELP/TYPE header per family."""
-    families: dict[str, list[Sample]] = {}
-    for s in samples:
-        families.setdefault(sanitize(s.name), []).append(s)
-    lines: list[str] = []
-    for name, group in families.items():
-        head = group[0]
-        if head.help:
-            lines.append(f"# HELP {name} {_escape_help(head.help)}")
-        lines.append(f"# TYPE {name} {head.kind}")
-        for s in group:
-            labels = ",".join(f'{sanitize(k)}="{_escape_label(str(v))}"' for k, v in s.labels.items())
-            lines.append(
-                f"{name}{{{labels}}} {_format_value(s.value)}"
-                if labels
-                else f"{name} {_format_value(s.value)}"
+        families = list(self._families.values())
+
+        class _Fixed(Collector):
+            def collect(self) -> Iterable[Any]:
+                return iter(families)
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Fixed())
+        return registry
+
+    def render(self) -> str:
+        """The Prometheus text exposition format (0.0.4)."""
+        from prometheus_client import generate_latest
+
+        return bytes(generate_latest(self.registry())).decode("utf-8")
+
+    def write_textfile(self, path: str) -> None:
+        """Atomically replace `path` (node_exporter textfile collector)."""
+        import os
+
+        from prometheus_client import write_to_textfile
+
+        try:
+            directory = os.path.dirname(os.path.abspath(path))
+            os.makedirs(directory, exist_ok=True)
+            write_to_textfile(path, self.registry())
+        except OSError as exc:
+            raise MetricsError(f"cannot write metrics file {path}: {exc}") from exc
+
+    def push(
+        self,
+        gateway_url: str,
+        job: str,
+        *,
+        grouping: Mapping[str, str] | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        """PUT to `<gateway>/metrics/job/<job>[/<label>/<value>...]` (replaces that group's metrics)."""
+        from prometheus_client import push_to_gateway
+
+        try:
+            push_to_gateway(
+                gateway_url,
+                job=job,
+                registry=self.registry(),
+                grouping_key=dict(grouping or {}),
+                timeout=timeout_s,
             )
-    return "\n".join(lines) + "\n"
+        except OSError as exc:  # urllib's URLError / HTTPError are OSErrors
+            raise MetricsError(f"cannot push metrics to {gateway_url} (job {job}): {exc}") from exc
 
 
-def write_textfile(path: str | os.PathLike[str], text: str) -> None:
-    """Write atomically (same-directory temp file + rename) for the node_exporter textfile collector."""
-    target = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(target))
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".bkaudit-metrics-", suffix=".tmp", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise MetricsError(f"cannot write metrics file {target}: {exc}") from exc
-
-
-def push(
-    gateway_url: str,
-    job: str,
-    text: str,
-    *,
-    grouping: Mapping[str, str] | None = None,
-    timeout_s: float = 10.0,
-) -> None:
-    """PUT the text to `<gateway>/metrics/job/<job>[/<label>/<value>...]` (replaces that group's metrics)."""
-    path = "/metrics/job/" + urllib.parse.quote(job, safe="")
-    for key, value in (grouping or {}).items():
-        path += f"/{urllib.parse.quote(key, safe='')}/{urllib.parse.quote(value, safe='')}"
-    url = gateway_url.rstrip("/") + path
-    request = urllib.request.Request(
-        url, data=text.encode("utf-8"), method="PUT", headers={"Content-Type": CONTENT_TYPE}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            status = response.status
-    except OSError as exc:
-        raise MetricsError(f"cannot push metrics to {url}: {exc}") from exc
-    if status >= 300:
-        raise MetricsError(f"push gateway {url} answered HTTP {status}")
+def export(families: Families, *, metrics_file: str = "", pushgateway_url: str = "", job: str) -> None:
+    """Write and/or push; MetricsError names what failed (callers log it: metrics never fail a run)."""
+    if metrics_file:
+        families.write_textfile(metrics_file)
+    if pushgateway_url:
+        families.push(pushgateway_url, job)
 
 
 @dataclass
@@ -159,108 +172,202 @@ class CheckerRunMetrics:
     finished_at_s: float = 0.0
     bookies: Iterable[Mapping[str, object]] = ()
 
-    def samples(self, scope: str = "auditor") -> list[Sample]:
+    def families(self, scope: str = "auditor") -> Families:
         from bkaudit.audit.base import Category
 
         prefix = f"{scope}_" if scope else ""
-        out: list[Sample] = []
+        out = Families()
         for category, gauge in BOOKKEEPER_GAUGES.items():
-            out.append(
-                Sample(
-                    prefix + gauge,
-                    self.counts.get(category, 0),
-                    help=f"BookKeeper gauge: ledgers with new {category} violations in the last run",
-                )
+            out.gauge(
+                prefix + gauge,
+                f"BookKeeper gauge: ledgers with new {category} violations in the last run",
+                self.counts.get(category, 0),
             )
-        # BookKeeper's OpStats of the replicas check as a summary's _sum/_count (ms, like BookKeeper).
+        # BookKeeper's OpStats of the replicas check: a summary in milliseconds, as BookKeeper exports it.
         # Placement is judged in the same Spark pass as the requests are built, so it has no time of its own.
         checking = [v for k, v in self.phase_seconds.items() if k in CHECK_PHASES]
         replicas_ms = 1000.0 * (sum(checking) if checking else self.seconds)
-        for name, value in (("REPLICAS_CHECK_TIME", replicas_ms),):
-            ok = {"success": "true" if self.success else "false"}
-            out.append(
-                Sample(
-                    f"{prefix}{name}_sum", value, ok, help=f"BookKeeper OpStats {name} (ms)", kind="untyped"
-                )
-            )
-            out.append(Sample(f"{prefix}{name}_count", 1, ok, kind="untyped"))
+        out.summary(
+            f"{prefix}REPLICAS_CHECK_TIME",
+            "BookKeeper OpStats REPLICAS_CHECK_TIME (milliseconds)",
+            count=1,
+            total=replicas_ms,
+            labels={"success": "true" if self.success else "false"},
+        )
         for c in Category:
-            labels = {"category": c.value, "severity": c.severity.value}
-            out.append(
-                Sample(
-                    "bkaudit_checker_violations",
-                    self.counts.get(c.value, 0),
-                    labels,
-                    help="new violations per category in the last run (exact)",
-                )
+            out.gauge(
+                "bkaudit_checker_violations",
+                "new violations per category in the last run (exact)",
+                self.counts.get(c.value, 0),
+                {"category": c.value, "severity": c.severity.value},
             )
         for c in Category:
-            out.append(
-                Sample(
-                    "bkaudit_checker_under_repair",
-                    self.under_repair.get(c.value, 0),
-                    {"category": c.value},
-                    help="violations on ledgers already marked under-replicated (not counted as new)",
-                )
+            out.gauge(
+                "bkaudit_checker_under_repair",
+                "violations on ledgers already marked under-replicated (not counted as new)",
+                self.under_repair.get(c.value, 0),
+                {"category": c.value},
             )
         plain = [
             ("bkaudit_checker_ledgers_total", self.ledgers_total, "ledgers in the checked snapshot"),
             ("bkaudit_checker_ledgers_checked", self.ledgers_checked, "ledgers whose durability was checked"),
             ("bkaudit_checker_entries_checked", self.entries_checked, "entries whose placement was verified"),
-            ("bkaudit_checker_published", self.published, "under-replication markers written by the run"),
+            (
+                "bkaudit_checker_published",
+                self.published,
+                "under-replication markers written by the last run",
+            ),
             ("bkaudit_checker_reevaluated", self.reevaluated, "ledgers re-evaluated after a metadata change"),
-            ("bkaudit_checker_run_seconds", self.seconds, "wall time of the last run"),
+            ("bkaudit_checker_run_seconds", self.seconds, "wall time of the last run (seconds)"),
             ("bkaudit_checker_last_run_success", 1 if self.success else 0, "1 when the last run succeeded"),
             ("bkaudit_checker_last_run_timestamp_seconds", self.finished_at_s, "when the last run finished"),
         ]
         for name, value, text in plain:
-            out.append(
-                Sample(name, value, {"run_id": self.run_id} if name.endswith("success") else {}, help=text)
+            out.gauge(name, text, value)
+        if self.success:
+            out.gauge(
+                "bkaudit_checker_last_success_timestamp_seconds",
+                "when the last successful run finished",
+                self.finished_at_s,
             )
         for phase, secs in self.phase_seconds.items():
-            out.append(
-                Sample(
-                    "bkaudit_checker_phase_seconds",
-                    secs,
-                    {"phase": phase},
-                    help="wall time per phase of the last run",
-                )
+            out.gauge(
+                "bkaudit_checker_phase_seconds",
+                "wall time per phase of the last run (seconds)",
+                secs,
+                {"phase": phase},
             )
         for b in self.bookies:
-            bookie = str(b.get("bookie_id"))
-            out.append(
-                Sample(
-                    "bkaudit_checker_bookie_calls",
-                    float(str(b.get("calls") or 0)),
-                    {"bookie": bookie},
-                    help="GetListOfEntries batch calls per bookie",
-                )
+            bookie = {"bookie": str(b.get("bookie_id"))}
+            out.gauge(
+                "bkaudit_checker_bookie_calls",
+                "GetListOfEntries batch calls per bookie in the last run",
+                float(str(b.get("calls") or 0)),
+                bookie,
             )
-            out.append(
-                Sample(
-                    "bkaudit_checker_bookie_errors",
-                    float(str(b.get("errors") or 0)),
-                    {"bookie": bookie},
-                    help="(ledger, bookie) answers that were errors",
-                )
+            out.gauge(
+                "bkaudit_checker_bookie_errors",
+                "(ledger, bookie) answers that were errors in the last run",
+                float(str(b.get("errors") or 0)),
+                bookie,
             )
-            reach = b.get("reachable")
-            out.append(
-                Sample(
-                    "bkaudit_checker_bookie_reachable",
-                    1 if reach else 0,
-                    {"bookie": bookie},
-                    help="1 when the bookie answered in the last attempt",
-                )
+            out.gauge(
+                "bkaudit_checker_bookie_reachable",
+                "1 when the bookie answered in the last attempt",
+                1 if b.get("reachable") else 0,
+                bookie,
             )
-            p99 = b.get("latency_ms_p99")
-            if p99 is not None:
-                out.append(
-                    Sample(
-                        "bkaudit_checker_bookie_latency_ms_p99",
-                        float(str(p99)),
-                        {"bookie": bookie},
-                        help="99th percentile latency of batch calls (ms)",
+            for quantile, key in (
+                ("0.5", "latency_ms_p50"),
+                ("0.95", "latency_ms_p95"),
+                ("0.99", "latency_ms_p99"),
+                ("1", "latency_ms_max"),
+            ):
+                latency = b.get(key)
+                if latency is not None:
+                    out.gauge(
+                        "bkaudit_checker_bookie_latency_seconds",
+                        "batch call latency quantiles per bookie in the last run (seconds)",
+                        float(str(latency)) / 1000.0,
+                        {**bookie, "quantile": quantile},
                     )
-                )
         return out
+
+
+@dataclass
+class SnapshotRunMetrics:
+    """What one snapshot run reports: freshness of the audit's input, for alerting on a stale warehouse."""
+
+    success: bool
+    finished_at_s: float
+    seconds: float = 0.0
+    ledgers: int = 0
+    unparseable: int = 0
+    bookies: int = 0
+    underreplicated: int = 0
+
+    def families(self) -> Families:
+        out = Families()
+        out.gauge(
+            "bkaudit_snapshot_last_run_success",
+            "1 when the last snapshot run succeeded",
+            1 if self.success else 0,
+        )
+        out.gauge(
+            "bkaudit_snapshot_last_run_timestamp_seconds",
+            "when the last snapshot run finished",
+            self.finished_at_s,
+        )
+        if self.success:
+            out.gauge(
+                "bkaudit_snapshot_last_success_timestamp_seconds",
+                "when the last successful snapshot was committed (freshness of the audit's input)",
+                self.finished_at_s,
+            )
+            out.gauge(
+                "bkaudit_snapshot_run_seconds", "wall time of the last snapshot run (seconds)", self.seconds
+            )
+            out.gauge("bkaudit_snapshot_ledgers", "ledgers in the last snapshot", self.ledgers)
+            out.gauge(
+                "bkaudit_snapshot_unparseable_ledgers",
+                "ledgers whose metadata did not parse",
+                self.unparseable,
+            )
+            out.gauge("bkaudit_snapshot_bookies", "bookies in the last snapshot", self.bookies)
+            out.gauge(
+                "bkaudit_snapshot_underreplicated_ledgers",
+                "ledgers marked under-replicated in ZooKeeper at the last snapshot",
+                self.underreplicated,
+            )
+        return out
+
+
+def names() -> set[str]:
+    """Every metric name bkaudit can export, as Prometheus sees it (for docs, dashboards and alert tests)."""
+    from bkaudit.autorecovery.metrics import exported_names
+
+    full = CheckerRunMetrics(
+        run_id="r",
+        snapshot_id="s",
+        success=True,
+        counts={},
+        under_repair={},
+        phase_seconds={"fanout": 1.0},
+        bookies=[{"bookie_id": "b", "latency_ms_p50": 1.0}],
+    ).families("auditor")
+    snap = SnapshotRunMetrics(success=True, finished_at_s=1.0).families()
+    out: set[str] = set()
+    for family in [*full, *snap]:
+        out.update(sample.name for sample in family.samples)
+    return out | exported_names()
+
+
+def export_snapshot(snap: Any, summary: Mapping[str, Any] | None) -> str | None:
+    """Export a snapshot run's metrics per [snapshot] metrics_file / pushgateway_url (None = it failed).
+
+    Returns the error text when exporting failed (logged by the caller; metrics never fail a run).
+    """
+    import time
+
+    if not (snap.metrics_file or snap.pushgateway_url):
+        return None
+    s = summary or {}
+    m = SnapshotRunMetrics(
+        success=summary is not None,
+        finished_at_s=time.time(),
+        seconds=float(s.get("seconds") or 0),
+        ledgers=int(s.get("ledgers") or 0),
+        unparseable=int(s.get("unparseable") or 0),
+        bookies=int(s.get("bookies") or 0),
+        underreplicated=int(s.get("underreplicated") or 0),
+    )
+    try:
+        export(
+            m.families(),
+            metrics_file=snap.metrics_file,
+            pushgateway_url=snap.pushgateway_url,
+            job=snap.metrics_job,
+        )
+    except MetricsError as exc:
+        return str(exc)
+    return None

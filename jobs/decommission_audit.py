@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit import config
-    from bkaudit.errors import BkAuditError
+    from bkaudit.errors import BkAuditError, ConfigError
     from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.tables import location
 
@@ -56,10 +56,12 @@ def main(argv: list[str] | None = None) -> int:
                             snapshot_id=args.snapshot_id, min_copies=args.min_copies)
     except (BkAuditError, ValueError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
     print(json.dumps(summary))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bkaudit.shutdown import exit_process
+
+    exit_process(main())  # not sys.exit: native threads can abort interpreter teardown (bkaudit.shutdown)

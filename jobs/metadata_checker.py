@@ -5,14 +5,13 @@
 
 The session (master, executors) comes from spark-submit; bkaudit must be importable on the executors. Prints
 the run summary as JSON on stdout ({"run_id", "snapshot_id", "ledgers_checked", "counts", "seconds"}) and
-exits like `bkaudit check`: 0 nothing reached --fail-on, 2 something did, 1 the run could not complete
+exits like `bkaudit check`: 0 nothing reached --fail-on, 3 something did, 1 the run could not complete
 (recorded as a 'failed' row in `audit_runs`).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,4 +67,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bkaudit.shutdown import exit_process
+
+    exit_process(main())  # not sys.exit: native threads can abort interpreter teardown (bkaudit.shutdown)

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from bkaudit import config
     from bkaudit.audit.settings import CheckerSettings
     from bkaudit.config import ZkSettings
-    from bkaudit.errors import BkAuditError
+    from bkaudit.errors import BkAuditError, ConfigError
     from bkaudit.spark.publish import publish_run
     from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.tables import location
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             close(zk)
     except (BkAuditError, ValueError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
     print(
         json.dumps(
             {
@@ -90,4 +90,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bkaudit.shutdown import exit_process
+
+    exit_process(main())  # not sys.exit: native threads can abort interpreter teardown (bkaudit.shutdown)

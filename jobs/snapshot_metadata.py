@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import sys
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,11 +28,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit import config
-    from bkaudit.errors import BkAuditError
+    from bkaudit.errors import BkAuditError, ConfigError
     from bkaudit.spark.session import prepare
     from bkaudit.spark.snapshot import run_snapshot
     from bkaudit.tables import location
 
+    settings = None
     try:
         settings = config.load(
             path=args.config,
@@ -44,10 +46,24 @@ def main(argv: list[str] | None = None) -> int:
         result = run_snapshot(spark, settings, snapshot_id=args.snapshot_id)
     except (BkAuditError, ValueError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        if not isinstance(exc, ConfigError) and settings is not None:
+            _metrics(settings, None)
+        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
     print(json.dumps(result.summary()))
+    _metrics(settings, result.summary())
     return 0
 
 
+def _metrics(settings: Any, summary: dict[str, Any] | None) -> None:
+    from bkaudit.metrics import export_snapshot
+    from bkaudit.spark.settings import SnapshotSettings
+
+    problem = export_snapshot(settings.get(SnapshotSettings), summary)
+    if problem:
+        print(f"warning: metrics: {problem}", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from bkaudit.shutdown import exit_process
+
+    exit_process(main())  # not sys.exit: native threads can abort interpreter teardown (bkaudit.shutdown)

@@ -9,7 +9,8 @@ publishes to the under-replication queue only when this step passed. It also ref
 `snapshots` row is not 'succeeded' (e.g. committed with `fail_on_critical_validation = false`). Read-only.
 
 Prints {"snapshot_id", "engine", "ledgers", "expectations", "critical_failures", "warnings", "passed"} as
-JSON; exits 0 when passed, 2 when expectations at or above --fail-on failed, 1 when it could not run.
+JSON; exits 0 when passed, 3 when expectations at or above --fail-on failed, 1 when it could not run,
+2 for invalid settings (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit import config
-    from bkaudit.errors import BkAuditError
+    from bkaudit.errors import BkAuditError, ConfigError
     from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.tables import location
 
@@ -44,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = validate_committed(snap, args.snapshot_id, args.fail_on)
     except (BkAuditError, ValueError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
     print(json.dumps(summary))
-    return 0 if summary["passed"] else 2
+    return 0 if summary["passed"] else 3  # findings (docs/cli.md)
 
 
 def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str) -> dict[str, Any]:
@@ -104,4 +105,6 @@ def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str) -> dict
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bkaudit.shutdown import exit_process
+
+    exit_process(main())  # not sys.exit: native threads can abort interpreter teardown (bkaudit.shutdown)

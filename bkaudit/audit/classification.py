@@ -10,6 +10,7 @@ import enum
 from collections.abc import Iterable, Mapping
 
 from bkaudit.audit.base import Category, Finding, Severity
+from bkaudit.exitcodes import ExitCode
 
 
 def durability_category(min_replicas: int, write_quorum: int, ack_quorum: int) -> Category | None:
@@ -28,7 +29,7 @@ def durability_category(min_replicas: int, write_quorum: int, ack_quorum: int) -
 
 
 class FailOn(enum.Enum):
-    """`--fail-on`: the lowest severity that makes `bkaudit check` exit 2."""
+    """`--fail-on`: the lowest severity that makes `bkaudit check` exit 3."""
 
     NEVER = "never"
     WARNING = "warning"
@@ -41,21 +42,21 @@ class FailOn(enum.Enum):
         return severity.rank >= threshold.rank
 
 
-EXIT_OK = 0
-EXIT_COULD_NOT_RUN = 1
-EXIT_THRESHOLD_REACHED = 2
+EXIT_OK = ExitCode.OK
+EXIT_COULD_NOT_RUN = ExitCode.ERROR
+EXIT_THRESHOLD_REACHED = ExitCode.FINDINGS  # 2 is usage/config for every command (bkaudit.exitcodes)
 
 
 def exit_code(counts: Mapping[str, int], fail_on: FailOn | str) -> int:
-    """0 when nothing counted reached `fail_on`, 2 when something did (1, "could not run", is the CLI's).
+    """0 when nothing counted reached `fail_on`, 3 when something did (1 and 2: bkaudit.exitcodes).
 
     `counts` are new violations per category value (findings already under repair are not in them).
     """
     level = FailOn(fail_on) if isinstance(fail_on, str) else fail_on
     for name, n in counts.items():
         if n > 0 and level.reached_by(Category(name).severity):
-            return EXIT_THRESHOLD_REACHED
-    return EXIT_OK
+            return int(EXIT_THRESHOLD_REACHED)
+    return int(EXIT_OK)
 
 
 def empty_counts() -> dict[str, int]:

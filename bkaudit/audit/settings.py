@@ -50,7 +50,7 @@ class CheckerSettings:
     # after a successful run, write the Auditor's checkallledgersctime / placementpolicycheckctime /
     # replicascheckctime znodes (the checks this run stands in for; docs/compatibility.md)
     write_check_ctimes: bool = True
-    # never | warning | critical: the lowest severity that makes the run exit 2
+    # never | warning | critical: the lowest severity that makes the run exit 3
     fail_on: str = "critical"
     # Prometheus text file (node_exporter textfile collector); empty = none
     metrics_file: str = ""

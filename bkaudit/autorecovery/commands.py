@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, fail, load_settings, zk_options
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
 
 
@@ -69,16 +69,15 @@ def run(
 ) -> None:
     """Run the auditor election (auditing while elected) and replication workers."""
     from bkaudit.autorecovery.service import AutoRecoveryService
-    from bkaudit.autorecovery.summary import EXIT_ERROR
 
     _setup_logging()
-    settings = _settings(zk, cluster_dir, root, config_path)
+    settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False)  # a service waits for ZK
     try:
         service = AutoRecoveryService(
             settings, node_id=node_id, workers=workers, events_path=events_path, auditor=not no_auditor
         ).start()
     except BkAuditError as exc:
-        fail(str(exc), code=EXIT_ERROR)
+        fail(str(exc), exit_code_for(exc))
     stop = threading.Event()
     with _signals(stop.set):
         try:
@@ -231,7 +230,7 @@ def _with_zk(
         finally:
             zkclient.close(client)
     except BkAuditError as exc:
-        fail(str(exc), code=2)
+        fail(str(exc), exit_code_for(exc))
 
 
 @contextlib.contextmanager

@@ -2,8 +2,9 @@
 
 BookKeeper's Prometheus provider exports `<scope>_<NAME>`; the scopes are `replication_worker` and `auditor`
 (with an extra `replication_` prefix when AutoRecovery runs inside a bookie), so existing dashboards keep
-working. Op-stats (latencies) become a summary's `_sum` / `_count` in milliseconds, as BookKeeper's do.
-bkaudit's additions (data-lost ledgers, entries/s, bytes/s) are `bkaudit_autorecovery_*`.
+working. Op-stats (latencies) are summaries (`_sum` / `_count`) in milliseconds, as BookKeeper's are; its
+counters keep their exact names as gauges (bkaudit.metrics: a prometheus_client counter would gain `_total`).
+bkaudit's additions (data-lost ledgers, progress gauges, entries/s, bytes/s) are `bkaudit_autorecovery_*`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from bkaudit.metrics import Sample, render, write_textfile
+from bkaudit.metrics import Families
 
 WORKER_SCOPE = "replication_worker"
 AUDITOR_SCOPE = "auditor"
@@ -75,6 +76,7 @@ class AutoRecoveryMetrics:
         self.started = time.monotonic()
         self._counters: dict[str, float] = {}
         self._ops: dict[str, tuple[float, int]] = {}
+        self._gauges: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def inc(self, name: str, n: float = 1) -> None:
@@ -112,37 +114,41 @@ class AutoRecoveryMetrics:
                 out[f"{name}_sum_ms"] = round(total, 3)
         return out
 
-    def samples(self) -> list[Sample]:
+    def set_gauge(self, name: str, value: float) -> None:
+        """A progress gauge (`bkaudit_autorecovery_<name>`), e.g. the queue size at the last look."""
+        with self._lock:
+            self._gauges[name] = value
+
+    def families(self) -> Families:
         prefix = "replication_" if self.embedded else ""
         with self._lock:
             counters = dict(self._counters)
             ops = dict(self._ops)
-        out: list[Sample] = []
+            gauges = dict(self._gauges)
+        out = Families()
         for name, value in sorted(counters.items()):
-            out.append(
-                Sample(
-                    _full_name(prefix, name),
-                    value,
-                    kind="counter" if name in _WORKER | _AUDITOR else "gauge",
-                    help=_help(name),
-                )
-            )
+            if name in _WORKER | _AUDITOR:
+                out.gauge(_full_name(prefix, name), _help(name), value)
+            else:
+                out.counter(_full_name(prefix, name), _help(name), value)
         for name, (total, count) in sorted(ops.items()):
-            full = _full_name(prefix, name)
-            out.append(Sample(f"{full}_sum", total, kind="untyped", help=f"BookKeeper OpStats {name}"))
-            out.append(Sample(f"{full}_count", count, kind="untyped"))
+            unit = "" if name == NUM_UNDER_REPLICATED_LEDGERS else " (milliseconds)"
+            out.summary(_full_name(prefix, name), f"BookKeeper OpStats {name}{unit}", count=count,
+                        total=total)
+        for name, value in sorted(gauges.items()):
+            out.gauge(f"bkaudit_autorecovery_{name}", PROGRESS.get(name, f"bkaudit: {name}"), value)
         for name, value in self.rates().items():
-            out.append(
-                Sample(f"bkaudit_autorecovery_{name}", value, help=f"{name} since the process started")
-            )
+            out.gauge(f"bkaudit_autorecovery_{name}", f"{name} since the process started", value)
+        out.gauge("bkaudit_autorecovery_uptime_seconds", "seconds since this AutoRecovery process started",
+                  self.elapsed_s())
         return out
 
     def render(self) -> str:
-        return render(self.samples())
+        return self.families().render()
 
     def write(self, path: str) -> None:
         """Atomically replace the Prometheus text file at `path`."""
-        write_textfile(path, self.render())
+        self.families().write_textfile(path)
 
 
 def _full_name(prefix: str, name: str) -> str:
@@ -155,6 +161,32 @@ def _full_name(prefix: str, name: str) -> str:
 
 def _help(name: str) -> str:
     return "BookKeeper ReplicationStats counter" if name in _WORKER | _AUDITOR else f"bkaudit: {name}"
+
+
+PROGRESS = {
+    "queue_ledgers": "ledgers marked under-replicated in ZooKeeper at the last look (the repair backlog)",
+    "replication_enabled": "1 when auto-replication is enabled in ZooKeeper",
+}
+"""Progress gauges the service sets before each metrics write."""
+
+
+def exported_names() -> set[str]:
+    """Every AutoRecovery metric name as Prometheus sees it (standalone and embedded in a bookie)."""
+    m = AutoRecoveryMetrics()
+    extra = (LEDGERS_DATA_LOST, LEDGERS_FAILED, LEDGERS_DEFERRED_OPEN, LEDGERS_FENCED, LEDGERS_DELETED,
+             MARKERS_PUBLISHED)
+    ops = (REREPLICATE_OP, READ_DATA_LATENCY, WRITE_DATA_LATENCY, NUM_UNDER_REPLICATED_LEDGERS,
+           AUDIT_BOOKIES_TIME, BOOKIE_TO_LEDGERS_MAP_CREATION_TIME, URL_PUBLISH_TIME_FOR_LOST_BOOKIE)
+    for name in (*_WORKER, *_AUDITOR, *extra):
+        if name not in ops:
+            m.inc(name, 0)
+    for name in ops:
+        m.observe_ms(name, 0)
+    for name in PROGRESS:
+        m.set_gauge(name, 0)
+    out = {s.name for family in m.families() for s in family.samples}
+    m.embedded = True
+    return out | {s.name for family in m.families() for s in family.samples}
 
 
 def names() -> Iterable[str]:

@@ -308,6 +308,15 @@ class AutoRecoveryService:
         )
 
     # -- metrics ---------------------------------------------------------------------------------------------
+    def _progress_gauges(self) -> None:
+        """Queue size and the replication switch, read at each metrics write (AutoRecovery progress)."""
+        from bkaudit.zk import underreplication as ur
+
+        queued = sum(1 for _ in ur.list_underreplicated(self._zk, root=self.root))
+        enabled = ur.is_replication_enabled(self._zk, root=self.root)
+        self.metrics.set_gauge("queue_ledgers", queued)
+        self.metrics.set_gauge("replication_enabled", 1 if enabled else 0)
+
     def _write_metrics_loop(self) -> None:
         assert self.shared is not None
         while not self.shared.stop.wait(self.conf.metrics_interval_s):
@@ -316,6 +325,10 @@ class AutoRecoveryService:
     def _write_metrics(self) -> None:
         if not self.conf.metrics_file:
             return
+        try:
+            self._progress_gauges()
+        except Exception as exc:  # ZooKeeper away: the counters are still worth writing
+            log.debug("progress gauges not refreshed: %s", exc)
         try:
             self.metrics.write(self.conf.metrics_file)
         except Exception as exc:

@@ -4,7 +4,7 @@ Exit codes of `bkaudit autorecovery run --once`:
 - 0 `EXIT_DRAINED`: the queue is empty;
 - 1 `EXIT_TIMED_OUT`: `--timeout` passed with work left (each left ledger is listed with its reason:
   `locked_elsewhere`, `failing`, `deferred_open`, `pending`, `disabled`, `data_lost`);
-- 2 `EXIT_ERROR`: bad configuration or ZooKeeper unreachable;
+- 1 `EXIT_ERROR` too: ZooKeeper unreachable (bad configuration exits 2, as every command: bkaudit.exitcodes);
 - 3 `EXIT_DATA_LOST`: nothing left to do, but some ledgers are recorded as data-lost (terminal: their markers
   stay; see `autorecovery status`).
 """
@@ -18,7 +18,7 @@ from bkaudit.autorecovery import metrics as m
 
 EXIT_DRAINED = 0
 EXIT_TIMED_OUT = 1
-EXIT_ERROR = 2
+EXIT_ERROR = 1  # ZooKeeper unreachable or the service failed; configuration errors exit 2 (bkaudit.exitcodes)
 EXIT_DATA_LOST = 3
 
 

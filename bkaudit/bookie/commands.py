@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, fail, load_settings, zk_options
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
 
 
@@ -36,13 +36,13 @@ def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: 
     from bkaudit.bookie.server import run as run_bookie
     from bkaudit.rpc import settings as _rpc  # noqa: F401  (registers [rpc])
 
-    settings = load_settings(zk, cluster_dir, root, config_path)
+    settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False)  # a service waits for ZK
     options = BookieOptions(data_dir=data_dir, port=port, bookie_id=bookie_id, rack=rack, readonly=readonly,
                             autorecovery=autorecovery, no_listing=no_listing)
     try:
         sys.exit(run_bookie(settings, options))
     except BkAuditError as exc:
-        fail(str(exc), code=2)
+        fail(str(exc), exit_code_for(exc))
 
 
 @bookie.command("format")
@@ -68,7 +68,7 @@ def format_cookie(zk: str | None, cluster_dir: str | None, root: str | None, con
         finally:
             zkclient.close(client)
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
     click.echo(f"cookie of {bookie_id} {'deleted' if deleted else 'was already absent'}")
 
 
@@ -79,7 +79,7 @@ def _cluster_op(cluster_dir: str, bookie_id: str, op: str) -> None:
         cluster = LocalCluster.load(cluster_dir)
         getattr(cluster, op)(bookie_id)
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
 
 
 def _local_options(func: Any) -> Any:
@@ -130,7 +130,7 @@ def list_bookies(zk: str | None, cluster_dir: str | None, root: str | None, conf
         finally:
             zkclient.close(client)
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
     emit(rows, as_json, lambda rs: "\n".join(
         f"{r['id']:24} {r['state']:9} {r['endpoint'] or '-':24} {r['rack'] or '-'}" for r in rs) or "(none)")
 
@@ -156,7 +156,7 @@ def delete_entries(data_dir: str, ledger_id: int, entries: str) -> None:
         with Storage(data_dir) as storage:
             removed = storage.delete_entries(ledger_id, ids)
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
     click.echo(f"ledger {ledger_id}: removed {removed} of {len(ids)} entries")
 
 
@@ -171,7 +171,7 @@ def delete_ledger(data_dir: str, ledger_id: int) -> None:
         with Storage(data_dir) as storage:
             removed = storage.delete_ledger(ledger_id)
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
     click.echo(f"ledger {ledger_id}: removed with {removed} entries")
 
 

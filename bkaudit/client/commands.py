@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 
 import click
 
-from bkaudit.cli_common import emit, load_settings, zk_options
+from bkaudit.cli_common import CommandError, emit, exit_code_for, load_settings, zk_options
 from bkaudit.errors import BkAuditError
+from bkaudit.exitcodes import ExitCode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,13 +37,13 @@ class _OneLine:
             )
             return context
         except click.UsageError as exc:
-            raise click.ClickException(exc.format_message()) from None
+            raise CommandError(exc.format_message(), ExitCode.USAGE) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)  # type: ignore[misc]
         except click.UsageError as exc:
-            raise click.ClickException(exc.format_message()) from None
+            raise CommandError(exc.format_message(), ExitCode.USAGE) from None
 
 
 class OneLineCommand(_OneLine, click.Command):
@@ -59,7 +60,7 @@ def ledger() -> None:
 
 
 def _cli_errors(func: F) -> F:
-    """Turn anticipated errors into one line on stderr and exit status 1."""
+    """Turn anticipated errors into one line on stderr and exit status 1 (2 for invalid settings)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -68,7 +69,7 @@ def _cli_errors(func: F) -> F:
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except BkAuditError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+            raise CommandError(f"{type(exc).__name__}: {exc}", exit_code_for(exc)) from None
         except TimeoutError:
             raise click.ClickException("timed out waiting for bookies (are they running?)") from None
         except Exception as exc:  # an unexpected failure still must not dump a traceback on operators

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, fail, load_settings, zk_options
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
 
 
@@ -34,7 +34,7 @@ def init(zk: str | None, cluster_dir: str | None, root: str | None, config_path:
         finally:
             zkclient.close(client)
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
     click.echo(f"{'initialised' if created else 'already initialised:'} cluster at {zk_settings.root} "
                f"on {zk_settings.connect}")
 
@@ -52,7 +52,7 @@ def up(directory: str, bookies: int, racks: int, zk_port: int | None, as_json: b
     try:
         local = LocalCluster.up(directory, bookies=bookies, racks=racks, zk_port=zk_port, detach=True)
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
     info = local.status()
     _close(local)
     emit(info, as_json, _human_status)
@@ -69,7 +69,7 @@ def status(directory: str, as_json: bool) -> None:
         local = LocalCluster.load(directory)
         info = local.status()
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
     _close(local)
     emit(info, as_json, _human_status)
 
@@ -84,7 +84,7 @@ def down(directory: str, purge: bool) -> None:
     try:
         LocalCluster.load(directory).down()
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
     if purge:
         shutil.rmtree(Path(directory))
     click.echo(f"cluster in {directory} {'stopped and purged' if purge else 'stopped'}")

@@ -38,6 +38,7 @@ from typing import Any, TextIO
 
 import click
 
+from bkaudit.cli_common import json_default
 from bkaudit.model.ledger import DigestType
 from bkaudit.model.placement import DefaultPolicy
 
@@ -274,7 +275,8 @@ class Demo:
                 "interrupted": self.interrupted,
                 "seconds": round(time.monotonic() - t0, 1),
             })
-            (self.dir / "demo.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
+            summary_text = json.dumps(self.summary, indent=2, default=json_default)
+            (self.dir / "demo.json").write_text(summary_text + "\n")
         return self.summary
 
     def _start_spark(self) -> Any:
@@ -621,7 +623,7 @@ def demo(directory: str | None, ledgers: int, seed: int, keep: bool, as_json: bo
     click.echo(click.style(f"\n{verdict} in {summary['seconds']:.0f}s", bold=True,
                            fg="green" if summary["ok"] else "red"), file=out)
     if as_json:
-        click.echo(json.dumps(summary, default=str))
+        click.echo(json.dumps(summary, default=json_default))
     sys.exit(130 if summary["interrupted"] else 0 if summary["ok"] else 1)
 
 

@@ -1,7 +1,7 @@
 """`bkaudit report --warehouse W [--run-id ID] --out DIR`: write the HTML audit report of a checker run.
 
 `--fail-on` lets a scheduler turn a bad run red *after* the report exists (the Airflow DAG's last task):
-exit 2 when the run's new violations reach that severity, as `bkaudit check --fail-on` does.
+exit 3 when the run's new violations reach that severity, as `bkaudit check --fail-on` does.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, fail, load_settings
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_warehouse
+from bkaudit.exitcodes import ExitCode
 
 
 @click.command("report")
@@ -19,7 +20,7 @@ from bkaudit.cli_common import emit, fail, load_settings
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="directory for report-<run_id>.html and index.html")
 @click.option("--fail-on", type=click.Choice(["never", "warning", "critical"]), default="never",
-              show_default=True, help="exit 2 when the run's new violations reach this severity")
+              show_default=True, help="exit 3 when the run's new violations reach this severity")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
@@ -38,13 +39,15 @@ def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str
                              **({"snapshot.warehouse": warehouse} if warehouse else {}))
     warehouse = settings.get(SnapshotSettings).warehouse
     if not warehouse:
-        fail("no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE")
+        fail("no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE",
+             ExitCode.USAGE)
         return
+    require_warehouse(warehouse)
     try:
         data = load(warehouse, run_id)
         path = write(data, out_dir)
     except BkAuditError as exc:
-        fail(" ".join(str(exc).split()))
+        fail(str(exc), exit_code_for(exc))
         return
     run = data.run
     counts = {k: int(v or 0) for k, v in dict(run.get("counts") or []).items()}

@@ -1773,7 +1773,7 @@ class CheckerRun:
         self._metrics(success=False)
 
     def _metrics(self, *, success: bool) -> None:
-        from bkaudit.metrics import CheckerRunMetrics, MetricsError, push, render, write_textfile
+        from bkaudit.metrics import CheckerRunMetrics, MetricsError, export
 
         path = self.options.metrics_file if self.options.metrics_file is not None else self.conf.metrics_file
         url = (
@@ -1799,12 +1799,9 @@ class CheckerRun:
             finished_at_s=time.time(),
             bookies=self.result.bookies,
         )
-        text = render(m.samples(self.conf.metrics_scope))
         try:
-            if path:
-                write_textfile(path, text)
-            if url:
-                push(url, self.conf.metrics_job, text)
+            export(m.families(self.conf.metrics_scope), metrics_file=path or "", pushgateway_url=url or "",
+                   job=self.conf.metrics_job)
         except MetricsError as exc:  # metrics never fail an audit; the error is recorded and logged
             self.result.metrics_error = str(exc)
             log.warning("%s", exc)

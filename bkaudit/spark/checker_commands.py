@@ -1,8 +1,9 @@
 """`bkaudit check`: the metadata checker (Spark job 2) on a local Spark session.
 
-Exit codes (the issue's contract): 0 when the run completed and nothing counted reached `--fail-on`
-(default critical), 2 when something did, 1 when it could not run (bad arguments, no snapshot, ZooKeeper or
-warehouse trouble, any failure of the job itself; the failure is recorded in `audit_runs`).
+Exit codes (bkaudit.exitcodes, docs/cli.md): 0 when the run completed and nothing counted reached `--fail-on`
+(default critical), 3 when something did, 1 when it could not run (no snapshot, ZooKeeper or warehouse
+trouble, any failure of the job itself; the failure is recorded in `audit_runs`), 2 for bad arguments or
+settings.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, load_settings, zk_options
+from bkaudit.cli_common import (
+    emit,
+    exit_code_for,
+    load_settings,
+    require_warehouse,
+    zk_options,
+)
+from bkaudit.exitcodes import ExitCode
 
 FAIL_ON = click.Choice(["never", "warning", "critical"])
 
@@ -69,7 +77,7 @@ def human_summary(summary: dict[str, Any], result: Any = None) -> str:
     "--fail-on",
     type=FAIL_ON,
     default=None,
-    help="lowest severity that makes the exit code 2 (default [checker] fail_on = critical)",
+    help="lowest severity that makes the exit code 3 (default [checker] fail_on = critical)",
 )
 @click.option("--metrics-file", default=None, help="write Prometheus text here ([checker] metrics_file)")
 @click.option(
@@ -137,14 +145,14 @@ def run_command(
     as_json: bool,
     spark: Any = None,
 ) -> int:
-    """Shared by the CLI and jobs/metadata_checker.py; returns the exit code (0 / 2 / 1)."""
+    """Shared by the CLI and jobs/metadata_checker.py; returns the exit code (0 / 3 / 1 / 2: docs/cli.md)."""
     import bkaudit.audit.settings
     import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.errors import BkAuditError
 
-    def err(message: str) -> int:
+    def err(message: str, code: int = ExitCode.ERROR) -> int:
         click.echo(f"error: {' '.join(message.split())}", err=True)
-        return 1
+        return int(code)
 
     try:
         settings = load_settings(zk, cluster_dir, root, config_path, **{"snapshot.warehouse": warehouse})
@@ -155,10 +163,10 @@ def run_command(
         snap = settings.get(SnapshotSettings)
         settings.get(CheckerSettings)  # fail fast on a bad [checker] or [placement] section
         settings.get(PlacementSettings)
-    except click.UsageError as exc:
-        return err(exc.format_message())
+    except click.ClickException as exc:  # a bad flag or setting (2), or ZooKeeper unreachable (1)
+        return err(exc.format_message(), exc.exit_code)
     except BkAuditError as exc:
-        return err(str(exc))
+        return err(str(exc), exit_code_for(exc))
     from bkaudit.spark.checker import CheckFailed, CheckOptions, run_check, validate_options
 
     def progress(message: str) -> None:
@@ -179,6 +187,13 @@ def run_command(
     )
     try:
         validate_options(options)
+        if not fresh:
+            require_warehouse(snap.warehouse)
+    except click.ClickException as exc:
+        return err(exc.format_message(), exc.exit_code)
+    except (BkAuditError, ValueError) as exc:
+        return err(str(exc), ExitCode.USAGE)
+    try:
         if spark is None:
             from bkaudit.spark.session import get_session
 
@@ -187,6 +202,6 @@ def run_command(
     except CheckFailed as exc:
         return err(str(exc))
     except (BkAuditError, ValueError) as exc:
-        return err(str(exc))
+        return err(str(exc), exit_code_for(exc))
     emit(result.summary(), as_json, lambda s: human_summary(s, result))
     return int(result.exit_code)

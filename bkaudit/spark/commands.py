@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, fail, load_settings, zk_options
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_zk, zk_options
+from bkaudit.exitcodes import ExitCode
 
 
 def _human(summary: dict[str, Any]) -> str:
@@ -53,20 +54,35 @@ def snapshot(
         snap = settings.get(SnapshotSettings)
         if not snap.warehouse:
             fail(
-                "no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE"
+                "no warehouse given: use --warehouse DIR, [snapshot] warehouse or "
+                "BKAUDIT_SNAPSHOT__WAREHOUSE",
+                ExitCode.USAGE,
             )
+        require_zk(settings)  # before the JVM: an unreachable ZooKeeper fails in seconds, in one line
         from bkaudit.spark.session import get_session
         from bkaudit.spark.snapshot import run_snapshot
 
         spark = get_session(master or snap.master, app_name="bkaudit-snapshot")
         result = run_snapshot(spark, settings, snapshot_id=snapshot_id)
     except BkAuditError as exc:
-        fail(" ".join(str(exc).split()))
+        _metrics(settings, None)
+        fail(str(exc), exit_code_for(exc))
         return
     except ValueError as exc:  # e.g. an invalid --snapshot-id
-        fail(str(exc))
+        fail(str(exc), ExitCode.USAGE)
         return
     emit(result.summary(), as_json, _human)
+    _metrics(settings, result.summary())
+
+
+def _metrics(settings: Any, summary: dict[str, Any] | None) -> None:
+    """Snapshot freshness metrics ([snapshot] metrics_file / pushgateway_url); a failure is only a warning."""
+    from bkaudit.metrics import export_snapshot
+    from bkaudit.spark.settings import SnapshotSettings
+
+    problem = export_snapshot(settings.get(SnapshotSettings), summary)
+    if problem:
+        click.echo(f"warning: metrics: {problem}", err=True)
 
 
 def __getattr__(name: str) -> Any:

@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bkaudit.cli_common import emit, fail, load_settings, zk_options
+from bkaudit.cli_common import (
+    emit,
+    exit_code_for,
+    fail,
+    load_settings,
+    require_warehouse,
+    require_zk,
+    zk_options,
+)
+from bkaudit.exitcodes import ExitCode
 from bkaudit.spark.checker import CheckOptions, _Run
 
 if TYPE_CHECKING:
@@ -30,7 +39,7 @@ if TYPE_CHECKING:
 
     from bkaudit.config import Settings
 
-EXIT_UNSAFE = 3
+EXIT_UNSAFE = ExitCode.FINDINGS
 
 
 class _RestrictedCheck(_Run):
@@ -218,20 +227,23 @@ def decommission_audit(zk: str | None, cluster_dir: str | None, root: str | None
                              **({"snapshot.warehouse": warehouse} if warehouse else {}))
     snap = settings.get(SnapshotSettings)
     if not snap.warehouse:
-        fail("no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE")
+        fail("no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE",
+             ExitCode.USAGE)
     try:
         if not wanted:
             if not audit_id:
-                fail("name the bookies to remove (--bookie) or an earlier --audit-id to show")
+                fail("name the bookies to remove (--bookie) or an earlier --audit-id to show", ExitCode.USAGE)
+            require_warehouse(snap.warehouse)
             summary = recorded(snap.warehouse, str(audit_id))
         else:
+            require_zk(settings)  # before the JVM
             from bkaudit.spark.session import get_session
 
             spark = get_session(master or snap.master, app_name="bkaudit-decommission-audit")
             summary = run_audit(spark, settings, warehouse=snap.warehouse, bookies=wanted, audit_id=audit_id,
                                 snapshot_id=snapshot_id, min_copies=min_copies)
     except (BkAuditError, ValueError) as exc:
-        fail(" ".join(str(exc).split()))
+        fail(str(exc), exit_code_for(exc))
         return
     emit(summary, as_json, human)
     if wanted and not summary["safe"]:

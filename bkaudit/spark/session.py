@@ -28,7 +28,6 @@ BASE_CONF = {
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
-    "spark.ui.showConsoleProgress": "false",
 }
 
 
@@ -54,6 +53,13 @@ def get_session(
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         for key, value in LOCAL_CONF.items():
             builder = builder.config(key, value)
+        from bkaudit.logs import spark_java_options
+
+        quiet = spark_java_options()
+        if quiet and not (conf or {}).get("spark.driver.extraJavaOptions"):
+            builder = builder.config("spark.driver.extraJavaOptions", quiet)
+        # Spark's stage progress bar for a person at a terminal (it would spam a log file)
+        builder = builder.config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
     for key, value in {**BASE_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -31,6 +31,10 @@ class SnapshotSettings:
     validation_engine: str = "auto"  # auto | pandas (driver, fast) | spark (distributed, for huge clusters)
     validation_pandas_max_ledgers: int = 5_000_000  # auto switches to spark above this many ledgers
     master: str = "local[2]"  # Spark master for `bkaudit snapshot` (spark-submit uses its own)
+    # snapshot freshness metrics (bkaudit_snapshot_*), as the checker's: a textfile and/or a push gateway
+    metrics_file: str = ""
+    pushgateway_url: str = ""
+    metrics_job: str = "bkaudit_snapshot"
 
     def __post_init__(self) -> None:
         if self.max_zk_sessions < 1:

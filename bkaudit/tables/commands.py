@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, fail, load_settings
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_warehouse
+from bkaudit.exitcodes import ExitCode
 
 
 def _ranges_text(ranges: list[dict[str, int]] | None, limit: int = 4) -> str:
@@ -142,18 +143,19 @@ def violations(
     from bkaudit.spark.settings import SnapshotSettings
 
     if category is not None and category not in {c.value for c in Category}:
-        fail(f"unknown category {category!r} (one of {', '.join(c.value for c in Category)})")
+        fail(f"unknown category {category!r} (one of {', '.join(c.value for c in Category)})", ExitCode.USAGE)
     settings = load_settings(
         None, None, None, config_path, need_zk=False, **{"snapshot.warehouse": warehouse}
     )
     wh = settings.get(SnapshotSettings).warehouse
     if not wh:
-        fail("no warehouse given: use --warehouse DIR or [snapshot] warehouse")
+        fail("no warehouse given: use --warehouse DIR or [snapshot] warehouse", ExitCode.USAGE)
+    require_warehouse(wh)
     try:
         run = select_run(wh, run_id)
         rows = read_violations(wh, run["run_id"], category)
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
         return
     data = {"run_id": run["run_id"], "snapshot_id": run["snapshot_id"], "violations": rows}
     emit(data, as_json, _human)

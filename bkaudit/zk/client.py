@@ -89,6 +89,41 @@ def connect(
     return client
 
 
+def require_reachable(connect: str, *, timeout_s: float = 2.0) -> None:
+    """Fail in about `timeout_s` when no server of a connect string accepts a TCP connection.
+
+    A cheap check before anything expensive (a Spark JVM, a job): kazoo's own start keeps retrying for the
+    whole connect timeout. It only proves a listener, not a healthy ensemble; `connect` still decides that.
+    """
+    import socket
+
+    problems = []
+    for host, port in connect_addresses(connect):
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return
+        except OSError as exc:
+            problems.append(f"{host}:{port} ({exc.strerror or type(exc).__name__})")
+    raise ZooKeeperError(
+        f"ZooKeeper is not reachable at {connect}: {', '.join(problems) or 'no servers named'} "
+        "(is it running? check --zk / BKAUDIT_ZK / [zk] connect)"
+    )
+
+
+def connect_addresses(connect: str) -> list[tuple[str, int]]:
+    """(host, port) of each server in "h1:p1,h2:p2/chroot" (port 2181 when omitted, [v6]:port allowed)."""
+    hosts = connect.split("/", 1)[0]
+    out = []
+    for item in filter(None, (h.strip() for h in hosts.split(","))):
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port = rest.lstrip(":")
+        else:
+            host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+        out.append((host, int(port) if port.isdigit() else 2181))
+    return out
+
+
 def _settings(settings_or_connect: ZkSettings | str) -> ZkSettings:
     from bkaudit.config import ZkSettings
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, fail
+from bkaudit.cli_common import emit, exit_code_for, fail
 from bkaudit.errors import BkAuditError
 
 DEFAULT_DATA_DIR = ".bkaudit/zk"
@@ -38,7 +38,7 @@ def start(port: int | None, data_dir: str, background: bool, as_json: bool) -> N
     try:
         server.start()
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
     info = _info(server)
     if background:
         emit(info, as_json, human=lambda d: d["connect"])
@@ -80,7 +80,7 @@ def stop(data_dir: str, timeout_s: float, as_json: bool) -> None:
     try:
         state = stop_background(Path(data_dir), timeout_s=timeout_s)
     except BkAuditError as exc:
-        fail(str(exc))
+        fail(str(exc), exit_code_for(exc))
         return
     result = {"stopped": state is not None, "data_dir": str(Path(data_dir).resolve()),
               **({"pid": state["pid"], "connect": state.get("connect")} if state else {})}

@@ -32,9 +32,13 @@ def describe(folder: str) -> dict[str, Any]:
                 "application_args": getattr(t, "application_args", None),
                 "mode": getattr(t, "mode", None),
                 "poke_interval": getattr(t, "poke_interval", None),
+                "pool": t.pool,
+                "env_vars": getattr(t, "env_vars", None),
             }
         out["dags"][dag_id] = {
             "schedule": None if dag.schedule is None else str(dag.schedule),
+            "max_active_runs": dag.max_active_runs,
+            "assets": sorted({getattr(o, "uri", str(o)) for t in dag.tasks for o in (t.outlets or [])}),
             "params": {k: {"default": dag.params.get_param(k).value, "schema": dag.params.get_param(k).schema}
                        for k in dag.params},
             "tasks": tasks,

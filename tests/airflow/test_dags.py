@@ -42,15 +42,47 @@ def airflow_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def dagbag(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    home = tmp_path_factory.mktemp("airflow-home")
-    probe = [str(AIRFLOW_PY), str(Path(__file__).with_name("dag_probe.py")), str(DAGS)]
-    proc = subprocess.run(probe, env=airflow_env(home), cwd=home, capture_output=True, text=True, timeout=180,
-                          check=False)
+def probe(home: Path, **extra: str) -> dict[str, Any]:
+    command = [str(AIRFLOW_PY), str(Path(__file__).with_name("dag_probe.py")), str(DAGS)]
+    proc = subprocess.run(command, env=airflow_env(home, **extra), cwd=home, capture_output=True, text=True,
+                          timeout=180, check=False)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("BKAUDIT-PROBE ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1].removeprefix("BKAUDIT-PROBE "))
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix("BKAUDIT-PROBE "))
+    return result
+
+
+@pytest.fixture(scope="module")
+def dagbag(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return probe(tmp_path_factory.mktemp("airflow-home"))
+
+
+def test_bad_variables_do_not_break_the_import(tmp_path: Path) -> None:
+    # Variables are read when tasks run: a broken one fails those tasks, never the DAG files' import
+    bag = probe(tmp_path, AIRFLOW_VAR_BKAUDIT_SPARK_CONF="{not json", AIRFLOW_VAR_BKAUDIT_TASK_RETRIES="many",
+                AIRFLOW_VAR_BKAUDIT_ZK="", AIRFLOW_VAR_BKAUDIT_JOBS_DIR="/nowhere")
+    assert bag["import_errors"] == {}
+    assert set(bag["dags"]) == {"bk_metadata_checker", "bk_decommission_audit"}
+
+
+def test_assets_name_the_deployments_warehouse(tmp_path: Path) -> None:
+    bag = probe(tmp_path, AIRFLOW_VAR_BKAUDIT_WAREHOUSE="s3a://audit-bucket/bkaudit")
+    assert "s3://audit-bucket/bkaudit/violations" in bag["dags"]["bk_metadata_checker"]["assets"]
+    local = probe(tmp_path, AIRFLOW_VAR_BKAUDIT_WAREHOUSE=str(tmp_path / "wh"))
+    assert f"file://{tmp_path / 'wh'}/snapshots" in local["dags"]["bk_decommission_audit"]["assets"]
+
+
+def test_spark_tasks_share_one_pool_and_take_zookeeper_from_a_connection(dagbag: dict[str, Any]) -> None:
+    spark_tasks = [t for d in dagbag["dags"].values() for t in d["tasks"].values()
+                   if t["operator"] == "BkauditSparkSubmitOperator"]
+    assert len(spark_tasks) >= 6 and {t["pool"] for t in spark_tasks} == {"bkaudit"}
+    for t in spark_tasks:
+        assert t["env_vars"]["BKAUDIT_ZK__AUTH_DIGEST"] == "{{ bk_zk_auth(params) }}"
+        args = t["application_args"]
+        if "--zk" in args:
+            assert args[args.index("--zk") + 1] == "{{ bk_zk(params) }}"
+    assert dagbag["dags"]["bk_decommission_audit"]["max_active_runs"] == 1
+    assert dagbag["dags"]["bk_metadata_checker"]["max_active_runs"] == 1
 
 
 def test_dags_import_without_errors(dagbag: dict[str, Any]) -> None:
@@ -69,7 +101,7 @@ def test_metadata_checker_structure(dagbag: dict[str, Any]) -> None:
     assert dag["schedule"] == "@daily"
     for name, script in (("snapshot", "snapshot_metadata.py"), ("validate", "validate_snapshot.py"),
                          ("check", "metadata_checker.py"), ("publish", "publish_underreplicated.py")):
-        assert tasks[name]["operator"] == "SparkSubmitOperator"
+        assert tasks[name]["operator"] == "BkauditSparkSubmitOperator"
         assert tasks[name]["application"].endswith(f"/jobs/{script}")
         assert (REPO / "jobs" / script).is_file()
         assert tasks[name]["timeout_s"] and tasks[name]["exponential_backoff"]
@@ -159,7 +191,15 @@ def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_
     migrate = subprocess.run([str(AIRFLOW_BIN), "db", "migrate"], env=env, cwd=home, capture_output=True,
                              text=True, timeout=300, check=False)
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-    conf = {"zk": cluster.zk, "warehouse": str(warehouse), "report_dir": str(reports)}
+    pool = subprocess.run([str(AIRFLOW_BIN), "pools", "set", "bkaudit", "1", "bkaudit Spark jobs"], env=env,
+                          cwd=home, capture_output=True, text=True, timeout=120, check=False)
+    assert pool.returncode == 0, pool.stdout[-2000:] + pool.stderr[-2000:]
+    # ZooKeeper from the Connection (as a secrets backend would supply it), not from a param
+    hosts, _, chroot = cluster.zk.partition("/")
+    host, port = hosts.split(",")[0].rsplit(":", 1)
+    env["AIRFLOW_CONN_BKAUDIT_ZOOKEEPER"] = json.dumps({"conn_type": "generic", "host": host,
+                                                        "port": int(port), "schema": chroot})
+    conf = {"warehouse": str(warehouse), "report_dir": str(reports)}
     proc = subprocess.run([str(AIRFLOW_BIN), "dags", "test", "bk_metadata_checker", "2026-11-22", "-c",
                            json.dumps(conf)], env=env, cwd=home, capture_output=True, text=True, timeout=600,
                           check=False)

@@ -21,6 +21,7 @@ from tests.integration.autorecovery_support import (
     run_once,
     write_ledgers,
 )
+from tests.promtext import value
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -68,10 +69,10 @@ def test_wiped_entries_end_in_a_terminal_record_not_a_retry_loop(cluster_factory
         )
         assert code == 3, summary  # nothing left to do, but data is lost
         prom = metrics_file.read_text()  # written at exit, BookKeeper's names with their scope
-        assert "bkaudit_autorecovery_ledgers_data_lost 1" in prom
+        assert value(prom, "bkaudit_autorecovery_ledgers_data_lost_total") == 1
         # each lost entry is wanted by the refills of both its replicas: 3 entries x 2 x 3 passes
-        assert "replication_worker_NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION 18" in prom
-        assert "replication_worker_NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER 2" in prom
+        assert value(prom, "replication_worker_NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION") == 18
+        assert value(prom, "replication_worker_NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER") == 2
         assert [x["ledger_id"] for x in summary["left"]] == [damaged]
         assert summary["left"][0]["reason"] == "data_lost"
         (record,) = summary["data_lost"]

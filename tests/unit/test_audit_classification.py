@@ -60,10 +60,10 @@ def test_exit_codes():
     counts["placement_soft"] = 3
     assert exit_code(counts, "warning") == 0
     counts["placement_fail"] = 1
-    assert exit_code(counts, "warning") == 2
+    assert exit_code(counts, "warning") == 3
     assert exit_code(counts, "critical") == 0
     counts["no_replica"] = 1
-    assert exit_code(counts, FailOn.CRITICAL) == 2
+    assert exit_code(counts, FailOn.CRITICAL) == 3
     assert exit_code(counts, "never") == 0
     with pytest.raises(ValueError):
         exit_code(counts, "sometimes")

@@ -17,6 +17,7 @@ from bkaudit.autorecovery.summary import (
     exit_code,
 )
 from bkaudit.errors import ConfigError, FormatError
+from tests.promtext import types, value
 
 
 def test_defaults_are_bookkeepers() -> None:
@@ -109,14 +110,16 @@ def test_metrics_use_bookkeeper_names_and_scopes() -> None:
     metrics.observe_ms(m.REREPLICATE_OP, 12.5)
     metrics.inc(m.LEDGERS_DATA_LOST)
     text = metrics.render()
-    assert "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED 1" in text
-    assert "auditor_election_attempts 1" in text
-    assert "replication_worker_rereplicate_sum 12.5" in text
-    assert "bkaudit_autorecovery_ledgers_data_lost 1" in text
-    assert "bkaudit_autorecovery_entries_per_s" in text
+    assert value(text, "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED") == 1
+    assert value(text, "auditor_election_attempts") == 1
+    assert value(text, "replication_worker_rereplicate_sum") == 12.5  # milliseconds, as BookKeeper
+    assert types(text)["replication_worker_rereplicate"] == "summary"
+    assert value(text, "bkaudit_autorecovery_ledgers_data_lost_total") == 1
+    assert types(text)["bkaudit_autorecovery_ledgers_data_lost"] == "counter"
+    assert value(text, "bkaudit_autorecovery_entries_per_s") is not None
     embedded = m.AutoRecoveryMetrics(embedded=True)
     embedded.inc(m.NUM_ENTRIES_READ)
-    assert "replication_replication_worker_NUM_ENTRIES_READ 1" in embedded.render()
+    assert value(embedded.render(), "replication_replication_worker_NUM_ENTRIES_READ") == 1
     for name in (
         "NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION",
         "NUM_BYTES_READ",

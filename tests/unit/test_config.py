@@ -1,0 +1,95 @@
+"""Settings: validated at start-up (pydantic over the registered dataclass sections); file < env < flags."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bkaudit import config
+from bkaudit.errors import ConfigError
+
+
+def conf(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bkaudit.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_bad_value_fails_at_load_not_at_first_use(tmp_path: Path) -> None:
+    path = conf(tmp_path, '[checker]\ncall_timeout_s = "abc"\n')
+    with pytest.raises(ConfigError) as err:
+        config.load(path=path, environ={})  # nothing asks for [checker] yet
+    assert err.value.key == "checker.call_timeout_s" and "'abc'" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "says"),
+    [
+        ("[checker]\ncall_timeout = 5\n", "checker.call_timeout", "did you mean 'call_timeout_s'"),
+        ("[checkr]\nfail_on = 'never'\n", "checkr", "did you mean [checker]"),
+        ("[zk]\nsession_timeout_s = -1\n", "zk.session_timeout_s", "must be > 0"),
+        ("[checker]\nretry_attempts = 1.5\n", "checker.retry_attempts", "1.5"),
+        ("[snapshot]\nvalidate = 'maybe'\n", "snapshot.validate", "'maybe'"),
+        ("[placement]\nlocations = 'x'\n", "placement.locations", "'x'"),
+    ],
+)
+def test_errors_name_the_key_in_one_line(tmp_path: Path, text: str, key: str, says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load(path=conf(tmp_path, text), environ={})
+    assert err.value.key == key and says in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
+    from bkaudit.audit.settings import CheckerSettings
+
+    path = conf(tmp_path, "[checker]\ncall_timeout_s = 1\nretry_attempts = 4\nbatch_size = 7\n")
+    loaded = config.load(path=path, environ={"BKAUDIT_CHECKER__CALL_TIMEOUT_S": "2",
+                                              "BKAUDIT_CHECKER__RETRY_ATTEMPTS": "5"},
+                         overrides={"checker.call_timeout_s": 3.5, "checker.batch_size": None})
+    section = loaded.get(CheckerSettings)
+    assert section.call_timeout_s == 3.5  # flag over environment over file
+    assert section.retry_attempts == 5  # environment over file
+    assert section.batch_size == 7  # a None flag leaves the file's value
+
+
+def test_environment_spellings_are_coerced(tmp_path: Path) -> None:
+    from bkaudit.model.placement import PlacementSettings
+
+    loaded = config.load(path=conf(tmp_path, ""), environ={
+        "BKAUDIT_PLACEMENT__ENFORCE_MIN_RACKS": "yes",
+        "BKAUDIT_PLACEMENT__REGIONS_TO_WRITE": "east, west",
+        "BKAUDIT_PLACEMENT__POLICY": "regionaware",
+    })
+    section = loaded.get(PlacementSettings)
+    assert section.enforce_min_racks is True and section.regions_to_write == ("east", "west")
+
+
+def test_a_section_registered_anywhere_is_validated_the_same_way(tmp_path: Path) -> None:
+    @config.section("test_widgets")
+    @dataclasses.dataclass(frozen=True)
+    class Widgets:
+        count: int = 1
+        names: tuple[str, ...] = ()
+        label: str | None = None
+
+        def __post_init__(self) -> None:
+            if self.count > 10:
+                raise ConfigError("test_widgets.count", "at most 10")
+
+    try:
+        ok = config.load(path=conf(tmp_path, "[test_widgets]\ncount = '3'\nnames = ['a']\nlabel = 'none'\n"),
+                         environ={})
+        assert ok.get(Widgets) == Widgets(count=3, names=("a",), label=None)
+        with pytest.raises(ConfigError, match="at most 10"):
+            config.load(path=conf(tmp_path, "[test_widgets]\ncount = 11\n"), environ={})
+        with pytest.raises(ConfigError, match=r"test_widgets\.count"):
+            config.load(path=conf(tmp_path, "[test_widgets]\ncount = 'many'\n"), environ={})
+    finally:
+        config._SECTIONS.pop("test_widgets", None)
+
+
+def test_the_shipped_file_is_valid() -> None:
+    config.load(path=config.DEFAULT_PATH, environ={})
