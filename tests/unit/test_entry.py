@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import struct
 import zlib
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -20,10 +18,9 @@ from hypothesis import strategies as st
 from bkaudit.errors import FormatError
 from bkaudit.formats.entry import DIGEST_LENGTH, DigestManager, Entry, master_key, parse_entry_header
 from bkaudit.model.ledger import DigestType
+from tests import shared_vectors
 
-VECTOR = json.loads(
-    (Path(__file__).resolve().parents[3] / "shared" / "vectors" / "entry_digest.json").read_text()
-)["entry"]
+VECTOR = shared_vectors.load("entry_digest.json")["entry"]
 FAST = settings(max_examples=100, deadline=None)
 int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 CHECKED_TYPES = [DigestType.CRC32, DigestType.CRC32C, DigestType.MAC]

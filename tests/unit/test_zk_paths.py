@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from bkaudit.zk import paths
+from tests import shared_vectors
 
-VECTORS = json.loads(
-    (Path(__file__).resolve().parents[3] / "shared" / "vectors" / "zk_paths_and_texts.json").read_text()
-)
+VECTORS = shared_vectors.load("zk_paths_and_texts.json")
 
 BOUNDARY_IDS = [0, 1, 9999, 10000, 2147483646, 2147483647, 2147483648, 2**32, 0x7AFEBEEF0000FEED, 2**63 - 1]
 
