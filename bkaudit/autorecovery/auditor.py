@@ -21,7 +21,6 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,6 @@ from kazoo.recipe.watchers import DataWatch
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from bkaudit.autorecovery import metrics as m
-from bkaudit.errors import FormatError
 from bkaudit.zk import ledgers, paths, registry
 from bkaudit.zk import underreplication as ur
 from bkaudit.zk.client import RateLimiter
@@ -313,26 +311,11 @@ class Auditor:
 
     def _bookie_ledger_index(self) -> dict[str, list[int]]:
         """bookie -> ledgers having it in any segment (BookKeeper's BookieLedgerIndexer)."""
-        from bkaudit.formats.ledger_metadata import parse
-
         index: dict[str, list[int]] = defaultdict(list)
-        by_path = dict(self._ledger_paths())
-        reads = ledgers.read_many(
-            self.zk, list(by_path), max_in_flight=self.settings.max_concurrent_metadata_reads
+        reads = ledgers.iter_all_metadata(
+            self.zk, root=self.root, max_in_flight=self.settings.max_concurrent_metadata_reads
         )
-        for path, data, _ in reads:
-            if data is None:
-                continue  # deleted since listing
-            try:
-                metadata = parse(data)
-            except FormatError as exc:
-                log.warning("skipping unparseable ledger metadata %s: %s", path, exc)
-                continue
+        for ledger_id, metadata in reads:
             for bookie in metadata.bookies():
-                index[bookie].append(by_path[path])
+                index[bookie].append(ledger_id)
         return index
-
-    def _ledger_paths(self) -> Iterator[tuple[str, int]]:
-        for prefix in ledgers.ledger_prefixes(self.zk, root=self.root):
-            for ledger_id, path in ledgers.iter_ledger_paths(self.zk, prefix, root=self.root):
-                yield path, ledger_id

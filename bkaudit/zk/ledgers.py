@@ -475,6 +475,32 @@ def list_ledger_ids(zk: KazooClient, *, root: str = DEFAULT_ROOT) -> list[int]:
 
 
 # -- pipelined reads ---------------------------------------------------------------------------------------
+def iter_all_metadata(
+    zk: KazooClient, *, root: str = DEFAULT_ROOT, max_in_flight: int = 500
+) -> Iterator[tuple[int, LedgerMetadata]]:
+    """(ledger id, metadata) of every ledger, read pipelined (BookKeeper's BookieLedgerIndexer pass).
+
+    Ledgers deleted since the listing are skipped; an unparseable znode is skipped with a warning (the
+    checker, not this pass, reports it).
+    """
+    import logging
+
+    from bkaudit.errors import FormatError
+    from bkaudit.formats.ledger_metadata import parse
+
+    by_path = {path: lid for prefix in ledger_prefixes(zk, root=root)
+               for lid, path in iter_ledger_paths(zk, prefix, root=root)}
+    for path, data, _ in read_many(zk, list(by_path), max_in_flight=max_in_flight):
+        if data is None:
+            continue  # deleted since listing
+        try:
+            metadata = parse(data)
+        except FormatError as exc:
+            logging.getLogger(__name__).warning("skipping unparseable ledger metadata %s: %s", path, exc)
+            continue
+        yield by_path[path], metadata
+
+
 def read_many(
     zk: KazooClient,
     znodes: Iterable[str],
