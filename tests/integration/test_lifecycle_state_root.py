@@ -100,6 +100,8 @@ def test_lifecycle_webhook_serving_and_data_loss_records_follow_the_state_root(
             assert [h["state"] for h in history] == ["Draining", "DrainingFailed"]
             drain_view = http.get("/bookie/drain_progress", params={"bookie": A}).json()
             assert drain_view[0]["failures_by_ledger"]["2"]["count"] == 1
+        page = httpx.get(f"http://127.0.0.1:{server.bound[1]}/dashboard", headers=ADMIN, timeout=30)
+        assert page.status_code == 200 and "Data loss (1)" in page.text  # the dashboard reads them too
     finally:
         server.stop()
 
