@@ -44,13 +44,14 @@ server keeps serving.
 
 ## Webhooks
 
-`POST /api/v1/webhooks {"url", "secret"}` registers a URL in ZooKeeper (`/bkaudit<root>/webhooks/<id>`, so it
-survives restarts and is shared by several admin servers). Every lifecycle transition recorded after the
-registration is POSTed once as JSON `{"webhook", "event": "lifecycle_transition", "bookie", "record",
-"transition": {"state", "previous", "by", "at", "reason"}}` with `X-Bkaudit-Signature: sha256=<hex of
+`POST /api/v1/webhooks {"url", "secret"}` registers a URL in ZooKeeper (`{state}/webhooks/<id>`, where
+`{state}` is `[zk] state_root`, default `/bkaudit<root>`; so it survives restarts and is shared by several
+admin servers). Every lifecycle transition recorded after the registration is POSTed once as JSON
+`{"webhook", "event": "lifecycle_transition", "bookie", "record", "transition": {"state", "previous", "by",
+"at", "reason"}}` with `X-Bkaudit-Signature: sha256=<hex of
 HMAC-SHA256(secret, body)>` and `X-Bkaudit-Delivery: <id>/<bookie>~<record>`. A non-2xx answer or an error is
 retried `webhook_max_attempts` times with exponential backoff from `webhook_backoff_s`; each delivery and
-its attempts are recorded under `/bkaudit<root>/webhook-deliveries/<id>/` (`GET .../deliveries`).
+its attempts are recorded under `{state}/webhook-deliveries/<id>/` (`GET .../deliveries`).
 Delivery is claimed before it is sent (a znode create), so two servers never both send it; a receiver that
 answered but whose answer was lost may see a retry (verify the signature, de-duplicate on the delivery id).
 

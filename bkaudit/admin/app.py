@@ -101,10 +101,15 @@ class ReasonBody(_Body):
 
 
 def create_app(
-    zk: Any, *, root: str, settings: AdminSettings, warehouse: str = "", pool: Any = None
+    zk: Any, *, root: str, settings: AdminSettings, warehouse: str = "", pool: Any = None,
+    state_root: str | None = None,
 ) -> FastAPI:
-    """The app over one started kazoo client (the caller owns it and the optional bookie client pool)."""
-    paths.validate_root(root)
+    """The app over one started kazoo client (the caller owns it and the optional bookie client pool).
+
+    `state_root` is `[zk] state_root` (None: `/bkaudit<root>`): where lifecycle, webhook, serving and
+    data-loss records live.
+    """
+    paths.bkaudit_state_root(root=root, state_root=state_root)  # validates both
     app = FastAPI(title="bkaudit admin API", version=__version__,
                   description="Cluster-level BookKeeper management: lifecycle, serving state, cookies, "
                               "webhooks, under-replication, data loss, audit verdicts (docs/http-api.md).")
@@ -149,7 +154,7 @@ def create_app(
             raise ApiError(400, str(exc)) from None
         try:
             record = service.transition(zk, bookie, state, actor=lc.Actor.OPERATOR, by=f"api:{who.name}",
-                                        reason=reason, root=root)
+                                        reason=reason, root=root, state_root=state_root)
         except service.UnknownBookie as exc:
             raise ApiError(404, str(exc)) from None
         except lc.TransitionRefused as exc:
@@ -176,7 +181,8 @@ def create_app(
     @app.get("/api/v1/bookie/list_bookie_info", tags=["bookkeeper"],
              summary="every bookie: rack, registration, lifecycle state, disk use, drain progress")
     def list_bookie_info(_who: Reader) -> list[dict[str, Any]]:
-        return views.bookies(zk, root=root, pool=pool, timeout_s=settings.disk_info_timeout_s)
+        return views.bookies(zk, root=root, state_root=state_root, pool=pool,
+                             timeout_s=settings.disk_info_timeout_s)
 
     @app.get("/api/v1/bookie/state", tags=["bookkeeper"], summary="a bookie's serving and lifecycle state")
     def bookie_state(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
@@ -194,13 +200,14 @@ def create_app(
     def get_readonly(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
         return {"bookie": bookie, "readOnly": registry.bookie_state(zk, bookie, root) == "readonly",
-                "readOnlyRequested": store.read_serving(zk, bookie, root=root)}
+                "readOnlyRequested": store.read_serving(zk, bookie, root=root, state_root=state_root)}
 
     @app.put("/api/v1/bookie/state/readonly", tags=["bookkeeper"],
              summary="ask a bookie to serve reads only (or writes again); kept in ZooKeeper")
     def put_readonly(who: Admin, bookie: BookieParam, body: ReadOnlyBody) -> dict[str, Any]:
         known(bookie)
-        store.write_serving(zk, bookie, body.readOnly, by=f"api:{who.name}", at=service.now_iso(), root=root)
+        store.write_serving(zk, bookie, body.readOnly, by=f"api:{who.name}", at=service.now_iso(), root=root,
+                            state_root=state_root)
         return {"bookie": bookie, "readOnlyRequested": body.readOnly}
 
     @app.get("/api/v1/autorecovery/list_under_replicated_ledger", tags=["bookkeeper"],
@@ -219,7 +226,7 @@ def create_app(
     @app.get("/api/v1/bookie/lifecycle", tags=["lifecycle"], summary="lifecycle state, who set it, progress")
     def get_lifecycle(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
-        return service.describe(zk, bookie, root=root)
+        return service.describe(zk, bookie, root=root, state_root=state_root)
 
     @app.put("/api/v1/bookie/lifecycle", tags=["lifecycle"],
              summary="operator transition: Draining (from Active), Drained (from DrainingFailed), Removed")
@@ -230,15 +237,15 @@ def create_app(
     @app.get("/api/v1/bookie/lifecycle/history", tags=["lifecycle"], summary="every transition, oldest first")
     def lifecycle_history(_who: Reader, bookie: BookieParam) -> list[dict[str, Any]]:
         try:
-            paths.lifecycle_history_root(bookie, root=root)
+            paths.lifecycle_history_root(bookie, root=root, state_root=state_root)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
-        return [h.to_dict() for h in store.history(zk, bookie, root=root)]
+        return [h.to_dict() for h in store.history(zk, bookie, root=root, state_root=state_root)]
 
     @app.get("/api/v1/bookie/drain_progress", tags=["lifecycle"],
              summary="per draining / drained / failed bookie: ledgers and bytes left, failures")
     def drain_progress(_who: Reader, bookie: str | None = Query(default=None, max_length=255)) -> list[Any]:
-        return views.drain_progress(zk, root=root, bookie=bookie)
+        return views.drain_progress(zk, root=root, state_root=state_root, bookie=bookie)
 
     @app.get("/api/v1/bookie/cookie", tags=["lifecycle"], summary="a bookie's cookie")
     def get_cookie(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
@@ -263,12 +270,12 @@ def create_app(
     # -- data loss and audits --------------------------------------------------------------------------------
     @app.get("/api/v1/autorecovery/data_loss", tags=["audit"], summary="ledgers with entries no replica has")
     def data_loss(_who: Reader) -> list[dict[str, Any]]:
-        return views.data_loss(zk, root=root)
+        return views.data_loss(zk, root=root, state_root=state_root)
 
     @app.get("/api/v1/autorecovery/bad_ledgers", tags=["audit"],
              summary="ledgers a drain could not move (data loss, repeated failures), per bookie")
     def bad_ledgers(_who: Reader) -> dict[str, Any]:
-        progress = views.drain_progress(zk, root=root)
+        progress = views.drain_progress(zk, root=root, state_root=state_root)
         return {p["bookie"]: {"state": p["state"], "data_loss_ledgers": p.get("data_loss_ledgers", []),
                               "failed_ledgers": p.get("failed_ledgers", [])} for p in progress}
 
@@ -284,29 +291,29 @@ def create_app(
     # -- webhooks --------------------------------------------------------------------------------------------
     @app.get("/api/v1/webhooks", tags=["webhooks"], summary="registered webhooks (secrets never shown)")
     def list_webhooks(_who: Admin) -> list[dict[str, Any]]:
-        return [h.public() for h in webhooks.list_all(zk, root=root)]
+        return [h.public() for h in webhooks.list_all(zk, root=root, state_root=state_root)]
 
     @app.post("/api/v1/webhooks", tags=["webhooks"], status_code=201,
               summary="register a URL for lifecycle transitions (HMAC-SHA256 signed with the secret)")
     def add_webhook(who: Admin, body: WebhookBody) -> dict[str, Any]:
         try:
             hook = webhooks.register(zk, url=body.url, secret=body.secret, by=f"api:{who.name}",
-                                     at=service.now_iso(), root=root)
+                                     at=service.now_iso(), root=root, state_root=state_root)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         return hook.public()
 
     @app.delete("/api/v1/webhooks/{hook_id}", tags=["webhooks"], summary="unregister a webhook")
     def delete_webhook(who: Admin, hook_id: Annotated[str, Depends(_hook_id)]) -> dict[str, Any]:
-        if not webhooks.delete(zk, hook_id, root=root):
+        if not webhooks.delete(zk, hook_id, root=root, state_root=state_root):
             raise ApiError(404, f"no webhook {hook_id}")
         return {"deleted": hook_id}
 
     @app.get("/api/v1/webhooks/{hook_id}/deliveries", tags=["webhooks"], summary="delivery records")
     def webhook_deliveries(_who: Admin, hook_id: Annotated[str, Depends(_hook_id)]) -> list[dict[str, Any]]:
-        if webhooks.get(zk, hook_id, root=root) is None:
+        if webhooks.get(zk, hook_id, root=root, state_root=state_root) is None:
             raise ApiError(404, f"no webhook {hook_id}")
-        return webhooks.deliveries(zk, hook_id, root=root)
+        return webhooks.deliveries(zk, hook_id, root=root, state_root=state_root)
 
     # -- dashboard -------------------------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
@@ -325,9 +332,10 @@ def create_app(
             except Exception as exc:
                 verdict_error = str(exc)
         return HTMLResponse(render(
-            bookies=views.bookies(zk, root=root, pool=pool, timeout_s=settings.disk_info_timeout_s),
+            bookies=views.bookies(zk, root=root, state_root=state_root, pool=pool,
+                                  timeout_s=settings.disk_info_timeout_s),
             queue=views.queue(zk, root=root, limit=200),
-            data_loss=views.data_loss(zk, root=root),
+            data_loss=views.data_loss(zk, root=root, state_root=state_root),
             verdict=verdict, verdict_error=verdict_error, root=root, version=__version__,
         ))
 

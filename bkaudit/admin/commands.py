@@ -57,7 +57,8 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
     pool = BookieClientPool(zk=client, root=zk_settings.root, tls=TlsConfig.from_settings(settings),
                             request_timeout_s=timeout, connect_timeout_s=timeout)
     warehouse_used = conf.warehouse or snapshot_warehouse
-    server = AdminServer(client, zk_settings.root, conf, warehouse=warehouse_used, pool=pool)
+    server = AdminServer(client, zk_settings.root, conf, state_root=zk_settings.state_root or None,
+                         warehouse=warehouse_used, pool=pool)
     scheme = "https" if conf.tls_cert else "http"
     click.echo(f"bkaudit admin API on {scheme}://{conf.listen}:{conf.port}/ (dashboard /dashboard, "
                f"OpenAPI /docs)", err=True)

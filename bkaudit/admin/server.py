@@ -21,6 +21,7 @@ class AdminServer:
     zk: Any
     root: str
     settings: AdminSettings
+    state_root: str | None = None  # [zk] state_root (None: /bkaudit<root>)
     warehouse: str = ""
     pool: Any = None
     port: int | None = None  # overrides settings.port (0 = any free port)
@@ -34,8 +35,8 @@ class AdminServer:
 
         from bkaudit.admin.app import create_app
 
-        app = create_app(self.zk, root=self.root, settings=self.settings, warehouse=self.warehouse,
-                         pool=self.pool)
+        app = create_app(self.zk, root=self.root, state_root=self.state_root, settings=self.settings,
+                         warehouse=self.warehouse, pool=self.pool)
         s = self.settings
         config = uvicorn.Config(
             app, host=s.listen, port=s.port if self.port is None else self.port, log_level="warning",
@@ -45,8 +46,9 @@ class AdminServer:
 
     def _start_dispatcher(self) -> None:
         s = self.settings
-        self.dispatcher = Dispatcher(self.zk, root=self.root, poll_s=s.webhook_poll_s,
-                                     max_attempts=s.webhook_max_attempts, backoff_s=s.webhook_backoff_s,
+        self.dispatcher = Dispatcher(self.zk, root=self.root, state_root=self.state_root,
+                                     poll_s=s.webhook_poll_s, max_attempts=s.webhook_max_attempts,
+                                     backoff_s=s.webhook_backoff_s,
                                      timeout_s=s.webhook_timeout_s).start()
 
     def run(self) -> None:

@@ -53,7 +53,9 @@ def disk_usage(pool: Any, bookies: list[str], timeout_s: float) -> dict[str, dic
         return dict(zip(bookies, ex.map(ask, bookies), strict=True))
 
 
-def bookies(zk: KazooClient, *, root: str, pool: Any = None, timeout_s: float = 2.0) -> list[dict[str, Any]]:
+def bookies(
+    zk: KazooClient, *, root: str, state_root: str | None = None, pool: Any = None, timeout_s: float = 2.0
+) -> list[dict[str, Any]]:
     """Every bookie with a cookie or a registration: rack, registration, lifecycle, disk, drain progress."""
     writable = set(registry.list_writable(zk, root))
     readonly = set(registry.list_readonly(zk, root))
@@ -72,9 +74,11 @@ def bookies(zk: KazooClient, *, root: str, pool: Any = None, timeout_s: float = 
             "registration": "writable" if b in writable else "readonly" if b in readonly else "absent",
             "cookie": b in cookies,
             "state": state,
-            "read_only_requested": store.read_serving(zk, b, root=root),
+            "read_only_requested": store.read_serving(zk, b, root=root, state_root=state_root),
             "disk": disks.get(b),
-            "progress": store.read_progress(zk, b, root=root) if state != "Active" else None,
+            "progress": (
+                store.read_progress(zk, b, root=root, state_root=state_root) if state != "Active" else None
+            ),
         })
     return out
 
@@ -97,11 +101,11 @@ def queue(zk: KazooClient, *, root: str, limit: int = QUEUE_LISTED) -> dict[str,
     return {"count": len(ids), "ledgers": rows}
 
 
-def data_loss(zk: KazooClient, *, root: str) -> list[dict[str, Any]]:
+def data_loss(zk: KazooClient, *, root: str, state_root: str | None = None) -> list[dict[str, Any]]:
     out = []
-    for lid in dataloss.list_ids(zk, root=root):
+    for lid in dataloss.list_ids(zk, root=root, state_root=state_root):
         try:
-            record = dataloss.read(zk, lid, root=root)
+            record = dataloss.read(zk, lid, root=root, state_root=state_root)
         except FormatError as exc:
             out.append({"ledger_id": lid, "error": str(exc)})
             continue
@@ -110,15 +114,18 @@ def data_loss(zk: KazooClient, *, root: str) -> list[dict[str, Any]]:
     return out
 
 
-def drain_progress(zk: KazooClient, *, root: str, bookie: str | None = None) -> list[dict[str, Any]]:
+def drain_progress(
+    zk: KazooClient, *, root: str, state_root: str | None = None, bookie: str | None = None
+) -> list[dict[str, Any]]:
     """Per non-Active bookie: its state and the Auditor's latest progress record."""
     states = service.states(zk, root=root)
     out = []
     for b, state in sorted(states.items()):
         if (bookie is not None and b != bookie) or (bookie is None and state.value == "Active"):
             continue
-        progress = store.read_progress(zk, b, root=root) or {}
-        failures = {str(k): v for k, v in store.list_failures(zk, b, root=root).items()}
+        progress = store.read_progress(zk, b, root=root, state_root=state_root) or {}
+        found = store.list_failures(zk, b, root=root, state_root=state_root)
+        failures = {str(k): v for k, v in found.items()}
         kept = {k: v for k, v in progress.items() if k != "state"}
         out.append({"bookie": b, "state": state.value, **kept, "failures_by_ledger": failures})
     return out

@@ -58,18 +58,21 @@ class Webhook:
         return {"id": self.id, "url": self.url, "created_by": self.created_by, "created_at": self.created_at}
 
 
-def register(zk: KazooClient, *, url: str, secret: str, by: str, at: str, root: str) -> Webhook:
+def register(
+    zk: KazooClient, *, url: str, secret: str, by: str, at: str, root: str, state_root: str | None = None
+) -> Webhook:
     if not secret:
         raise ValueError("a webhook needs a non-empty secret (its deliveries are signed with it)")
     hook_id = uuid.uuid4().hex[:16]
     data = {"id": hook_id, "url": validate_url(url), "secret": secret, "created_by": by, "created_at": at}
-    zk.create(paths.webhook_path(hook_id, root=root), json.dumps(data).encode(), makepath=True)
-    return get(zk, hook_id, root=root) or Webhook(hook_id, url, secret, by, at)
+    path = paths.webhook_path(hook_id, root=root, state_root=state_root)
+    zk.create(path, json.dumps(data).encode(), makepath=True)
+    return get(zk, hook_id, root=root, state_root=state_root) or Webhook(hook_id, url, secret, by, at)
 
 
-def get(zk: KazooClient, hook_id: str, *, root: str) -> Webhook | None:
+def get(zk: KazooClient, hook_id: str, *, root: str, state_root: str | None = None) -> Webhook | None:
     try:
-        data, stat = zk.get(paths.webhook_path(hook_id, root=root))
+        data, stat = zk.get(paths.webhook_path(hook_id, root=root, state_root=state_root))
         raw = json.loads(data.decode())
         return Webhook(raw["id"], raw["url"], raw["secret"], raw.get("created_by", ""),
                        raw.get("created_at", ""), stat.czxid)
@@ -80,28 +83,30 @@ def get(zk: KazooClient, hook_id: str, *, root: str) -> Webhook | None:
         return None
 
 
-def list_all(zk: KazooClient, *, root: str) -> list[Webhook]:
+def list_all(zk: KazooClient, *, root: str, state_root: str | None = None) -> list[Webhook]:
     try:
-        ids = zk.get_children(paths.webhooks_root(root=root))
+        ids = zk.get_children(paths.webhooks_root(root=root, state_root=state_root))
     except NoNodeError:
         return []
-    return [h for h in (get(zk, i, root=root) for i in sorted(ids)) if h is not None]
+    return [h for h in (get(zk, i, root=root, state_root=state_root) for i in sorted(ids)) if h is not None]
 
 
-def delete(zk: KazooClient, hook_id: str, *, root: str) -> bool:
+def delete(zk: KazooClient, hook_id: str, *, root: str, state_root: str | None = None) -> bool:
     try:
-        zk.delete(paths.webhook_path(hook_id, root=root))
+        zk.delete(paths.webhook_path(hook_id, root=root, state_root=state_root))
     except NoNodeError:
         return False
     try:
-        zk.delete(paths.webhook_deliveries_root(hook_id, root=root), recursive=True)
+        zk.delete(paths.webhook_deliveries_root(hook_id, root=root, state_root=state_root), recursive=True)
     except NoNodeError:
         pass
     return True
 
 
-def deliveries(zk: KazooClient, hook_id: str, *, root: str) -> list[dict[str, Any]]:
-    base = paths.webhook_deliveries_root(hook_id, root=root)
+def deliveries(
+    zk: KazooClient, hook_id: str, *, root: str, state_root: str | None = None
+) -> list[dict[str, Any]]:
+    base = paths.webhook_deliveries_root(hook_id, root=root, state_root=state_root)
     try:
         names = sorted(zk.get_children(base))
     except NoNodeError:
@@ -120,11 +125,12 @@ class Dispatcher:
     """Polls the lifecycle history and delivers new transitions to every webhook (one thread)."""
 
     def __init__(
-        self, zk: KazooClient, *, root: str, poll_s: float = 1.0, max_attempts: int = 5,
-        backoff_s: float = 0.5, timeout_s: float = 5.0,
+        self, zk: KazooClient, *, root: str, state_root: str | None = None, poll_s: float = 1.0,
+        max_attempts: int = 5, backoff_s: float = 0.5, timeout_s: float = 5.0,
     ) -> None:
         self.zk = zk
         self.root = root
+        self.state_root = state_root
         self.poll_s = poll_s
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
@@ -152,7 +158,7 @@ class Dispatcher:
 
     def _transitions(self) -> list[tuple[str, str, int, dict[str, Any]]]:
         """(bookie, record name, czxid, record) of every history record, oldest first."""
-        base = f"{paths.lifecycle_root(root=self.root)}/history"
+        base = f"{paths.lifecycle_root(root=self.root, state_root=self.state_root)}/history"
         try:
             bookies = self.zk.get_children(base)
         except NoNodeError:
@@ -173,7 +179,7 @@ class Dispatcher:
 
     def step(self) -> int:
         """Deliver everything new; the number of deliveries attempted."""
-        hooks = list_all(self.zk, root=self.root)
+        hooks = list_all(self.zk, root=self.root, state_root=self.state_root)
         if not hooks:
             return 0
         attempted = 0
@@ -190,7 +196,7 @@ class Dispatcher:
         return attempted
 
     def _claim(self, hook: Webhook, key: str) -> bool:
-        path = f"{paths.webhook_deliveries_root(hook.id, root=self.root)}/{key}"
+        path = f"{paths.webhook_deliveries_root(hook.id, root=self.root, state_root=self.state_root)}/{key}"
         try:
             self.zk.create(path, json.dumps({"key": key, "status": "pending"}).encode(), makepath=True)
             return True
@@ -219,7 +225,7 @@ class Dispatcher:
                 break
         record = {"key": key, "webhook": hook.id, "url": hook.url, "status": status, "attempts": attempts,
                   "payload": payload}
-        path = f"{paths.webhook_deliveries_root(hook.id, root=self.root)}/{key}"
+        path = f"{paths.webhook_deliveries_root(hook.id, root=self.root, state_root=self.state_root)}/{key}"
         try:
             self.zk.set(path, json.dumps(record).encode())
         except NoNodeError:

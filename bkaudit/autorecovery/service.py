@@ -226,6 +226,7 @@ class AutoRecoveryService:
                 self.drainer = Drainer(
                     self._zk,
                     root=self.root,
+                    state_root=self.state_root,
                     settings=self.settings.get(LifecycleSettings),
                     emit=self.events.emit,
                     acl=self.shared.acl,

@@ -52,8 +52,13 @@ def operator_read_only(data: bytes | None) -> bool:
     return isinstance(value, dict) and value.get("readOnly") is True
 
 
-def watch(zk: KazooClient, bookie_id: str, mode: BookieMode, *, root: str) -> None:
-    """Keep `mode` in step with the bookie's lifecycle state and read-only switch (first reading now)."""
+def watch(
+    zk: KazooClient, bookie_id: str, mode: BookieMode, *, root: str, state_root: str | None = None
+) -> None:
+    """Keep `mode` in step with the bookie's lifecycle state and read-only switch (first reading now).
+
+    The state sits beside the cookie under `root`; the switch under bkaudit's state root (`[zk] state_root`).
+    """
 
     def on_state(data: bytes | None, _stat: object) -> None:
         reads_only = serves_reads_only(data)
@@ -65,4 +70,4 @@ def watch(zk: KazooClient, bookie_id: str, mode: BookieMode, *, root: str) -> No
         mode.set(OPERATOR_REASON, operator_read_only(data))
 
     DataWatch(zk, paths.lifecycle_state_path(bookie_id, root=root), on_state)
-    DataWatch(zk, paths.serving_path(bookie_id, root=root), on_switch)
+    DataWatch(zk, paths.serving_path(bookie_id, root=root, state_root=state_root), on_switch)

@@ -116,7 +116,9 @@ class BookieServer:
                      acl=acl, connect=self.zk_settings.connect)
         if self.options.readonly:
             self.mode.set("forced", True)
-        bookie_lifecycle.watch(zk, self.bookie_id, self.mode, root=self.root)  # Draining & co.: read-only
+        bookie_lifecycle.watch(  # Draining & co.: read-only
+            zk, self.bookie_id, self.mode, root=self.root, state_root=self.zk_settings.state_root or None
+        )
         self._check_disk()
         service = self.service = BookieService(storage, self.mode, max_pending=conf.max_pending_requests,
                                                read_threads=conf.read_threads,

@@ -460,7 +460,10 @@ class Demo:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        progress = store.read_progress(zk, old, root=c.root) or {}
+        from bkaudit.config import ZkSettings
+
+        state_root = self.settings.get(ZkSettings).state_root or None  # where the Auditor wrote it
+        progress = store.read_progress(zk, old, root=c.root, state_root=state_root) or {}
         left = len(ledgers_of(zk, [old], root=c.root)[old])
         self.summary["drain"] = {"bookie": old, "added": added.id, "ledgers_before": before,
                                  "state": state.value, "progress": progress}

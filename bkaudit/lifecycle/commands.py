@@ -33,7 +33,7 @@ def _run(
     except BkAuditError as exc:
         fail(str(exc), code=2)
     try:
-        return action(client, zk_settings.root)
+        return action(client, zk_settings.root, zk_settings.state_root or None)  # (client, root, state root)
     finally:
         zkclient.close(client)
 
@@ -42,14 +42,14 @@ def _transition(bookie: str, target: str, reason: str, as_json: bool, **zk_args:
     from bkaudit.lifecycle import service
     from bkaudit.model import lifecycle as lc
 
-    def act(client: Any, r: str) -> dict[str, Any]:
-        done = _already(client, bookie, lc.LifecycleState.parse(target), r)
+    def act(client: Any, r: str, sr: str | None) -> dict[str, Any]:
+        done = _already(client, bookie, lc.LifecycleState.parse(target), root=r, state_root=sr)
         if done is not None:  # a retried step (Airflow, scripts) finds its work done: success
             return done
         try:
             record = service.transition(
                 client, bookie, lc.LifecycleState.parse(target), actor=lc.Actor.OPERATOR,
-                by=f"cli:{getpass.getuser()}", reason=reason, root=r,
+                by=f"cli:{getpass.getuser()}", reason=reason, root=r, state_root=sr,
             )
         except lc.TransitionRefused as exc:
             emit({"bookie": bookie, "refused": str(exc), "blockers": list(exc.blockers)}, as_json,
@@ -63,7 +63,9 @@ def _transition(bookie: str, target: str, reason: str, as_json: bool, **zk_args:
     emit(doc, as_json, lambda d: f"{d['bookie']}: {d['previous']} -> {d['state']} (by {d['by']}, {d['at']})")
 
 
-def _already(client: Any, bookie: str, target: Any, root: str) -> dict[str, Any] | None:
+def _already(
+    client: Any, bookie: str, target: Any, *, root: str, state_root: str | None
+) -> dict[str, Any] | None:
     """The bookie's record when it is already in `target` (Removed: no cookie and a removal recorded)."""
     from bkaudit.lifecycle import service
     from bkaudit.model import lifecycle as lc
@@ -75,7 +77,7 @@ def _already(client: Any, bookie: str, target: Any, root: str) -> dict[str, Any]
         if target is lc.LifecycleState.REMOVED:
             if registry.exists(client, paths.cookie_path(bookie, root=root)):
                 return None
-            history = store.history(client, bookie, root=root)
+            history = store.history(client, bookie, root=root, state_root=state_root)
             last = history[-1] if history else None
             if last is None or last.state is not target:
                 return None
@@ -122,7 +124,8 @@ def state(bookie: str, as_json: bool, **zk_args: Any) -> None:
     """The bookie's lifecycle state, serving mode and drain progress."""
     from bkaudit.lifecycle import service
 
-    doc = _run(action=lambda client, r: service.describe(client, bookie, root=r), **zk_args)
+    doc = _run(action=lambda client, r, sr: service.describe(client, bookie, root=r, state_root=sr),
+               **zk_args)
 
     def human(d: dict[str, Any]) -> str:
         lines = [f"{d['bookie']}: {d.get('state') or 'unreadable: ' + str(d.get('error'))}"
@@ -145,8 +148,12 @@ def history(bookie: str, as_json: bool, **zk_args: Any) -> None:
     """Every lifecycle transition of the bookie, oldest first (kept after removal)."""
     from bkaudit.zk import lifecycle as store
 
-    records = _run(action=lambda client, r: [h.to_dict() for h in store.history(client, bookie, root=r)],
-                   **zk_args)
+    records = _run(
+        action=lambda client, r, sr: [
+            h.to_dict() for h in store.history(client, bookie, root=r, state_root=sr)
+        ],
+        **zk_args,
+    )
     emit(records, as_json, lambda rs: "\n".join(
         f"{r['at']} {r['previous']} -> {r['state']} by {r['by']}: {r['reason'] or '-'}" for r in rs
     ) or "none")

@@ -5,7 +5,7 @@ Runs beside the elected Auditor (one per cluster), every `[lifecycle] drain_chec
 2. mark each of them under-replicated naming every draining bookie of that ledger (BookKeeper's marker, so
    workers - bkaudit's or anything reading the queue - pick them up); the workers copy the entries from a
    surviving replica or the draining bookie itself, never onto a non-Active bookie, and swap by CAS;
-3. record progress (ledgers left, bytes left, failures) at `/bkaudit<root>/lifecycle/progress/<id>`;
+3. record progress (ledgers left, bytes left, failures) at `<state root>/lifecycle/progress/<id>`;
 4. no ledger left -> Drained; every ledger left is bad (data-loss record, or `drain_max_failures` failed
    replications reported by workers) -> DrainingFailed, naming the bad ledgers. Good ledgers are always
    drained first: DrainingFailed means "everything that could move has moved".
@@ -69,11 +69,12 @@ class LifecycleCache:
 
 
 def report_failure(zk: KazooClient, draining: frozenset[str], ensemble_bookies: frozenset[str],
-                   ledger_id: int, error: str, *, root: str) -> None:
+                   ledger_id: int, error: str, *, root: str, state_root: str | None = None) -> None:
     """A worker's failed pass over a ledger that a draining bookie is leaving: counted per bookie."""
     for bookie in sorted(draining & ensemble_bookies):
         try:
-            store.record_failure(zk, bookie, ledger_id, error[:500], service.now_iso(), root=root)
+            store.record_failure(zk, bookie, ledger_id, error[:500], service.now_iso(),
+                                 root=root, state_root=state_root)
         except Exception as exc:
             log.warning("could not record drain failure of ledger %s on %s: %s", ledger_id, bookie, exc)
 
@@ -86,6 +87,7 @@ class Drainer:
         zk: KazooClient,
         *,
         root: str,
+        state_root: str | None = None,
         settings: LifecycleSettings,
         emit: Callable[..., None] | None = None,
         acl: Any = None,
@@ -93,6 +95,7 @@ class Drainer:
     ) -> None:
         self.zk = zk
         self.root = root
+        self.state_root = state_root  # [zk] state_root: progress, failures, data-loss records
         self.settings = settings
         self.emit = emit or (lambda event, **fields: None)
         self.acl = acl
@@ -129,7 +132,10 @@ class Drainer:
         for bookie in draining:
             for ledger_id in index[bookie]:
                 by_ledger[ledger_id].append(bookie)
-        lost = {lid for lid in by_ledger if dataloss.exists(self.zk, lid, root=self.root)}
+        lost = {
+            lid for lid in by_ledger
+            if dataloss.exists(self.zk, lid, root=self.root, state_root=self.state_root)
+        }
         enabled = ur.is_replication_enabled(self.zk, root=self.root)
         out: dict[str, dict[str, Any]] = {}
         published: set[int] = set()
@@ -147,7 +153,7 @@ class Drainer:
         *,
         enabled: bool,
     ) -> dict[str, Any]:
-        failures = store.list_failures(self.zk, bookie, root=self.root)
+        failures = store.list_failures(self.zk, bookie, root=self.root, state_root=self.state_root)
         failed = {
             lid for lid, f in failures.items()
             if lid in ledgers and _count(f) >= self.settings.drain_max_failures
@@ -182,7 +188,7 @@ class Drainer:
                     marked += 1
             progress["marked"] = marked
         progress["state"] = service.current(self.zk, bookie, root=self.root)[0].value
-        store.write_progress(self.zk, bookie, progress, root=self.root)
+        store.write_progress(self.zk, bookie, progress, root=self.root, state_root=self.state_root)
         self.emit("drain_progress", **{k: v for k, v in progress.items() if k != "updated"})
         return progress
 
@@ -190,7 +196,7 @@ class Drainer:
         try:
             service.transition(
                 self.zk, bookie, target, actor=lc.Actor.AUDITOR, by=AUDITOR, reason=why, root=self.root,
-                expected=S.DRAINING,
+                state_root=self.state_root, expected=S.DRAINING,
             )
         except (MetadataConflict, lc.TransitionRefused, service.UnknownBookie, BkAuditError) as exc:
             log.info("drain of %s: not moving to %s (%s)", bookie, target.value, exc)

@@ -77,9 +77,10 @@ class Blockers:
         )
 
 
-def blockers(zk: KazooClient, bookie_id: str, *, root: str) -> Blockers:
+def blockers(zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None) -> Blockers:
+    """Ledgers referencing the bookie; data-loss records are looked up where they live (`[zk] state_root`)."""
     referencing = sorted(ledgers_of(zk, [bookie_id], root=root)[bookie_id])
-    lost = tuple(lid for lid in referencing if dataloss.exists(zk, lid, root=root))
+    lost = tuple(lid for lid in referencing if dataloss.exists(zk, lid, root=root, state_root=state_root))
     return Blockers(tuple(referencing), lost)
 
 
@@ -92,6 +93,7 @@ def transition(
     by: str,
     reason: str = "",
     root: str,
+    state_root: str | None = None,
     expected: lc.LifecycleState | None = None,
 ) -> lc.StateRecord:
     """Move `bookie_id` to `target` (or remove it) by compare-and-set.
@@ -109,7 +111,7 @@ def transition(
         raise lc.TransitionRefused(f"{bookie_id} is {state.value}, not {expected.value}")
     lc.check_transition(state, target, actor=actor)
     if actor is lc.Actor.OPERATOR and target in (lc.LifecycleState.DRAINED, lc.LifecycleState.REMOVED):
-        found = blockers(zk, bookie_id, root=root)
+        found = blockers(zk, bookie_id, root=root, state_root=state_root)
         if found:
             raise lc.TransitionRefused(
                 f"{bookie_id}: {len(found.ledgers)} ledgers still reference it "
@@ -118,14 +120,14 @@ def transition(
             )
     record = lc.StateRecord(target, by, now_iso(), reason, state)
     if target is lc.LifecycleState.REMOVED:
-        store.remove_bookie(zk, bookie_id, record, version=version, root=root)
-        store.clear_drain_records(zk, bookie_id, root=root)
+        store.remove_bookie(zk, bookie_id, record, version=version, root=root, state_root=state_root)
+        store.clear_drain_records(zk, bookie_id, root=root, state_root=state_root)
     else:
-        store.write_state(zk, bookie_id, record, version=version, root=root)
+        store.write_state(zk, bookie_id, record, version=version, root=root, state_root=state_root)
     return record
 
 
-def describe(zk: KazooClient, bookie_id: str, *, root: str) -> dict[str, Any]:
+def describe(zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None) -> dict[str, Any]:
     """The bookie's lifecycle as JSON: state, who set it, serving mode, drain progress."""
     try:
         state, record, _ = current(zk, bookie_id, root=root)
@@ -136,6 +138,6 @@ def describe(zk: KazooClient, bookie_id: str, *, root: str) -> dict[str, Any]:
         "state": state.value,
         "record": record.to_dict() if record else None,
         "registration": registry.bookie_state(zk, bookie_id, root),
-        "read_only_requested": store.read_serving(zk, bookie_id, root=root),
-        "progress": store.read_progress(zk, bookie_id, root=root),
+        "read_only_requested": store.read_serving(zk, bookie_id, root=root, state_root=state_root),
+        "progress": store.read_progress(zk, bookie_id, root=root, state_root=state_root),
     }

@@ -52,8 +52,10 @@ def list_states(zk: KazooClient, *, root: str) -> dict[str, lc.StateRecord | For
     return out
 
 
-def _history_txn(txn: Any, zk: KazooClient, bookie_id: str, record: lc.StateRecord, *, root: str) -> None:
-    base = paths.lifecycle_history_root(bookie_id, root=root)
+def _history_txn(
+    txn: Any, zk: KazooClient, bookie_id: str, record: lc.StateRecord, *, root: str, state_root: str | None
+) -> None:
+    base = paths.lifecycle_history_root(bookie_id, root=root, state_root=state_root)
     zk.ensure_path(base)
     txn.create(base + "/h-", lc.encode(record), acl=list(OPEN_ACL_UNSAFE), sequence=True)
 
@@ -73,7 +75,8 @@ def _commit(txn: Any, what: str) -> None:
 
 
 def write_state(
-    zk: KazooClient, bookie_id: str, record: lc.StateRecord, *, version: int, root: str
+    zk: KazooClient, bookie_id: str, record: lc.StateRecord, *, version: int, root: str,
+    state_root: str | None = None,
 ) -> None:
     """Compare-and-set the state (create when `version` is ABSENT) plus its history record, atomically."""
     path = paths.lifecycle_state_path(bookie_id, root=root)
@@ -83,24 +86,27 @@ def write_state(
         txn.create(path, lc.encode(record), acl=list(OPEN_ACL_UNSAFE))
     else:
         txn.set_data(path, lc.encode(record), version=version)
-    _history_txn(txn, zk, bookie_id, record, root=root)
+    _history_txn(txn, zk, bookie_id, record, root=root, state_root=state_root)
     _commit(txn, f"lifecycle of {bookie_id}")
 
 
 def remove_bookie(
-    zk: KazooClient, bookie_id: str, record: lc.StateRecord, *, version: int, root: str
+    zk: KazooClient, bookie_id: str, record: lc.StateRecord, *, version: int, root: str,
+    state_root: str | None = None,
 ) -> None:
     """Delete the state (at `version`) and the cookie together, and record the removal."""
     txn = zk.transaction()
     txn.delete(paths.lifecycle_state_path(bookie_id, root=root), version=version)
     txn.delete(paths.cookie_path(bookie_id, root=root))
-    _history_txn(txn, zk, bookie_id, record, root=root)
+    _history_txn(txn, zk, bookie_id, record, root=root, state_root=state_root)
     _commit(txn, f"removing {bookie_id}")
 
 
-def history(zk: KazooClient, bookie_id: str, *, root: str) -> list[lc.StateRecord]:
+def history(
+    zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None
+) -> list[lc.StateRecord]:
     """The bookie's transitions, oldest first (malformed records skipped: the history is informational)."""
-    base = paths.lifecycle_history_root(bookie_id, root=root)
+    base = paths.lifecycle_history_root(bookie_id, root=root, state_root=state_root)
     try:
         names = sorted(zk.get_children(base))
     except NoNodeError:
@@ -127,8 +133,10 @@ def _read_json(zk: KazooClient, path: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {"error": f"not a JSON object at {path}"}
 
 
-def write_progress(zk: KazooClient, bookie_id: str, progress: dict[str, Any], *, root: str) -> None:
-    path = paths.drain_progress_path(bookie_id, root=root)
+def write_progress(
+    zk: KazooClient, bookie_id: str, progress: dict[str, Any], *, root: str, state_root: str | None = None
+) -> None:
+    path = paths.drain_progress_path(bookie_id, root=root, state_root=state_root)
     data = json.dumps(progress, sort_keys=True).encode()
     try:
         zk.set(path, data)
@@ -139,13 +147,18 @@ def write_progress(zk: KazooClient, bookie_id: str, progress: dict[str, Any], *,
             zk.set(path, data)
 
 
-def read_progress(zk: KazooClient, bookie_id: str, *, root: str) -> dict[str, Any] | None:
-    return _read_json(zk, paths.drain_progress_path(bookie_id, root=root))
+def read_progress(
+    zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None
+) -> dict[str, Any] | None:
+    return _read_json(zk, paths.drain_progress_path(bookie_id, root=root, state_root=state_root))
 
 
-def record_failure(zk: KazooClient, bookie_id: str, ledger_id: int, error: str, at: str, *, root: str) -> int:
+def record_failure(
+    zk: KazooClient, bookie_id: str, ledger_id: int, error: str, at: str, *, root: str,
+    state_root: str | None = None,
+) -> int:
     """Count one failed replication of `ledger_id` while draining `bookie_id`; the new count (CAS loop)."""
-    path = paths.drain_failure_path(bookie_id, ledger_id, root=root)
+    path = paths.drain_failure_path(bookie_id, ledger_id, root=root, state_root=state_root)
     while True:
         try:
             data, stat = zk.get(path)
@@ -168,8 +181,10 @@ def record_failure(zk: KazooClient, bookie_id: str, ledger_id: int, error: str, 
             continue
 
 
-def list_failures(zk: KazooClient, bookie_id: str, *, root: str) -> dict[int, dict[str, Any]]:
-    base = paths.drain_failures_root(bookie_id, root=root)
+def list_failures(
+    zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None
+) -> dict[int, dict[str, Any]]:
+    base = paths.drain_failures_root(bookie_id, root=root, state_root=state_root)
     try:
         names = zk.get_children(base)
     except NoNodeError:
@@ -184,10 +199,10 @@ def list_failures(zk: KazooClient, bookie_id: str, *, root: str) -> dict[int, di
     return out
 
 
-def clear_drain_records(zk: KazooClient, bookie_id: str, *, root: str) -> None:
+def clear_drain_records(zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None) -> None:
     """Drop the progress and failure records (after removal: the history stays)."""
-    failures = paths.drain_failures_root(bookie_id, root=root)
-    for path in (failures, paths.drain_progress_path(bookie_id, root=root)):
+    failures = paths.drain_failures_root(bookie_id, root=root, state_root=state_root)
+    for path in (failures, paths.drain_progress_path(bookie_id, root=root, state_root=state_root)):
         try:
             zk.delete(path, recursive=True)
         except NoNodeError:
@@ -195,14 +210,17 @@ def clear_drain_records(zk: KazooClient, bookie_id: str, *, root: str) -> None:
 
 
 # -- serving (read-only) requests -------------------------------------------------------------------------
-def read_serving(zk: KazooClient, bookie_id: str, *, root: str) -> bool:
+def read_serving(zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None) -> bool:
     """True when an operator asked the bookie to serve reads only (cluster-level readOnly switch)."""
-    value = _read_json(zk, paths.serving_path(bookie_id, root=root))
+    value = _read_json(zk, paths.serving_path(bookie_id, root=root, state_root=state_root))
     return bool(value and value.get("readOnly") is True)
 
 
-def write_serving(zk: KazooClient, bookie_id: str, read_only: bool, *, by: str, at: str, root: str) -> None:
-    path = paths.serving_path(bookie_id, root=root)
+def write_serving(
+    zk: KazooClient, bookie_id: str, read_only: bool, *, by: str, at: str, root: str,
+    state_root: str | None = None,
+) -> None:
+    path = paths.serving_path(bookie_id, root=root, state_root=state_root)
     data = json.dumps({"readOnly": read_only, "by": by, "at": at}).encode()
     try:
         zk.set(path, data)
