@@ -228,17 +228,17 @@ class BkauditReportOperator(BkauditSparkSubmitOperator):
         nothing = nothing_to_report(states)
         if nothing:
             raise AirflowException(nothing)
-        exit_code = 0
+        exit_code, job_error = 0, None
         try:
             super().execute(context)
-        except AirflowException as exc:
+        except AirflowException as exc:  # the provider's "Cannot execute: ... Error code is: N."
             found = re.search(r"Error code is: (\d+)", str(exc))
-            exit_code = int(found.group(1)) if found else 1
-            self.log.error("bkaudit: the report job failed: %s", str(exc).splitlines()[0][:500])
+            exit_code, job_error = (int(found.group(1)) if found else 1), exc
+            self.log.info("bkaudit: jobs/report.py ended with exit status %d", exit_code)
         fail_on = str((context.get("params") or {}).get("fail_on", "critical"))
         reasons = run_verdict(states, report_exit=exit_code, fail_on=fail_on)
         if reasons:
-            raise AirflowException(f"bkaudit: {'; '.join(reasons)}")
+            raise AirflowException(f"bkaudit: {'; '.join(reasons)}") from job_error
         return report_summary(getattr(self._hook, "_last_submit_log_lines", None) or ())
 
 

@@ -242,6 +242,7 @@ def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_
             # short jobs: a JVM that starts fast matters more than peak JIT speed
             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}),
         AIRFLOW_VAR_BKAUDIT_TASK_RETRIES="0",
+        AIRFLOW_VAR_BKAUDIT_BIN=str(tmp_path / "no-such-bkaudit"),  # the report needs no bkaudit command
         PYSPARK_PYTHON=sys.executable,
     )
     migrate = subprocess.run([str(AIRFLOW_BIN), "db", "migrate"], env=env, cwd=home, capture_output=True,
@@ -282,4 +283,22 @@ def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_
     assert dict(runs[0]["counts"])["placement_fail"] == 1
     assert not mine[0]["published"]  # publish param off: the gate skipped publishing
     assert read_arrow(str(warehouse), "validation_results", snapshot_id=run_id).num_rows > 0
-    assert (reports / f"report-{run_id}.html").is_file() and (reports / "index.html").is_file()
+    # the report: written by jobs/report.py through spark-submit, the verdict green (placement_fail is a
+    # warning, below the default fail_on=critical)
+    assert any("Spark-Submit cmd:" in x and "/jobs/report.py" in x for x in log.splitlines())
+    page = reports / f"report-{run_id}.html"
+    assert page.is_file() and (reports / "index.html").is_file()
+    assert run_id in page.read_text() and str(misplaced) in page.read_text()
+
+    # the same run judged at fail_on=warning: the page is written again, then the task fails naming the
+    # threshold (the run's conf keeps report_dir; the task param only changes fail_on)
+    page.unlink()
+    (reports / "index.html").unlink()
+    judged = subprocess.run([str(AIRFLOW_BIN), "tasks", "test", "bk_metadata_checker", "report", "2026-11-22",
+                             "-t", json.dumps({"fail_on": "warning"})], env=env, cwd=home,
+                            capture_output=True, text=True, timeout=400, check=False)
+    judged_log = judged.stdout + judged.stderr
+    (tmp_path / "tasks-test-report.log").write_text(judged_log)
+    assert page.is_file() and (reports / "index.html").is_file(), judged_log[-6000:]
+    assert "bkaudit: report written; new violations reach fail_on=warning" in judged_log, judged_log[-6000:]
+    assert judged.returncode != 0 or "new_state=failed" in judged_log, judged_log[-6000:]
