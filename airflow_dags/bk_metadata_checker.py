@@ -11,17 +11,17 @@
 - publish_gate (short circuit): `publish` runs only when the `publish` param is on (the gate's answer) AND
   validation passed and check succeeded (the gate's trigger rule); a skipped publish never blocks the report.
 - publish   (spark-submit jobs/publish_underreplicated.py --run-id): feeds BookKeeper's UR queue.
-- report    (`bkaudit report`, trigger rule all_done): the HTML page whenever check succeeded, then the
-  run's verdict: it fails when new violations reach `fail_on`, when validate or publish failed, or when
-  there is nothing to report (check failed). Airflow colours a run by its last task, so the run turns
-  red for any of these, and only after the report exists.
+- report    (spark-submit jobs/report.py --run-id --fail-on, trigger rule all_done): the HTML page whenever
+  check succeeded, then the run's verdict (BkauditReportOperator, from the job's exit status and the
+  upstream states): it fails when new violations reach `fail_on`, when validate or publish failed, or
+  when there is nothing to report (check failed: nothing is submitted). Airflow colours a run by its
+  last task, so the run turns red for any of these, and only after the report exists.
 
 Snapshot and run ids are derived from the Airflow run id (`bk_id`): a retry replaces its own rows.
 """
 
 from __future__ import annotations
 
-import shlex
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -37,19 +37,16 @@ from bkaudit_common import (
     CONFIG,
     DEFAULT_ARGS,
     MACROS,
+    REPORT_DIR,
     ROOT,
     RUN_KEY,
     SNAPSHOT_ASSET,
     VIOLATIONS_ASSET,
     WAREHOUSE,
     ZK,
-    bk_id,
+    BkauditReportOperator,
     deployment_setting,
-    last_json_line,
-    resolve,
-    runtime_variable,
     spark_job,
-    task_states,
 )
 
 SCHEDULE = deployment_setting("bkaudit_checker_schedule", "@daily")
@@ -116,35 +113,16 @@ with DAG(
         timeout=timedelta(minutes=30), outlets=[VIOLATIONS_ASSET],
     )
 
-    @task.bash(trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=15),
-               retries=0,  # its failures are verdicts on this run: retrying would only delay the alert
-               output_processor=last_json_line)
-    def report(params: dict[str, Any] | None = None, run_id: str | None = None, ti: Any = None) -> str:
-        """`bkaudit report` for this run, then the run's verdict: exit 3 when new violations reach
-        `fail_on`, exit 1 when validate or publish did not succeed (the report is written either way)."""
-        states = task_states(ti, ["validate", "check", "publish"])
-        if states.get("check", "success") != "success":
-            raise RuntimeError(f"no report: the check did not succeed ({states.get('check')})")
-        p = params or {}
-        warehouse = resolve(p, "warehouse", "bkaudit_warehouse")
-        out = (p.get("report_dir") or runtime_variable("bkaudit_report_dir")
-               or f"{warehouse.rstrip('/')}/reports")
-        argv = [runtime_variable("bkaudit_bin", "bkaudit"), "report", "--warehouse", warehouse,
-                "--run-id", bk_id(run_id or ""), "--out", out, "--fail-on", str(p.get("fail_on", "critical")),
-                "--json"]
-        config = p.get("config") or runtime_variable("bkaudit_config")
-        if config:
-            argv += ["--config", config]
-        command = " ".join(shlex.quote(a) for a in argv)
-        failed = [f"{t} ({s})" for t, s in states.items() if s in ("failed", "upstream_failed")]
-        if failed:
-            why = shlex.quote(f"bkaudit: report written; the run fails because {', '.join(failed)}")
-            command += f"; rc=$?; echo {why} >&2; exit $(( rc ? rc : 1 ))"
-        return command
+    report = spark_job(
+        "report", "report.py",
+        ["--warehouse", WAREHOUSE, "--run-id", RUN_KEY, "--out", REPORT_DIR,
+         "--fail-on", "{{ params.fail_on }}", "--config", CONFIG],
+        operator=BkauditReportOperator, timeout=timedelta(minutes=15), trigger_rule=TriggerRule.ALL_DONE,
+        retries=0,  # its failures are verdicts on this run: retrying would only delay the alert
+    )
 
     gate = publish_gate()
-    done = report()
     snapshot >> validate >> check
     snapshot >> check
     [validate, check] >> gate >> publish
-    [check, publish] >> done
+    [check, publish] >> report

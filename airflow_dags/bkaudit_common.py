@@ -1,8 +1,9 @@
 """What bkaudit's DAGs share: deployment settings, params, deterministic ids, Spark job tasks, assets.
 
 This file runs in the Airflow environment, which has neither bkaudit nor pyspark (see requirements.txt):
-every bkaudit step runs through `spark-submit` (jobs/ entry points) or the `bkaudit` command, both from the
-Spark/bkaudit environment. Nothing here names a host: where ZooKeeper, the warehouse and Spark are comes
+every bkaudit step of bk_metadata_checker runs through `spark-submit` (jobs/ entry points);
+bk_decommission_audit's answer/drain/remove tasks call the `bkaudit` command of the Spark/bkaudit environment
+(Variable bkaudit_bin). Nothing here names a host: where ZooKeeper, the warehouse and Spark are comes
 from DAG params, falling back to an Airflow Connection (ZooKeeper) and Variables (docs/airflow.md).
 
 Nothing reads the Variable store when a DAG file is parsed (the scheduler parses it every few seconds, and a
@@ -17,7 +18,7 @@ Task-time Variables (read when a task runs, so they can change without a re-pars
     bkaudit_jobs_dir        directory or URI holding jobs/*.py (default: the repository's jobs/)
     bkaudit_spark_conf      JSON object of extra Spark properties (e.g. spark.archives for a packed venv)
     bkaudit_py_files        comma-separated --py-files (e.g. the bkaudit wheel / dist/bkaudit-pyfiles.zip)
-    bkaudit_zk, bkaudit_warehouse, bkaudit_config, bkaudit_report_dir, bkaudit_bin
+    bkaudit_zk, bkaudit_warehouse, bkaudit_config, bkaudit_report_dir, bkaudit_bin (bk_decommission_audit)
 ZooKeeper: the `zk` param, else the Connection `bkaudit_zookeeper` (host/port, or extra {"hosts": "h1:2181,
 h2:2181"}, schema = chroot, login/password = digest credentials; from any secrets backend), else the
 Variable bkaudit_zk.
@@ -35,6 +36,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param
+from airflow.sdk.exceptions import AirflowException
 
 # -- deployment settings (parse time: environment only) -------------------------------------------------
 
@@ -105,6 +107,7 @@ WAREHOUSE = ("{{ bk_required(params.warehouse or var.value.get('bkaudit_warehous
 ROOT = "{{ params.zk_root }}"
 CONFIG = "{{ params.config or var.value.get('bkaudit_config', '') }}"
 RUN_KEY = "{{ bk_id(run_id) }}"
+REPORT_DIR = "{{ bk_report_dir(params) }}"
 
 
 # -- macros --------------------------------------------------------------------------------------------------
@@ -164,7 +167,19 @@ def bk_zk_auth(params: dict[str, Any]) -> str:
     return f"{conn.login}:{conn.password}" if conn is not None and conn.login else ""
 
 
-MACROS = {"bk_id": bk_id, "bk_required": bk_required, "bk_zk": bk_zk, "bk_zk_auth": bk_zk_auth}
+def bk_report_dir(params: dict[str, Any]) -> str:
+    """Where the report job writes the HTML: param report_dir, else Variable bkaudit_report_dir, else
+    <warehouse>/reports (a directory on the Spark driver: in client mode, the Airflow worker)."""
+    chosen = params.get("report_dir") or runtime_variable("bkaudit_report_dir")
+    if chosen:
+        return str(chosen)
+    warehouse = bk_required(params.get("warehouse") or runtime_variable("bkaudit_warehouse"),
+                            "param warehouse or Variable bkaudit_warehouse")
+    return f"{warehouse.rstrip('/')}/reports"
+
+
+MACROS = {"bk_id": bk_id, "bk_required": bk_required, "bk_zk": bk_zk, "bk_zk_auth": bk_zk_auth,
+          "bk_report_dir": bk_report_dir}
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------
@@ -196,10 +211,67 @@ class BkauditSparkSubmitOperator(SparkSubmitOperator):
         return super().execute(context)
 
 
+class BkauditReportOperator(BkauditSparkSubmitOperator):
+    """jobs/report.py through spark-submit, then the DAG run's verdict (the last task of bk_metadata_checker).
+
+    Only the verdict is here, and it needs nothing of bkaudit: the states of the judged upstream tasks and the
+    job's exit status (3 = the run's new violations reach fail_on, after the page is written). Nothing is
+    submitted when `check` did not succeed (there is no run to report). The job's JSON line becomes the XCom
+    when spark-submit relays the driver's output (client mode).
+    """
+
+    judged = ("validate", "check", "publish")
+
+    def execute(self, context: Any) -> Any:
+        ti = context["ti"]
+        states = task_states(ti, list(self.judged))
+        nothing = nothing_to_report(states)
+        if nothing:
+            raise AirflowException(nothing)
+        exit_code, job_error = 0, None
+        try:
+            super().execute(context)
+        except AirflowException as exc:  # the provider's "Cannot execute: ... Error code is: N."
+            found = re.search(r"Error code is: (\d+)", str(exc))
+            exit_code, job_error = (int(found.group(1)) if found else 1), exc
+            self.log.info("bkaudit: jobs/report.py ended with exit status %d", exit_code)
+        fail_on = str((context.get("params") or {}).get("fail_on", "critical"))
+        reasons = run_verdict(states, report_exit=exit_code, fail_on=fail_on)
+        if reasons:
+            raise AirflowException(f"bkaudit: {'; '.join(reasons)}") from job_error
+        return report_summary(getattr(self._hook, "_last_submit_log_lines", None) or ())
+
+
+def nothing_to_report(states: dict[str, str]) -> str | None:
+    """Why the report task must fail without submitting anything: the check did not succeed (None: it did).
+    Without states (an older Task SDK) the job runs and says itself when there is no such run."""
+    check = states.get("check", "success")
+    return None if check == "success" else f"bkaudit: no report: the check did not succeed ({check})"
+
+
+def run_verdict(states: dict[str, str], *, report_exit: int, fail_on: str) -> list[str]:
+    """Why the DAG run fails after the report job ended with `report_exit` ([]: it passes).
+
+    3 is the job's "new violations reach fail_on" (the page exists); any other non-zero: the job failed.
+    A validate or publish that failed (or never ran because its upstream failed) fails the run too.
+    """
+    reasons = []
+    if report_exit == 3:
+        reasons.append(f"report written; new violations reach fail_on={fail_on}")
+    elif report_exit:
+        reasons.append(f"the report job failed (exit {report_exit})")
+    failed = [f"{t} ({s})" for t, s in states.items() if s in ("failed", "upstream_failed")]
+    if failed:
+        reasons.append(f"{'report written; ' if not report_exit else ''}the run fails because "
+                       f"{', '.join(failed)}")
+    return reasons
+
+
 def spark_job(task_id: str, script: str, args: list[str], *, timeout: timedelta,
-              env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+              env: dict[str, str] | None = None, operator: type[BkauditSparkSubmitOperator] | None = None,
+              **kwargs: Any) -> Any:
     """A spark-submit of jobs/<script> with `args` (logged in full by the provider), in the shared pool."""
-    return BkauditSparkSubmitOperator(
+    return (operator or BkauditSparkSubmitOperator)(
         task_id=task_id,
         script=script,
         application_args=args,
@@ -231,6 +303,19 @@ def last_json_line(output: str) -> Any:
         return json.loads(lines[-1]) if lines else None
     except ValueError:
         return None
+
+
+def report_summary(lines: Any) -> dict[str, Any] | None:
+    """The report job's JSON object among the last lines spark-submit printed (Spark's shutdown log follows
+    it), or None (cluster mode: the driver's output stays on the cluster)."""
+    for line in reversed(list(lines)):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(found, dict) and "report" in found:
+            return found
+    return None
 
 
 def task_states(ti: Any, task_ids: list[str]) -> dict[str, str]:

@@ -6,8 +6,6 @@ exit 3 when the run's new violations reach that severity, as `bkaudit check --fa
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_warehouse
@@ -27,12 +25,9 @@ from bkaudit.exitcodes import ExitCode
 def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str, config_path: str | None,
            as_json: bool) -> None:
     """Write a self-contained HTML report (summary, categories, bookies, topics, trend, worst ledgers)."""
-    import bkaudit.spark.settings
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
-    from bkaudit.audit.classification import exit_code
+    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.errors import BkAuditError
-    from bkaudit.report.builder import write
-    from bkaudit.report.data import load
+    from bkaudit.report.outcome import write_and_judge
     from bkaudit.spark.settings import SnapshotSettings
 
     settings = load_settings(None, None, None, config_path, need_zk=False,
@@ -44,17 +39,10 @@ def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str
         return
     require_warehouse(warehouse)
     try:
-        data = load(warehouse, run_id)
-        path = write(data, out_dir)
+        outcome = write_and_judge(warehouse=warehouse, run_id=run_id, out_dir=out_dir, fail_on=fail_on)
     except BkAuditError as exc:
         fail(str(exc), exit_code_for(exc))
         return
-    run = data.run
-    counts = {k: int(v or 0) for k, v in dict(run.get("counts") or []).items()}
-    result: dict[str, Any] = {"report": str(path), "index": str(path.parent / "index.html"),
-                              "run_id": run["run_id"], "snapshot_id": run["snapshot_id"],
-                              "status": run["status"], "counts": counts}
-    emit(result, as_json, lambda r: f"report of run {r['run_id']}: {r['report']}")
-    code = exit_code(counts, fail_on)
-    if code:
-        raise SystemExit(code)
+    emit(outcome.summary, as_json, lambda r: f"report of run {r['run_id']}: {r['report']}")
+    if outcome.exit_code:
+        raise SystemExit(outcome.exit_code)

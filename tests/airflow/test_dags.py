@@ -74,8 +74,8 @@ def test_assets_name_the_deployments_warehouse(tmp_path: Path) -> None:
 
 def test_spark_tasks_share_one_pool_and_take_zookeeper_from_a_connection(dagbag: dict[str, Any]) -> None:
     spark_tasks = [t for d in dagbag["dags"].values() for t in d["tasks"].values()
-                   if t["operator"] == "BkauditSparkSubmitOperator"]
-    assert len(spark_tasks) >= 6 and {t["pool"] for t in spark_tasks} == {"bkaudit"}
+                   if t["operator"] in ("BkauditSparkSubmitOperator", "BkauditReportOperator")]
+    assert len(spark_tasks) >= 7 and {t["pool"] for t in spark_tasks} == {"bkaudit"}
     for t in spark_tasks:
         assert t["env_vars"]["BKAUDIT_ZK__AUTH_DIGEST"] == "{{ bk_zk_auth(params) }}"
         args = t["application_args"]
@@ -109,11 +109,19 @@ def test_metadata_checker_structure(dagbag: dict[str, Any]) -> None:
     assert tasks["snapshot"]["retries"] >= 1 and tasks["check"]["retries"] >= 1
     assert tasks["check"]["trigger_rule"] == "all_done_min_one_success"
     assert tasks["publish_gate"]["operator"] == "_ShortCircuitDecoratedOperator"
+    check_args = tasks["check"]["application_args"]
     assert tasks["report"]["trigger_rule"] == "all_done" and tasks["report"]["retries"] == 0
+    # the report through the same spark-submit path (no second bkaudit environment), its verdict in Airflow
+    assert tasks["report"]["operator"] == "BkauditReportOperator"
+    assert tasks["report"]["application"].endswith("/jobs/report.py")
+    assert (REPO / "jobs" / "report.py").is_file()
+    report_args = tasks["report"]["application_args"]
+    assert report_args[report_args.index("--run-id") + 1] == check_args[check_args.index("--run-id") + 1]
+    assert report_args[report_args.index("--fail-on") + 1] == "{{ params.fail_on }}"
+    assert report_args[report_args.index("--out") + 1] == "{{ bk_report_dir(params) }}"
     assert "bkaudit_violations" in tasks["check"]["outlets"]
     assert "bkaudit_violations" in tasks["publish"]["outlets"]
     # deterministic ids from the Airflow run: snapshot and check agree, retries replace their own rows
-    check_args = tasks["check"]["application_args"]
     assert check_args[check_args.index("--run-id") + 1] == check_args[check_args.index("--snapshot-id") + 1]
     assert "--run-id" in tasks["publish"]["application_args"]
     params = dag["params"]
@@ -121,6 +129,54 @@ def test_metadata_checker_structure(dagbag: dict[str, Any]) -> None:
             "validation_fail_on", "report_dir"} <= set(params)
     assert params["publish"]["default"] is False and params["fail_on"]["default"] == "critical"
     assert params["zk"]["default"] == "" and params["warehouse"]["default"] == ""  # no hard-coded hosts
+
+
+# What the run's verdict must be, by the upstream states and the report job's exit status (the DAG's docs):
+# red after the page when fail_on is reached (job exit 3) or validate/publish failed; nothing to report
+# (and red) when check failed; a skipped publish (gate off) is fine.
+VERDICT_CASES = [
+    # (states, report job exit, red?, words the reason must contain)
+    ({"validate": "success", "check": "success", "publish": "success"}, 0, False, []),
+    ({"validate": "success", "check": "success", "publish": "skipped"}, 0, False, []),
+    ({"validate": "success", "check": "success", "publish": "skipped"}, 3, True,
+     ["report written", "fail_on=warning"]),
+    ({"validate": "failed", "check": "success", "publish": "upstream_failed"}, 0, True,
+     ["report written", "validate (failed)", "publish (upstream_failed)"]),
+    ({"validate": "success", "check": "success", "publish": "failed"}, 3, True,
+     ["fail_on=warning", "publish (failed)"]),
+    ({"validate": "success", "check": "success", "publish": "skipped"}, 1, True,
+     ["report job failed (exit 1)"]),
+    ({}, 0, False, []),  # a Task SDK that cannot tell the states: the job's own verdict only
+]
+NOTHING_CASES = [
+    ({"validate": "success", "check": "failed", "publish": "upstream_failed"},
+     "check did not succeed (failed)"),
+    ({"validate": "failed", "check": "upstream_failed"}, "check did not succeed (upstream_failed)"),
+    ({"validate": "failed", "check": "success", "publish": "upstream_failed"}, None),
+    ({}, None),
+]
+
+
+def test_report_verdict_in_the_airflow_environment(tmp_path: Path) -> None:
+    # the verdict code of BkauditReportOperator, run where it runs (Airflow's venv, no bkaudit there)
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import bkaudit_common as c; "
+            "v, n = json.loads(sys.argv[2]), json.loads(sys.argv[3]); print('BKAUDIT-PROBE ' + json.dumps("
+            "[[c.run_verdict(s, report_exit=e, fail_on='warning') for s, e in v], "
+            "[c.nothing_to_report(s) for s in n]]))")
+    proc = subprocess.run([str(AIRFLOW_PY), "-c", code, str(DAGS),
+                           json.dumps([[s, e] for s, e, _, _ in VERDICT_CASES]),
+                           json.dumps([s for s, _ in NOTHING_CASES])],
+                          env=airflow_env(tmp_path), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=180, check=False)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("BKAUDIT-PROBE ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    verdicts, nothing = json.loads(lines[-1].removeprefix("BKAUDIT-PROBE "))
+    for (states, exit_code, red, words), reasons in zip(VERDICT_CASES, verdicts, strict=True):
+        assert bool(reasons) is red, (states, exit_code, reasons)
+        text = "; ".join(reasons)
+        assert all(w in text for w in words), (states, exit_code, text)
+    for (states, why), got in zip(NOTHING_CASES, nothing, strict=True):
+        assert (got is None) if why is None else (why in got), (states, got)
 
 
 def test_decommission_audit_structure(dagbag: dict[str, Any]) -> None:
@@ -186,6 +242,7 @@ def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_
             # short jobs: a JVM that starts fast matters more than peak JIT speed
             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}),
         AIRFLOW_VAR_BKAUDIT_TASK_RETRIES="0",
+        AIRFLOW_VAR_BKAUDIT_BIN=str(tmp_path / "no-such-bkaudit"),  # the report needs no bkaudit command
         PYSPARK_PYTHON=sys.executable,
     )
     migrate = subprocess.run([str(AIRFLOW_BIN), "db", "migrate"], env=env, cwd=home, capture_output=True,
@@ -226,4 +283,22 @@ def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_
     assert dict(runs[0]["counts"])["placement_fail"] == 1
     assert not mine[0]["published"]  # publish param off: the gate skipped publishing
     assert read_arrow(str(warehouse), "validation_results", snapshot_id=run_id).num_rows > 0
-    assert (reports / f"report-{run_id}.html").is_file() and (reports / "index.html").is_file()
+    # the report: written by jobs/report.py through spark-submit, the verdict green (placement_fail is a
+    # warning, below the default fail_on=critical)
+    assert any("Spark-Submit cmd:" in x and "/jobs/report.py" in x for x in log.splitlines())
+    page = reports / f"report-{run_id}.html"
+    assert page.is_file() and (reports / "index.html").is_file()
+    assert run_id in page.read_text() and str(misplaced) in page.read_text()
+
+    # the same run judged at fail_on=warning: the page is written again, then the task fails naming the
+    # threshold (the run's conf keeps report_dir; the task param only changes fail_on)
+    page.unlink()
+    (reports / "index.html").unlink()
+    judged = subprocess.run([str(AIRFLOW_BIN), "tasks", "test", "bk_metadata_checker", "report", "2026-11-22",
+                             "-t", json.dumps({"fail_on": "warning"})], env=env, cwd=home,
+                            capture_output=True, text=True, timeout=400, check=False)
+    judged_log = judged.stdout + judged.stderr
+    (tmp_path / "tasks-test-report.log").write_text(judged_log)
+    assert page.is_file() and (reports / "index.html").is_file(), judged_log[-6000:]
+    assert "bkaudit: report written; new violations reach fail_on=warning" in judged_log, judged_log[-6000:]
+    assert judged.returncode != 0 or "new_state=failed" in judged_log, judged_log[-6000:]

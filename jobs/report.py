@@ -1,0 +1,61 @@
+"""spark-submit entry point: the HTML report of a checker run and its verdict (the DAG's last step).
+
+    spark-submit jobs/report.py --warehouse s3a://bucket/bkaudit --run-id ID --out /srv/bkaudit/reports \
+        [--fail-on never|warning|critical]
+
+The same code path as `bkaudit report` (`bkaudit.report.outcome`): reads the run's tables with delta-rs on the
+driver (no Spark context is started) and writes report-<run_id>.html and index.html into --out, a directory
+on the driver (in client mode: the machine that ran spark-submit). Submitted like the other jobs so a
+scheduler needs no second bkaudit environment for it. Prints {"report", "index", "run_id", "snapshot_id",
+"status", "counts", "fail_on", "fail_on_reached"} as JSON; exits 0, 3 when the run's new violations reach
+--fail-on (after the page is written), 1 when it could not run (no such run), 2 for invalid settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="report", description=__doc__.splitlines()[0])
+    parser.add_argument("--warehouse", help="Delta tables directory or URI (default [snapshot] warehouse)")
+    parser.add_argument("--run-id", help="checker run to report (default: the latest succeeded run)")
+    parser.add_argument("--out", required=True, help="directory for report-<run_id>.html and index.html")
+    parser.add_argument("--fail-on", choices=["never", "warning", "critical"], default="never",
+                        help="exit 3 when the run's new violations reach this severity (default never)")
+    parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
+    args = parser.parse_args(argv)
+
+    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
+    from bkaudit import config
+    from bkaudit.cli_common import CommandError, require_warehouse
+    from bkaudit.errors import BkAuditError, ConfigError
+    from bkaudit.report.outcome import write_and_judge
+    from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.tables import location
+
+    try:
+        settings = config.load(path=args.config, overrides={"snapshot.warehouse": args.warehouse})
+        location.configure_from(settings)  # [tables] storage options
+        warehouse = settings.get(SnapshotSettings).warehouse
+        if not warehouse:
+            raise ConfigError("snapshot.warehouse", "no warehouse given: use --warehouse or set it")
+        require_warehouse(warehouse)
+        outcome = write_and_judge(warehouse=warehouse, run_id=args.run_id, out_dir=args.out,
+                                  fail_on=args.fail_on)
+    except CommandError as exc:
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        return exc.exit_code
+    except (BkAuditError, ValueError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
+    print(json.dumps(outcome.summary))
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    from bkaudit.shutdown import exit_process
+
+    exit_process(main())  # not sys.exit: native threads can abort interpreter teardown (bkaudit.shutdown)
