@@ -202,12 +202,25 @@ class LocalCluster:
     def _start_many(self, bookies: list[BookieInfo], *, wait: bool = True) -> None:
         zk = self.zk_client()
         owners = {b.id: _owner(zk, b.id, self.root) for b in bookies}
+        stale = {i: o for i, o in owners.items() if o is not None and o != -1}  # left by a killed process
+        self._wait_stale_registrations_expired(zk, stale)
         for b in bookies:
             self._spawn(b)
         self._save()
         if wait:
             for b in bookies:
                 self._wait_registered(zk, b, owners[b.id])
+
+    def _wait_stale_registrations_expired(self, zk: KazooClient, stale: dict[str, int]) -> None:
+        """A bookie restarted right after a kill finds its old registration still held by the dead session
+        and, as BookKeeper's checkRegNodeAndWaitExpired, waits only one session timeout for it: on a loaded
+        machine ZooKeeper can expire the session later than that. The harness, not the bookie, waits longer.
+        """
+        deadline = time.monotonic() + 5 * BOOKIE_SESSION_TIMEOUT_S
+        while stale and time.monotonic() < deadline:
+            stale = {i: o for i, o in stale.items() if _owner(zk, i, self.root) == o}
+            if stale:
+                time.sleep(0.2)
 
     def _spawn(self, b: BookieInfo) -> None:
         # setpriv, not a preexec_fn: Python code between fork and exec aborts in a process with gRPC threads

@@ -18,7 +18,8 @@ class TablesSettings:
 
     # delta-rs storage options (its key names), also mapped to pyarrow's S3/GCS/Azure filesystems, e.g.
     # {aws_endpoint_url = "http://minio:9000", aws_region = "us-east-1", aws_conditional_put = "etag"}
-    storage_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    # (TOML booleans and numbers are accepted and passed on as strings: options())
+    storage_options: dict[str, str | bool | int | float] = dataclasses.field(default_factory=dict)
     # vacuum deletes files unreferenced for longer than this (time travel and running readers need them)
     retention_hours: int = 168
     # retention of runs: vacuum --yes also deletes runs whose run/snapshot date is older; 0 = keep every run
@@ -27,7 +28,7 @@ class TablesSettings:
     def __post_init__(self) -> None:
         for key, value in self.storage_options.items():
             if not isinstance(value, str | int | float | bool):
-                raise ConfigError(f"tables.storage_options.{key}", f"expected a string, got {value!r}")
+                raise ConfigError(f"tables.storage_options.{key}", f"expected a string, got {value!r}")  # pragma: no cover
         if self.retention_hours < 0:
             raise ConfigError("tables.retention_hours", "must be >= 0")
         if self.keep_run_days < 0:

@@ -431,7 +431,7 @@ def test_cli_snapshot_json(spark: Any, snapshot: dict[str, Any], tmp_path: Path)
     assert (summary["snapshot_id"], summary["ledgers"], summary["unparseable"]) == ("cli-1", 6, 1)
 
 
-def test_cli_failure_is_one_line_and_exit_1(spark: Any, snapshot: dict[str, Any], tmp_path: Path) -> None:
+def test_cli_bad_snapshot_id_is_one_line_and_a_usage_error(spark: Any, snapshot: dict[str, Any], tmp_path: Path) -> None:
     from bkaudit.cli import cli
 
     result = CliRunner().invoke(
@@ -449,7 +449,7 @@ def test_cli_failure_is_one_line_and_exit_1(spark: Any, snapshot: dict[str, Any]
         ],
         env={"BKAUDIT_CONF": ""},
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a bad argument value: usage (docs/cli.md exit-code table)
     assert result.output.strip().count("\n") == 0 and "snapshot id" in result.output
 
 
