@@ -28,7 +28,7 @@ class TablesSettings:
     def __post_init__(self) -> None:
         for key, value in self.storage_options.items():
             if not isinstance(value, str | int | float | bool):
-                raise ConfigError(f"tables.storage_options.{key}", f"expected a string, got {value!r}")  # pragma: no cover
+                raise ConfigError(f"tables.storage_options.{key}", f"expected a string, got {value!r}")
         if self.retention_hours < 0:
             raise ConfigError("tables.retention_hours", "must be >= 0")
         if self.keep_run_days < 0:

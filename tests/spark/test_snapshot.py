@@ -431,7 +431,9 @@ def test_cli_snapshot_json(spark: Any, snapshot: dict[str, Any], tmp_path: Path)
     assert (summary["snapshot_id"], summary["ledgers"], summary["unparseable"]) == ("cli-1", 6, 1)
 
 
-def test_cli_bad_snapshot_id_is_one_line_and_a_usage_error(spark: Any, snapshot: dict[str, Any], tmp_path: Path) -> None:
+def test_cli_bad_snapshot_id_is_one_line_and_a_usage_error(
+    spark: Any, snapshot: dict[str, Any], tmp_path: Path
+) -> None:
     from bkaudit.cli import cli
 
     result = CliRunner().invoke(
