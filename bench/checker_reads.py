@@ -29,6 +29,7 @@ import argparse
 import os
 import platform
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -264,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = 2 if args.quick else args.runs
     from bkaudit.cluster.local import LocalCluster
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its cluster down
     m: dict[str, Any] = {"ledgers": n, "runs": runs, "setup": {}, "load_start": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-reads-") as tmp:
         t0 = time.perf_counter()
