@@ -206,8 +206,9 @@ def report(m: dict[str, Any]) -> str:
         "",
         "| measure | seconds | ledgers/s |",
         "|---|---:|---:|",
-        f"| (a) bkaudit: snapshot + check (`bkaudit check --fresh`), read evidence with default `[checker]` "
-        "read settings (listing probe 5 s, verification_percentage 0, 64 reads in flight per bookie) | "
+        "| (a) bkaudit: snapshot + check (what `bkaudit check --fresh` runs), read evidence with default "
+        "`[checker]` read settings (listing probe 5 s, verification_percentage 0, 64 reads in flight per "
+        "bookie) | "
         f"{a_med:.1f} ({a_min:.1f}-{a_max:.1f}) | {rate(a_med, a_min, a_max)} |",
         f"| of which the snapshot | {snap[0]:.1f} ({snap[1]:.1f}-{snap[2]:.1f}) | |",
         f"| of which the check | {check[0]:.1f} ({check[1]:.1f}-{check[2]:.1f}) | "
