@@ -30,6 +30,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,14 +58,10 @@ def plan(
     from bkaudit.model.quorum import write_set
 
     rng = random.Random(SEED)
-    layouts: dict[int, tuple[int, int, int, tuple[str, ...]]] = {}
-    for i in range(n):
-        e, wq, aq = QUORUMS[i % 2]
-        k = (i // 2) % len(bookies)
-        layouts[i] = (e, wq, aq, tuple(bookies[(k + j) % len(bookies)] for j in range(e)))
+    layouts = layouts_for(n, bookies)
     holes: dict[int, dict[str, set[int]]] = {}
     for lid in rng.sample(range(n), max(3, int(n * HOLE_FRACTION))):
-        e, wq, aq, ens = layouts[lid]
+        e, wq, _aq, ens = layouts[lid]
         entry = rng.randrange(entries)
         copies = [ens[i] for i in write_set(entry, e, wq)]
         kind = rng.choice(("one", "one", "run", "two"))
@@ -82,10 +79,25 @@ def plan(
     return layouts, holes
 
 
+def layouts_for(n: int, bookies: list[str]) -> dict[int, tuple[int, int, int, tuple[str, ...]]]:
+    """{ledger: (E, WQ, AQ, ensemble)}: E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, ensembles rotating."""
+    layouts: dict[int, tuple[int, int, int, tuple[str, ...]]] = {}
+    for i in range(n):
+        e, wq, aq = QUORUMS[i % 2]
+        k = (i // 2) % len(bookies)
+        layouts[i] = (e, wq, aq, tuple(bookies[(k + j) % len(bookies)] for j in range(e)))
+    return layouts
+
+
+def length_of(entries: int | Mapping[int, int], lid: int) -> int:
+    """Entries of ledger `lid`: one length for all, or one per ledger."""
+    return entries if isinstance(entries, int) else entries[lid]
+
+
 def truth(
     layouts: dict[int, tuple[int, int, int, tuple[str, ...]]],
     holes: dict[int, dict[str, set[int]]],
-    entries: int,
+    entries: int | Mapping[int, int],
 ) -> dict[int, tuple[str, list[tuple[int, int]]]]:
     """Expected category and entries below WQ of every damaged ledger (naive, per entry)."""
     from bkaudit.model.quorum import write_set
@@ -94,7 +106,7 @@ def truth(
     for lid, lost in holes.items():
         e, wq, aq, ens = layouts[lid]
         least, under = wq, []
-        for x in range(entries):
+        for x in range(length_of(entries, lid)):
             copies = sum(1 for i in write_set(x, e, wq) if x not in lost.get(ens[i], ()))
             least = min(least, copies)
             if copies < wq:
@@ -129,7 +141,7 @@ def _bookie_share(
     def ledgers():
         for lid, e, wq, ens in layouts:
             idx = ens.index(bookie)
-            mine = entries_of_bookie(idx, 0, entries - 1, e, wq)
+            mine = entries_of_bookie(idx, 0, length_of(entries, lid) - 1, e, wq)
             gone = lost.get(lid)
             if not gone:
                 yield lid, list(mine.runs())
@@ -143,8 +155,10 @@ def load_bookies(
     cluster: Any,
     layouts: dict[int, tuple[int, int, int, tuple[str, ...]]],
     holes: dict[int, dict[str, set[int]]],
-    entries: int,
+    entries: int | Mapping[int, int],
+    worker: Any = None,
 ) -> int:
+    """Stop every bookie, load its share (`worker`, default `_bookie_share`, 2 processes), restart it."""
     jobs = []
     for b in cluster.bookies:
         mine = [(lid, e, wq, ens) for lid, (e, wq, _aq, ens) in layouts.items() if b.id in ens]
@@ -153,7 +167,7 @@ def load_bookies(
     for b in cluster.bookies:
         cluster.stop_bookie(b.id)
     with ProcessPoolExecutor(2) as pool:
-        total = sum(pool.map(_bookie_share, jobs))
+        total = sum(pool.map(worker or _bookie_share, jobs))
     for b in cluster.bookies:
         cluster.start_bookie(b.id, wait=False)
     _wait_registered(cluster)
@@ -196,8 +210,9 @@ def _wait_registered(cluster: Any, timeout_s: float = 120.0) -> None:
 def load_metadata(
     cluster: Any,
     layouts: dict[int, tuple[int, int, int, tuple[str, ...]]],
-    entries: int,
+    entries: int | Mapping[int, int],
     root: str | None = None,
+    digest: str = "DUMMY",
 ) -> float:
     """Every ledger's metadata (BookKeeper v3) in pipelined multi() transactions; returns seconds."""
     from bkaudit.formats.ledger_metadata import serialize
@@ -209,7 +224,7 @@ def load_metadata(
     root = root or cluster.root
     if root != cluster.root:
         init_cluster(zk, root=root)
-    blobs: dict[tuple[int, int, int, tuple[str, ...]], bytes] = {}
+    blobs: dict[tuple[int, int, int, tuple[str, ...], int], bytes] = {}
     t0 = time.perf_counter()
     leaf = {lid: paths.ledger_path(lid, root=root) for lid in layouts}
     for parent in sorted({p.rsplit("/", 1)[0] for p in leaf.values()}):
@@ -219,18 +234,18 @@ def load_metadata(
     for start in range(0, len(ids), CREATE_BATCH):
         txn = zk.transaction()
         for lid in ids[start : start + CREATE_BATCH]:
-            key = layouts[lid]
+            key = (*layouts[lid], length_of(entries, lid))
             if key not in blobs:
-                e, wq, aq, ens = key
+                e, wq, aq, ens, length = key
                 blobs[key] = serialize(
                     LedgerMetadata(
                         e,
                         wq,
                         aq,
                         LedgerState.CLOSED,
-                        entries - 1,
-                        entries * 100,
-                        DigestType.DUMMY,
+                        length - 1,
+                        length * 100,
+                        DigestType[digest],
                         b"",
                         (Segment(0, ens),),
                         ctime=1_795_000_000_000,
@@ -310,10 +325,23 @@ def spark_check(
 # -- (b) the sequential, BookKeeper-style baseline -----------------------------------------------------------
 
 
-def baseline(zk_connect: str, root: str, ledger_ids: list[int], conn: Any) -> None:
-    """BookKeeper's replicas check shape, in one process: <= 100 ledgers in flight, one message per (ledger,
-    bookie); metadata read per ledger; answers decoded and compared with the same code as the Spark job."""
+def baseline(
+    zk_connect: str,
+    root: str,
+    ledger_ids: list[int],
+    conn: Any,
+    in_flight: int = BASELINE_IN_FLIGHT,
+    reads_percentage: float | None = None,
+) -> None:
+    """BookKeeper's replicas check shape, in one process: <= `in_flight` ledgers in flight, one message per
+    (ledger, bookie); metadata read per ledger; answers decoded and compared with the same code as the Spark
+    job.
+
+    With `reads_percentage`, checkAllLedgers' shape instead (LedgerChecker): per (ledger, bookie) one read per
+    entry `bkaudit.audit.reads.plan_reads` picks (first and last stored per segment, plus that percentage),
+    all sent at once (inFlightReadEntryNumInLedgerChecker = -1), each entry's digest verified."""
     from bkaudit.audit.durability import LedgerShape, assess, expected_by_bookie
+    from bkaudit.audit.reads import plan_reads
     from bkaudit.formats.ledger_metadata import parse
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.spark.fanout import judge_answer
@@ -334,7 +362,7 @@ def baseline(zk_connect: str, root: str, ledger_ids: list[int], conn: Any) -> No
         result = zk.get_async(paths.ledger_path(lid, root=root))
         result.rawlink(lambda r, lid=lid: events.put(("meta", lid, r)))
 
-    for _ in range(BASELINE_IN_FLIGHT):
+    for _ in range(in_flight):
         lid = next(todo, None)
         if lid is None:
             break
@@ -347,20 +375,31 @@ def baseline(zk_connect: str, root: str, ledger_ids: list[int], conn: Any) -> No
             md = parse(data)
             shape = LedgerShape.from_metadata(lid, md, version=stat.version)
             wanted = list(expected_by_bookie(shape))
-            state[lid] = {"shape": shape, "waiting": len(wanted), "answers": {}}
-            for bookie in wanted:
-                fut = pool.get(bookie).get_list_of_entries(lid)
-                fut.add_done_callback(lambda f, lid=lid, b=bookie: events.put(("ans", lid, (b, f))))
+            if reads_percentage is None:
+                calls = [(b, pool.get(b).get_list_of_entries(lid)) for b in wanted]
+            else:
+                calls = [
+                    ((b, x), pool.get(b).read_entry(lid, x))
+                    for b, wants in expected_by_bookie(shape).items()
+                    for x in plan_reads(shape, b, reads_percentage, expected=wants).entries
+                ]
+            state[lid] = {"shape": shape, "digest": md.digest_type.name, "waiting": len(calls), "answers": {}}
+            for key, fut in calls:
+                fut.add_done_callback(lambda f, lid=lid, k=key: events.put(("ans", lid, (k, f))))
             continue
-        bookie, fut = payload
+        key, fut = payload
         st = state[lid]
         exc = fut.exception()
-        st["answers"][bookie] = exc if exc is not None else fut.result()
+        st["answers"][key] = exc if exc is not None else fut.result()
         st["waiting"] -= 1
         if st["waiting"]:
             continue
         shape = st["shape"]
-        a = assess(shape, [judge_answer(shape, b, v) for b, v in st["answers"].items()])
+        if reads_percentage is None:
+            evidence = [judge_answer(shape, b, v) for b, v in st["answers"].items()]
+        else:
+            evidence = _read_evidence(shape, st["digest"], st["answers"])
+        a = assess(shape, evidence)
         if a.category is not None:
             found[lid] = (a.category.value, list(a.under_replicated))
         del state[lid]
@@ -376,12 +415,33 @@ def baseline(zk_connect: str, root: str, ledger_ids: list[int], conn: Any) -> No
     conn.send({"seconds": elapsed, "ledgers": done, "found": found})
 
 
-def run_baseline(cluster: Any, n: int) -> dict[str, Any]:
+def _read_evidence(shape: Any, digest_type: str, answers: dict[tuple[str, int], Any]) -> list[Any]:
+    """One BookieEvidence per bookie from its entry reads: failures by status, bodies by their digest."""
+    from bkaudit.audit.durability import STATUS_OK
+    from bkaudit.audit.reads import STATUS_CORRUPT, read_evidence, summarise_reads, verify_entry
+    from bkaudit.errors import BookieError
+
+    outcomes: dict[str, dict[int, str]] = {}
+    errors: dict[str, dict[int, str]] = {}
+    for (bookie, entry), value in answers.items():
+        mine = outcomes.setdefault(bookie, {})
+        if isinstance(value, BaseException):
+            mine[entry] = value.status if isinstance(value, BookieError) else "UNAVAILABLE"
+            errors.setdefault(bookie, {})[entry] = str(value)
+        else:
+            problem = verify_entry(shape.ledger_id, entry, bytes(value), digest_type)
+            mine[entry] = STATUS_OK if problem is None else STATUS_CORRUPT
+    return [read_evidence(shape, b, summarise_reads(o, errors.get(b))) for b, o in outcomes.items()]
+
+
+def run_baseline(cluster: Any, n: int, **options: Any) -> dict[str, Any]:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=baseline, args=(cluster.zk, cluster.root, list(range(n)), child))
+    proc = ctx.Process(
+        target=baseline, args=(cluster.zk, cluster.root, list(range(n)), child), kwargs=options
+    )
     proc.start()
     out = parent.recv()
     proc.join()

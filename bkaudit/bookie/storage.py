@@ -514,10 +514,29 @@ def bulk_load_index(data_dir: str | os.PathLike[str],
                     *, master_key: bytes = BULK_MASTER_KEY, chunk: int = 200_000) -> int:
     """Write entries for many ledgers fast (benchmarks): tiny DUMMY-digest entries for each inclusive run.
 
-    Each body is a valid entry (`ledgerId | entryId | LAC | length`, DUMMY digest, empty payload). The data
-    directory must not be in use (the directory lock is taken). Commits every `chunk` rows with
-    `synchronous=OFF` (a crash mid-load only loses the load, which is then re-run) and returns the number of
-    entries written; the final checkpoint leaves a normal WAL database.
+    Each body is a valid entry (`ledgerId | entryId | LAC | length`, DUMMY digest, empty payload). Loaded as
+    `bulk_load_entries` loads; returns the number of entries written.
+    """
+    pack = _HEADER.pack
+
+    def bodies(ledger_id: int, runs: Iterable[tuple[int, int]]) -> Iterable[tuple[int, bytes]]:
+        for first, last in runs:
+            for e in range(first, last + 1):
+                yield e, pack(ledger_id, e, e - 1, 0)
+
+    return bulk_load_entries(data_dir, ((lid, bodies(lid, runs)) for lid, runs in ledgers),
+                             master_key=master_key, chunk=chunk)
+
+
+def bulk_load_entries(data_dir: str | os.PathLike[str],
+                      ledgers: Iterable[tuple[int, Iterable[tuple[int, bytes]]]],
+                      *, master_key: bytes = BULK_MASTER_KEY, chunk: int = 200_000) -> int:
+    """Write given entry bodies for many ledgers fast (benchmarks): `(ledger_id, [(entry_id, body), ...])`.
+
+    The bodies are stored as given (callers package them with `formats.entry.DigestManager`), every ledger is
+    recorded with `master_key`, unfenced. The data directory must not be in use (the directory lock is taken).
+    Commits every `chunk` rows with `synchronous=OFF` (a crash mid-load only loses the load, which is then
+    re-run) and returns the number of entries written; the final checkpoint leaves a normal WAL database.
     """
     cur = current_dir(data_dir)
     cur.mkdir(parents=True, exist_ok=True)
@@ -530,15 +549,13 @@ def bulk_load_index(data_dir: str | os.PathLike[str],
         conn = connect_db(cur / DB_NAME)
         conn.executescript(_SCHEMA)
         conn.execute("PRAGMA synchronous=OFF")
-        pack = _HEADER.pack
         total = 0
         rows: list[tuple[int, int, bytes]] = []
         ledger_rows: list[tuple[int, bytes, int, None]] = []
         conn.execute("BEGIN")
-        for ledger_id, runs in ledgers:
+        for ledger_id, entries in ledgers:
             ledger_rows.append((ledger_id, master_key, 0, None))
-            for first, last in runs:
-                rows.extend((ledger_id, e, pack(ledger_id, e, e - 1, 0)) for e in range(first, last + 1))
+            rows.extend((ledger_id, e, body) for e, body in entries)
             if len(rows) >= chunk:
                 conn.executemany(_UPSERT_ENTRY, rows)
                 conn.executemany(_UPSERT_LEDGER, ledger_rows)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bkaudit.bookie.runs import EntryRuns
-from bkaudit.bookie.storage import Storage, StorageLocked, bulk_load_index
+from bkaudit.bookie.storage import Storage, StorageLocked, bulk_load_entries, bulk_load_index
 from bkaudit.errors import BookieError
 from bkaudit.formats import availability
 from bkaudit.formats.entry import DigestManager, master_key
@@ -211,6 +211,22 @@ def test_bulk_load_index(tmp_path: Path) -> None:
         assert dm.verify(got, 8).entry_id == 8
         assert s.ledger_state(1).master_key == master_key(b"")  # type: ignore[union-attr]
 
+
+
+def test_bulk_load_entries_stores_given_bodies(tmp_path: Path) -> None:
+    crc = {lid: DigestManager(lid, b"", DigestType.CRC32C) for lid in (3, 4)}
+    bodies = {(lid, e): crc[lid].package(e, e - 1, 100 * (e + 1), bytes([e]) * 100) for lid in (3, 4)
+              for e in range(6) if (lid, e) != (4, 2)}  # entry 2 of ledger 4 left out: a hole
+    ledgers = [(lid, [(e, b) for (k, e), b in bodies.items() if k == lid]) for lid in (3, 4)]
+    assert bulk_load_entries(tmp_path, ledgers, chunk=4) == 11
+    with Storage(tmp_path) as s:
+        assert s.entry_runs(3) == [(0, 5)]
+        assert s.entry_runs(4) == [(0, 1), (3, 5)]
+        assert s.read_entry(4, 5) == bodies[(4, 5)]
+        assert crc[3].verify(s.read_entry(3, 0), 0).payload == b"\x00" * 100
+        with pytest.raises(BookieError, match="ENOENTRY"):
+            s.read_entry(4, 2)
+        assert s.ledger_state(4).master_key == master_key(b"")  # type: ignore[union-attr]
 
 # -- batch listing wire bytes -------------------------------------------------------------------------------
 def test_batch_listing_bytes_equal_protobuf_encoding() -> None:
