@@ -155,7 +155,11 @@ def _judge(
     """(reason, refill ranges) when this (segment, index) is under-replicated, else None."""
     if state is BookieState.LOST:
         return Reason.LOST, None
-    if bookie in draining and expected is not None and expected.count() > 0:
+    if bookie in draining:
+        # like a lost bookie: it leaves every segment naming it, even one where it stores no entry (the drain
+        # counts any ensemble naming it, so skipping those would mark and skip the ledger forever). A closed
+        # fragment is copied and swapped; the open last segment of an OPEN ledger is the writer's (grace, then
+        # fence + recover: open_last_segment_at_risk counts a draining bookie as not writable).
         return Reason.DRAINING, None
     if expected is None or expected.count() == 0 or bookie not in answers:
         return None
@@ -191,12 +195,15 @@ def bookies_to_probe(
     return list(wanted)
 
 
-def open_last_segment_at_risk(metadata: LedgerMetadata, writable: Collection[str]) -> bool:
+def open_last_segment_at_risk(
+    metadata: LedgerMetadata, writable: Collection[str], draining: Collection[str] = ()
+) -> bool:
     """BookKeeper's isLastSegmentOpenAndMissingBookies: not CLOSED and a bookie of the last ensemble is not
-    writable (read-only counts as missing: the writer cannot add to it)."""
+    writable (read-only counts as missing: the writer cannot add to it). A Draining bookie counts as missing
+    even in the moment before it re-registers read-only."""
     if metadata.state is LedgerState.CLOSED:
         return False
-    return any(b not in writable for b in metadata.segments[-1].ensemble)
+    return any(b not in writable or b in draining for b in metadata.segments[-1].ensemble)
 
 
 @dataclass

@@ -39,6 +39,7 @@ from bkaudit.autorecovery.fragments import (
     find_fragments,
     open_last_segment_at_risk,
     plan_repairs,
+    segment_closed,
 )
 from bkaudit.autorecovery.queue import LedgerPicker, holds_lock
 from bkaudit.autorecovery.settings import AutoRecoverySettings
@@ -318,7 +319,7 @@ class ReplicationWorker:
         lac = None if metadata.is_closed else self._lac(ledger_id, metadata)
         if verified:
             left = find_fragments(metadata, states, {}, lac=lac, draining=draining)
-            if not left and not open_last_segment_at_risk(metadata, writable):
+            if not left and not open_last_segment_at_risk(metadata, writable, draining):
                 return self._resolve(ledger_id, version), None
             return None, RepairReport()  # not clean: re-read and evaluate fully
         answers = self._probe(ledger_id, bookies_to_probe(metadata, states, lac))
@@ -328,7 +329,8 @@ class ReplicationWorker:
         fragments = find_fragments(metadata, states, answers, lac=lac, marked=marked, draining=draining)
         repairs = plan_repairs(metadata, fragments)
         if not repairs:
-            if open_last_segment_at_risk(metadata, writable) or any(not f.closed for f in fragments):
+            at_risk = open_last_segment_at_risk(metadata, writable, draining)
+            if at_risk or any(not f.closed for f in fragments):
                 return self._defer_open(ledger_id, version), None
             return self._resolve(ledger_id, version), None
         report = self._repair(ledger_id, known, repairs, answers, states)
@@ -552,7 +554,11 @@ class ReplicationWorker:
             metadata, _ = sh.store.read(ledger_id)
         except NoSuchLedger:
             return self._resolve_deleted(ledger_id, version)
-        if not metadata.is_closed and open_last_segment_at_risk(metadata, sh.view.writable()):
+        draining = sh.lifecycle.draining() if sh.lifecycle is not None else frozenset()
+        if not metadata.is_closed and (
+            open_last_segment_at_risk(metadata, sh.view.writable(), draining)
+            or self._draining_waits_on_lac(ledger_id, metadata, draining)
+        ):
             sh.events.emit("fencing", ledger=ledger_id, state=metadata.state.name, worker=self.name)
             sh.recover(ledger_id)
             sh.metrics.inc(m.LEDGERS_FENCED)
@@ -561,6 +567,17 @@ class ReplicationWorker:
                 "recovered", ledger=ledger_id, last_entry_id=closed.last_entry_id, state=closed.state.name
             )
         return self._rereplicate(ledger_id, version)
+
+    def _draining_waits_on_lac(
+        self, ledger_id: int, metadata: LedgerMetadata, draining: frozenset[str]
+    ) -> bool:
+        """A draining bookie is in an earlier segment of this OPEN ledger that is still not closed (the LAC
+        has not reached the last segment, or is unknown) after the grace: only fencing makes it movable."""
+        earlier = {b for seg in metadata.segments[:-1] for b in seg.ensemble}
+        if not earlier & draining:
+            return False
+        lac = self._lac(ledger_id, metadata)
+        return not all(segment_closed(metadata, i, lac) for i in range(len(metadata.segments) - 1))
 
     # -- endings ---------------------------------------------------------------------------------------------
     def _resolve(self, ledger_id: int, version: int) -> Outcome:

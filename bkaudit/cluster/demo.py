@@ -468,7 +468,8 @@ class Demo:
         self.summary["drain"] = {"bookie": old, "added": added.id, "ledgers_before": before,
                                  "state": state.value, "progress": progress}
         self.expect("drained", state is lc.LifecycleState.DRAINED and left == 0,
-                    f"{old} is {state.value}; {left} ledgers reference it (was {before})")
+                    f"{old} is {state.value}; {left} ledgers reference it (was {before}; open, waiting for "
+                    f"their writers: {progress.get('waiting_open_ledgers', [])})")
         return old
 
     def _final_expectations(self, counts: dict[str, int], faults: dict[str, Any]) -> None:

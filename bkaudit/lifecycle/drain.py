@@ -127,7 +127,9 @@ class Drainer:
         self.passes += 1
         if not draining:
             return {}
-        index = ledgers_of(self.zk, draining, root=self.root, max_in_flight=self.max_in_flight)
+        open_ledgers: set[int] = set()
+        index = ledgers_of(self.zk, draining, root=self.root, max_in_flight=self.max_in_flight,
+                           open_ledgers=open_ledgers)
         by_ledger: dict[int, list[str]] = defaultdict(list)
         for bookie in draining:
             for ledger_id in index[bookie]:
@@ -140,7 +142,8 @@ class Drainer:
         out: dict[str, dict[str, Any]] = {}
         published: set[int] = set()
         for bookie in draining:
-            out[bookie] = self._one(bookie, index[bookie], lost, by_ledger, published, enabled=enabled)
+            out[bookie] = self._one(bookie, index[bookie], lost, by_ledger, published, enabled=enabled,
+                                    open_ledgers=open_ledgers)
         return out
 
     def _one(
@@ -152,11 +155,15 @@ class Drainer:
         published: set[int],
         *,
         enabled: bool,
+        open_ledgers: set[int] | None = None,
     ) -> dict[str, Any]:
         failures = store.list_failures(self.zk, bookie, root=self.root, state_root=self.state_root)
+        # an OPEN ledger is waiting (for its writer, or the grace + fencing that closes it), not failing: its
+        # failed passes never make it bad while it is open; it is marked again and moves once closed
+        waiting = set(ledgers) & (open_ledgers or set())
         failed = {
             lid for lid, f in failures.items()
-            if lid in ledgers and _count(f) >= self.settings.drain_max_failures
+            if lid in ledgers and lid not in waiting and _count(f) >= self.settings.drain_max_failures
         }
         bad = sorted((failed | lost) & set(ledgers))
         progress: dict[str, Any] = {
@@ -166,6 +173,7 @@ class Drainer:
             "failures": sum(_count(f) for lid, f in failures.items() if lid in ledgers),
             "failed_ledgers": sorted(failed & set(ledgers))[:100],
             "data_loss_ledgers": sorted(lost & set(ledgers))[:100],
+            "waiting_open_ledgers": sorted(waiting - lost)[:100],
             "updated": service.now_iso(),
         }
         if not ledgers:

@@ -13,9 +13,17 @@ if TYPE_CHECKING:
 
 
 def ledgers_of(
-    zk: KazooClient, bookies: Collection[str], *, root: str, max_in_flight: int = 500
+    zk: KazooClient,
+    bookies: Collection[str],
+    *,
+    root: str,
+    max_in_flight: int = 500,
+    open_ledgers: set[int] | None = None,
 ) -> dict[str, dict[int, int]]:
-    """bookie -> {ledger id: ledger length in bytes} for every ledger whose ensembles name it."""
+    """bookie -> {ledger id: ledger length in bytes} for every ledger whose ensembles name it.
+
+    `open_ledgers`, when given, receives the ids of those ledgers that are not closed yet (a writer may still
+    hold them: their last segment waits for the writer or the open-ledger grace and fencing)."""
     wanted = set(bookies)
     out: dict[str, dict[int, int]] = defaultdict(dict)
     if not wanted:
@@ -24,4 +32,6 @@ def ledgers_of(
         for bookie in metadata.bookies():
             if bookie in wanted:
                 out[bookie][ledger_id] = max(0, metadata.length)
+                if open_ledgers is not None and not metadata.is_closed:
+                    open_ledgers.add(ledger_id)
     return {b: out.get(b, {}) for b in wanted}

@@ -273,3 +273,36 @@ def test_two_draining_bookies_of_one_segment_are_replaced_by_non_draining_target
         rng=random.Random(1),
     )
     assert set(chosen) == {0, 1} and set(chosen.values()) == {"d", "e"}
+
+
+def test_draining_bookie_storing_no_entry_of_a_segment_still_leaves_it() -> None:
+    """The demo's ledger 4: entry 1 failed on the draining bookie (EREADONLY), the writer changed ensembles;
+    segment 0 (entry 0 only) still names it at an index storing nothing. The drain counts any ensemble naming
+    it, so the worker must swap it out (nothing to copy), not answer nothing_to_repair forever."""
+    m = md([(0, "abc"), (1, "abd")], state=LedgerState.OPEN)  # E=3 WQ=2: entry 0 on indexes 0 and 1
+    states = {"a": W, "b": W, "c": BookieState.READONLY, "d": W}
+    assert open_last_segment_at_risk(m, {"a", "b", "d"}, {"c"}) is False  # the writer already moved on
+    frags = find_fragments(m, states, full(m), lac=5, draining={"c"})
+    assert [(f.segment_index, f.bookie, f.reason, f.closed, f.entry_count()) for f in frags] == [
+        (0, "c", Reason.DRAINING, True, 0)
+    ]
+    (repair,) = plan_repairs(m, frags)
+    assert repair.replaced() == {2}
+    # also once the ledger is closed with that segment empty (closed ledgers are the common case)
+    closed = md([(0, "abc"), (0, "abd")], last=9)
+    (f,) = find_fragments(closed, states, full(closed), draining={"c"})
+    assert (f.segment_index, f.closed, f.entry_count(), f.replace) == (0, True, 0, True)
+
+
+def test_draining_bookie_in_the_open_last_segment_waits_for_the_writer_then_fencing() -> None:
+    m = md([(0, "abc"), (10, "abd")], state=LedgerState.OPEN)
+    states = {"a": W, "b": W, "c": W, "d": W}
+    frags = find_fragments(m, states, full(m), lac=12, draining={"d"})
+    assert [(f.segment_index, f.closed) for f in frags] == [(1, False)]  # never copied while open ...
+    assert plan_repairs(m, frags) == []
+    # ... but at risk (deferred, then fenced), even before the bookie re-registered read-only
+    assert open_last_segment_at_risk(m, {"a", "b", "c", "d"}, {"d"})
+    # an earlier segment of an open ledger is copied once the LAC reached the last segment
+    frags = find_fragments(m, states, full(m), lac=12, draining={"c"})
+    assert [(f.segment_index, f.closed) for f in frags] == [(0, True)]
+    assert not find_fragments(m, states, full(m), lac=12)
