@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from bkaudit.zk import paths
+from bkaudit.zk.client import read_children
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -107,18 +108,8 @@ def deliveries(
     zk: KazooClient, hook_id: str, *, root: str, state_root: str | None = None
 ) -> list[dict[str, Any]]:
     base = paths.webhook_deliveries_root(hook_id, root=root, state_root=state_root)
-    try:
-        names = sorted(zk.get_children(base))
-    except NoNodeError:
-        return []
-    out = []
-    for name in names:
-        try:
-            data, _ = zk.get(f"{base}/{name}")
-            out.append(json.loads(data.decode()))
-        except (NoNodeError, UnicodeDecodeError, ValueError):
-            continue
-    return out
+    decode = lambda data: json.loads(data.decode())  # noqa: E731
+    return read_children(zk, base, decode, skip=(UnicodeDecodeError, ValueError))
 
 
 class Dispatcher:

@@ -168,6 +168,27 @@ def acls(settings: ZkSettings | None) -> list[ACL] | None:
 
 
 # -- retries -----------------------------------------------------------------------------------------------
+def read_children(
+    zk: KazooClient, base: str, decode: Callable[[bytes], T], *, skip: tuple[type[Exception], ...]
+) -> list[T]:
+    """Every child of `base` decoded, in name order (sequential znodes: creation order); children deleted
+    meanwhile, and those `decode` rejects with one of `skip`, are left out. No `base`: an empty list."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        names = sorted(zk.get_children(base))
+    except NoNodeError:
+        return []
+    out = []
+    for name in names:
+        try:
+            data, _ = zk.get(f"{base}/{name}")
+            out.append(decode(data))
+        except (NoNodeError, *skip):
+            continue
+    return out
+
+
 def backoff_delays(attempts: int, base_delay_s: float, max_delay_s: float) -> Iterator[float]:
     """`attempts - 1` sleeps: exponential from `base_delay_s`, capped, with 50-100 % jitter.
 

@@ -16,6 +16,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 from bkaudit.errors import FormatError, MetadataConflict
 from bkaudit.model import lifecycle as lc
 from bkaudit.zk import paths
+from bkaudit.zk.client import read_children
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -107,18 +108,7 @@ def history(
 ) -> list[lc.StateRecord]:
     """The bookie's transitions, oldest first (malformed records skipped: the history is informational)."""
     base = paths.lifecycle_history_root(bookie_id, root=root, state_root=state_root)
-    try:
-        names = sorted(zk.get_children(base))
-    except NoNodeError:
-        return []
-    out = []
-    for name in names:
-        try:
-            data, _ = zk.get(f"{base}/{name}")
-            out.append(lc.parse(data))
-        except (NoNodeError, FormatError):
-            continue
-    return out
+    return read_children(zk, base, lc.parse, skip=(FormatError,))
 
 
 # -- drain progress and per-ledger failures ---------------------------------------------------------------
