@@ -60,7 +60,8 @@ print("\\n".join(failed))
 
 def test_table_readers_and_cli_run_without_pyspark(tmp_path: Path) -> None:
     warehouse = make_warehouse(tmp_path / "wh")
-    done = _python("import sys; from bkaudit.cli import run; from bkaudit.shutdown import exit_process; exit_process(run(sys.argv[1:]))",
+    done = _python("import sys; from bkaudit.cli import run; from bkaudit.shutdown import exit_process; "
+                   "exit_process(run(sys.argv[1:]))",
                    "violations", "--warehouse", warehouse, "--json")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count('"ledger_id"') == len(VIOLATIONS)
