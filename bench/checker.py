@@ -181,7 +181,7 @@ def warm_bookies(cluster: Any, layouts: dict[int, tuple[int, int, int, tuple[str
     audited before would have. Without this the first measured run would also pay every bookie's first
     encoding and the runs after it would not: both the job and the baseline are measured on warm bookies.
     """
-    from bkaudit.spark.fanout import ask
+    from bkaudit.job.fanout import ask
 
     pool = cluster.client_pool()
     t0 = time.perf_counter()
@@ -344,7 +344,7 @@ def baseline(
     from bkaudit.audit.reads import plan_reads
     from bkaudit.formats.ledger_metadata import parse
     from bkaudit.rpc.pool import BookieClientPool
-    from bkaudit.spark.fanout import judge_answer
+    from bkaudit.job.fanout import judge_answer
     from bkaudit.zk import paths
     from bkaudit.zk.client import close, connect
 

@@ -7,7 +7,7 @@ Steps of one run (`run_check`; `jobs/metadata_checker.py` and `bkaudit check` bo
 →
    `metadata_unparseable`; placement of every segment's ensemble → `placement_fail` / `placement_soft`; and
    one request row per (ledger, bookie) that must hold entries;
-3. **fan-out** (Spark, `bkaudit.spark.fanout`): requests repartitioned by bookie, one batched GetListOfEntries
+3. **fan-out** (Spark, `bkaudit.job.fanout`): requests repartitioned by bookie, one batched GetListOfEntries
    per (ledger, bookie), decoded and compared on the executors; the answers are written to staging files at
    once (Spark may re-run tasks; the calls are read-only and never repeated downstream);
 4. **delayed re-check** (BP-34): every (ledger, bookie) that failed is asked again after `retry_delay_s`;
@@ -74,7 +74,7 @@ from bkaudit.audit.progress import Marker, ProgressCheck
 from bkaudit.audit.reconcile import MarkerState, Recheck, ZnodeVersion, apply_marker, recheck
 from bkaudit.audit.settings import CheckerSettings
 from bkaudit.errors import BkAuditError, ConfigError, FormatError
-from bkaudit.spark.fanout import (
+from bkaudit.job.fanout import (
     ANSWERED,
     EVIDENCE_LISTING,
     EVIDENCE_READS,
@@ -1637,7 +1637,7 @@ class CheckerRun:
         return rows
 
     def _publish(self, rows: list[dict[str, Any]]) -> None:
-        from bkaudit.spark.publish import publish_rows
+        from bkaudit.job.publish import publish_rows
 
         assert self.zk is not None
         publish_rows(

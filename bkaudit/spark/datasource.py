@@ -6,7 +6,7 @@ Rows follow `bkaudit.tables.schemas.SOURCE_SCHEMA`: the `ledgers` columns plus a
 one pass over ZooKeeper feeds both the `ledgers` and the `ledger_segments` tables.
 
 Protecting ZooKeeper (BookKeeper users' top complaint is audits that expire sessions): the driver plans at
-most `max_zk_sessions` partitions (`bkaudit.spark.zkscan`), each task opens its own session inside `read()`
+most `max_zk_sessions` partitions (`bkaudit.job.zkscan`), each task opens its own session inside `read()`
 (clients never cross a pickle boundary), keeps at most `max_in_flight` reads outstanding and takes a token
 from a per-task `RateLimiter` (`reads_per_second_per_task`, 0 = unlimited) for each znode read. Reads go
 out as pipelined ZooKeeper multiRead requests of 100 getData ops (`bkaudit.zk.multiread.read_batched`;
@@ -122,7 +122,7 @@ class BookKeeperReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         """Plan on the driver with one short session; at most max_zk_sessions partitions."""
-        from bkaudit.spark.zkscan import pack, plan_units
+        from bkaudit.job.zkscan import pack, plan_units
         from bkaudit.zk.client import close, connect
 
         zk = connect(self.options.zk_settings())

@@ -199,7 +199,7 @@ def test_custom_metadata_text_and_binary() -> None:
 # -- ZooKeeper scan planning and listing (pure parts) --------------------------------------------------------
 def test_fast_listing_parse_agrees_with_zk_paths() -> None:
     """iter_ledgers assembles ids from dir names; it must accept exactly what parse_ledger_path accepts."""
-    from bkaudit.spark.zkscan import LONG_WIDTHS, SHORT_WIDTHS, _is_dir_name
+    from bkaudit.job.zkscan import LONG_WIDTHS, SHORT_WIDTHS, _is_dir_name
     from bkaudit.zk import paths
 
     rng = random.Random(7)
@@ -216,7 +216,7 @@ def test_fast_listing_parse_agrees_with_zk_paths() -> None:
 
 
 def test_pack_balances_and_caps_partitions() -> None:
-    from bkaudit.spark.zkscan import Unit, pack
+    from bkaudit.job.zkscan import Unit, pack
 
     units = [Unit(f"00/{i:04d}", 10_000) for i in range(10)] + [Unit("000", 5)]
     groups = pack(units, 3)

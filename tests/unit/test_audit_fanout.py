@@ -19,7 +19,7 @@ from bkaudit.audit.durability import LedgerShape, expected_by_bookie
 from bkaudit.errors import BookieError
 from bkaudit.formats.availability import encode
 from bkaudit.model.ledger import Segment
-from bkaudit.spark.fanout import (
+from bkaudit.job.fanout import (
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
     ExpectedDigests,
@@ -231,7 +231,7 @@ def test_join_segments_matches_per_row_grouping():
     import pyarrow.compute as pc
 
     from bkaudit.spark.checker import LEDGER_INPUT_SCHEMA, SHAPE_SCHEMA, iter_shapes, join_segments
-    from bkaudit.spark.fanout import shape_of
+    from bkaudit.job.fanout import shape_of
 
     scalars = [f.name for f in SHAPE_SCHEMA if f.name != "segments"]
     ledgers = pa.Table.from_pylist(

@@ -19,7 +19,7 @@ from bkaudit.audit.durability import LedgerShape
 from bkaudit.errors import BookieError
 from bkaudit.formats.entry import DigestManager
 from bkaudit.model.ledger import DigestType, Segment
-from bkaudit.spark.fanout import (
+from bkaudit.job.fanout import (
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
     FanoutConfig,
