@@ -343,8 +343,8 @@ def baseline(
     from bkaudit.audit.durability import LedgerShape, assess, expected_by_bookie
     from bkaudit.audit.reads import plan_reads
     from bkaudit.formats.ledger_metadata import parse
-    from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.job.fanout import judge_answer
+    from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.zk import paths
     from bkaudit.zk.client import close, connect
 

@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from bkaudit.audit.durability import LedgerShape, expected_by_bookie
 from bkaudit.errors import BookieError
 from bkaudit.formats.availability import encode
-from bkaudit.model.ledger import Segment
 from bkaudit.job.fanout import (
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
@@ -29,6 +28,7 @@ from bkaudit.job.fanout import (
     fanout_partition,
     query_bookie,
 )
+from bkaudit.model.ledger import Segment
 from tests.unit.test_audit_durability import ledgers, naive_expected, naive_spans
 
 A, B, C = "a:1", "b:1", "c:1"
@@ -230,8 +230,8 @@ def test_expected_digests_match_naive_expected_sets(s):
 def test_join_segments_matches_per_row_grouping():
     import pyarrow.compute as pc
 
-    from bkaudit.spark.checker import LEDGER_INPUT_SCHEMA, SHAPE_SCHEMA, iter_shapes, join_segments
     from bkaudit.job.fanout import shape_of
+    from bkaudit.spark.checker import LEDGER_INPUT_SCHEMA, SHAPE_SCHEMA, iter_shapes, join_segments
 
     scalars = [f.name for f in SHAPE_SCHEMA if f.name != "segments"]
     ledgers = pa.Table.from_pylist(

@@ -18,7 +18,6 @@ import pyarrow as pa
 from bkaudit.audit.durability import LedgerShape
 from bkaudit.errors import BookieError
 from bkaudit.formats.entry import DigestManager
-from bkaudit.model.ledger import DigestType, Segment
 from bkaudit.job.fanout import (
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
@@ -28,6 +27,7 @@ from bkaudit.job.fanout import (
     probe_listing,
     read_and_verify,
 )
+from bkaudit.model.ledger import DigestType, Segment
 
 B = "b:1"
 
