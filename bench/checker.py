@@ -417,8 +417,8 @@ def baseline(
 
 def _read_evidence(shape: Any, digest_type: str, answers: dict[tuple[str, int], Any]) -> list[Any]:
     """One BookieEvidence per bookie from its entry reads: failures by status, bodies by their digest."""
-    from bkaudit.audit.durability import STATUS_OK
-    from bkaudit.audit.reads import STATUS_CORRUPT, read_evidence, summarise_reads, verify_entry
+    from bkaudit.audit.reads import read_evidence, summarise_reads, verify_entry
+    from bkaudit.audit.statuses import STATUS_CORRUPT, STATUS_OK
     from bkaudit.errors import BookieError
 
     outcomes: dict[str, dict[int, str]] = {}

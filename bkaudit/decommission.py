@@ -26,7 +26,6 @@ from typing import Any
 import pyarrow as pa
 
 from bkaudit.audit.durability import (
-    STATUS_OK,
     BookieEvidence,
     LedgerShape,
     MissingRun,
@@ -34,6 +33,7 @@ from bkaudit.audit.durability import (
     compare_bookie,
     expected_by_bookie,
 )
+from bkaudit.audit.statuses import STATUS_OK
 from bkaudit.tables.checker_schemas import RANGE_STRUCT
 from bkaudit.tables.schemas import STRING_LIST, TIMESTAMP, TableSpec, register
 

@@ -20,36 +20,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bkaudit.audit.base import Category, Check, Finding
-from bkaudit.audit.durability import (
+from bkaudit.audit.durability import BookieEvidence, LedgerEvidence, assess
+from bkaudit.audit.statuses import (
+    ANSWERED,
+    BOOKKEEPER_STATUSES,
+    STATUS_INVALID_RESPONSE,
     STATUS_NOT_CHECKED,
-    BookieEvidence,
-    LedgerEvidence,
-    assess,
+    STATUS_NOT_REGISTERED,
 )
-
-BOOKKEEPER_STATUSES = frozenset(
-    {
-        "EOK",
-        "ENOLEDGER",
-        "ENOENTRY",
-        "EBADREQ",
-        "EIO",
-        "EUA",
-        "EBADVERSION",
-        "EFENCED",
-        "EREADONLY",
-        "ETOOMANYREQUESTS",
-        "EUNKNOWNLEDGERSTATE",
-    }
-)
-"""Statuses a bookie sends (BookkeeperProtocol StatusCode): the bookie is reachable, the ledger may not be."""
-
-STATUS_INVALID_RESPONSE = "INVALID_RESPONSE"
-"""The bookie answered, but its bytes do not decode as AvailabilityOfEntriesOfLedger."""
-STATUS_NOT_REGISTERED = "NOT_REGISTERED"
-"""The bookie has no registration to resolve an endpoint from (and no static address was configured)."""
-STATUS_CIRCUIT_OPEN = "CIRCUIT_OPEN"
-"""Not asked: earlier calls to the bookie failed at the transport level in this attempt (see fan-out)."""
 
 REASON_UNREACHABLE = "bookie_unreachable"
 REASON_NOT_REGISTERED = "bookie_not_registered"
@@ -59,16 +37,6 @@ REASON_NOT_CHECKED = "not_checked"
 REASON_METADATA_CHANGING = "metadata_changing"
 
 
-def is_transport_failure(status: str) -> bool:
-    """True when the call never got a BookKeeper answer (connection refused, timeout, stream reset, ...)."""
-    return status not in BOOKKEEPER_STATUSES and status not in (
-        STATUS_INVALID_RESPONSE,
-        STATUS_NOT_REGISTERED,
-        STATUS_NOT_CHECKED,
-        "OK",
-    )
-
-
 def should_retry(status: str) -> bool:
     """Whether a failed (ledger, bookie) call is worth the delayed re-check.
 
@@ -76,7 +44,7 @@ def should_retry(status: str) -> bool:
     EIO / ETOOMANYREQUESTS (a busy or briefly sick bookie) and undecodable bytes (a torn response). Only the
     two answers, OK and ENOLEDGER, are final.
     """
-    return status not in ("OK", "ENOLEDGER")
+    return status not in ANSWERED
 
 
 def reason_code(status: str) -> str:

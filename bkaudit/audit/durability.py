@@ -30,17 +30,9 @@ from typing import Any, ClassVar, Protocol
 
 from bkaudit.audit.base import Category, Check, Finding, Range, cap_ranges, merge_ranges, range_count
 from bkaudit.audit.classification import durability_category
+from bkaudit.audit.statuses import ANSWERED, STATUS_NO_LEDGER, STATUS_NOT_CHECKED, STATUS_OK
 from bkaudit.model.ledger import LedgerMetadata, LedgerState, Segment
 from bkaudit.model.quorum import Striping, entries_of_bookie
-
-STATUS_OK = "OK"
-"""The bookie answered with its list of entries."""
-STATUS_NO_LEDGER = "ENOLEDGER"
-"""The bookie answered that it does not know the ledger: it holds none of its entries."""
-STATUS_NOT_CHECKED = "NOT_CHECKED"
-"""No answer was recorded for a bookie that had to be asked (never expected; reported, never dropped)."""
-
-ANSWERED_STATUSES = frozenset({STATUS_OK, STATUS_NO_LEDGER})
 
 
 class EntrySet(Protocol):
@@ -222,7 +214,7 @@ class BookieEvidence:
 
     @property
     def answered(self) -> bool:
-        return self.status in ANSWERED_STATUSES
+        return self.status in ANSWERED
 
     @property
     def missing_count(self) -> int:

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 
 from bkaudit.audit.base import Range, merge_ranges, range_count
 from bkaudit.audit.durability import (
-    STATUS_NO_LEDGER,
-    STATUS_OK,
     BookieEvidence,
     Expected,
     LedgerShape,
@@ -35,6 +33,7 @@ from bkaudit.audit.durability import (
     expected_by_bookie,
     failed_evidence,
 )
+from bkaudit.audit.statuses import STATUS_CORRUPT, STATUS_NO_ENTRY, STATUS_NO_LEDGER, STATUS_OK
 from bkaudit.errors import FormatError
 from bkaudit.formats.entry import DIGEST_LENGTH, HEADER_SIZE, DigestManager, parse_entry_header
 from bkaudit.model.ledger import DigestType
@@ -43,9 +42,6 @@ from bkaudit.model.quorum import Striping
 EVIDENCE_LISTING = "listing"
 EVIDENCE_READS = "reads"
 
-STATUS_NO_ENTRY = "ENOENTRY"
-STATUS_CORRUPT = "CORRUPT"
-"""Our judgement of a read entry whose digest or ids did not verify (not a BookKeeper status)."""
 
 
 def first_stored(s: Striping) -> int | None:

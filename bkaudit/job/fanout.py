@@ -31,16 +31,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkaudit.audit.availability import STATUS_CIRCUIT_OPEN, STATUS_INVALID_RESPONSE, is_transport_failure
 from bkaudit.audit.durability import (
-    STATUS_NO_LEDGER,
-    STATUS_OK,
     BookieEvidence,
     LedgerShape,
     checked_segments,
@@ -49,11 +46,22 @@ from bkaudit.audit.durability import (
     merge_sorted_ranges,
 )
 from bkaudit.audit.reads import (
-    STATUS_CORRUPT,
+    EVIDENCE_LISTING,
+    EVIDENCE_READS,
     ReadSummary,
     read_evidence,
     summarise_reads,
     verify_entry,
+)
+from bkaudit.audit.statuses import (
+    STATUS_BAD_REQUEST,
+    STATUS_CIRCUIT_OPEN,
+    STATUS_CORRUPT,
+    STATUS_INVALID_RESPONSE,
+    STATUS_NO_LEDGER,
+    STATUS_OK,
+    STATUS_UNAVAILABLE,
+    is_transport_failure,
 )
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.model.ledger import Segment
@@ -123,7 +131,6 @@ with `answer`: something differs, the bytes are compared in detail downstream. E
 Anything else: not verified (UNAVAILABLE, CIRCUIT_OPEN, EIO, ...), `error` says why. Rows verified by reads
 (`read_entries` set) carry, with status OK, the entries proven missing (ENOENTRY) and corrupt."""
 
-ANSWERED = ("OK", "ENOLEDGER")
 DIGEST_MAX_RUNS = 4096
 """Above this many expected runs the digest is not computed: the answer is compared in detail instead."""
 OUTPUT_BATCH_ROWS = 8192
@@ -149,7 +156,6 @@ class FanoutConfig:
     attempt: int = 0
     read_max_in_flight: int = 64
     tls: Any = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 # -- rows <-> value objects ----------------------------------------------------------------------------------
@@ -168,27 +174,6 @@ def shape_of(row: Mapping[str, Any]) -> LedgerShape:
         segments=tuple(Segment(int(s["first_entry_id"]), tuple(s["ensemble"] or ())) for s in segments),
         version=row.get("znode_version"),
     )
-
-
-def shape_row(shape: LedgerShape, **extra: Any) -> dict[str, Any]:
-    """The SHAPE_SCHEMA row of a LedgerShape."""
-    row: dict[str, Any] = {
-        "ledger_id": shape.ledger_id,
-        "ensemble_size": shape.ensemble_size,
-        "write_quorum": shape.write_quorum,
-        "ack_quorum": shape.ack_quorum,
-        "state": "CLOSED" if shape.closed else "OPEN",
-        "last_entry_id": shape.last_entry_id,
-        "znode_version": shape.version,
-        "znode_mzxid": None,
-        "managed_ledger": None,
-        "segments": [
-            {"segment_index": i, "first_entry_id": s.first_entry_id, "ensemble": list(s.ensemble)}
-            for i, s in enumerate(shape.segments)
-        ],
-    }
-    row.update(extra)
-    return row
 
 
 class ExpectedDigests:
@@ -239,9 +224,6 @@ class ExpectedDigests:
             out[bookie] = value
         return out, sum(sp.last - sp.first + 1 for sp in spans)
 
-    def for_shape(self, shape: LedgerShape) -> dict[str, bytes | None]:
-        return self.expected(shape)[0]
-
     @staticmethod
     def _digest_of(stripings: Sequence[tuple[int, int, int, int, int]]) -> bytes | None:
         from bkaudit.formats.availability import encode_runs
@@ -261,13 +243,15 @@ def judge_answer(shape: LedgerShape, bookie_id: str, value: bytes | BaseExceptio
     from bkaudit.formats.availability import decode
 
     if value is None:
-        return failed_evidence(bookie_id, "EBADREQ", "the batch response has no answer for this ledger")
+        return failed_evidence(
+            bookie_id, STATUS_BAD_REQUEST, "the batch response has no answer for this ledger"
+        )
     if isinstance(value, BookieError):
         if value.status == STATUS_NO_LEDGER:
             return compare_bookie(shape, bookie_id, None)
         return failed_evidence(bookie_id, value.status, str(value))
     if isinstance(value, BaseException):
-        return failed_evidence(bookie_id, "UNAVAILABLE", f"{type(value).__name__}: {value}")
+        return failed_evidence(bookie_id, STATUS_UNAVAILABLE, f"{type(value).__name__}: {value}")
     try:
         holding = decode(value)
     except FormatError as exc:
@@ -356,7 +340,7 @@ def ask(
                 fut: Future[Any] = client.get_list_of_entries_batch([ledger_ids[p] for p in chunk])
             except Exception as exc:  # a client that cannot even queue the call
                 fut = Future()
-                fut.set_exception(BookieError("UNAVAILABLE", str(exc), bookie_id=bookie_id))
+                fut.set_exception(BookieError(STATUS_UNAVAILABLE, str(exc), bookie_id=bookie_id))
             pending[fut] = (chunk, time.monotonic(), call_id)
         if not pending:
             break
@@ -367,7 +351,7 @@ def ask(
             try:
                 answers = fut.result()
             except BaseException as exc:
-                status = exc.status if isinstance(exc, BookieError) else "UNAVAILABLE"
+                status = exc.status if isinstance(exc, BookieError) else STATUS_UNAVAILABLE
                 error = (
                     exc
                     if isinstance(exc, BookieError)
@@ -479,7 +463,7 @@ def read_and_verify(
                 fut: Future[Any] = client.read_entry(ledger_ids[p], entry)
             except Exception as exc:  # a client that cannot even queue the call
                 fut = Future()
-                fut.set_exception(BookieError("UNAVAILABLE", str(exc), bookie_id=bookie_id))
+                fut.set_exception(BookieError(STATUS_UNAVAILABLE, str(exc), bookie_id=bookie_id))
             pending[fut] = item
         if not pending:
             break
@@ -489,7 +473,7 @@ def read_and_verify(
             try:
                 data = fut.result()
             except BaseException as exc:
-                status = exc.status if isinstance(exc, BookieError) else "UNAVAILABLE"
+                status = exc.status if isinstance(exc, BookieError) else STATUS_UNAVAILABLE
                 outcomes[p][entry] = status
                 errors[p][entry] = str(exc) or status
                 if is_transport_failure(status):
@@ -525,8 +509,6 @@ def read_and_verify(
                 yield finish(p)
 
 
-EVIDENCE_LISTING = "listing"
-EVIDENCE_READS = "reads"
 
 
 def probe_listing(client: Any, *, timeout_s: float, ledger_id: int = 0) -> tuple[str, str]:
@@ -754,7 +736,7 @@ def fanout_partition(
                         cols.error.append(None if value.status == STATUS_NO_LEDGER else str(value))
                         cols.answer.append(None)
                     else:
-                        cols.status.append("EBADREQ")
+                        cols.status.append(STATUS_BAD_REQUEST)
                         cols.error.append("the batch response has no answer for this ledger")
                         cols.answer.append(None)
                     if len(cols) >= OUTPUT_BATCH_ROWS:

@@ -46,11 +46,9 @@ import pyarrow as pa
 
 from bkaudit.audit.availability import (
     REASON_METADATA_CHANGING,
-    STATUS_NOT_REGISTERED,
     BookieAvailabilityCheck,
     BookieReport,
     LedgerAvailabilityCheck,
-    is_transport_failure,
     latency_percentiles,
     unverifiable,
 )
@@ -71,13 +69,12 @@ from bkaudit.audit.durability import (
 )
 from bkaudit.audit.metadata import MetadataCheck, MetadataRecord
 from bkaudit.audit.progress import Marker, ProgressCheck
+from bkaudit.audit.reads import EVIDENCE_LISTING, EVIDENCE_READS
 from bkaudit.audit.reconcile import MarkerState, Recheck, ZnodeVersion, apply_marker, recheck
 from bkaudit.audit.settings import CheckerSettings
+from bkaudit.audit.statuses import ANSWERED, JUDGED, STATUS_NOT_REGISTERED, is_transport_failure
 from bkaudit.errors import BkAuditError, ConfigError, FormatError
 from bkaudit.job.fanout import (
-    ANSWERED,
-    EVIDENCE_LISTING,
-    EVIDENCE_READS,
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
     SHAPE_SCHEMA,
@@ -108,26 +105,6 @@ DRIVER_COMBINE_MAX = 20_000
 DRIVER_INPUT_MAX_LEDGERS = 2_000_000
 """Up to this many ledgers in the snapshot, the driver joins ledgers and segments with Arrow."""
 """Up to this many ledgers needing the per-ledger combine, it runs on the driver (no shuffle)."""
-_NON_TRANSPORT = frozenset(
-    {
-        "OK",
-        "ENOLEDGER",
-        "ENOENTRY",
-        "EBADREQ",
-        "EIO",
-        "EUA",
-        "EBADVERSION",
-        "EFENCED",
-        "EREADONLY",
-        "ETOOMANYREQUESTS",
-        "EUNKNOWNLEDGERSTATE",
-        "INVALID_RESPONSE",
-        "NOT_REGISTERED",
-        "NOT_CHECKED",
-    }
-)
-"""Statuses that prove the bookie answered (BookKeeper statuses and our own judgements of an answer)."""
-
 FINDING_SCHEMA = pa.schema(
     [
         pa.field("ledger_id", pa.int64()),
@@ -1123,7 +1100,7 @@ class CheckerRun:
             self.response_paths.append(path)
             extra = ["answer", "entries_missing", "entries_corrupt"]
             table = pq.read_table(path, columns=[*log_columns, *extra])
-            ok = pc.is_in(table.column("status"), pa.array(list(ANSWERED)))
+            ok = pc.is_in(table.column("status"), pa.array(sorted(ANSWERED)))
             differs = pc.or_(
                 pc.equal(table.column("status"), "ENOLEDGER"), pc.is_valid(table.column("answer"))
             )
@@ -1255,8 +1232,8 @@ class CheckerRun:
             self.result.bookies = []
             return
         status = calls.column("status")
-        ok = pc.is_in(status, pa.array(list(ANSWERED)))
-        transport = pc.invert(pc.is_in(status, pa.array(sorted(_NON_TRANSPORT))))
+        ok = pc.is_in(status, pa.array(sorted(ANSWERED)))
+        transport = pc.invert(pc.is_in(status, pa.array(sorted(JUDGED))))
         t = calls.append_column("ok", ok).append_column("transport", transport)
         last = {
             r["bookie_id"]: r["attempt_max"]

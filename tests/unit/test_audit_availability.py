@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from bkaudit.audit.availability import (
-    STATUS_INVALID_RESPONSE,
-    STATUS_NOT_REGISTERED,
     BookieAvailabilityCheck,
     BookieReport,
     LedgerAvailabilityCheck,
-    is_transport_failure,
     latency_percentiles,
     reason_code,
     should_retry,
@@ -16,6 +13,7 @@ from bkaudit.audit.availability import (
 )
 from bkaudit.audit.base import Category
 from bkaudit.audit.durability import LedgerEvidence, LedgerShape, compare_bookie, failed_evidence
+from bkaudit.audit.statuses import STATUS_INVALID_RESPONSE, STATUS_NOT_REGISTERED, is_transport_failure
 from bkaudit.formats.availability import decode, encode
 from bkaudit.model.ledger import Segment
 

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from bkaudit.audit.base import Category
 from bkaudit.audit.durability import (
-    STATUS_NOT_CHECKED,
     BookieEvidence,
     DurabilityCheck,
     LedgerEvidence,
@@ -24,6 +23,7 @@ from bkaudit.audit.durability import (
     failed_evidence,
     sweep,
 )
+from bkaudit.audit.statuses import STATUS_NOT_CHECKED
 from bkaudit.formats.availability import decode, encode
 from bkaudit.model.ledger import Segment
 from bkaudit.model.quorum import write_set

@@ -146,12 +146,12 @@ def test_bookie_errors_do_not_open_the_breaker():
 
 def test_expected_digest_is_the_canonical_encoding():
     s = shape(1)
-    digests = ExpectedDigests().for_shape(s)
+    digests = ExpectedDigests().expected(s)[0]
     assert set(digests) == {A, B, C}
     assert all(digests[b] == digest(healthy_bytes(s, b)) for b in (A, B, C))
     # a bookie at two indexes of one segment: the union of both stripings
     dup = LedgerShape(2, 3, 2, 2, True, 9, (Segment(0, (A, A, C)),))
-    expected = ExpectedDigests().for_shape(dup)
+    expected = ExpectedDigests().expected(dup)[0]
     assert expected[A] == digest(encode(range(10)))  # indexes 0 and 1 together cover every entry
 
 
@@ -160,7 +160,7 @@ def test_partition_function_round_trips_rows():
     digests = ExpectedDigests()
     rows = []
     for s in shapes.values():
-        for k, (bookie, expected) in enumerate(digests.for_shape(s).items()):
+        for k, (bookie, expected) in enumerate(digests.expected(s)[0].items()):
             rows.append(
                 {
                     "bookie_id": bookie,

@@ -13,7 +13,6 @@ import pytest
 from bkaudit.audit.base import Category
 from bkaudit.audit.durability import DurabilityCheck, LedgerShape, assess, evidence_basis, failed_evidence
 from bkaudit.audit.reads import (
-    STATUS_CORRUPT,
     ReadSummary,
     entries_to_verify,
     first_stored,
@@ -23,6 +22,7 @@ from bkaudit.audit.reads import (
     summarise_reads,
     verify_entry,
 )
+from bkaudit.audit.statuses import STATUS_CORRUPT
 from bkaudit.formats.entry import DigestManager
 from bkaudit.model.ledger import DigestType, Segment
 from bkaudit.model.quorum import entries_of_bookie
