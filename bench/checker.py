@@ -340,10 +340,11 @@ def baseline(
     With `reads_percentage`, checkAllLedgers' shape instead (LedgerChecker): per (ledger, bookie) one read per
     entry `bkaudit.audit.reads.plan_reads` picks (first and last stored per segment, plus that percentage),
     all sent at once (inFlightReadEntryNumInLedgerChecker = -1), each entry's digest verified."""
-    from bkaudit.audit.durability import LedgerShape, assess, expected_by_bookie
+    from bkaudit.audit.durability import assess, expected_by_bookie
     from bkaudit.audit.reads import plan_reads
     from bkaudit.formats.ledger_metadata import parse
     from bkaudit.job.fanout import judge_answer
+    from bkaudit.model.shape import LedgerShape
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.zk import paths
     from bkaudit.zk.client import close, connect

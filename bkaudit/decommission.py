@@ -27,13 +27,13 @@ import pyarrow as pa
 
 from bkaudit.audit.durability import (
     BookieEvidence,
-    LedgerShape,
     MissingRun,
     assess,
     compare_bookie,
     expected_by_bookie,
 )
 from bkaudit.audit.statuses import STATUS_OK
+from bkaudit.model.shape import LedgerShape
 from bkaudit.tables.checker_schemas import RANGE_STRUCT
 from bkaudit.tables.schemas import STRING_LIST, TIMESTAMP, TableSpec, register
 

@@ -31,8 +31,8 @@ from typing import Any, ClassVar, Protocol
 from bkaudit.audit.base import Category, Check, Finding, Range, cap_ranges, merge_ranges, range_count
 from bkaudit.audit.classification import durability_category
 from bkaudit.audit.statuses import ANSWERED, STATUS_NO_LEDGER, STATUS_NOT_CHECKED, STATUS_OK
-from bkaudit.model.ledger import LedgerMetadata, LedgerState, Segment
 from bkaudit.model.quorum import Striping, entries_of_bookie
+from bkaudit.model.shape import LedgerShape
 
 
 class EntrySet(Protocol):
@@ -46,63 +46,6 @@ class EntrySet(Protocol):
     def missing(self, first: int, last: int, expected: Striping | None = None) -> list[tuple[int, int]]: ...
 
     def missing_count(self, first: int, last: int, expected: Striping | None = None) -> int: ...
-
-
-# -- the ledger as the check sees it ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerShape:
-    """The parts of a ledger's metadata the durability and placement checks read.
-
-    Built from `LedgerMetadata` on the driver or from snapshot table rows on executors; `version` is the znode
-    version the shape was read at, used to detect metadata that changed before a violation is written.
-    """
-
-    ledger_id: int
-    ensemble_size: int
-    write_quorum: int
-    ack_quorum: int
-    closed: bool
-    last_entry_id: int
-    segments: tuple[Segment, ...]
-    version: int | None = None
-
-    @classmethod
-    def from_metadata(
-        cls, ledger_id: int, metadata: LedgerMetadata, version: int | None = None
-    ) -> LedgerShape:
-        return cls(
-            ledger_id=ledger_id,
-            ensemble_size=metadata.ensemble_size,
-            write_quorum=metadata.write_quorum,
-            ack_quorum=metadata.ack_quorum,
-            closed=metadata.state is LedgerState.CLOSED,
-            last_entry_id=metadata.last_entry_id,
-            segments=tuple(metadata.segments),
-            version=version,
-        )
-
-    def problems(self) -> list[str]:
-        """Why BookKeeper itself would reject this metadata (LedgerMetadataImpl's checks); [] when sound."""
-        out: list[str] = []
-        e, wq, aq = self.ensemble_size, self.write_quorum, self.ack_quorum
-        if not (e >= wq >= aq >= 1):
-            out.append(f"quorum sizes break E >= WQ >= AQ >= 1 (E={e} WQ={wq} AQ={aq})")
-        if not self.segments:
-            out.append("no ensembles")
-        previous = -1
-        for i, seg in enumerate(self.segments):
-            if len(seg.ensemble) != e:
-                out.append(f"segment {i} has {len(seg.ensemble)} bookies, ensemble size is {e}")
-            if seg.first_entry_id < 0:
-                out.append(f"segment {i} starts at negative entry {seg.first_entry_id}")
-            if seg.first_entry_id < previous:
-                out.append(f"segment {i} starts at {seg.first_entry_id}, before segment {i - 1} ({previous})")
-            previous = max(previous, seg.first_entry_id)
-        if self.segments and self.segments[0].first_entry_id != 0:
-            out.append(f"first segment starts at {self.segments[0].first_entry_id}, not 0")
-        return out
 
 
 @dataclass(frozen=True, slots=True)

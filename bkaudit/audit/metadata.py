@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from bkaudit.audit.base import Category, Check, Finding
-from bkaudit.audit.durability import LedgerShape
+from bkaudit.model.shape import LedgerShape
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ from collections.abc import Collection
 from typing import Any, ClassVar
 
 from bkaudit.audit.base import Category, Check, Finding
-from bkaudit.audit.durability import LedgerShape
 from bkaudit.errors import BkAuditError
 from bkaudit.model.placement import Adherence, PlacementPolicy
+from bkaudit.model.shape import LedgerShape
 from bkaudit.model.topology import Topology
 
 _MEMO_LIMIT = 200_000

@@ -27,7 +27,6 @@ from bkaudit.audit.base import Range, merge_ranges, range_count
 from bkaudit.audit.durability import (
     BookieEvidence,
     Expected,
-    LedgerShape,
     MissingRun,
     compare_bookie,
     expected_by_bookie,
@@ -38,6 +37,7 @@ from bkaudit.errors import FormatError
 from bkaudit.formats.entry import DIGEST_LENGTH, HEADER_SIZE, DigestManager, parse_entry_header
 from bkaudit.model.ledger import DigestType
 from bkaudit.model.quorum import Striping
+from bkaudit.model.shape import LedgerShape
 
 EVIDENCE_LISTING = "listing"
 EVIDENCE_READS = "reads"

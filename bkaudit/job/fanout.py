@@ -39,7 +39,6 @@ import pyarrow.compute as pc
 
 from bkaudit.audit.durability import (
     BookieEvidence,
-    LedgerShape,
     checked_segments,
     compare_bookie,
     failed_evidence,
@@ -64,8 +63,8 @@ from bkaudit.audit.statuses import (
     is_transport_failure,
 )
 from bkaudit.errors import BookieError, FormatError
-from bkaudit.model.ledger import Segment
 from bkaudit.model.quorum import Striping, entries_of_bookie
+from bkaudit.model.shape import LedgerShape
 
 log = logging.getLogger(__name__)
 
@@ -162,16 +161,17 @@ class FanoutConfig:
 
 
 def shape_of(row: Mapping[str, Any]) -> LedgerShape:
-    """A LedgerShape from a row of SHAPE_SCHEMA (segments ordered by segment_index)."""
-    segments = sorted(row.get("segments") or (), key=lambda s: s["segment_index"])
-    return LedgerShape(
-        ledger_id=int(row["ledger_id"]),
-        ensemble_size=int(row["ensemble_size"] or 0),
-        write_quorum=int(row["write_quorum"] or 0),
-        ack_quorum=int(row["ack_quorum"] or 0),
-        closed=row.get("state") == "CLOSED",
-        last_entry_id=int(row["last_entry_id"] if row["last_entry_id"] is not None else -1),
-        segments=tuple(Segment(int(s["first_entry_id"]), tuple(s["ensemble"] or ())) for s in segments),
+    """A LedgerShape from a row of SHAPE_SCHEMA."""
+    return LedgerShape.of(
+        ledger_id=row["ledger_id"],
+        ensemble_size=row["ensemble_size"],
+        write_quorum=row["write_quorum"],
+        ack_quorum=row["ack_quorum"],
+        state=row.get("state"),
+        last_entry_id=row["last_entry_id"],
+        segments=(
+            (s["segment_index"], s["first_entry_id"], s["ensemble"] or ()) for s in row.get("segments") or ()
+        ),
         version=row.get("znode_version"),
     )
 

@@ -62,7 +62,6 @@ from bkaudit.audit.classification import (
 from bkaudit.audit.durability import (
     BookieEvidence,
     DurabilityCheck,
-    LedgerShape,
     assess,
     expected_by_bookie,
     failed_evidence,
@@ -87,6 +86,7 @@ from bkaudit.job.fanout import (
     read_and_verify,
     shape_of,
 )
+from bkaudit.model.shape import LedgerShape
 from bkaudit.tables import location
 from bkaudit.tables.checker_schemas import AUDIT_RUNS, BOOKIE_CHECKS, RANGE_STRUCT, VIOLATIONS
 
@@ -270,8 +270,6 @@ def iter_shapes(batch: pa.RecordBatch) -> Iterator[tuple[dict[str, Any], LedgerS
     """
     import pyarrow.compute as pc
 
-    from bkaudit.model.ledger import Segment
-
     cols = {name: batch.column(name).to_pylist() for name in _SCALARS}
     segs = batch.column("segments")
     seg_counts = pc.fill_null(pc.list_value_length(segs), 0).to_pylist()
@@ -293,21 +291,18 @@ def iter_shapes(batch: pa.RecordBatch) -> Iterator[tuple[dict[str, Any], LedgerS
             yield row, None
             continue
         items = [
-            (seg_index[j], firsts[j], tuple(names[ens_start[j] : ens_start[j + 1]]))
+            (seg_index[j], firsts[j], names[ens_start[j] : ens_start[j + 1]])
             for j in range(cursor, cursor + k)
         ]
         cursor += k
-        if any(items[i][0] > items[i + 1][0] for i in range(len(items) - 1)):
-            items.sort()
-        last = row["last_entry_id"]
-        shape = LedgerShape(
-            ledger_id=int(row["ledger_id"]),
-            ensemble_size=int(row["ensemble_size"] or 0),
-            write_quorum=int(row["write_quorum"] or 0),
-            ack_quorum=int(row["ack_quorum"] or 0),
-            closed=row["state"] == "CLOSED",
-            last_entry_id=int(last if last is not None else -1),
-            segments=tuple(Segment(int(first), ens) for _i, first, ens in items),
+        shape = LedgerShape.of(
+            ledger_id=row["ledger_id"],
+            ensemble_size=row["ensemble_size"],
+            write_quorum=row["write_quorum"],
+            ack_quorum=row["ack_quorum"],
+            state=row["state"],
+            last_entry_id=row["last_entry_id"],
+            segments=items,
             version=row["znode_version"],
         )
         yield row, shape

@@ -84,8 +84,7 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
     import pyarrow.compute as pc
 
     from bkaudit import decommission as dc
-    from bkaudit.audit.durability import LedgerShape
-    from bkaudit.model.ledger import Segment
+    from bkaudit.job.fanout import shape_of
     from bkaudit.spark.snapshot import run_snapshot
     from bkaudit.tables.read import read_arrow
     from bkaudit.tables.store import validate_snapshot_id, write_table
@@ -115,10 +114,7 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
     verdicts = []
     for led in ledgers:
         lid = int(led["ledger_id"])
-        ordered = sorted(segs.get(lid, []), key=lambda s: s["segment_index"])
-        shape = LedgerShape(lid, int(led["ensemble_size"]), int(led["write_quorum"]), int(led["ack_quorum"]),
-                            led["state"] == "CLOSED", int(led["last_entry_id"]),
-                            tuple(Segment(int(s["first_entry_id"]), tuple(s["ensemble"])) for s in ordered))
+        shape = shape_of({**led, "segments": segs.get(lid, [])})
         verdicts.append(dc.judge(shape, bookies, rows_by_ledger.get(lid, ()), min_copies=min_copies,
                                  managed_ledger=led.get("managed_ledger")))
     states = _states(settings, bookies)

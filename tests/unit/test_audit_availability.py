@@ -12,10 +12,11 @@ from bkaudit.audit.availability import (
     unverifiable,
 )
 from bkaudit.audit.base import Category
-from bkaudit.audit.durability import LedgerEvidence, LedgerShape, compare_bookie, failed_evidence
+from bkaudit.audit.durability import LedgerEvidence, compare_bookie, failed_evidence
 from bkaudit.audit.statuses import STATUS_INVALID_RESPONSE, STATUS_NOT_REGISTERED, is_transport_failure
 from bkaudit.formats.availability import decode, encode
 from bkaudit.model.ledger import Segment
+from bkaudit.model.shape import LedgerShape
 
 S = LedgerShape(3, 3, 2, 2, True, 5, (Segment(0, ("a:1", "b:1", "c:1")),))
 

@@ -12,13 +12,13 @@ from bkaudit.audit.classification import (
     durability_category,
     exit_code,
 )
-from bkaudit.audit.durability import LedgerShape
 from bkaudit.audit.metadata import MetadataCheck, MetadataRecord
 from bkaudit.audit.reconcile import MarkerState, Recheck, ZnodeVersion, apply_marker, recheck
 from bkaudit.audit.settings import CheckerSettings
 from bkaudit.config import load
 from bkaudit.errors import ConfigError
 from bkaudit.model.ledger import Segment
+from bkaudit.model.shape import LedgerShape
 
 
 def test_severity_table_is_the_issues():

@@ -14,7 +14,6 @@ from bkaudit.audit.durability import (
     BookieEvidence,
     DurabilityCheck,
     LedgerEvidence,
-    LedgerShape,
     assess,
     checked_limit,
     checked_segments,
@@ -27,6 +26,7 @@ from bkaudit.audit.statuses import STATUS_NOT_CHECKED
 from bkaudit.formats.availability import decode, encode
 from bkaudit.model.ledger import Segment
 from bkaudit.model.quorum import write_set
+from bkaudit.model.shape import LedgerShape
 
 POOL = [f"10.0.0.{i}:3181" for i in range(1, 9)]
 

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import given, settings
 
-from bkaudit.audit.durability import LedgerShape, expected_by_bookie
+from bkaudit.audit.durability import expected_by_bookie
 from bkaudit.errors import BookieError
 from bkaudit.formats.availability import encode
 from bkaudit.job.fanout import (
@@ -29,6 +29,7 @@ from bkaudit.job.fanout import (
     query_bookie,
 )
 from bkaudit.model.ledger import Segment
+from bkaudit.model.shape import LedgerShape
 from tests.unit.test_audit_durability import ledgers, naive_expected, naive_spans
 
 A, B, C = "a:1", "b:1", "c:1"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from bkaudit.audit.base import Category
-from bkaudit.audit.durability import LedgerShape
 from bkaudit.audit.placement import PlacementCheck
 from bkaudit.model.ledger import Segment
 from bkaudit.model.placement import (
@@ -14,6 +13,7 @@ from bkaudit.model.placement import (
     ZoneAwarePolicy,
     policy_from_settings,
 )
+from bkaudit.model.shape import LedgerShape
 from bkaudit.model.topology import Topology
 
 RACKS = {"a1:3181": "/r1", "a2:3181": "/r1", "b1:3181": "/r2", "b2:3181": "/r2", "c1:3181": "/r3"}

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from bkaudit.audit.base import Category
-from bkaudit.audit.durability import DurabilityCheck, LedgerShape, assess, evidence_basis, failed_evidence
+from bkaudit.audit.durability import DurabilityCheck, assess, evidence_basis, failed_evidence
 from bkaudit.audit.reads import (
     ReadSummary,
     entries_to_verify,
@@ -26,6 +26,7 @@ from bkaudit.audit.statuses import STATUS_CORRUPT
 from bkaudit.formats.entry import DigestManager
 from bkaudit.model.ledger import DigestType, Segment
 from bkaudit.model.quorum import entries_of_bookie
+from bkaudit.model.shape import LedgerShape
 
 
 def stored(idx: int, first: int, last: int, e: int, wq: int) -> list[int]:

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from bkaudit import decommission as dc
-from bkaudit.audit.durability import LedgerShape
 from bkaudit.model.ledger import Segment
 from bkaudit.model.quorum import write_set
+from bkaudit.model.shape import LedgerShape
 
 
 def shape(ensembles: list[tuple[int, tuple[str, ...]]], e: int, wq: int, aq: int, last: int,

@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from bkaudit.audit.durability import LedgerShape
 from bkaudit.errors import BookieError
 from bkaudit.formats.entry import DigestManager
 from bkaudit.job.fanout import (
@@ -28,6 +27,7 @@ from bkaudit.job.fanout import (
     read_and_verify,
 )
 from bkaudit.model.ledger import DigestType, Segment
+from bkaudit.model.shape import LedgerShape
 
 B = "b:1"
 
