@@ -121,4 +121,4 @@ class BookieView:
         with self._lock:
             racks = dict(self._racks)
         conf = self.settings.get(PlacementSettings) if self.settings is not None else PlacementSettings()
-        return topology_from_settings(conf, racks or None)
+        return topology_from_settings(conf, racks)

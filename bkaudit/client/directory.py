@@ -56,18 +56,17 @@ class ZkBookieDirectory:
         return sorted(registry.list_writable(self.zk, self.root))
 
     def topology(self) -> Any:
-        """Bookie locations: Pulsar's /bookies rack map, else [placement] locations, else the default rack."""
-        from bkaudit.model.topology import Topology
+        """Bookie locations (`model.topology.resolve_topology`): Pulsar's /bookies rack map, else
+        [placement] locations, else the policy's default location."""
+        from bkaudit.model.topology import resolve_topology
         from bkaudit.zk import registry
 
         racks = registry.read_racks(self.zk)
-        if isinstance(racks, Topology):
-            return racks.with_default_location(self.policy.default_location)
         if self._settings is not None:
             from bkaudit.model.placement import topology_from_settings
 
-            return topology_from_settings(self._settings, racks or None)
-        return Topology.from_rack_config(racks or {}, default_location=self.policy.default_location)
+            return topology_from_settings(self._settings, racks)
+        return resolve_topology(racks=racks, locations={}, default_location=self.policy.default_location)
 
     def choose_ensemble(self, ensemble_size: int, write_quorum: int, ack_quorum: int) -> tuple[str, ...]:
         candidates = self.writable()

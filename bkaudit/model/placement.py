@@ -32,6 +32,7 @@ from bkaudit.model.topology import (
     Topology,
     location_components,
     normalize_location,
+    resolve_topology,
 )
 
 #: (group, leaf): the group is the rack / region / zone (None = unknown), the leaf identifies the bookie's
@@ -936,12 +937,8 @@ def policy_from_settings(settings: PlacementSettings | Settings) -> PlacementPol
 def topology_from_settings(
     settings: PlacementSettings | Settings, rack_config: Mapping[str, Any] | None = None
 ) -> Topology:
-    """The topology to judge with: Pulsar's ``/bookies`` map when given, else ``[placement] locations``.
-
-    Either way unmapped bookies get the configured policy's default location.
-    """
+    """The topology to judge with (`resolve_topology`): Pulsar's ``/bookies`` map when it holds anything,
+    else ``[placement] locations``; unmapped bookies get the configured policy's default location."""
     conf = settings if isinstance(settings, PlacementSettings) else settings.get(PlacementSettings)
     default = policy_from_settings(conf).default_location
-    if rack_config is not None:
-        return Topology.from_rack_config(rack_config, default_location=default)
-    return Topology.from_mapping(conf.locations, default_location=default)
+    return resolve_topology(racks=rack_config, locations=conf.locations, default_location=default)

@@ -223,6 +223,20 @@ class Topology(Mapping[str, str]):
         return f"Topology({dict(self)!r}, default_location={self.default_location!r})"
 
 
+def resolve_topology(
+    *, racks: Mapping[str, Any] | None, locations: Mapping[str, str | None], default_location: str
+) -> Topology:
+    """The one precedence rule for bookie locations (client, replication worker and checker alike).
+
+    Pulsar's ``/bookies`` rack map (`racks`, the parsed JSON) wins whenever it holds anything; only without it
+    do the ``[placement] locations`` apply (docs/config.md). Bookies neither covers sit on `default_location`
+    (the placement policy's own "unknown" location).
+    """
+    if racks:
+        return Topology.from_rack_config(racks, default_location=default_location)
+    return Topology.from_mapping(locations, default_location=default_location)
+
+
 def _rack_and_hostname(info: Any, where: str) -> tuple[str | None, str | None]:
     """(rack, hostname) of one Pulsar BookieInfo, given as a dict or as an object with attributes."""
     if isinstance(info, Mapping):

@@ -872,20 +872,11 @@ class CheckerRun:
         return ledgers.join(segs, "ledger_id", "left").select(*LEDGER_INPUT_SCHEMA.names)
 
     def _placement_setup(self) -> tuple[Any, Any, str]:
-        from bkaudit.model.placement import PlacementSettings, policy_from_settings, topology_from_settings
-        from bkaudit.zk.registry import read_racks
+        from bkaudit.job.cluster_view import read_placement_inputs
 
         assert self.zk is not None
-        ps = self.settings.get(PlacementSettings)
-        try:
-            racks = read_racks(self.zk)
-        except FormatError as exc:  # bad rack JSON must not stop the audit: judge on the configured map
-            log.warning("rack configuration /bookies unreadable (%s); using [placement] locations", exc)
-            racks = {}
-        topology = (
-            topology_from_settings(ps) if ps.locations or not racks else topology_from_settings(ps, racks)
-        )
-        return policy_from_settings(ps), topology, ps.policy
+        inputs = read_placement_inputs(self.zk, self.settings)
+        return inputs.policy, inputs.topology, inputs.policy_name
 
     def _ledger_pass(self, frames: Mapping[str, DataFrame]) -> DataFrame:
         """The ledger pass over every ledger (lazy): its requests feed the fan-out in the same Spark job.
