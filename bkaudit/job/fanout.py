@@ -1,8 +1,8 @@
 """Bookie fan-out of the metadata checker: ask every bookie which entries it holds, in batches, on executors.
 
 Shape of the work (ecosystem-notes.md "RPC fan-out"): the ledger pass emits one request row per (ledger,
-bookie) that must hold entries; the job repartitions them by bookie and runs `fanout_partition` through
-`mapInArrow`. Each task opens its own native connection per bookie inside the function (connections neither
+bookie) that must hold entries; the job repartitions them by bookie and runs
+`bkaudit.job.fanout_task.fanout_partition` through `mapInArrow`. Each task opens its own native connection per bookie inside the function (connections neither
 pickle nor survive a fork) and sends ONE GetListOfEntries per (ledger, bookie), `batch_size` ledgers per
 call: one batch message to bookies that advertised the batch operation, standard per-ledger requests
 pipelined to any other, with at most `max_in_flight` calls outstanding per bookie.
@@ -25,17 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import queue
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from bkaudit.audit.durability import (
     BookieEvidence,
@@ -45,17 +41,12 @@ from bkaudit.audit.durability import (
     merge_sorted_ranges,
 )
 from bkaudit.audit.reads import (
-    EVIDENCE_LISTING,
-    EVIDENCE_READS,
     ReadSummary,
     read_evidence,
-    summarise_reads,
-    verify_entry,
 )
 from bkaudit.audit.statuses import (
     STATUS_BAD_REQUEST,
     STATUS_CIRCUIT_OPEN,
-    STATUS_CORRUPT,
     STATUS_INVALID_RESPONSE,
     STATUS_NO_LEDGER,
     STATUS_OK,
@@ -132,7 +123,6 @@ Anything else: not verified (UNAVAILABLE, CIRCUIT_OPEN, EIO, ...), `error` says 
 
 DIGEST_MAX_RUNS = 4096
 """Above this many expected runs the digest is not computed: the answer is compared in detail instead."""
-OUTPUT_BATCH_ROWS = 8192
 
 
 def digest(data: bytes) -> bytes:
@@ -414,146 +404,6 @@ def query_bookie(
         yield shapes[p], judge_answer(shapes[p], bookie_id, value), call
 
 
-def read_and_verify(
-    client: Any,
-    bookie_id: str,
-    ledger_ids: Sequence[int],
-    plans: Sequence[Sequence[int]],
-    digest_types: Sequence[str | None],
-    *,
-    max_in_flight: int,
-    failure_threshold: int,
-    call_prefix: str = "",
-    passwords: Sequence[bytes | None] | None = None,
-) -> Iterator[tuple[int, ReadSummary, CallInfo | None]]:
-    """Verify (ledger, bookie) pairs by reading entries: one ReadSummary per position, in completion order.
-
-    At most `max_in_flight` entry reads are outstanding (BookKeeper's inFlightReadEntryNumInLedgerChecker);
-    each entry read back is verified with its ledger's digest. After `failure_threshold` consecutive
-    transport failures the bookie is not read again in this attempt: what is left is CIRCUIT_OPEN, so a bookie
-    that never answers costs a few deadlines, not one per entry.
-    """
-    work = ((p, e) for p in range(len(ledger_ids)) for e in plans[p])
-    remaining = [len(plan) for plan in plans]
-    outcomes: list[dict[int, str]] = [{} for _ in plans]
-    errors: list[dict[int, str]] = [{} for _ in plans]
-    started: list[float | None] = [None] * len(plans)
-    for p, n in enumerate(remaining):
-        if n == 0:
-            yield p, ReadSummary(STATUS_OK, 0), None
-    pending: dict[Future[Any], tuple[int, int]] = {}
-    consecutive = 0
-    breaker: str | None = None
-
-    def finish(p: int) -> tuple[int, ReadSummary, CallInfo | None]:
-        t0 = started[p]
-        ms = None if t0 is None else (time.monotonic() - t0) * 1e3
-        call = None if ms is None else CallInfo(f"{call_prefix}{bookie_id}#r{p}", ms)
-        return p, summarise_reads(outcomes[p], errors[p]), call
-
-    while True:
-        while breaker is None and len(pending) < max_in_flight:
-            item = next(work, None)
-            if item is None:
-                break
-            p, entry = item
-            if started[p] is None:
-                started[p] = time.monotonic()
-            try:
-                fut: Future[Any] = client.read_entry(ledger_ids[p], entry)
-            except Exception as exc:  # a client that cannot even queue the call
-                fut = Future()
-                fut.set_exception(BookieError(STATUS_UNAVAILABLE, str(exc), bookie_id=bookie_id))
-            pending[fut] = item
-        if not pending:
-            break
-        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-        for fut in done:
-            p, entry = pending.pop(fut)
-            try:
-                data = fut.result()
-            except BaseException as exc:
-                status = exc.status if isinstance(exc, BookieError) else STATUS_UNAVAILABLE
-                outcomes[p][entry] = status
-                errors[p][entry] = str(exc) or status
-                if is_transport_failure(status):
-                    consecutive += 1
-                    if consecutive >= failure_threshold and breaker is None:
-                        breaker = f"{status}: {exc}"
-                        log.warning("bookie %s: %d transport failures in a row reading entries (%s); "
-                                    "skipping it for now", bookie_id, consecutive, exc)
-                else:
-                    consecutive = 0
-            else:
-                consecutive = 0
-                if not isinstance(data, bytes | bytearray | memoryview):
-                    outcomes[p][entry] = STATUS_INVALID_RESPONSE
-                    errors[p][entry] = f"not entry bytes: {type(data).__name__}"
-                else:
-                    pw = passwords[p] if passwords is not None else None
-                    problem = verify_entry(ledger_ids[p], entry, bytes(data), digest_types[p], pw)
-                    outcomes[p][entry] = STATUS_OK if problem is None else STATUS_CORRUPT
-                    if problem is not None:
-                        errors[p][entry] = problem
-            remaining[p] -= 1
-            if remaining[p] == 0:
-                yield finish(p)
-    if breaker is not None:
-        skipped = f"not read after {failure_threshold} consecutive transport failures ({breaker})"
-        for item in work:
-            p, entry = item
-            outcomes[p][entry] = STATUS_CIRCUIT_OPEN
-            errors[p][entry] = skipped
-            remaining[p] -= 1
-            if remaining[p] == 0:
-                yield finish(p)
-
-
-
-
-def probe_listing(client: Any, *, timeout_s: float, ledger_id: int = 0) -> tuple[str, str]:
-    """(evidence mode, why) for one bookie: does GET_LIST_OF_ENTRIES_OF_LEDGER work on it this run?
-
-    A listing request and an entry read go out together. Any answer to the listing (entries, ENOLEDGER, even
-    bytes that later fail to decode) means listing works. No answer in `timeout_s` (a Java bookie on
-    DbLedgerStorage sends none) or an error status means it does not, provided the bookie answers the read
-    (with anything: ENOLEDGER, ENOENTRY, an entry); a bookie that answers neither is simply unreachable and
-    keeps the listing path, which reports it as such.
-    """
-    from concurrent.futures import TimeoutError as FutureTimeout
-
-    def outcome(fut: Future[Any] | None) -> tuple[str | None, str]:
-        """(the status of a BookKeeper answer — OK included — or None without one, what happened)."""
-        if fut is None:
-            return None, "could not be sent"
-        try:
-            fut.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            return None, f"no answer within {timeout_s:g}s"
-        except BookieError as exc:
-            if is_transport_failure(exc.status):
-                return None, f"{exc.status}: {exc}"
-            return exc.status, f"{exc.status}: {exc}"
-        except Exception as exc:
-            return None, f"{type(exc).__name__}: {exc}"
-        return STATUS_OK, "answered"
-
-    deadline = time.monotonic() + timeout_s
-    futures: list[Future[Any] | None] = []
-    for send in (lambda: client.get_list_of_entries(ledger_id), lambda: client.read_entry(ledger_id, 0)):
-        try:
-            futures.append(send())
-        except Exception:
-            futures.append(None)
-    listed, why = outcome(futures[0])
-    if listed in (STATUS_OK, STATUS_NO_LEDGER):
-        return EVIDENCE_LISTING, "listing answered"
-    alive, read_why = outcome(futures[1])
-    if alive is not None:
-        return EVIDENCE_READS, f"listing probe failed ({why}); reads answered"
-    return EVIDENCE_LISTING, f"unreachable (listing: {why}; read: {read_why})"
-
-
 def make_client(bookie_id: str, config: FanoutConfig) -> Any:
     """A BookieClient for one bookie, created inside the task (connections do not pickle)."""
     from bkaudit.rpc.client import BookieClient
@@ -567,206 +417,3 @@ def make_client(bookie_id: str, config: FanoutConfig) -> Any:
         request_timeout_s=config.call_timeout_s,
         batch_listing=bookie_id in config.batch_listing,
     )
-
-
-# -- the Spark task ------------------------------------------------------------------------------------------
-
-
-class _Columns:
-    """Output columns of one bookie's answers, appended to in arrival order."""
-
-    __slots__ = (
-        "answer",
-        "call_id",
-        "call_ms",
-        "corrupt",
-        "digest",
-        "digest_type",
-        "entries",
-        "error",
-        "ledger",
-        "missing",
-        "reads",
-        "status",
-    )
-
-    def __init__(self) -> None:
-        self.ledger: list[int] = []
-        self.digest: list[bytes | None] = []
-        self.entries: list[int] = []
-        self.status: list[str] = []
-        self.error: list[str | None] = []
-        self.answer: list[bytes | None] = []
-        self.call_id: list[str | None] = []
-        self.call_ms: list[float | None] = []
-        self.reads: list[list[int] | None] = []
-        self.digest_type: list[str | None] = []
-        self.missing: list[list[int] | None] = []
-        self.corrupt: list[list[int] | None] = []
-
-    def __len__(self) -> int:
-        return len(self.ledger)
-
-    def batch(self, bookie_id: str, attempt: int) -> pa.RecordBatch:
-        n = len(self.ledger)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array([bookie_id] * n, pa.string()),
-                pa.array(self.ledger, pa.int64()),
-                pa.array(self.digest, pa.binary()),
-                pa.array(self.entries, pa.int64()),
-                pa.array(self.status, pa.string()),
-                pa.array(self.error, pa.string()),
-                pa.array(self.answer, pa.binary()),
-                pa.array(self.call_id, pa.string()),
-                pa.array(self.call_ms, pa.float64()),
-                pa.array([attempt] * n, pa.int32()),
-                pa.array(self.reads, pa.list_(pa.int64())),
-                pa.array(self.digest_type, pa.string()),
-                pa.array(self.missing, pa.list_(pa.int64())),
-                pa.array(self.corrupt, pa.list_(pa.int64())),
-            ],
-            schema=RESPONSE_SCHEMA,
-        )
-
-
-def fanout_partition(
-    config: FanoutConfig, client_factory: Callable[[str, FanoutConfig], Any] | None = None
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function: REQUEST_SCHEMA batches in, RESPONSE_SCHEMA batches out.
-
-    The partition's requests are grouped by bookie (column-wise, no per-row objects); each bookie is queried
-    from its own thread so that a slow bookie sharing the partition does not hold the others back.
-    """
-    factory = client_factory or make_client
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
-        if not tables:
-            return
-        requests = pa.concat_tables(tables)
-        groups: dict[str, tuple[list[int], list[bytes | None], list[int], list[Any], list[Any]]] = {}
-        for bookie in pc.unique(requests.column("bookie_id")).to_pylist():
-            part = requests.filter(pc.equal(requests.column("bookie_id"), bookie))
-            groups[bookie] = (
-                part.column("ledger_id").to_pylist(),
-                part.column("expected_digest").to_pylist(),
-                part.column("ledger_entries").to_pylist(),
-                part.column("read_entries").to_pylist(),
-                part.column("digest_type").to_pylist(),
-            )
-        out: queue.Queue[pa.RecordBatch | BaseException | None] = queue.Queue(maxsize=64)
-        prefix = f"{config.attempt}:{uuid.uuid4().hex[:8]}:"
-
-        def worker(
-            bookie_id: str,
-            all_ids: list[int],
-            all_digests: list[bytes | None],
-            all_entries: list[int],
-            all_reads: list[list[int] | None],
-            all_types: list[str | None],
-        ) -> None:
-            client = None
-            try:
-                client = factory(bookie_id, config)
-                cols = _Columns()
-                by_reads = [i for i, r in enumerate(all_reads) if r is not None]
-                if by_reads:  # no listing on this bookie: LedgerChecker-style reads
-                    for i, summary, call in read_and_verify(
-                        client,
-                        bookie_id,
-                        [all_ids[i] for i in by_reads],
-                        [all_reads[i] or [] for i in by_reads],
-                        [all_types[i] for i in by_reads],
-                        max_in_flight=config.read_max_in_flight,
-                        failure_threshold=config.failure_threshold,
-                        call_prefix=prefix,
-                    ):
-                        k = by_reads[i]
-                        cols.ledger.append(all_ids[k])
-                        cols.digest.append(all_digests[k])
-                        cols.entries.append(all_entries[k])
-                        cols.call_id.append(call.call_id if call else None)
-                        cols.call_ms.append(call.ms if call else None)
-                        cols.status.append(summary.status)
-                        cols.error.append(summary.error)
-                        cols.answer.append(None)
-                        cols.reads.append(all_reads[k])
-                        cols.digest_type.append(all_types[k])
-                        cols.missing.append(list(summary.missing))
-                        cols.corrupt.append(list(summary.corrupt))
-                        if len(cols) >= OUTPUT_BATCH_ROWS:
-                            out.put(cols.batch(bookie_id, config.attempt))
-                            cols = _Columns()
-                listed = [i for i, r in enumerate(all_reads) if r is None]
-                ids = [all_ids[i] for i in listed]
-                digests = [all_digests[i] for i in listed]
-                entries = [all_entries[i] for i in listed]
-                for p, value, call in ask(
-                    client,
-                    bookie_id,
-                    ids,
-                    batch_size=config.batch_size,
-                    max_in_flight=config.max_in_flight,
-                    failure_threshold=config.failure_threshold,
-                    call_prefix=prefix,
-                ):
-                    cols.reads.append(None)
-                    cols.digest_type.append(all_types[listed[p]])
-                    cols.missing.append(None)
-                    cols.corrupt.append(None)
-                    cols.ledger.append(ids[p])
-                    cols.digest.append(digests[p])
-                    cols.entries.append(entries[p])
-                    cols.call_id.append(call.call_id if call else None)
-                    cols.call_ms.append(call.ms if call else None)
-                    if type(value) is bytes:
-                        expected = digests[p]
-                        if expected is not None and digest(value) == expected:
-                            cols.status.append(STATUS_OK)
-                            cols.error.append(None)
-                            cols.answer.append(None)
-                        else:  # differs: keep the bytes for the detailed comparison, if they decode at all
-                            problem = undecodable(value)
-                            cols.status.append(STATUS_OK if problem is None else STATUS_INVALID_RESPONSE)
-                            cols.error.append(problem)
-                            cols.answer.append(value if problem is None else None)
-                    elif isinstance(value, BookieError):
-                        cols.status.append(value.status)
-                        cols.error.append(None if value.status == STATUS_NO_LEDGER else str(value))
-                        cols.answer.append(None)
-                    else:
-                        cols.status.append(STATUS_BAD_REQUEST)
-                        cols.error.append("the batch response has no answer for this ledger")
-                        cols.answer.append(None)
-                    if len(cols) >= OUTPUT_BATCH_ROWS:
-                        out.put(cols.batch(bookie_id, config.attempt))
-                        cols = _Columns()
-                if len(cols):
-                    out.put(cols.batch(bookie_id, config.attempt))
-            except BaseException as exc:  # surface in the task, never lose rows silently
-                out.put(exc)
-            finally:
-                if client is not None:
-                    try:
-                        client.close()
-                    except Exception:
-                        pass
-                out.put(None)
-
-        threads = [
-            threading.Thread(target=worker, args=(b, *cols), daemon=True) for b, cols in groups.items()
-        ]
-        for t in threads:
-            t.start()
-        running = len(threads)
-        while running:
-            item = out.get()
-            if item is None:
-                running -= 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
-
-    return run

@@ -80,12 +80,11 @@ from bkaudit.job.fanout import (
     ExpectedDigests,
     FanoutConfig,
     evidence_of_row,
-    fanout_partition,
-    probe_listing,
     query_bookie,
-    read_and_verify,
     shape_of,
 )
+from bkaudit.job.fanout_task import fanout_partition
+from bkaudit.job.read_evidence import probe_listing, read_and_verify
 from bkaudit.model.shape import LedgerShape
 from bkaudit.tables import location
 from bkaudit.tables.checker_schemas import AUDIT_RUNS, BOOKIE_CHECKS, RANGE_STRUCT, VIOLATIONS

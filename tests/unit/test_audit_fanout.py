@@ -25,9 +25,9 @@ from bkaudit.job.fanout import (
     FanoutConfig,
     digest,
     evidence_of_row,
-    fanout_partition,
     query_bookie,
 )
+from bkaudit.job.fanout_task import fanout_partition
 from bkaudit.model.ledger import Segment
 from bkaudit.model.shape import LedgerShape
 from tests.unit.test_audit_durability import ledgers, naive_expected, naive_spans

@@ -22,10 +22,9 @@ from bkaudit.job.fanout import (
     RESPONSE_SCHEMA,
     FanoutConfig,
     evidence_of_row,
-    fanout_partition,
-    probe_listing,
-    read_and_verify,
 )
+from bkaudit.job.fanout_task import fanout_partition
+from bkaudit.job.read_evidence import probe_listing, read_and_verify
 from bkaudit.model.ledger import DigestType, Segment
 from bkaudit.model.shape import LedgerShape
 
