@@ -2,10 +2,11 @@
 
 Shape of the work (ecosystem-notes.md "RPC fan-out"): the ledger pass emits one request row per (ledger,
 bookie) that must hold entries; the job repartitions them by bookie and runs
-`bkaudit.job.fanout_task.fanout_partition` through `mapInArrow`. Each task opens its own native connection per bookie inside the function (connections neither
-pickle nor survive a fork) and sends ONE GetListOfEntries per (ledger, bookie), `batch_size` ledgers per
-call: one batch message to bookies that advertised the batch operation, standard per-ledger requests
-pipelined to any other, with at most `max_in_flight` calls outstanding per bookie.
+`bkaudit.job.fanout_task.fanout_partition` through `mapInArrow`. Each task opens its own native connection
+per bookie inside the function (connections neither pickle nor survive a fork) and sends ONE GetListOfEntries
+per (ledger, bookie), `batch_size` ledgers per call: one batch message to bookies that advertised the batch
+operation, standard per-ledger requests pipelined to any other, with at most `max_in_flight` calls
+outstanding per bookie.
 
 Healthy answers cost almost nothing: the ledger pass attached to each request the digest of the canonical
 encoding (`availability.encode_runs`, byte-identical to BookKeeper's encoder) of exactly the entries the
