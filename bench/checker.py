@@ -465,9 +465,9 @@ def verify(
 
 def spark_found(result: Any) -> dict[int, tuple[str, list[tuple[int, int]]]]:
     out: dict[int, tuple[str, list[tuple[int, int]]]] = {}
-    for r in result.violations:
-        if r["category"] in ("no_replica", "below_ack_quorum", "below_write_quorum"):
-            out[r["ledger_id"]] = (r["category"], [(m["first"], m["last"]) for m in r["missing_entries"]])
+    for v in result.violations:
+        if v.category in ("no_replica", "below_ack_quorum", "below_write_quorum"):
+            out[v.ledger_id] = (v.category, [(lo, hi) for lo, hi in v.missing_entries or ()])
     return out
 
 
@@ -583,15 +583,15 @@ def main(argv: list[str] | None = None) -> int:
                 snapshot_s=a["snapshot_s"],
                 runs=a["runs"],
                 phases=result.phase_seconds,
-                calls=sum(b["calls"] for b in result.bookies),
+                calls=sum(b.calls for b in result.bookies),
             )
             found = spark_found(result)
             m["spark_verify"] = verify(found, m["expected"])
             m["other_findings"] = sum(
                 1
-                for r in result.violations
-                if r["ledger_id"] not in m["expected"]
-                or r["category"] not in ("no_replica", "below_ack_quorum", "below_write_quorum")
+                for v in result.violations
+                if v.ledger_id not in m["expected"]
+                or v.category not in ("no_replica", "below_ack_quorum", "below_write_quorum")
             )
             m["cold_verify"] = verify(spark_found(a["cold_result"]), m["expected"])
             print(

@@ -144,8 +144,8 @@ def spark_side(zk: str, root: str, warehouse: str, conn: Any) -> None:
             "seconds": snapshot_s + check_s,
             "ledgers": result.ledgers_checked,
             "found": listing_bench.spark_found(result),
-            "violations": [(r["ledger_id"], r["category"], r.get("evidence")) for r in result.violations],
-            "evidence": sorted({str(b.get("evidence")) for b in result.bookies}),
+            "violations": [(v.ledger_id, v.category, v.detail.get("evidence")) for v in result.violations],
+            "evidence": sorted({b.evidence for b in result.bookies}),
             "phases": result.phase_seconds,
         }
     )

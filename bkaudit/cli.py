@@ -25,7 +25,7 @@ COMMANDS: dict[str, str] = {
     "bookie": "bkaudit.bookie.commands:bookie",
     "ledger": "bkaudit.client.commands:ledger",
     "snapshot": "bkaudit.spark.commands:snapshot",
-    "check": "bkaudit.spark.commands:check",
+    "check": "bkaudit.spark.checker_commands:check",
     "violations": "bkaudit.tables.commands:violations",
     "tables": "bkaudit.tables.commands:tables_group",
     "autorecovery": "bkaudit.autorecovery.commands:autorecovery",

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from bkaudit.audit.base import DURABILITY_CATEGORIES, Category, Finding
 from bkaudit.audit.durability import (
     BookieEvidence,
     MissingRun,
@@ -98,56 +99,54 @@ class LedgerVerdict:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
-def evidence_from_rows(
-    rows: Iterable[Mapping[str, Any]],
+def evidence_of_findings(
+    findings: Iterable[Finding],
 ) -> tuple[dict[str, list[MissingRun]], set[str], bool]:
-    """From one ledger's violation rows: missing runs per bookie, unverified bookies, truncated evidence."""
+    """From one ledger's findings: missing runs per bookie, unverified bookies, truncated evidence."""
     missing: dict[str, list[MissingRun]] = {}
     unverified: set[str] = set()
     truncated = False
-    for r in rows:
-        d = r.get("detail")
-        detail = json.loads(d) if isinstance(d, str) and d else dict(d or {})
-        if r.get("category") in ("no_replica", "below_ack_quorum", "below_write_quorum"):
-            truncated |= bool(detail.get("ranges_truncated"))
-            for m in detail.get("missing_by_bookie") or ():
+    for f in findings:
+        if f.category in DURABILITY_CATEGORIES:
+            truncated |= bool(f.detail.get("ranges_truncated"))
+            for m in f.detail.get("missing_by_bookie") or ():
                 ranges = tuple((int(a), int(b)) for a, b in m.get("missing") or ())
                 run = MissingRun(int(m["segment"]), int(m["bookie_index"]), ranges,
                                  int(m.get("missing_count") or 0))
                 missing.setdefault(str(m["bookie"]), []).append(run)
-        elif r.get("category") == "ledger_unverifiable":
-            for b in detail.get("bookies") or ():
+        elif f.category is Category.LEDGER_UNVERIFIABLE:
+            for b in f.detail.get("bookies") or ():
                 unverified.add(str(b.get("bookie")))
-            if r.get("bookie_id"):
-                unverified.add(str(r["bookie_id"]))
+            if f.bookie_id:
+                unverified.add(str(f.bookie_id))
     return missing, unverified, truncated
 
 
-def evidence_basis_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def evidence_basis_of_findings(findings: Iterable[Finding]) -> dict[str, Any]:
     """What the check's findings for one ledger rest on: {"evidence": "reads", "sampled_fraction": f} when
     some bookie was verified by reads (no listing), else {} (listing: exact)."""
-    for r in rows:
-        if r.get("evidence") == "reads":
-            return {"evidence": "reads", "sampled_fraction": r.get("sampled_fraction")}
+    for f in findings:
+        if f.detail.get("evidence") == "reads":
+            return {"evidence": "reads", "sampled_fraction": f.detail.get("sampled_fraction")}
     return {}
 
 
-def judge(shape: LedgerShape, removing: Sequence[str], rows: Iterable[Mapping[str, Any]] = (), *,
+def judge(shape: LedgerShape, removing: Sequence[str], findings: Iterable[Finding] = (), *,
           min_copies: int = 1, managed_ledger: str | None = None) -> LedgerVerdict:
-    """The what-if for one ledger: remove `removing` together; `rows`: its violation rows from the check.
+    """The what-if for one ledger: remove `removing` together; `findings`: its findings from the check.
 
-    Rows resting on sampled reads (bookies without listing) prove only the entries actually read missing:
+    Findings resting on sampled reads (bookies without listing) prove only the entries actually read missing:
     the verdict is then a lower bound of the damage, and a blocking verdict says so in its detail.
     """
-    rows = list(rows)
-    verdict = _judge(shape, removing, rows, min_copies=min_copies, managed_ledger=managed_ledger)
-    basis = evidence_basis_of_rows(rows)
+    found = list(findings)
+    verdict = _judge(shape, removing, found, min_copies=min_copies, managed_ledger=managed_ledger)
+    basis = evidence_basis_of_findings(found)
     if basis and verdict.reason is not None:
         verdict = replace(verdict, detail={**verdict.detail, **basis})
     return verdict
 
 
-def _judge(shape: LedgerShape, removing: Sequence[str], rows: Sequence[Mapping[str, Any]], *,
+def _judge(shape: LedgerShape, removing: Sequence[str], findings: Sequence[Finding], *,
            min_copies: int, managed_ledger: str | None) -> LedgerVerdict:
     gone = set(removing)
     named = tuple(sorted({b for seg in shape.segments for b in seg.ensemble if b in gone}))
@@ -155,7 +154,7 @@ def _judge(shape: LedgerShape, removing: Sequence[str], rows: Sequence[Mapping[s
     entries_on = {b: sum(e.count for e in expected.get(b, ())) for b in named}
     last = shape.segments[-1] if shape.segments else None
     open_tail = (not shape.closed) and last is not None and any(b in gone for b in last.ensemble)
-    missing, unverified, truncated = evidence_from_rows(rows)
+    missing, unverified, truncated = evidence_of_findings(findings)
     base = LedgerVerdict(shape.ledger_id, named, entries_on, open_tail, managed_ledger=managed_ledger)
     staying_unverified = sorted(unverified - gone)
     if staying_unverified:

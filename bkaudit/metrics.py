@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from bkaudit.errors import BkAuditError
 
@@ -32,7 +32,7 @@ BOOKKEEPER_GAUGES: Mapping[str, str] = {
 }
 
 
-CHECK_PHASES = frozenset({"ledger_pass_and_fanout", "fanout", "combine", "reread"})
+CHECK_PHASES = frozenset({"ledger_pass_and_fanout", "combine", "reread"})
 """Phases of a checker run that make up BookKeeper's REPLICAS_CHECK_TIME."""
 
 
@@ -153,6 +153,41 @@ def export(families: Families, *, metrics_file: str = "", pushgateway_url: str =
         families.push(pushgateway_url, job)
 
 
+class BookieCallStats(Protocol):
+    """What the per-bookie gauges read of one bookie's run (`bkaudit.job.bookie_stats.BookieCheck`)."""
+
+    @property
+    def bookie_id(self) -> str: ...
+    @property
+    def calls(self) -> int: ...
+    @property
+    def errors(self) -> int: ...
+    @property
+    def reachable(self) -> bool: ...
+    @property
+    def latency_ms_p50(self) -> float | None: ...
+    @property
+    def latency_ms_p95(self) -> float | None: ...
+    @property
+    def latency_ms_p99(self) -> float | None: ...
+    @property
+    def latency_ms_max(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class BookieCalls:
+    """A plain BookieCallStats (tests, the metric catalogue)."""
+
+    bookie_id: str
+    calls: int = 0
+    errors: int = 0
+    reachable: bool = False
+    latency_ms_p50: float | None = None
+    latency_ms_p95: float | None = None
+    latency_ms_p99: float | None = None
+    latency_ms_max: float | None = None
+
+
 @dataclass
 class CheckerRunMetrics:
     """What one checker run reports; `samples()` turns it into Prometheus samples."""
@@ -170,7 +205,7 @@ class CheckerRunMetrics:
     seconds: float = 0.0
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
     finished_at_s: float = 0.0
-    bookies: Iterable[Mapping[str, object]] = ()
+    bookies: Iterable[BookieCallStats] = ()
 
     def families(self, scope: str = "auditor") -> Families:
         from bkaudit.audit.base import Category
@@ -238,37 +273,36 @@ class CheckerRunMetrics:
                 {"phase": phase},
             )
         for b in self.bookies:
-            bookie = {"bookie": str(b.get("bookie_id"))}
+            bookie = {"bookie": b.bookie_id}
             out.gauge(
                 "bkaudit_checker_bookie_calls",
                 "GetListOfEntries batch calls per bookie in the last run",
-                float(str(b.get("calls") or 0)),
+                b.calls,
                 bookie,
             )
             out.gauge(
                 "bkaudit_checker_bookie_errors",
                 "(ledger, bookie) answers that were errors in the last run",
-                float(str(b.get("errors") or 0)),
+                b.errors,
                 bookie,
             )
             out.gauge(
                 "bkaudit_checker_bookie_reachable",
                 "1 when the bookie answered in the last attempt",
-                1 if b.get("reachable") else 0,
+                1 if b.reachable else 0,
                 bookie,
             )
-            for quantile, key in (
-                ("0.5", "latency_ms_p50"),
-                ("0.95", "latency_ms_p95"),
-                ("0.99", "latency_ms_p99"),
-                ("1", "latency_ms_max"),
+            for quantile, latency in (
+                ("0.5", b.latency_ms_p50),
+                ("0.95", b.latency_ms_p95),
+                ("0.99", b.latency_ms_p99),
+                ("1", b.latency_ms_max),
             ):
-                latency = b.get(key)
                 if latency is not None:
                     out.gauge(
                         "bkaudit_checker_bookie_latency_seconds",
                         "batch call latency quantiles per bookie in the last run (seconds)",
-                        float(str(latency)) / 1000.0,
+                        latency / 1000.0,
                         {**bookie, "quantile": quantile},
                     )
         return out
@@ -332,8 +366,8 @@ def names() -> set[str]:
         success=True,
         counts={},
         under_repair={},
-        phase_seconds={"fanout": 1.0},
-        bookies=[{"bookie_id": "b", "latency_ms_p50": 1.0}],
+        phase_seconds={"combine": 1.0},
+        bookies=[BookieCalls("b", latency_ms_p50=1.0)],
     ).families("auditor")
     snap = SnapshotRunMetrics(success=True, finished_at_s=1.0).families()
     out: set[str] = set()

@@ -15,29 +15,14 @@ import argparse
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bkaudit.job.check_options import add_arguments
+
     parser = argparse.ArgumentParser(prog="metadata_checker", description=__doc__.splitlines()[0])
     parser.add_argument("--zk", help="ZooKeeper connect string (default [zk] connect / $BKAUDIT_ZK)")
     parser.add_argument("--root", help="ledgers root znode (default /ledgers)")
     parser.add_argument("--warehouse", help="Delta tables directory or URI (default [snapshot] warehouse)")
-    parser.add_argument("--snapshot-id", help="snapshot to check (default: the latest successful one)")
-    parser.add_argument("--fresh", action="store_true", help="take a fresh snapshot first")
-    parser.add_argument("--run-id", help="run id (default: UTC timestamp + random suffix); re-use replaces")
-    parser.add_argument(
-        "--publish-underreplicated",
-        action="store_true",
-        default=None,
-        help="mark ledgers with durability violations under-replicated in ZooKeeper",
-    )
-    parser.add_argument(
-        "--publish-placement",
-        action="store_true",
-        default=None,
-        help="also mark placement_fail ledgers (empty replica list, BP-54)",
-    )
-    parser.add_argument("--fail-on", choices=["never", "warning", "critical"], default=None)
-    parser.add_argument("--metrics-file", help="Prometheus text file to write")
-    parser.add_argument("--pushgateway", help="Prometheus push gateway URL")
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
+    add_arguments(parser)  # the checker's own flags, defined once (bkaudit.job.check_options)
     args = parser.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -52,14 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         root=args.root,
         config_path=args.config,
         warehouse=args.warehouse,
-        snapshot_id=args.snapshot_id,
-        fresh=args.fresh,
-        run_id=args.run_id,
-        publish=args.publish_underreplicated,
-        publish_placement=args.publish_placement,
-        fail_on=args.fail_on,
-        metrics_file=args.metrics_file,
-        pushgateway_url=args.pushgateway,
+        flags=vars(args),
         master=None,
         as_json=True,
         spark=spark,

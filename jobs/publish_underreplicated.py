@@ -3,7 +3,7 @@
     spark-submit jobs/publish_underreplicated.py --zk zk1:2181 --warehouse s3a://bucket/bkaudit --run-id R
     python jobs/publish_underreplicated.py --zk ... --warehouse ... --run-id R   (no Spark needed)
 
-The same code path as `bkaudit check --publish-underreplicated` (`bkaudit.job.publish.publish_rows`): each
+The same code path as `bkaudit check --publish-underreplicated` (`bkaudit.job.publish.publish`): each
 durability violation's ledger is marked exactly as BookKeeper marks it (merged into an existing marker with a
 version CAS), with the bookies missing entries as replicas; placement_fail too with --publish-placement (empty
 replicas, BP-54). Rows already published or already under repair, and ledgers whose metadata changed since the

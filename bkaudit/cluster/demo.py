@@ -350,8 +350,8 @@ class Demo:
             warehouse=self.warehouse, snapshot_id=snap.snapshot_id, run_id=run_id,
             publish_underreplicated=publish, fail_on="never", progress=None))
         counts = {k: int(v) for k, v in result.counts.items()}
-        misplaced = sorted({int(r["ledger_id"]) for r in result.violations
-                            if r["category"] == "placement_fail" and r.get("ledger_id") is not None})
+        misplaced = sorted({int(v.ledger_id) for v in result.violations
+                            if v.category == "placement_fail" and v.ledger_id is not None})
         self.runs[phase] = {"run_id": result.run_id, "snapshot_id": snap.snapshot_id, "ledgers": snap.ledgers,
                             "counts": counts, "published": result.published,
                             "placement_fail_ledgers": misplaced, "under_repair": dict(result.under_repair),

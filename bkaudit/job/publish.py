@@ -5,13 +5,9 @@ it just computed (before writing them, so the `published` flags land in the same
 `jobs/publish_underreplicated.py --run-id R` publishes the rows of a finished run and rewrites that run's
 rows with the new flags (one Delta commit replacing the run's rows).
 
-What is published, exactly as BookKeeper marks ledgers (`zk.underreplication.mark_underreplicated`: the
-`urL%010d` znode with TextFormat `replica` + `ctime`, merged into an existing marker with a version CAS):
-
-* durability violations (no_replica, below_ack_quorum, below_write_quorum), with the bookies missing entries
-  as the replicas: the ReplicationWorker re-replicates the fragments on them;
-* placement_fail only with `--publish-placement`, with an EMPTY replica list (BookKeeper's BP-54
-  `repairedPlacementPolicyNotAdheringBookieEnabled` behaviour: the worker relocates the ensemble).
+What is published, and with which replicas, is the domain rule `bkaudit.audit.queue.replicas_to_publish`;
+the markers are written exactly as BookKeeper marks ledgers (`zk.underreplication.mark_underreplicated`: the
+`urL%010d` znode with TextFormat `replica` + `ctime`, merged into an existing marker with a version CAS).
 
 Never published: rows already published, rows on ledgers already under repair (a second mark would only reset
 the marker's grace-period clock), and rows whose ledger metadata changed or vanished since the check (the
@@ -21,30 +17,39 @@ thousands of ledgers at once overloads ZooKeeper) and idempotent (merging known 
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from bkaudit.audit.base import DURABILITY_CATEGORIES, Category
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bkaudit.audit.queue import replicas_to_publish
+from bkaudit.errors import BkAuditError
+from bkaudit.job.findings import Violation, violation_of_row
+from bkaudit.tables.checker_schemas import AUDIT_RUNS, VIOLATIONS
+from bkaudit.tables.read import read_arrow
+from bkaudit.tables.schemas import conform
+from bkaudit.tables.store import write_table
+from bkaudit.zk import paths
+from bkaudit.zk.client import rate_limiter
+from bkaudit.zk.underreplication import mark_underreplicated
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
 log = logging.getLogger(__name__)
 
-DURABILITY = frozenset(c.value for c in DURABILITY_CATEGORIES)
-
 
 @dataclass
 class PublishStats:
     marked: int = 0
-    """Rows whose ledger now carries our replicas (newly written or merged)."""
+    """Violations whose ledger now carries our replicas (newly written or merged)."""
     unchanged: int = 0
-    """Rows whose ledger already carried every replica (idempotent re-run): published, nothing written."""
+    """Violations whose ledger already carried every replica (idempotent re-run): published, no write."""
     skipped: dict[str, int] = field(default_factory=dict)
-    """Reason -> rows not published."""
+    """Reason -> violations not published."""
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -54,35 +59,9 @@ class PublishStats:
         return self.marked + self.unchanged
 
 
-def _detail(row: Mapping[str, Any]) -> dict[str, Any]:
-    raw = row.get("detail")
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    try:
-        value = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def replicas_to_publish(row: Mapping[str, Any], *, publish_placement: bool) -> tuple[str, ...] | None:
-    """The replica list to mark for this row, or None when the row is not for the queue."""
-    category = row.get("category")
-    if row.get("ledger_id") is None:
-        return None
-    if category in DURABILITY:
-        bookies = _detail(row).get("bookies_missing_entries") or (
-            [row["bookie_id"]] if row.get("bookie_id") else []
-        )
-        return tuple(str(b) for b in bookies)
-    if category == Category.PLACEMENT_FAIL.value and publish_placement:
-        return ()
-    return None
-
-
-def publish_rows(
+def publish(
     zk: KazooClient,
-    rows: Iterable[dict[str, Any]],
+    violations: Sequence[Violation],
     *,
     root: str,
     publish_placement: bool = False,
@@ -90,30 +69,28 @@ def publish_rows(
     layout: str | None = None,
     now_ms: int | None = None,
     check_metadata: bool = True,
-) -> PublishStats:
-    """Mark eligible rows' ledgers under-replicated; sets `row["published"] = True` on each row published.
+) -> tuple[list[Violation], PublishStats]:
+    """Mark eligible violations' ledgers under-replicated; the violations again, `published` where they were.
 
     With `check_metadata`, the ledger znode's version must still be the one the finding was computed from
-    (`detail.znode_version`); rows without a recorded version are published as they are.
+    (`detail.znode_version`); violations without a recorded version are published as they are.
     """
-    from bkaudit.zk import paths
-    from bkaudit.zk.client import rate_limiter
-    from bkaudit.zk.underreplication import mark_underreplicated
-
     limiter = rate_limiter(rate_per_s) if rate_per_s else None
     stats = PublishStats()
     version_cache: dict[int, int | None] = {}
-    for row in rows:
-        if row.get("published"):
+    out: list[Violation] = []
+    for v in violations:
+        out.append(v)
+        if v.published or v.ledger_id is None:
             continue
-        replicas = replicas_to_publish(row, publish_placement=publish_placement)
+        replicas = replicas_to_publish(v.finding, publish_placement=publish_placement)
         if replicas is None:
             continue
-        if row.get("under_repair"):
+        if v.under_repair:
             stats.skip("already_under_repair")
             continue
-        ledger_id = int(row["ledger_id"])
-        expected = _detail(row).get("znode_version")
+        ledger_id = int(v.ledger_id)
+        expected = v.znode_version
         if check_metadata and expected is not None:
             if ledger_id not in version_cache:
                 stat = zk.exists(paths.ledger_path(ledger_id, root=root, layout=layout or "hierarchical"))
@@ -122,13 +99,13 @@ def publish_rows(
             if current is None:
                 stats.skip("ledger_deleted")
                 continue
-            if current != int(expected):
+            if current != expected:
                 stats.skip("metadata_changed")
                 continue
         written = mark_underreplicated(
             zk, ledger_id, replicas, root=root, now_ms=now_ms, rate_limiter=limiter
         )
-        row["published"] = True
+        out[-1] = replace(v, published=True)
         if written:
             stats.marked += 1
         else:
@@ -137,7 +114,7 @@ def publish_rows(
         log.info(
             "publish: %d marked, %d already marked, skipped %s", stats.marked, stats.unchanged, stats.skipped
         )
-    return stats
+    return out, stats
 
 
 def publish_run(
@@ -155,15 +132,6 @@ def publish_run(
     The run's `violations` rows are rewritten in one commit (replacing that run's rows) and its `audit_runs`
     row gets the new published total; a run that never succeeded is refused.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from bkaudit.errors import BkAuditError
-    from bkaudit.tables.checker_schemas import AUDIT_RUNS, VIOLATIONS
-    from bkaudit.tables.read import read_arrow
-    from bkaudit.tables.schemas import conform
-    from bkaudit.tables.store import write_table
-
     runs = read_arrow(warehouse, "audit_runs")
     runs = runs.filter(pc.equal(runs.column("run_id"), run_id))
     ok = [r for r in runs.to_pylist() if r["status"] == "succeeded"]
@@ -172,10 +140,17 @@ def publish_run(
     run = ok[0]
     data = read_arrow(warehouse, "violations")
     rows = data.filter(pc.equal(data.column("run_id"), run_id)).to_pylist()
-    stats = publish_rows(
-        zk, rows, root=root, publish_placement=publish_placement, rate_per_s=rate_per_s, layout=layout
+    done, stats = publish(
+        zk,
+        [violation_of_row(r) for r in rows],
+        root=root,
+        publish_placement=publish_placement,
+        rate_per_s=rate_per_s,
+        layout=layout,
     )
     if stats.published:
+        for row, v in zip(rows, done, strict=True):
+            row["published"] = v.published
         table = conform(pa.Table.from_pylist(rows, schema=VIOLATIONS.schema), VIOLATIONS.schema)
         write_table(
             warehouse,

@@ -9,6 +9,7 @@ settings.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -21,8 +22,7 @@ from bkaudit.cli_common import (
     zk_options,
 )
 from bkaudit.exitcodes import ExitCode
-
-FAIL_ON = click.Choice(["never", "warning", "critical"])
+from bkaudit.job.check_options import click_options, options_from, validate_options
 
 
 def human_summary(summary: dict[str, Any], result: Any = None) -> str:
@@ -53,39 +53,7 @@ def human_summary(summary: dict[str, Any], result: Any = None) -> str:
 @click.command("check")
 @zk_options
 @click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
-@click.option("--snapshot-id", default=None, help="snapshot to check (default: the latest successful one)")
-@click.option("--fresh", is_flag=True, help="take a fresh snapshot first and check it")
-@click.option(
-    "--run-id",
-    default=None,
-    help="id of this run (default: UTC time + suffix); re-using one replaces that run's rows",
-)
-@click.option(
-    "--publish-underreplicated/--no-publish-underreplicated",
-    "publish",
-    default=None,
-    help="mark ledgers with durability violations under-replicated in ZooKeeper ([checker] "
-    "publish_underreplicated, off by default)",
-)
-@click.option(
-    "--publish-placement/--no-publish-placement",
-    "publish_placement",
-    default=None,
-    help="also mark placement_fail ledgers, with no replicas (BookKeeper's BP-54)",
-)
-@click.option(
-    "--fail-on",
-    type=FAIL_ON,
-    default=None,
-    help="lowest severity that makes the exit code 3 (default [checker] fail_on = critical)",
-)
-@click.option("--metrics-file", default=None, help="write Prometheus text here ([checker] metrics_file)")
-@click.option(
-    "--pushgateway",
-    "pushgateway_url",
-    default=None,
-    help="push metrics to this Prometheus push gateway URL ([checker] pushgateway_url)",
-)
+@click_options
 @click.option("--master", default=None, help="Spark master (default [snapshot] master, local[2])")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
 def check(
@@ -94,16 +62,9 @@ def check(
     root: str | None,
     config_path: str | None,
     warehouse: str | None,
-    snapshot_id: str | None,
-    fresh: bool,
-    run_id: str | None,
-    publish: bool | None,
-    publish_placement: bool | None,
-    fail_on: str | None,
-    metrics_file: str | None,
-    pushgateway_url: str | None,
     master: str | None,
     as_json: bool,
+    **flags: Any,
 ) -> None:
     """Check a snapshot against the bookies: durability, placement, progress, availability (BP-34)."""
     code = run_command(
@@ -112,14 +73,7 @@ def check(
         root=root,
         config_path=config_path,
         warehouse=warehouse,
-        snapshot_id=snapshot_id,
-        fresh=fresh,
-        run_id=run_id,
-        publish=publish,
-        publish_placement=publish_placement,
-        fail_on=fail_on,
-        metrics_file=metrics_file,
-        pushgateway_url=pushgateway_url,
+        flags=flags,
         master=master,
         as_json=as_json,
     )
@@ -133,19 +87,15 @@ def run_command(
     root: str | None,
     config_path: str | None,
     warehouse: str | None,
-    snapshot_id: str | None,
-    fresh: bool,
-    run_id: str | None,
-    publish: bool | None,
-    publish_placement: bool | None,
-    fail_on: str | None,
-    metrics_file: str | None,
-    pushgateway_url: str | None,
+    flags: Mapping[str, Any],
     master: str | None,
     as_json: bool,
     spark: Any = None,
 ) -> int:
-    """Shared by the CLI and jobs/metadata_checker.py; returns the exit code (0 / 3 / 1 / 2: docs/cli.md)."""
+    """Shared by the CLI and jobs/metadata_checker.py; returns the exit code (0 / 3 / 1 / 2: docs/cli.md).
+
+    `flags`: the values of the checker's flags (`bkaudit.job.check_options.CHECK_FLAGS`), by field name.
+    """
     import bkaudit.audit.settings
     import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.errors import BkAuditError
@@ -167,27 +117,16 @@ def run_command(
         return err(exc.format_message(), exc.exit_code)
     except BkAuditError as exc:
         return err(str(exc), exit_code_for(exc))
-    from bkaudit.spark.checker import CheckFailed, CheckOptions, run_check, validate_options
+    from bkaudit.spark.checker import CheckFailed, run_check
 
     def progress(message: str) -> None:
         if not as_json:
             click.echo(f"... {message}", err=True)
 
-    options = CheckOptions(
-        warehouse=snap.warehouse,
-        snapshot_id=snapshot_id,
-        fresh=fresh,
-        run_id=run_id,
-        publish_underreplicated=publish,
-        publish_placement=publish_placement,
-        fail_on=fail_on,
-        metrics_file=metrics_file,
-        pushgateway_url=pushgateway_url,
-        progress=progress,
-    )
+    options = options_from(flags, warehouse=snap.warehouse, progress=progress)
     try:
         validate_options(options)
-        if not fresh:
+        if not options.fresh:
             require_warehouse(snap.warehouse)
     except click.ClickException as exc:
         return err(exc.format_message(), exc.exit_code)

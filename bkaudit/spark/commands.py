@@ -1,9 +1,5 @@
-"""`bkaudit snapshot` (and the slot for `bkaudit check`): the Spark jobs on a local session.
-
-bkaudit/cli.py maps both `snapshot` and `check` to this module. `check` belongs to the checker job and is
-defined in `bkaudit.spark.checker_commands`; it is looked up lazily (module `__getattr__`) so this file never
-imports the checker, and `bkaudit check` says so clearly until that module exists.
-"""
+"""`bkaudit snapshot`: the snapshot job on a local Spark session (`bkaudit check` is
+`bkaudit.spark.checker_commands`)."""
 
 from __future__ import annotations
 
@@ -83,24 +79,3 @@ def _metrics(settings: Any, summary: dict[str, Any] | None) -> None:
     problem = export_snapshot(settings.get(SnapshotSettings), summary)
     if problem:
         click.echo(f"warning: metrics: {problem}", err=True)
-
-
-def __getattr__(name: str) -> Any:
-    """`check` comes from bkaudit.spark.checker_commands (the checker job's own module), imported on use."""
-    if name == "check":
-        try:
-            from bkaudit.spark.checker_commands import check
-        except ModuleNotFoundError as exc:
-            if exc.name != "bkaudit.spark.checker_commands":
-                raise
-            return _unavailable_check()
-        return check
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _unavailable_check() -> click.Command:
-    @click.command("check", help="(unavailable: bkaudit.spark.checker_commands is not built yet)")
-    def check() -> None:
-        raise click.ClickException("bkaudit check is not built yet (bkaudit.spark.checker_commands)")
-
-    return check

@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bkaudit.audit.base import Finding
+from bkaudit.audit.reads import EVIDENCE_READS
+from bkaudit.audit.settings import CheckerSettings
 from bkaudit.cli_common import (
     emit,
     exit_code_for,
@@ -32,7 +35,10 @@ from bkaudit.cli_common import (
     zk_options,
 )
 from bkaudit.exitcodes import ExitCode
-from bkaudit.spark.checker import CheckOptions, _Run
+from bkaudit.job.check_options import CheckOptions
+from bkaudit.job.inputs import LedgerSelection
+from bkaudit.job.sink import MemorySink
+from bkaudit.spark.checker import run_check
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,41 +46,6 @@ if TYPE_CHECKING:
     from bkaudit.config import Settings
 
 EXIT_UNSAFE = ExitCode.FINDINGS
-
-
-class _RestrictedCheck(_Run):
-    """The checker on the ledgers naming `removing` only, writing no checker tables and no metrics."""
-
-    def __init__(self, spark: SparkSession, settings: Settings, options: CheckOptions,
-                 removing: Sequence[str]) -> None:
-        super().__init__(spark, settings, options)
-        self.removing = list(removing)
-        self.ledger_ids: list[int] = []
-
-    def _load(self, snapshot_id: str) -> dict[str, Any]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        from pyspark.sql import functions as F
-
-        frames = super()._load(snapshot_id)
-        wanted = F.array(*[F.lit(b) for b in self.removing])
-        ids = frames["segments"].where(F.arrays_overlap("ensemble", wanted)).select("ledger_id").distinct()
-        self.ledger_ids = sorted(int(r[0]) for r in ids.collect())
-        keep = pa.array(self.ledger_ids, pa.int64())
-        self.markers_table = self.markers_table.filter(pc.is_in(self.markers_table.column("ledger_id"), keep))
-        return {name: df.join(ids, "ledger_id", "left_semi") for name, df in frames.items()}
-
-    def _write(self, rows: list[dict[str, Any]]) -> None:
-        """Keep the findings in memory (result.violations); the checker's tables stay untouched."""
-
-    def _write_run_row(self, status: str) -> None:
-        """No `audit_runs` row either (see the module docstring)."""
-
-    def _metrics(self, *, success: bool) -> None:
-        """No metrics: gauges describe full audits."""
-
-    def _record_check_times(self) -> None:
-        """No Auditor check times: a decommission audit covers only some ledgers."""
 
 
 def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookies: Sequence[str],
@@ -94,20 +65,20 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
     started = datetime.now(UTC)
     aid = validate_snapshot_id(audit_id or f"decommission-{started.strftime('%Y%m%dT%H%M%SZ')}")
     sid = snapshot_id or run_snapshot(spark, settings, warehouse=warehouse, snapshot_id=aid).snapshot_id
-    run = _RestrictedCheck(spark, settings, CheckOptions(warehouse=warehouse, snapshot_id=sid, run_id=aid,
-                                                         publish_underreplicated=False, fail_on="never"),
-                           bookies)
-    result = run.execute()
-    rows_by_ledger: dict[int, list[dict[str, Any]]] = {}
-    for r in result.violations:
-        if r.get("ledger_id") is not None:
-            rows_by_ledger.setdefault(int(r["ledger_id"]), []).append(r)
+    options = CheckOptions(warehouse=warehouse, snapshot_id=sid, run_id=aid, publish_underreplicated=False,
+                           fail_on="never")
+    result = run_check(spark, settings, options, selection=LedgerSelection.naming(bookies), sink=MemorySink())
+    findings_by_ledger: dict[int, list[Finding]] = {}
+    for v in result.violations:
+        if v.ledger_id is not None:
+            findings_by_ledger.setdefault(int(v.ledger_id), []).append(v.finding)
 
-    ids = run.ledger_ids
     ledgers = read_arrow(warehouse, "ledgers", snapshot_id=sid)
-    ledgers = ledgers.filter(pc.is_in(ledgers.column("ledger_id"), value_set=_int_array(ids))).to_pylist()
     segments = read_arrow(warehouse, "ledger_segments", snapshot_id=sid)
-    segments = segments.filter(pc.is_in(segments.column("ledger_id"), value_set=_int_array(ids))).to_pylist()
+    ids = LedgerSelection.naming(bookies).ledger_ids(segments)
+    assert ids is not None
+    ledgers = ledgers.filter(pc.is_in(ledgers.column("ledger_id"), value_set=ids)).to_pylist()
+    segments = segments.filter(pc.is_in(segments.column("ledger_id"), value_set=ids)).to_pylist()
     segs: dict[int, list[dict[str, Any]]] = {}
     for s in segments:
         segs.setdefault(int(s["ledger_id"]), []).append(s)
@@ -115,15 +86,15 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
     for led in ledgers:
         lid = int(led["ledger_id"])
         shape = shape_of({**led, "segments": segs.get(lid, [])})
-        verdicts.append(dc.judge(shape, bookies, rows_by_ledger.get(lid, ()), min_copies=min_copies,
+        verdicts.append(dc.judge(shape, bookies, findings_by_ledger.get(lid, ()), min_copies=min_copies,
                                  managed_ledger=led.get("managed_ledger")))
     states = _states(settings, bookies)
     results = dc.answers(list(bookies), verdicts, states)
     date = started.strftime("%Y-%m-%d")
     # bookies without listing were verified by reads (LedgerChecker): exact only when every entry was read
-    readers = sorted(b["bookie_id"] for b in result.bookies
-                     if b.get("evidence") == "reads" and b["bookie_id"] not in bookies)
-    percentage = float(run.conf.verification_percentage)
+    readers = sorted(b.bookie_id for b in result.bookies
+                     if b.evidence == EVIDENCE_READS and b.bookie_id not in bookies)
+    percentage = float(settings.get(CheckerSettings).verification_percentage)
     table = dc.table_rows(aid, sid, date, results, min_copies=min_copies, check_run_id=result.run_id,
                           audited_at_us=int(time.time() * 1_000_000), verified_by_reads=readers,
                           verification_percentage=percentage)
@@ -146,12 +117,6 @@ def _states(settings: Settings, bookies: Sequence[str]) -> dict[str, str]:
         return {b: str(registry.bookie_state(zk, b, zk_settings.root)) for b in bookies}
     finally:
         close(zk)
-
-
-def _int_array(values: Sequence[int]) -> Any:
-    import pyarrow as pa
-
-    return pa.array(values, pa.int64())
 
 
 def recorded(warehouse: str, audit_id: str) -> dict[str, Any]:

@@ -269,20 +269,20 @@ def test_checker_verifies_a_dbledgerstorage_bookie_by_reads(spark, world, tmp_pa
     )
     result = run_check(spark, settings, CheckOptions(warehouse=str(tmp_path), fresh=True))
     got = {
-        r["ledger_id"]: r
+        r.ledger_id: r
         for r in result.violations
-        if r["category"] in DURABILITY and r["ledger_id"] in {x["ledger_id"] for x in ledgers}
+        if r.category in DURABILITY and r.ledger_id in {x["ledger_id"] for x in ledgers}
     }
     for x in ledgers:
         if x["category"] is None:
             assert x["ledger_id"] not in got
             continue
         row = got[x["ledger_id"]]
-        assert row["category"] == x["category"]
-        assert row["evidence"] == "reads" and row["sampled_fraction"] == 1.0
-    checks = {b["bookie_id"]: b for b in result.bookies}
-    assert checks[bookie.bookie_id]["evidence"] == "reads"
-    assert all(checks[b]["evidence"] == "listing" for b in cluster.ids())
+        assert row.category == x["category"]
+        assert row.evidence == "reads" and row.sampled_fraction == 1.0
+    checks = {b.bookie_id: b for b in result.bookies}
+    assert checks[bookie.bookie_id].evidence == "reads"
+    assert all(checks[b].evidence == "listing" for b in cluster.ids())
     assert bookie.counts.get(pb.GET_LIST_OF_ENTRIES_OF_LEDGER, 0) >= 1, "the probe asked and got no answer"
     assert bookie.counts.get(pb.READ_ENTRY, 0) >= 3 * ENTRIES // 2
-    assert not [r for r in result.violations if r["category"] == "ledger_unverifiable"]
+    assert not [r for r in result.violations if r.category == "ledger_unverifiable"]

@@ -13,7 +13,6 @@ znode, and a bookie answering garbage.
 
 from __future__ import annotations
 
-import json
 import os
 import socketserver
 import struct
@@ -119,7 +118,7 @@ def found(result, category: str, *, new_only: bool = True) -> set[Any]:
     return {
         r[key]
         for r in result.violations
-        if r["category"] == category and not (new_only and r["under_repair"])
+        if r.category == category and not (new_only and r.under_repair)
     }
 
 
@@ -391,9 +390,9 @@ def test_healthy_cluster_has_no_findings(spark, cluster, bk, warehouse):
         assert result.exit_code == 0
         assert result.ledgers_checked >= len(sc.ledgers)
         assert result.ledgers_durability_checked == len(QUORUMS) + 1  # closed ones + the 2-segment open one
-        assert {b["bookie_id"] for b in result.bookies} <= {b.id for b in cluster.bookies}
-        assert all(b["reachable"] and b["errors"] == 0 for b in result.bookies)
-        assert sum(b["calls"] for b in result.bookies) == len(result.bookies)  # one batch message per bookie
+        assert {b.bookie_id for b in result.bookies} <= {b.id for b in cluster.bookies}
+        assert all(b.reachable and b.errors == 0 for b in result.bookies)
+        assert sum(b.calls for b in result.bookies) == len(result.bookies)  # one batch message per bookie
     finally:
         cleanup(cluster, sc)
 
@@ -430,10 +429,10 @@ def test_entries_removed_from_one_bookie(spark, cluster, bk, warehouse):
         for category in DURABILITY:
             assert found(result, category) == want[category], category
         assert d not in found(result, "below_ack_quorum") | found(result, "below_write_quorum")
-        row = next(r for r in result.violations if r["ledger_id"] == a)
-        assert row["bookie_id"] == victim and row["min_replicas"] == 1
-        assert [(m["first"], m["last"]) for m in row["missing_entries"]] == _runs(deletions[a])
-        assert json.loads(row["detail"])["bookies_missing_entries"] == [victim]
+        row = next(r for r in result.violations if r.ledger_id == a)
+        assert row.bookie_id == victim and row.min_replicas == 1
+        assert list(row.missing_entries) == _runs(deletions[a])
+        assert row.detail["bookies_missing_entries"] == [victim]
         assert sum(result.counts.values()) == 3
     finally:
         cleanup(cluster, sc)
@@ -468,7 +467,7 @@ def test_wiped_bookie(spark, cluster, bk, warehouse, monkeypatch):
 
         def key(rows):
             return sorted(
-                (r["category"], r["ledger_id"], r["bookie_id"], r["min_replicas"], r["detail"]) for r in rows
+                (r.category, r.ledger_id, r.bookie_id, r.min_replicas, r.row()["detail"]) for r in rows
             )
 
         assert key(again.violations) == key(result.violations)
@@ -495,12 +494,12 @@ def test_paused_bookie_is_unreachable_but_registered(spark, cluster, bk, warehou
         assert found(result, "ledger_unverifiable") == want["ledger_unverifiable"]
         for category in DURABILITY:
             assert found(result, category) == set()
-        row = next(r for r in result.violations if r["category"] == "bookie_unreachable_but_registered")
-        assert json.loads(row["detail"])["attempts"] == 2  # the delayed re-check happened
-        unverifiable = next(r for r in result.violations if r["category"] == "ledger_unverifiable")
-        assert json.loads(unverifiable["detail"])["reason_code"] == "bookie_unreachable"
-        stats = {b["bookie_id"]: b for b in result.bookies}
-        assert stats[victim]["reachable"] is False and stats[victim]["registered"] is True
+        row = next(r for r in result.violations if r.category == "bookie_unreachable_but_registered")
+        assert row.detail["attempts"] == 2  # the delayed re-check happened
+        unverifiable = next(r for r in result.violations if r.category == "ledger_unverifiable")
+        assert unverifiable.detail["reason_code"] == "bookie_unreachable"
+        stats = {b.bookie_id: b for b in result.bookies}
+        assert stats[victim].reachable is False and stats[victim].registered is True
     finally:
         cluster.resume_bookie(victim)
         cleanup(cluster, sc)
@@ -518,7 +517,7 @@ def test_ensemble_on_one_rack(spark, cluster, bk, warehouse):
         result = snapshot_and_check(spark, cluster, warehouse)
         assert found(result, "placement_fail") == {bad}
         assert sum(result.counts.values()) == 1
-        detail = json.loads(next(r["detail"] for r in result.violations if r["ledger_id"] == bad))
+        detail = next(r.detail for r in result.violations if r.ledger_id == bad)
         assert detail["segments"][0]["reasons"] and set(detail["locations"]) == set(same)
     finally:
         cleanup(cluster, sc)
@@ -593,14 +592,14 @@ def test_bookie_answering_garbage(spark, cluster, bk, warehouse):
         result = snapshot_and_check(spark, cluster, warehouse)
         assert found(result, "ledger_unverifiable") == {lid}
         assert sum(result.counts.values()) == 1
-        detail = json.loads(next(r["detail"] for r in result.violations if r["ledger_id"] == lid))
+        detail = next(r.detail for r in result.violations if r.ledger_id == lid)
         assert detail["reason_code"] == "invalid_response"
         # the listing probe (a listing and a read: the garbage listing answer keeps it on the listing path),
         # then asked, then asked again after the delay
         assert fake.calls == 4
         assert fake.operations <= {pb.GET_LIST_OF_ENTRIES_OF_LEDGER, pb.READ_ENTRY}  # never op 1000
-        stats = {b["bookie_id"]: b for b in result.bookies}
-        assert stats[fake.bookie_id]["reachable"] is True  # it answers: not an unreachable bookie
+        stats = {b.bookie_id: b for b in result.bookies}
+        assert stats[fake.bookie_id].reachable is True  # it answers: not an unreachable bookie
     finally:
         fake.stop(cluster)
         cleanup(cluster, sc)
@@ -668,7 +667,7 @@ def test_all_faults_together_then_publish(spark, cluster, bk, warehouse, tmp_pat
         want["ledger_unverifiable"].add(garbage)
         for category in (*DURABILITY, "ledger_unverifiable"):
             diff = found(result, category) ^ want[category]
-            assert not diff, (category, [r for r in result.violations if r["ledger_id"] in diff])
+            assert not diff, (category, [r for r in result.violations if r.ledger_id in diff])
         assert found(result, "placement_fail") == {one_rack}
         assert found(result, "placement_soft") == set()
         assert found(result, "metadata_unparseable") == {corrupt}
@@ -676,30 +675,30 @@ def test_all_faults_together_then_publish(spark, cluster, bk, warehouse, tmp_pat
         assert found(result, "bookie_unreachable_but_registered") == {paused}
         assert found(result, "extra_entries") == set()
         # the moved ledger was judged on its current metadata: nothing blames the bookie the snapshot named
-        moved_rows = [r for r in result.violations if r["ledger_id"] == changed]
-        assert all(json.loads(r["detail"]).get("reevaluated") for r in moved_rows)
-        assert all(stranger not in r["detail"] for r in moved_rows)
+        moved_rows = [r for r in result.violations if r.ledger_id == changed]
+        assert all(r.detail.get("reevaluated") for r in moved_rows)
+        assert all(stranger not in r.row()["detail"] for r in moved_rows)
         assert result.reevaluated >= 1
         # the stale-marked ledger's own findings are reported as already under repair, not counted
         assert all(
-            r["under_repair"]
+            r.under_repair
             for r in result.violations
-            if r["ledger_id"] == stale and r["category"] != "underreplicated_too_long"
+            if r.ledger_id == stale and r.category != "underreplicated_too_long"
         )
         counted = {c: len(found(result, c)) for c in result.counts}
         assert result.counts == counted
 
         # publishing: BookKeeper-format markers for every new durability ledger, replicas = bookies missing
-        published = [r for r in result.violations if r["category"] in DURABILITY and not r["under_repair"]]
-        assert published and all(r["published"] for r in published)
+        published = [r for r in result.violations if r.category in DURABILITY and not r.under_repair]
+        assert published and all(r.published for r in published)
         for r in published:
-            got = get_marker(cluster.zk_client(), r["ledger_id"], root=cluster.root)
+            got = get_marker(cluster.zk_client(), r.ledger_id, root=cluster.root)
             assert got is not None
             data, _ = cluster.zk_client().get(
-                paths.underreplicated_ledger_path(r["ledger_id"], root=cluster.root)
+                paths.underreplicated_ledger_path(r.ledger_id, root=cluster.root)
             )
             marker = records.parse_underreplicated_marker(data)
-            missing = json.loads(r["detail"])["bookies_missing_entries"]
+            missing = r.detail["bookies_missing_entries"]
             assert set(marker.replicas) == set(missing) and marker.ctime is not None
         table = read_arrow(warehouse, "violations")
         rows = [r for r in table.to_pylist() if r["run_id"] == result.run_id]

@@ -216,8 +216,8 @@ def found(result, ledgers: list[Ledger]) -> dict[str, set[int]]:
     ids = {led.ledger_id for led in ledgers}
     out: dict[str, set[int]] = {c: set() for c in (*DURABILITY, "corrupt_entries")}
     for r in result.violations:
-        if r["category"] in out and r["ledger_id"] in ids:
-            out[r["category"]].add(r["ledger_id"])
+        if r.category in out and r.ledger_id in ids:
+            out[r.category].add(r.ledger_id)
     return out
 
 
@@ -268,18 +268,18 @@ def world(cluster) -> dict[str, Any]:
 def check_evidence(result, world, *, fraction_full: bool) -> None:
     by_id = {led.ledger_id: led for led in world["ledgers"]}
     categories = (*DURABILITY, "corrupt_entries")
-    rows = [r for r in result.violations if r["ledger_id"] in by_id and r["category"] in categories]
+    rows = [r for r in result.violations if r.ledger_id in by_id and r.category in categories]
     assert rows
     wiped = world["damage"].wiped
     for r in rows:
-        assert r["evidence"] == "reads", r
+        assert r.evidence == "reads", r
         # ENOLEDGER proves every entry missing: a wiped reader counts as fully read
-        all_proven = all(b in wiped for b in by_id[r["ledger_id"]].ensemble if b in world["readers"])
+        all_proven = all(b in wiped for b in by_id[r.ledger_id].ensemble if b in world["readers"])
         if fraction_full or all_proven:
-            assert r["sampled_fraction"] == 1.0, r
+            assert r.sampled_fraction == 1.0, r
         else:
-            assert 0 < r["sampled_fraction"] < 1, r
-    evidence = {b["bookie_id"]: b["evidence"] for b in result.bookies}
+            assert 0 < r.sampled_fraction < 1, r
+    evidence = {b.bookie_id: b.evidence for b in result.bookies}
     for b in world["readers"]:
         assert evidence.get(b) == "reads"
     for b in world["listers"]:
@@ -294,14 +294,14 @@ def test_full_reads_find_every_injected_hole(spark, cluster, world, tmp_path):
     # the sampled-read finding carries exactly the entries proven bad
     hole = world["hole_mid"]
     (row,) = [
-        r for r in result.violations if r["ledger_id"] == hole.ledger_id and r["category"] in DURABILITY
+        r for r in result.violations if r.ledger_id == hole.ledger_id and r.category in DURABILITY
     ]
     lost = sorted(e for lid, e in world["damage"].lost[hole.ensemble[0]] if lid == hole.ledger_id)
-    assert [(x["first"], x["last"]) for x in row["missing_entries"]] == [(e, e) for e in lost]
+    assert list(row.missing_entries or ()) == [(e, e) for e in lost]
     # the corrupt copy is its own finding, naming the bookie and the entry
-    (c,) = [r for r in result.violations if r["category"] == "corrupt_entries"]
-    assert c["bookie_id"] == world["corrupt"].ensemble[0]
-    assert c["missing_entries"] == [{"first": world["corrupt_entry"], "last": world["corrupt_entry"]}]
+    (c,) = [r for r in result.violations if r.category == "corrupt_entries"]
+    assert c.bookie_id == world["corrupt"].ensemble[0]
+    assert c.missing_entries == ((world["corrupt_entry"], world["corrupt_entry"]),)
     assert result.status == "succeeded"
 
 
@@ -320,9 +320,9 @@ def test_configured_listing_unsupported_is_read_without_probe(spark, cluster, wo
     readers = world["readers"] | {lister}
     expected = truth(world["ledgers"], world["damage"], sampled=False, readers=readers)
     assert found(result, world["ledgers"]) == expected
-    by_id = {b["bookie_id"]: b for b in result.bookies}
-    assert by_id[lister]["evidence"] == "reads"
-    assert "listing_unsupported" in by_id[lister]["evidence_reason"]
+    by_id = {b.bookie_id: b for b in result.bookies}
+    assert by_id[lister].evidence == "reads"
+    assert "listing_unsupported" in by_id[lister].evidence_reason
 
 
 def test_decommission_audit_uses_read_evidence(spark, cluster, world, tmp_path):
@@ -370,10 +370,10 @@ def test_metadata_changed_after_the_snapshot_is_re_read_by_reads(spark, cluster,
     expected = truth([hole], world["damage"], sampled=False, readers=world["readers"])
     assert found(result, [hole]) == expected
     (row,) = [
-        r for r in result.violations if r["ledger_id"] == hole.ledger_id and r["category"] in DURABILITY
+        r for r in result.violations if r.ledger_id == hole.ledger_id and r.category in DURABILITY
     ]
-    assert json.loads(row["detail"]).get("reevaluated") is True
-    assert row["evidence"] == "reads" and row["sampled_fraction"] == 1.0
+    assert row.detail.get("reevaluated") is True
+    assert row.evidence == "reads" and row.sampled_fraction == 1.0
     assert result.reevaluated >= 1
 
 

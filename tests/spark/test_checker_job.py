@@ -115,7 +115,7 @@ def check(spark, world, snapshot_id, **opts: Any):
 def by_category(rows) -> dict[str, set[Any]]:
     out: dict[str, set[Any]] = {}
     for r in rows:
-        out.setdefault(r["category"], set()).add(r["ledger_id"])
+        out.setdefault(r.category, set()).add(r.ledger_id)
     return out
 
 
@@ -133,8 +133,8 @@ def test_findings_match_what_was_written(spark, world, snapshot_id):
         "underreplicated_too_long": {STALE},
         "ledger_unverifiable": {UNREACHABLE},
     }
-    unverifiable = next(r for r in result.violations if r["category"] == "ledger_unverifiable")
-    detail = json.loads(unverifiable["detail"])
+    unverifiable = next(r for r in result.violations if r.category == "ledger_unverifiable")
+    detail = unverifiable.detail
     # unreachable AND unregistered: the Auditor knows they are gone, so no bookie row, but never silence
     assert detail["reason_code"] == "bookie_not_registered"
     assert {b["bookie"] for b in detail["bookies"]} == {A, C}
@@ -142,12 +142,12 @@ def test_findings_match_what_was_written(spark, world, snapshot_id):
     assert result.ledgers_checked == 6 and result.ledgers_durability_checked == 1
     assert result.exit_code == 3  # metadata_unparseable is critical
     # BookKeeper counts only writable bookies and none is registered: every closed ledger FAILs there
-    (placement,) = [r for r in result.violations if r["category"] == "placement_fail"]
-    assert placement["bookkeeper_verdict"] == "FAIL"
+    (placement,) = [r for r in result.violations if r.category == "placement_fail"]
+    assert placement.bookkeeper_verdict == "FAIL"
     assert result.bookkeeper_placement_only == 3  # STALE, UNREACHABLE, EMPTY_OK (OPEN_ONE_SEGMENT: open)
-    stats = {b["bookie_id"]: b for b in result.bookies}
-    assert set(stats) == {A, C} and all(not b["reachable"] for b in stats.values())
-    assert all(b["attempts"] == 2 for b in stats.values())  # asked again after the delay
+    stats = {b.bookie_id: b for b in result.bookies}
+    assert set(stats) == {A, C} and all(not b.reachable for b in stats.values())
+    assert all(b.attempts == 2 for b in stats.values())  # asked again after the delay
 
 
 def test_tables_written_and_rerun_replaces(spark, world, snapshot_id):
@@ -214,8 +214,8 @@ def test_spark_input_path_gives_the_same_findings(spark, world, snapshot_id, mon
     joined = check(spark, world, snapshot_id)
 
     def key(result):
-        rows = [r for r in result.violations if r["category"] != "underreplicated_too_long"]  # its age moves
-        return sorted((r["category"], r["ledger_id"], r["bookie_id"], r["detail"]) for r in rows)
+        rows = [r for r in result.violations if r.category != "underreplicated_too_long"]  # its age moves
+        return sorted((r.category, r.ledger_id, r.bookie_id, r.row()["detail"]) for r in rows)
 
     assert key(joined) == key(arrow) and joined.counts == arrow.counts
     assert (joined.ledgers_checked, joined.entries_checked) == (arrow.ledgers_checked, arrow.entries_checked)
@@ -359,15 +359,15 @@ def test_publish_placement_marks_with_no_replicas(spark, world, snapshot_id):
     finally:
         close(zk)
     assert marker.replicas == () and records.parse_underreplicated_marker(data).ctime is not None
-    row = next(r for r in result.violations if r["category"] == "placement_fail")
-    assert row["published"] is True
-    assert not any(r["published"] for r in result.violations if r["category"] != "placement_fail")
+    row = next(r for r in result.violations if r.category == "placement_fail")
+    assert row.published is True
+    assert not any(r.published for r in result.violations if r.category != "placement_fail")
 
 
 def test_partition_keys_land_in_distinct_spark_partitions(spark):
     from pyspark.sql import functions as F
 
-    from bkaudit.spark.checker import partition_keys
+    from bkaudit.spark.checker_stages import partition_keys
 
     for p in (2, 3, 9):
         keys = partition_keys(p)

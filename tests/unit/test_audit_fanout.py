@@ -231,8 +231,8 @@ def test_expected_digests_match_naive_expected_sets(s):
 def test_join_segments_matches_per_row_grouping():
     import pyarrow.compute as pc
 
-    from bkaudit.job.fanout import shape_of
-    from bkaudit.spark.checker import LEDGER_INPUT_SCHEMA, SHAPE_SCHEMA, iter_shapes, join_segments
+    from bkaudit.job.fanout import SHAPE_SCHEMA, shape_of
+    from bkaudit.job.ledger_pass import LEDGER_INPUT_SCHEMA, iter_shapes, join_segments
 
     scalars = [f.name for f in SHAPE_SCHEMA if f.name != "segments"]
     ledgers = pa.Table.from_pylist(
@@ -277,7 +277,7 @@ def test_join_segments_matches_per_row_grouping():
 
 
 def test_balance_spreads_bookies_by_load():
-    from bkaudit.spark.checker import _murmur3_int, balance, partition_keys
+    from bkaudit.spark.checker_stages import _murmur3_int, balance, partition_keys
 
     assert _murmur3_int(0) == 933211791 and _murmur3_int(1) == -559580957  # Spark's hash(cast(0 as int))
     for p in (1, 2, 3, 8):

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from bkaudit.metrics import CheckerRunMetrics, Families, MetricsError, SnapshotRunMetrics, names
+from bkaudit.metrics import BookieCalls, CheckerRunMetrics, Families, MetricsError, SnapshotRunMetrics, names
 from tests.promtext import types, value
 
 
@@ -24,7 +24,7 @@ def _run(success: bool = True) -> CheckerRunMetrics:
         ledgers_checked=10,
         phase_seconds={"ledger_pass_and_fanout": 1.0, "combine": 0.5, "write": 9.0},
         finished_at_s=1700000000.0,
-        bookies=[{"bookie_id": "b:1", "calls": 3, "errors": 0, "reachable": True, "latency_ms_p99": 4.0}],
+        bookies=[BookieCalls("b:1", calls=3, errors=0, reachable=True, latency_ms_p99=4.0)],
     )
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import json
 
 import pytest
 
 from bkaudit import decommission as dc
+from bkaudit.audit.base import Category, Finding
 from bkaudit.model.ledger import Segment
 from bkaudit.model.quorum import write_set
 from bkaudit.model.shape import LedgerShape
@@ -50,8 +50,8 @@ def test_entries_already_missing_elsewhere_block_the_removal() -> None:
     s = shape([(0, ("a", "b", "c"))], 3, 2, 2, 29)
     # c (index 2 stores e % 3 in {1, 2}) lost its entries among 0..5, as the check reports them
     lost = {"bookie": "c", "segment": 0, "bookie_index": 2, "missing_count": 4, "missing": [[1, 2], [4, 5]]}
-    rows = [{"category": "below_write_quorum",
-             "detail": json.dumps({"missing_by_bookie": [lost], "ranges_truncated": False})}]
+    rows = [Finding(Category.BELOW_WRITE_QUORUM, 1,
+                    detail={"missing_by_bookie": [lost], "ranges_truncated": False})]
     for gone in ("a", "b"):
         v = dc.judge(s, [gone], rows)
         expected = brute_min_copies(s, {gone}, {"c": {1, 2, 4, 5}})
@@ -63,15 +63,16 @@ def test_entries_already_missing_elsewhere_block_the_removal() -> None:
 
 def test_unverifiable_staying_bookie_blocks_but_a_removed_one_does_not() -> None:
     s = shape([(0, ("a", "b", "c"))], 3, 2, 2, 9)
-    rows = [{"category": "ledger_unverifiable", "bookie_id": "c",
-             "detail": json.dumps({"bookies": [{"bookie": "c", "status": "UNAVAILABLE"}]})}]
+    rows = [Finding(Category.LEDGER_UNVERIFIABLE, 1, bookie_id="c",
+                    detail={"bookies": [{"bookie": "c", "status": "UNAVAILABLE"}]})]
     assert dc.judge(s, ["a"], rows).reason == dc.UNVERIFIABLE
     assert dc.judge(s, ["c"], rows).reason is None
 
 
 def test_truncated_evidence_is_not_guessed() -> None:
     s = shape([(0, ("a", "b", "c"))], 3, 2, 2, 9)
-    rows = [{"category": "below_write_quorum", "detail": {"missing_by_bookie": [], "ranges_truncated": True}}]
+    truncated = {"missing_by_bookie": [], "ranges_truncated": True}
+    rows = [Finding(Category.BELOW_WRITE_QUORUM, 1, detail=truncated)]
     assert dc.judge(s, ["a"], rows).reason == dc.EVIDENCE_TRUNCATED
 
 

@@ -1,0 +1,193 @@
+"""Findings on their way through a run: typed from the checks to the result sink, one Arrow encoding between.
+
+`Located` is a finding with where it was computed from (znode version and mzxid) and the ledger's managed
+ledger; the driver keeps it typed until the result sink writes it. Only the executors' findings cross a
+process boundary (Spark tasks → driver): `FINDING_SCHEMA` is that one encoding, decoded once by `located_of`.
+`Violation` is a finding as a run reports it (published or not); `violation_of_row` reads one back from the
+`violations` table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+
+from bkaudit.audit.base import Category, Finding, Range
+from bkaudit.tables.checker_schemas import RANGE_STRUCT
+
+FINDING_SCHEMA = pa.schema(
+    [
+        pa.field("ledger_id", pa.int64()),
+        pa.field("category", pa.string()),
+        pa.field("segment_index", pa.int32()),
+        pa.field("bookie_id", pa.string()),
+        pa.field("missing_entries", pa.list_(RANGE_STRUCT)),
+        pa.field("min_replicas", pa.int32()),
+        pa.field("detail", pa.string()),
+        pa.field("znode_version", pa.int32()),
+        pa.field("znode_mzxid", pa.int64()),
+        pa.field("managed_ledger", pa.string()),
+    ]
+)
+"""A finding on its way from the executors to the driver (before the re-read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A finding with the znode version it was computed from and the ledger's managed ledger (Pulsar)."""
+
+    finding: Finding
+    version: int | None = None
+    mzxid: int | None = None
+    managed_ledger: str | None = None
+
+    def with_finding(self, finding: Finding) -> Located:
+        return replace(self, finding=finding)
+
+
+def ranges_json(ranges: Sequence[Range] | None) -> list[dict[str, int]] | None:
+    return None if ranges is None else [{"first": lo, "last": hi} for lo, hi in ranges]
+
+
+def detail_json(detail: Mapping[str, Any]) -> str:
+    return json.dumps(dict(detail), separators=(",", ":"), default=str)
+
+
+def finding_row(loc: Located) -> dict[str, Any]:
+    """The FINDING_SCHEMA row of a located finding."""
+    f = loc.finding
+    return {
+        "ledger_id": f.ledger_id,
+        "category": f.category.value,
+        "segment_index": f.segment_index,
+        "bookie_id": f.bookie_id,
+        "missing_entries": ranges_json(f.missing_entries),
+        "min_replicas": f.min_replicas,
+        "detail": detail_json(f.detail),
+        "znode_version": loc.version,
+        "znode_mzxid": loc.mzxid,
+        "managed_ledger": loc.managed_ledger,
+    }
+
+
+def finding_of_row(row: Mapping[str, Any]) -> Finding:
+    """A Finding from a FINDING_SCHEMA or `violations` row (detail as JSON text)."""
+    ranges = row.get("missing_entries")
+    raw = row.get("detail")
+    detail = json.loads(raw) if isinstance(raw, str) and raw else dict(raw or {})
+    return Finding(
+        category=Category(row["category"]),
+        ledger_id=row.get("ledger_id"),
+        segment_index=row.get("segment_index"),
+        bookie_id=row.get("bookie_id"),
+        missing_entries=None if ranges is None else tuple((int(r["first"]), int(r["last"])) for r in ranges),
+        min_replicas=row.get("min_replicas"),
+        detail=detail,
+    )
+
+
+def located_of(row: Mapping[str, Any]) -> Located:
+    return Located(
+        finding_of_row(row), row.get("znode_version"), row.get("znode_mzxid"), row.get("managed_ledger")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A finding as a run reports it: the `violations` row without the run's columns."""
+
+    finding: Finding
+    managed_ledger: str | None = None
+    published: bool = False
+
+    @property
+    def ledger_id(self) -> int | None:
+        return self.finding.ledger_id
+
+    @property
+    def category(self) -> str:
+        return self.finding.category.value
+
+    @property
+    def severity(self) -> str:
+        return self.finding.severity.value
+
+    @property
+    def bookie_id(self) -> str | None:
+        return self.finding.bookie_id
+
+    @property
+    def segment_index(self) -> int | None:
+        return self.finding.segment_index
+
+    @property
+    def missing_entries(self) -> tuple[Range, ...] | None:
+        return self.finding.missing_entries
+
+    @property
+    def min_replicas(self) -> int | None:
+        return self.finding.min_replicas
+
+    @property
+    def detail(self) -> Mapping[str, Any]:
+        return self.finding.detail
+
+    @property
+    def under_repair(self) -> bool:
+        return self.finding.under_repair
+
+    @property
+    def bookkeeper_verdict(self) -> str | None:
+        value = self.finding.detail.get("bookkeeper_verdict")
+        return None if value is None else str(value)
+
+    @property
+    def evidence(self) -> str | None:
+        value = self.finding.detail.get("evidence")
+        return None if value is None else str(value)
+
+    @property
+    def sampled_fraction(self) -> float | None:
+        value = self.finding.detail.get("sampled_fraction")
+        return None if value is None else float(value)
+
+    @property
+    def znode_version(self) -> int | None:
+        value = self.finding.detail.get("znode_version")
+        return None if value is None else int(value)
+
+    def row(self) -> dict[str, Any]:
+        """The finding's columns of a `violations` row (the run's columns are the sink's)."""
+        f = self.finding
+        return {
+            "ledger_id": f.ledger_id,
+            "category": f.category.value,
+            "severity": f.severity.value,
+            "segment_index": f.segment_index,
+            "bookie_id": f.bookie_id,
+            "missing_entries": ranges_json(f.missing_entries),
+            "min_replicas": f.min_replicas,
+            "managed_ledger": self.managed_ledger,
+            "detail": detail_json(f.detail),
+            "bookkeeper_verdict": self.bookkeeper_verdict,
+            "under_repair": f.under_repair,
+            "published": self.published,
+            "evidence": self.evidence,
+            "sampled_fraction": self.sampled_fraction,
+        }
+
+
+def violations_of(found: Sequence[Located]) -> list[Violation]:
+    """The run's violations in report order (category, ledger, bookie)."""
+    out = [Violation(x.finding, x.managed_ledger) for x in found]
+    out.sort(key=lambda v: (v.category, v.ledger_id if v.ledger_id is not None else -1, v.bookie_id or ""))
+    return out
+
+
+def violation_of_row(row: Mapping[str, Any]) -> Violation:
+    """A Violation read back from a `violations` row."""
+    return Violation(finding_of_row(row), row.get("managed_ledger"), bool(row.get("published")))

@@ -1,0 +1,258 @@
+"""The checker's Spark stages: the ledger pass feeding the bookie fan-out (with BP-34's delayed re-check), and
+the per-ledger combine when too many ledgers need it for the driver. Each stage takes its inputs as arguments
+and returns what the next phase needs; the work inside the tasks is `bkaudit.job` code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from bkaudit.audit.statuses import ANSWERED, STATUS_NO_LEDGER
+from bkaudit.job.bookie_stats import CALL_LOG_COLUMNS
+from bkaudit.job.combine import COMBINE_SCHEMA, combine_answers, combine_partition
+from bkaudit.job.fanout import REQUEST_SCHEMA, RESPONSE_SCHEMA, SHAPE_SCHEMA, FanoutConfig
+from bkaudit.job.fanout_task import fanout_partition
+from bkaudit.job.findings import FINDING_SCHEMA, Located, located_of
+from bkaudit.job.inputs import LedgerSelection
+from bkaudit.job.ledger_pass import (
+    LEDGER_INPUT_SCHEMA,
+    LedgerPassPlan,
+    ledger_pass_files,
+    ledger_pass_partition,
+)
+from bkaudit.tables import read as table_read
+
+
+def ledger_input_frame(
+    spark: SparkSession, warehouse: str, snapshot_id: str, selection: LedgerSelection
+) -> DataFrame:
+    """Every selected ledger row with its ordered segments (LEDGER_INPUT_SCHEMA), joined on Spark (snapshots
+    too large for the driver's Arrow join)."""
+    segments = table_read.load(spark, warehouse, "ledger_segments", snapshot_id=snapshot_id)
+    ledgers = table_read.load(spark, warehouse, "ledgers", snapshot_id=snapshot_id)
+    if selection.bookies is not None:
+        wanted = F.array(*[F.lit(b) for b in sorted(selection.bookies)])
+        ids = segments.where(F.arrays_overlap("ensemble", wanted)).select("ledger_id").distinct()
+        segments = segments.join(ids, "ledger_id", "left_semi")
+        ledgers = ledgers.join(ids, "ledger_id", "left_semi")
+    segs = segments.groupBy("ledger_id").agg(
+        F.sort_array(F.collect_list(F.struct("segment_index", "first_entry_id", "ensemble"))).alias(
+            "segments"
+        )
+    )
+    cols = [f.name for f in SHAPE_SCHEMA if f.name != "segments"]
+    ledgers = ledgers.select(
+        *cols, "parse_error", F.length("raw_metadata").cast("int").alias("raw_size"), "digest_type"
+    )
+    return ledgers.join(segs, "ledger_id", "left").select(*LEDGER_INPUT_SCHEMA.names)
+
+
+def ledger_pass_stage(
+    spark: SparkSession, plan: LedgerPassPlan, source: Sequence[str] | DataFrame
+) -> DataFrame:
+    """The ledger pass (lazy) over staged input files (one task each) or a Spark frame of ledger input."""
+    request_type = from_arrow_schema(REQUEST_SCHEMA)
+    if isinstance(source, DataFrame):
+        return source.mapInArrow(ledger_pass_partition(plan), request_type)
+    units = spark.range(0, len(source), 1, max(1, len(source)))
+    return units.mapInArrow(ledger_pass_files(plan, list(source)), request_type)
+
+
+@dataclass
+class FanoutOutput:
+    """The fan-out's answers: final responses (Spark over the staged files), the call log of every attempt,
+    and the ledgers whose evidence needs the per-ledger combine."""
+
+    final: DataFrame | None
+    calls: pa.Table
+    needs_combine: set[int] = field(default_factory=set)
+    response_paths: list[str] = field(default_factory=list)
+
+
+def fanout_stage(
+    spark: SparkSession,
+    requests: DataFrame,
+    *,
+    config: Callable[[int], FanoutConfig],
+    retry_attempts: int,
+    retry_delay_s: float,
+    partitions_per_bookie: int,
+    loads: Mapping[str, int],
+    staging: str,
+    say: Callable[[str], None],
+) -> FanoutOutput:
+    """Requests → responses, with BP-34's delayed re-check of failures.
+
+    The answers of each attempt are written to staging files at once (Spark may re-run tasks; the calls are
+    read-only and never repeated downstream). A ledger needs the per-ledger combine when an answer differs
+    from the expected entries, is ENOLEDGER, or a bookie never answered.
+    """
+    response_type = from_arrow_schema(RESPONSE_SCHEMA)
+    pending = requests
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    # a task serves several bookies from threads: no more tasks than the cores run at once
+    partitions = max(1, min(len(loads) * partitions_per_bookie, cores))
+    answered = F.col("status").isin(*sorted(ANSWERED))
+    logs: list[pa.Table] = []
+    interesting: set[int] = set()
+    unanswered: set[int] = set()
+    paths: list[str] = []
+    final: DataFrame | None = None
+    last_failed: DataFrame | None = None
+    failed = -1
+    for attempt in range(retry_attempts + 1):
+        if attempt:
+            if failed == 0:
+                break
+            say(f"re-checking {failed} failed (ledger, bookie) calls in {retry_delay_s:g}s")
+            time.sleep(retry_delay_s)
+        fn = fanout_partition(config(attempt))
+        if partitions_per_bookie > 1:
+            shard = F.col("ledger_id") % partitions_per_bookie
+            keyed = (
+                pending.withColumn("_shard", shard)
+                .repartition(partitions, "bookie_id", "_shard")
+                .drop("_shard")
+            )
+        else:
+            keyed = by_bookie(pending, partitions, loads)
+        path = f"{staging}/responses-{attempt}"
+        keyed.mapInArrow(fn, response_type).write.mode("overwrite").parquet(path)
+        paths.append(path)
+        table = pq.read_table(
+            path, columns=[*CALL_LOG_COLUMNS, "answer", "entries_missing", "entries_corrupt"]
+        )
+        ok = pc.is_in(table.column("status"), pa.array(sorted(ANSWERED)))
+        differs = pc.or_(
+            pc.equal(table.column("status"), STATUS_NO_LEDGER), pc.is_valid(table.column("answer"))
+        )
+        for bad in ("entries_missing", "entries_corrupt"):  # reads proved entries missing or corrupt
+            proved = pc.fill_null(pc.list_value_length(table.column(bad)), 0)
+            differs = pc.or_(differs, pc.greater(proved, 0))
+        interesting |= set(table.filter(pc.and_(ok, differs)).column("ledger_id").to_pylist())
+        unanswered = set(table.filter(pc.invert(ok)).column("ledger_id").to_pylist())
+        logs.append(table.select(list(CALL_LOG_COLUMNS)))
+        failed = table.num_rows - (pc.sum(ok).as_py() or 0)
+        got = spark.read.schema(response_type).parquet(path)
+        final = got.where(answered) if final is None else final.unionByName(got.where(answered))
+        last_failed = got.where(~answered)
+        pending = last_failed.select(*REQUEST_SCHEMA.names)
+    if final is None or last_failed is None:
+        empty = pa.table({c: pa.array([], RESPONSE_SCHEMA.field(c).type) for c in CALL_LOG_COLUMNS})
+        return FanoutOutput(None, empty, interesting | unanswered, paths)
+    return FanoutOutput(
+        final.unionByName(last_failed), pa.concat_tables(logs), interesting | unanswered, paths
+    )
+
+
+def by_bookie(requests: DataFrame, partitions: int, loads: Mapping[str, int]) -> DataFrame:
+    """Requests repartitioned so that each bookie's land in one task, tasks balanced by expected load
+    (how many ledgers name the bookie; without a count every bookie weighs the same)."""
+    slot_of = balance(loads, partitions)
+    keys = partition_keys(partitions)
+    mapping = F.create_map(
+        *itertools.chain.from_iterable((F.lit(b), F.lit(keys[k])) for b, k in slot_of.items())
+    )
+    slot: Column = F.coalesce(mapping[F.col("bookie_id")], F.lit(keys[0]))
+    return requests.withColumn("_slot", slot).repartition(partitions, "_slot").drop("_slot")
+
+
+def combine_stage(
+    spark: SparkSession,
+    final: DataFrame,
+    ids: Iterable[int],
+    ledger_input: DataFrame,
+    *,
+    max_ranges: int,
+    registered: frozenset[str],
+) -> list[Located]:
+    """The per-ledger combine on Spark (repartitioned and sorted by ledger), for many ledgers."""
+    ids_table = pa.table({"ledger_id": pa.array(sorted(ids), pa.int64())})
+    ids_df = F.broadcast(spark.createDataFrame(ids_table))
+    rows = final.join(ids_df, "ledger_id", "left_semi")
+    shapes = ledger_input.where(F.col("parse_error").isNull())
+    shapes = shapes.join(ids_df, "ledger_id", "left_semi").select(*SHAPE_SCHEMA.names)
+    joined = rows.join(shapes, "ledger_id").select(*COMBINE_SCHEMA.names)
+    partitions = max(2, int(spark.conf.get("spark.sql.shuffle.partitions", "2") or "2"))
+    table = (
+        joined.repartition(partitions, "ledger_id")
+        .sortWithinPartitions("ledger_id", "bookie_id")
+        .mapInArrow(combine_partition(max_ranges, registered), from_arrow_schema(FINDING_SCHEMA))
+        .toArrow()
+    )
+    return [located_of(r) for r in table.to_pylist()]
+
+
+def combine_on_driver(
+    response_paths: Sequence[str],
+    shapes: Mapping[int, Mapping[str, object]],
+    ids: Iterable[int],
+    *,
+    max_ranges: int,
+    registered: frozenset[str],
+) -> list[Located]:
+    """The per-ledger combine on the driver: the staged answers of `ids`, read with Arrow."""
+    wanted = pa.array(sorted(ids), pa.int64())
+    answers = pa.concat_tables(
+        pq.read_table(path, filters=pc.is_in(pc.field("ledger_id"), wanted))
+        .select(RESPONSE_SCHEMA.names)
+        .cast(RESPONSE_SCHEMA)
+        for path in response_paths
+    )
+    return combine_answers(answers, shapes, max_ranges=max_ranges, registered=registered)
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's `hash()` of an int column (Murmur3_x86_32.hashInt, seed 42), as a signed 32-bit int."""
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k1 = rotl(k1, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = seed ^ k1
+    h1 = (rotl(h1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def partition_keys(partitions: int) -> list[int]:
+    """For each partition k, an int that Spark's `repartition(partitions, col)` sends to partition k.
+
+    Lets the job put chosen bookies into chosen fan-out tasks (balanced by load) instead of leaving it to
+    the hash of the bookie id, which on few partitions often stacks most bookies on one task.
+    """
+    keys: list[int | None] = [None] * partitions
+    value = 0
+    while any(k is None for k in keys):
+        slot = _murmur3_int(value) % partitions
+        if keys[slot] is None:
+            keys[slot] = value
+        value += 1
+    return [k for k in keys if k is not None]
+
+
+def balance(loads: Mapping[str, int], partitions: int) -> dict[str, int]:
+    """Bookie → partition, heaviest first onto the least loaded partition (greedy bin packing)."""
+    totals = [0] * partitions
+    out: dict[str, int] = {}
+    for bookie, load in sorted(loads.items(), key=lambda kv: (-kv[1], kv[0])):
+        k = min(range(partitions), key=lambda i: totals[i])
+        out[bookie] = k
+        totals[k] += max(load, 1)
+    return out
