@@ -751,3 +751,23 @@ def _runs(ids: list[int]) -> list[tuple[int, int]]:
         else:
             out.append((e, e))
     return out
+
+
+def test_bookies_checked_is_recorded_in_audit_runs(spark, cluster, bk, warehouse):
+    """A ledger whose ensemble is every bookie the test started: each one is asked, and audit_runs says so."""
+    from bkaudit.tables.read import read_arrow
+
+    sc = Scenario()
+    started = {b.id for b in cluster.bookies}
+    try:
+        write(bk, sc, len(started), 2, 2)
+        result = snapshot_and_check(spark, cluster, warehouse)
+        assert result.status == "succeeded" and not result.violations, result.violations
+        runs = read_arrow(warehouse, "audit_runs")
+        (row,) = [r for r in runs.to_pylist() if r["run_id"] == result.run_id]
+        assert row["bookies_checked"] == len(started) == result.bookies_checked
+        assert {b.bookie_id for b in result.bookies} == started
+        checks = read_arrow(warehouse, "bookie_checks")
+        assert {r["bookie_id"] for r in checks.to_pylist() if r["run_id"] == result.run_id} == started
+    finally:
+        cleanup(cluster, sc)
