@@ -95,8 +95,9 @@ def _read_racks(zk: Any, state: ClusterState) -> None:
         return
     for group in racks.values():
         for bookie_id, info in group.items():
-            if getattr(info, "hostname", None):
-                state.hostnames.setdefault(bookie_id, info.hostname)
+            hostname = getattr(info, "hostname", None)
+            if hostname:
+                state.hostnames.setdefault(bookie_id, str(hostname))
 
 
 def _read_markers(zk: Any, root: str, max_in_flight: int, rate_limiter: Any) -> list[MarkerRecord]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
@@ -161,7 +161,11 @@ def probe_listing(client: Any, *, timeout_s: float, ledger_id: int = 0) -> tuple
 
     deadline = time.monotonic() + timeout_s
     futures: list[Future[Any] | None] = []
-    for send in (lambda: client.get_list_of_entries(ledger_id), lambda: client.read_entry(ledger_id, 0)):
+    sends: tuple[Callable[[], Future[Any]], ...] = (
+        lambda: client.get_list_of_entries(ledger_id),
+        lambda: client.read_entry(ledger_id, 0),
+    )
+    for send in sends:
         try:
             futures.append(send())
         except Exception:

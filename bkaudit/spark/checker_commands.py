@@ -105,7 +105,8 @@ def run_command(
         return int(code)
 
     try:
-        settings = load_settings(zk, cluster_dir, root, config_path, **{"snapshot.warehouse": warehouse})
+        overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
+        settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
         from bkaudit.audit.settings import CheckerSettings
         from bkaudit.model.placement import PlacementSettings
         from bkaudit.spark.settings import SnapshotSettings

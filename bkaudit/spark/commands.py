@@ -45,7 +45,8 @@ def snapshot(
     from bkaudit.errors import BkAuditError
     from bkaudit.spark.settings import SnapshotSettings
 
-    settings = load_settings(zk, cluster_dir, root, config_path, **{"snapshot.warehouse": warehouse})
+    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
+    settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
     try:
         snap = settings.get(SnapshotSettings)
         if not snap.warehouse:

@@ -60,7 +60,7 @@ class ReadOptions:
         for key, raw in lowered.items():
             kind = known[key].type
             try:
-                kwargs[key] = _convert(kind, raw)
+                kwargs[key] = _convert(str(kind), raw)
             except ValueError:
                 raise ValueError(f"bookkeeper data source option {key}={raw!r}: expected {kind}") from None
         opts = cls(**kwargs)

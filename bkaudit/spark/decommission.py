@@ -184,8 +184,8 @@ def decommission_audit(zk: str | None, cluster_dir: str | None, root: str | None
     from bkaudit.spark.settings import SnapshotSettings
 
     wanted = [*bookies, *[b.strip() for b in (bookie_list or "").split(",") if b.strip()]]
-    settings = load_settings(zk, cluster_dir, root, config_path, need_zk=bool(wanted),
-                             **({"snapshot.warehouse": warehouse} if warehouse else {}))
+    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse} if warehouse else {}
+    settings = load_settings(zk, cluster_dir, root, config_path, need_zk=bool(wanted), **overrides)
     snap = settings.get(SnapshotSettings)
     if not snap.warehouse:
         fail("no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE",

@@ -155,9 +155,8 @@ def _stager(warehouse: str, snapshot_id: str, snapshot_date: str) -> Callable[[I
         from bkaudit.tables.rows import explode_segments
         from bkaudit.tables.store import StagingWriter
 
-        kw = {"snapshot_id": snapshot_id, "snapshot_date": snapshot_date}
-        ledgers = StagingWriter(warehouse, "ledgers", **kw)
-        segments = StagingWriter(warehouse, "ledger_segments", **kw)
+        ledgers = StagingWriter(warehouse, "ledgers", snapshot_id=snapshot_id, snapshot_date=snapshot_date)
+        segments = StagingWriter(warehouse, "ledger_segments", snapshot_id=snapshot_id, snapshot_date=snapshot_date)
         counts = {"ledgers": 0, "unparseable": 0, "segments": 0}
         bookies: set[str] = set()
         try:
