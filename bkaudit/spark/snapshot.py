@@ -156,7 +156,9 @@ def _stager(warehouse: str, snapshot_id: str, snapshot_date: str) -> Callable[[I
         from bkaudit.tables.store import StagingWriter
 
         ledgers = StagingWriter(warehouse, "ledgers", snapshot_id=snapshot_id, snapshot_date=snapshot_date)
-        segments = StagingWriter(warehouse, "ledger_segments", snapshot_id=snapshot_id, snapshot_date=snapshot_date)
+        segments = StagingWriter(
+            warehouse, "ledger_segments", snapshot_id=snapshot_id, snapshot_date=snapshot_date
+        )
         counts = {"ledgers": 0, "unparseable": 0, "segments": 0}
         bookies: set[str] = set()
         try:
