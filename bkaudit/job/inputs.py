@@ -89,7 +89,7 @@ def read_snapshot(
 
 
 def ledger_input(
-    warehouse: str, snapshot_id: str, selection: LedgerSelection, max_ledgers: int
+    warehouse: str, snapshot_id: str, selection: LedgerSelection, max_ledgers: int | None
 ) -> pa.Table | None:
     """The selected ledgers with their ordered segments (LEDGER_INPUT_SCHEMA), joined on the driver with
     Arrow; None when the snapshot has more than `max_ledgers` ledgers (Spark joins them instead)."""

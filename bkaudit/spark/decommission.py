@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bkaudit import decommission as dc
 from bkaudit.audit.base import Finding
 from bkaudit.audit.reads import EVIDENCE_READS
 from bkaudit.audit.settings import CheckerSettings
@@ -36,9 +37,12 @@ from bkaudit.cli_common import (
 )
 from bkaudit.exitcodes import ExitCode
 from bkaudit.job.check_options import CheckOptions
-from bkaudit.job.inputs import LedgerSelection
+from bkaudit.job.inputs import LedgerSelection, ledger_input
+from bkaudit.job.ledger_pass import iter_shapes
 from bkaudit.job.sink import MemorySink
 from bkaudit.spark.checker import run_check
+from bkaudit.spark.snapshot import run_snapshot
+from bkaudit.tables.store import validate_snapshot_id, write_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,14 +56,6 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
               audit_id: str | None = None, snapshot_id: str | None = None,
               min_copies: int = 1) -> dict[str, Any]:
     """Snapshot (unless `snapshot_id`), restricted check, what-if, `decommission_audits` rows; the summary."""
-    import pyarrow.compute as pc
-
-    from bkaudit import decommission as dc
-    from bkaudit.job.fanout import shape_of
-    from bkaudit.spark.snapshot import run_snapshot
-    from bkaudit.tables.read import read_arrow
-    from bkaudit.tables.store import validate_snapshot_id, write_table
-
     if not bookies:
         raise ValueError("name at least one bookie (--bookie)")
     started = datetime.now(UTC)
@@ -67,27 +63,22 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
     sid = snapshot_id or run_snapshot(spark, settings, warehouse=warehouse, snapshot_id=aid).snapshot_id
     options = CheckOptions(warehouse=warehouse, snapshot_id=sid, run_id=aid, publish_underreplicated=False,
                            fail_on="never")
-    result = run_check(spark, settings, options, selection=LedgerSelection.naming(bookies), sink=MemorySink())
+    selection = LedgerSelection.naming(bookies)
+    result = run_check(spark, settings, options, selection=selection, sink=MemorySink())
     findings_by_ledger: dict[int, list[Finding]] = {}
     for v in result.violations:
         if v.ledger_id is not None:
             findings_by_ledger.setdefault(int(v.ledger_id), []).append(v.finding)
 
-    ledgers = read_arrow(warehouse, "ledgers", snapshot_id=sid)
-    segments = read_arrow(warehouse, "ledger_segments", snapshot_id=sid)
-    ids = LedgerSelection.naming(bookies).ledger_ids(segments)
-    assert ids is not None
-    ledgers = ledgers.filter(pc.is_in(ledgers.column("ledger_id"), value_set=ids)).to_pylist()
-    segments = segments.filter(pc.is_in(segments.column("ledger_id"), value_set=ids)).to_pylist()
-    segs: dict[int, list[dict[str, Any]]] = {}
-    for s in segments:
-        segs.setdefault(int(s["ledger_id"]), []).append(s)
+    selected = ledger_input(warehouse, sid, selection, max_ledgers=None)
+    assert selected is not None
     verdicts = []
-    for led in ledgers:
-        lid = int(led["ledger_id"])
-        shape = shape_of({**led, "segments": segs.get(lid, [])})
-        verdicts.append(dc.judge(shape, bookies, findings_by_ledger.get(lid, ()), min_copies=min_copies,
-                                 managed_ledger=led.get("managed_ledger")))
+    for batch in selected.to_batches():
+        for row, shape in iter_shapes(batch):
+            if shape is None:  # unparseable metadata names no bookie: never selected
+                continue
+            verdicts.append(dc.judge(shape, bookies, findings_by_ledger.get(shape.ledger_id, ()),
+                                     min_copies=min_copies, managed_ledger=row["managed_ledger"]))
     states = _states(settings, bookies)
     results = dc.answers(list(bookies), verdicts, states)
     date = started.strftime("%Y-%m-%d")

@@ -116,7 +116,7 @@ def snapshot_and_check(spark, cluster, warehouse, *, before_check=None, **opts: 
 def found(result, category: str, *, new_only: bool = True) -> set[Any]:
     key = "bookie_id" if category == "bookie_unreachable_but_registered" else "ledger_id"
     return {
-        r[key]
+        getattr(r, key)
         for r in result.violations
         if r.category == category and not (new_only and r.under_repair)
     }
