@@ -7,11 +7,20 @@ Nothing here decodes: raw bytes go to the pure builders in `bkaudit.tables.rows`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from kazoo.exceptions import NoNodeError
+
+from bkaudit.errors import FormatError
+from bkaudit.model.topology import Topology
 from bkaudit.tables.rows import READONLY, UNAVAILABLE, WRITABLE, BookieRecord, MarkerRecord
+from bkaudit.zk import paths, registry
+from bkaudit.zk.ledgers import read_many
+from bkaudit.zk.lifecycle import list_states
+from bkaudit.zk.underreplication import list_underreplicated
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +44,6 @@ def _with_lifecycle(
     zk: Any, root: str, bookies: list[BookieRecord], cookies: set[str]
 ) -> list[BookieRecord]:
     """Each bookie with a cookie gets its lifecycle state (Active when no state znode; `unreadable`)."""
-    import dataclasses
-
-    from bkaudit.errors import FormatError
-    from bkaudit.zk.lifecycle import list_states
-
     states = list_states(zk, root=root)
     out = []
     for b in bookies:
@@ -56,9 +60,6 @@ def read_cluster_state(
     zk: Any, root: str, *, max_in_flight: int = 500, rate_limiter: Any = None
 ) -> ClusterState:
     """Read registrations, cookies, racks and markers with one session (`zk`)."""
-    from bkaudit.zk import paths, registry
-    from bkaudit.zk.ledgers import read_many
-
     state = ClusterState()
     writable = registry.list_writable(zk, root)
     readonly = registry.list_readonly(zk, root)
@@ -83,9 +84,6 @@ def read_cluster_state(
 
 def _read_racks(zk: Any, state: ClusterState) -> None:
     """Pulsar's /bookies JSON → Topology; an unreadable one is a warning, not a failed snapshot."""
-    from bkaudit.model.topology import Topology
-    from bkaudit.zk import registry
-
     try:
         racks = registry.read_racks(zk)
         state.topology = Topology.from_rack_config(racks) if racks else None
@@ -102,12 +100,6 @@ def _read_racks(zk: Any, state: ClusterState) -> None:
 
 def _read_markers(zk: Any, root: str, max_in_flight: int, rate_limiter: Any) -> list[MarkerRecord]:
     """Every urL marker with its lock data (a marker resolved between listing and reading is absent)."""
-    from kazoo.exceptions import NoNodeError
-
-    from bkaudit.zk import paths
-    from bkaudit.zk.ledgers import read_many
-    from bkaudit.zk.underreplication import list_underreplicated
-
     ids = list(list_underreplicated(zk, root=root))
     if not ids:
         return []

@@ -55,8 +55,10 @@ from bkaudit.audit.statuses import (
     is_transport_failure,
 )
 from bkaudit.errors import BookieError, FormatError
+from bkaudit.formats.availability import decode, encode_runs
 from bkaudit.model.quorum import Striping, entries_of_bookie
 from bkaudit.model.shape import LedgerShape
+from bkaudit.rpc.client import BookieClient
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +219,6 @@ class ExpectedDigests:
 
     @staticmethod
     def _digest_of(stripings: Sequence[tuple[int, int, int, int, int]]) -> bytes | None:
-        from bkaudit.formats.availability import encode_runs
-
         runs: list[tuple[int, int]] = []
         for first, last, start, period, size in stripings:
             if len(runs) > DIGEST_MAX_RUNS:
@@ -231,8 +231,6 @@ class ExpectedDigests:
 
 def judge_answer(shape: LedgerShape, bookie_id: str, value: bytes | BaseException | None) -> BookieEvidence:
     """Evidence from one ledger's answer: availability bytes, a BookieError, or nothing at all."""
-    from bkaudit.formats.availability import decode
-
     if value is None:
         return failed_evidence(
             bookie_id, STATUS_BAD_REQUEST, "the batch response has no answer for this ledger"
@@ -258,8 +256,6 @@ def undecodable(value: bytes) -> str | None:
 
     Checked on the executor so a garbled answer counts as a failure there and gets BP-34's delayed re-check.
     """
-    from bkaudit.formats.availability import decode
-
     try:
         decode(value)
     except FormatError as exc:
@@ -407,8 +403,6 @@ def query_bookie(
 
 def make_client(bookie_id: str, config: FanoutConfig) -> Any:
     """A BookieClient for one bookie, created inside the task (connections do not pickle)."""
-    from bkaudit.rpc.client import BookieClient
-
     target = config.targets.get(bookie_id, bookie_id)
     return BookieClient(
         bookie_id,

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from bkaudit.audit.reads import (
@@ -141,8 +142,6 @@ def probe_listing(client: Any, *, timeout_s: float, ledger_id: int = 0) -> tuple
     (with anything: ENOLEDGER, ENOENTRY, an entry); a bookie that answers neither is simply unreachable and
     keeps the listing path, which reports it as such.
     """
-    from concurrent.futures import TimeoutError as FutureTimeout
-
     def outcome(fut: Future[Any] | None) -> tuple[str | None, str]:
         """(the status of a BookKeeper answer — OK included — or None without one, what happened)."""
         if fut is None:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
+import pyarrow.compute as pc
 
 from bkaudit import decommission as dc
 from bkaudit.audit.base import Finding
@@ -35,14 +36,21 @@ from bkaudit.cli_common import (
     require_zk,
     zk_options,
 )
+from bkaudit.config import ZkSettings
+from bkaudit.errors import BkAuditError
 from bkaudit.exitcodes import ExitCode
 from bkaudit.job.check_options import CheckOptions
 from bkaudit.job.inputs import LedgerSelection, ledger_input
 from bkaudit.job.ledger_pass import iter_shapes
 from bkaudit.job.sink import MemorySink
 from bkaudit.spark.checker import run_check
+from bkaudit.spark.session import get_session
+from bkaudit.spark.settings import SnapshotSettings
 from bkaudit.spark.snapshot import run_snapshot
+from bkaudit.tables.read import read_arrow
 from bkaudit.tables.store import validate_snapshot_id, write_table
+from bkaudit.zk import registry
+from bkaudit.zk.client import close, connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -98,10 +106,6 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
 
 def _states(settings: Settings, bookies: Sequence[str]) -> dict[str, str]:
     """Each bookie's registration now: writable, readonly or absent."""
-    from bkaudit.config import ZkSettings
-    from bkaudit.zk import registry
-    from bkaudit.zk.client import close, connect
-
     zk_settings = settings.get(ZkSettings)
     zk = connect(zk_settings)
     try:
@@ -112,12 +116,6 @@ def _states(settings: Settings, bookies: Sequence[str]) -> dict[str, str]:
 
 def recorded(warehouse: str, audit_id: str) -> dict[str, Any]:
     """The summary of an audit already written to `decommission_audits` (no Spark needed)."""
-    import pyarrow.compute as pc
-
-    import bkaudit.decommission  # noqa: F401 - registers the table
-    from bkaudit.errors import BkAuditError
-    from bkaudit.tables.read import read_arrow
-
     data = read_arrow(warehouse, "decommission_audits")
     rows = data.filter(pc.equal(data.column("audit_id"), audit_id)).to_pylist()
     if not rows:
@@ -128,9 +126,7 @@ def recorded(warehouse: str, audit_id: str) -> dict[str, Any]:
     bookies = [{"bookie_id": r["bookie_id"], "safe": r["safe"], "state": r["state"], "ledgers": r["ledgers"],
                 "open_ledgers": r["open_ledgers"], "entries": r["entries"],
                 "blocking": [{k: b[k] for k in fields} for b in r["blocking"] or []]} for r in rows]
-    from bkaudit.decommission import evidence_summary
-
-    evidence = evidence_summary(rows[0].get("verified_by_reads") or [],
+    evidence = dc.evidence_summary(rows[0].get("verified_by_reads") or [],
                                 float(rows[0].get("verification_percentage") or 0.0))
     return {"audit_id": audit_id, "snapshot_id": rows[0]["snapshot_id"],
             "safe": all(b["safe"] for b in bookies), "min_copies": rows[0]["min_copies"], "bookies": bookies,
@@ -170,10 +166,6 @@ def decommission_audit(zk: str | None, cluster_dir: str | None, root: str | None
                        audit_id: str | None, snapshot_id: str | None, min_copies: int, master: str | None,
                        as_json: bool) -> None:
     """Would removing these bookies lose data? Safe or blocked per bookie, with the blocking ledgers."""
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
-    from bkaudit.errors import BkAuditError
-    from bkaudit.spark.settings import SnapshotSettings
-
     wanted = [*bookies, *[b.strip() for b in (bookie_list or "").split(",") if b.strip()]]
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse} if warehouse else {}
     settings = load_settings(zk, cluster_dir, root, config_path, need_zk=bool(wanted), **overrides)
@@ -189,8 +181,6 @@ def decommission_audit(zk: str | None, cluster_dir: str | None, root: str | None
             summary = recorded(snap.warehouse, str(audit_id))
         else:
             require_zk(settings)  # before the JVM
-            from bkaudit.spark.session import get_session
-
             spark = get_session(master or snap.master, app_name="bkaudit-decommission-audit")
             summary = run_audit(spark, settings, warehouse=snap.warehouse, bookies=wanted, audit_id=audit_id,
                                 snapshot_id=snapshot_id, min_copies=min_copies)

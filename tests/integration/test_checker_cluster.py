@@ -451,7 +451,7 @@ def test_wiped_bookie(spark, cluster, bk, warehouse, monkeypatch):
         for category in DURABILITY:
             assert found(result, category) == want[category], category
         assert found(result, "ledger_unverifiable") == set()
-        assert {r["bookie_id"] for r in result.violations if r["category"] in DURABILITY} == {victim}
+        assert {r.bookie_id for r in result.violations if r.category in DURABILITY} == {victim}
         assert sum(result.counts.values()) == sum(len(want[c]) for c in DURABILITY)
 
         # the per-ledger combine on Spark (used when many ledgers need it) agrees with the driver's
@@ -709,7 +709,7 @@ def test_all_faults_together_then_publish(spark, cluster, bk, warehouse, tmp_pat
         from jobs.publish_underreplicated import main as publish_main
 
         stamps = {
-            r["ledger_id"]: get_marker(cluster.zk_client(), r["ledger_id"], root=cluster.root)[1].version
+            r.ledger_id: get_marker(cluster.zk_client(), r.ledger_id, root=cluster.root)[1].version
             for r in published
         }
         assert (
