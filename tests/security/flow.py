@@ -104,7 +104,7 @@ class SecureRun:
             zk: bool = True) -> subprocess.CompletedProcess[str]:
         """`bkaudit ARGS --config conf [--zk ...]`; stdout and stderr kept as <name>.out / <name>.err."""
         extra = ["--zk", self.connect, "--root", "/ledgers"] if zk else []
-        cmd = [sys.executable, "-m", "bkaudit.cli", *args, "--config", str(self.conf), *extra]
+        cmd = [sys.executable, "-m", "bkaudit.cli", "-vv", *args, "--config", str(self.conf), *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env(), cwd=ROOT,
                               check=False)
         (self.directory / "out" / f"{name}.out").write_text(proc.stdout)
@@ -114,8 +114,8 @@ class SecureRun:
         return proc
 
     def background(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "bkaudit.cli", *args, "--config", str(self.conf), "--zk", self.connect,
-               "--root", "/ledgers"]
+        cmd = [sys.executable, "-m", "bkaudit.cli", "-vv", *args, "--config", str(self.conf),
+               "--zk", self.connect, "--root", "/ledgers"]
         log = (self.directory / "out" / f"{name}.log").open("ab")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(), cwd=ROOT)
         self.procs.append(proc)
@@ -224,6 +224,7 @@ def _config(run: SecureRun, admin_port: int) -> str:
         f"port = {admin_port}", "webhook_poll_s = 0.2",
         "[snapshot]", f'warehouse = "{run.directory / "warehouse"}"',
         "[checker]", f'metrics_file = "{run.directory / "metrics" / "checker.prom"}"',
+        "[autorecovery]", f'metrics_file = "{run.directory / "metrics" / "autorecovery.prom"}"',
         "",
     ])
 
@@ -231,8 +232,9 @@ def _config(run: SecureRun, admin_port: int) -> str:
 def run_flow(directory: Path, zk_server: ZooKeeperServer) -> SecureRun:
     """The whole secured run; returns with the bookies still up (ephemeral registrations stay checkable)."""
     (directory / "out").mkdir(parents=True)
-    run = SecureRun(directory, zk_server, f"/sec{secrets.token_hex(6)}", Secrets(), make_pki(directory),
-                    directory / "bkaudit.toml")
+    (directory / "pki").mkdir()
+    run = SecureRun(directory, zk_server, f"/sec{secrets.token_hex(6)}", Secrets(),
+                    make_pki(directory / "pki"), directory / "bkaudit.toml")
     admin_port = free_port()
     run.conf.write_text(_config(run, admin_port))
     anonymous = zkclient.connect(zk_server.connect_string)
@@ -244,11 +246,18 @@ def run_flow(directory: Path, zk_server: ZooKeeperServer) -> SecureRun:
         run.walk(zk)
         run.baseline = set(run.seen.nodes)
         run.seen.nodes.clear()
+    level = os.environ.get("BKAUDIT_LOG_LEVEL")
+    os.environ["BKAUDIT_LOG_LEVEL"] = "DEBUG"  # bookies (started, restarted by LocalCluster) log everything
     try:
         _drive(run, admin_port)
     except BaseException:
         run.close()
         raise
+    finally:
+        if level is None:
+            os.environ.pop("BKAUDIT_LOG_LEVEL", None)
+        else:
+            os.environ["BKAUDIT_LOG_LEVEL"] = level
     return run
 
 
