@@ -1491,6 +1491,7 @@ class CheckerRun:
         """
         from bkaudit.audit.reads import plan_reads, read_evidence
         from bkaudit.rpc.pool import BookieClientPool
+        from bkaudit.rpc.tls import TlsConfig
 
         readers = {b for b, (mode, _why) in getattr(self, "evidence", {}).items() if mode == EVIDENCE_READS}
         creds = digests or {}
@@ -1502,7 +1503,8 @@ class CheckerRun:
         out: dict[int, list[BookieEvidence]] = {}
         if not by_bookie:
             return out
-        pool = BookieClientPool(zk=self.zk, root=self.root, request_timeout_s=self.conf.call_timeout_s)
+        pool = BookieClientPool(zk=self.zk, root=self.root, request_timeout_s=self.conf.call_timeout_s,
+                                tls=TlsConfig.from_settings(self.settings))  # as the fan-out: TLS bookies
 
         def one(bookie: str, items: list[LedgerShape]) -> list[tuple[int, BookieEvidence]]:
             client = pool.get(bookie)
