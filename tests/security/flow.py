@@ -101,10 +101,12 @@ class SecureRun:
 
     # -- processes ------------------------------------------------------------------------------------------
     def cli(self, name: str, *args: str, timeout: float = TIMEOUT_S, check: bool = True,
-            zk: bool = True) -> subprocess.CompletedProcess[str]:
+            zk: bool = True, config: bool = True) -> subprocess.CompletedProcess[str]:
         """`bkaudit ARGS --config conf [--zk ...]`; stdout and stderr kept as <name>.out / <name>.err."""
         extra = ["--zk", self.connect, "--root", "/ledgers"] if zk else []
-        cmd = [sys.executable, "-m", "bkaudit.cli", "-vv", *args, "--config", str(self.conf), *extra]
+        if config:
+            extra = ["--config", str(self.conf), *extra]
+        cmd = [sys.executable, "-m", "bkaudit.cli", "-vv", *args, *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env(), cwd=ROOT,
                               check=False)
         (self.directory / "out" / f"{name}.out").write_text(proc.stdout)
@@ -280,6 +282,11 @@ def _drive(run: SecureRun, admin_port: int) -> None:
     run.facts["ledgers"] = ledgers
     run.cli("read", "ledger", "read", str(ledgers["mac"]), "--last", "3", "--json")
     run.cli("metadata", "ledger", "metadata", str(ledgers["mac"]), "--json")
+    znode = run.directory / "inputs" / "mac-ledger.znode"  # the raw znode (it holds the password): an input
+    znode.parent.mkdir()
+    with run.owner() as zk:
+        znode.write_bytes(zk.get(paths.ledger_path(ledgers["mac"], root="/ledgers"))[0])
+    run.cli("decode", "decode", "metadata", str(znode), zk=False, config=False)
     run.cli("recover", "ledger", "recover", str(ledgers["open"]), "--json")
 
     with run.polling():
@@ -295,6 +302,10 @@ def _drive(run: SecureRun, admin_port: int) -> None:
     run.cli("ur-list", "underreplicated", "list", "--json", check=False)
     run.cli("lifecycle-state", "lifecycle", "state", run.facts["drained"], "--json")
     run.cli("lifecycle-history", "lifecycle", "history", run.facts["drained"], "--json")
+    run.cli("ar-disable", "autorecovery", "disable")  # the replication switch znode, seen, then removed
+    with run.owner() as zk:
+        run.walk(zk)
+    run.cli("ar-enable", "autorecovery", "enable")
     with run.owner() as zk:
         run.walk(zk)
 

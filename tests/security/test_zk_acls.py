@@ -60,6 +60,7 @@ def test_every_znode_bkaudit_created_carries_the_configured_acl(secure_run: Secu
         "read-only switch (admin API)": [paths.serving_path(facts["readonly"], root=ROOT)],
         "webhook": [paths.webhook_path(facts["webhook"], root=ROOT)],
         "checker ctime": [paths.check_ctime_path(k, root=ROOT) for k in paths.CHECK_CTIME_NODES],
+        "replication switch (autorecovery disable)": [paths.disable_path(root=ROOT)],
     }
     missing = {w: [p for p in ps if p not in seen] for w, ps in writers.items()}
     assert not {w: ps for w, ps in missing.items() if ps}, f"writers whose znodes were never seen: {missing}"
