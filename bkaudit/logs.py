@@ -10,6 +10,8 @@ import logging
 import os
 from importlib import resources
 
+FORMAT = "%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
+
 # libraries whose INFO/WARNING lines are routine noise for a person running a command
 NOISY = ("kazoo", "py4j", "pyspark", "great_expectations", "urllib3", "matplotlib", "deltalake", "grpc")
 
@@ -19,10 +21,16 @@ def configure(verbosity: int = 0) -> None:
     explicit = os.environ.get("BKAUDIT_LOG_LEVEL")
     own = explicit or ("WARNING" if verbosity <= 0 else "INFO" if verbosity == 1 else "DEBUG")
     libraries = "ERROR" if verbosity <= 0 else "WARNING" if verbosity == 1 else "DEBUG"
-    # levels only: services (`bookie run`, `autorecovery run`) still install their own handler and format
-    logging.getLogger().setLevel(own)
+    # levels only by default: services (`bookie run`, `autorecovery run`) install their own handler and format
+    root = logging.getLogger()
+    root.setLevel(own)
     for name in NOISY:
         logging.getLogger(name).setLevel(libraries)
+    if verbosity > 0 and not root.handlers:
+        # without a handler Python prints WARNING and above only (logging.lastResort): -v would show nothing
+        handler = logging.StreamHandler()  # stderr: stdout is for --json
+        handler.setFormatter(logging.Formatter(FORMAT))
+        root.addHandler(handler)
     global VERBOSITY
     VERBOSITY = verbosity
 
@@ -97,5 +105,5 @@ def _install_record_factory() -> None:
     logging.setLogRecordFactory(redacting)
 
 
-__all__ = ["NOISY", "REDACTED", "VERBOSITY", "KazooWireFilter", "configure", "install_kazoo_filter",
+__all__ = ["FORMAT", "NOISY", "REDACTED", "VERBOSITY", "KazooWireFilter", "configure", "install_kazoo_filter",
            "register_secret", "spark_java_options"]

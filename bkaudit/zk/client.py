@@ -28,7 +28,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from bkaudit.errors import ZooKeeperError
-from bkaudit.logs import install_kazoo_filter, register_secret
+from bkaudit.logs import install_kazoo_filter
 
 if TYPE_CHECKING:
     from kazoo.security import ACL
@@ -71,8 +71,6 @@ def connect(
     settings = _settings(settings_or_connect)
     wait_s = settings.connect_timeout_s if timeout_s is None else timeout_s
     install_kazoo_filter()  # kazoo's DEBUG lines carry auth packets and znode data (passwords, secrets)
-    if settings.auth_digest:
-        register_secret(settings.auth_digest.split(":", 1)[1])
     client = KazooClient(
         hosts=settings.connect,
         timeout=settings.session_timeout_s,

@@ -40,3 +40,38 @@ def test_registered_secrets_are_replaced_in_any_record(caplog: pytest.LogCapture
     caplog.set_level(logging.INFO, logger="some.library")
     logging.getLogger("some.library").info("connecting with %s to %s", "user:s3cr3t-zk-password", "ab-host")
     assert caplog.records[-1].getMessage() == "connecting with user:<redacted> to ab-host"
+
+
+def test_verbose_commands_get_a_stderr_handler(capsys: pytest.CaptureFixture[str]) -> None:
+    """`bkaudit -v CMD`: without a handler Python would print WARNING and above only (logging.lastResort)."""
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    for h in saved:
+        root.removeHandler(h)
+    try:
+        logs.configure(1)
+        logging.getLogger("bkaudit.something").info("an info line")
+        logs.configure(1)  # a second call adds no second handler
+        assert len(root.handlers) == 1
+        assert capsys.readouterr().err.count("INFO MainThread bkaudit.something: an info line") == 1
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved:
+            root.addHandler(h)
+        root.setLevel(level)
+        logs.configure(0)
+        root.setLevel(level)
+
+
+def test_zk_settings_with_a_digest_register_its_password_and_hide_it_from_repr(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from bkaudit.config import ZkSettings
+
+    settings = ZkSettings(auth_digest="bkaudit:settings-pw-0123")
+    assert "settings-pw-0123" not in repr(settings)
+    caplog.set_level(logging.DEBUG, logger="py4j.clientserver")
+    py4j = logging.getLogger("py4j.clientserver")  # what py4j logs for a Spark DataSource option
+    py4j.debug("Command to send: c\noption\nsauth_digest_secret\nsbkaudit:%s\n", "settings-pw-0123")
+    assert "settings-pw-0123" not in caplog.text and "sbkaudit:<redacted>" in caplog.text
