@@ -86,7 +86,7 @@ class ZkSettings:
     session_timeout_s: float = 30.0
     connect_timeout_s: float = 15.0
     # digest authentication ("user:password") and CREATOR_ALL ACLs, as BookKeeper's zkEnableSecurity
-    auth_digest: str = ""
+    auth_digest: str = dataclasses.field(default="", repr=False)  # a secret: never in repr() or tracebacks
     enable_security: bool = False
     # ledger manager layout for writing new ledgers: hierarchical | longhierarchical | legacyhierarchical
     layout: str = "hierarchical"
@@ -105,6 +105,10 @@ class ZkSettings:
             raise ConfigError("zk.layout", f"unknown ledger layout {self.layout!r}")
         if self.auth_digest and ":" not in self.auth_digest:
             raise ConfigError("zk.auth_digest", "must be 'user:password'")
+        if self.auth_digest:  # from now on this process's log lines never show it (py4j logs Spark options)
+            from bkaudit.logs import register_secret
+
+            register_secret(self.auth_digest.split(":", 1)[1])
         if self.state_root:
             from bkaudit.zk.paths import validate_state_root
 

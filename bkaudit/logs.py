@@ -10,6 +10,8 @@ import logging
 import os
 from importlib import resources
 
+FORMAT = "%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
+
 # libraries whose INFO/WARNING lines are routine noise for a person running a command
 NOISY = ("kazoo", "py4j", "pyspark", "great_expectations", "urllib3", "matplotlib", "deltalake", "grpc")
 
@@ -19,10 +21,16 @@ def configure(verbosity: int = 0) -> None:
     explicit = os.environ.get("BKAUDIT_LOG_LEVEL")
     own = explicit or ("WARNING" if verbosity <= 0 else "INFO" if verbosity == 1 else "DEBUG")
     libraries = "ERROR" if verbosity <= 0 else "WARNING" if verbosity == 1 else "DEBUG"
-    # levels only: services (`bookie run`, `autorecovery run`) still install their own handler and format
-    logging.getLogger().setLevel(own)
+    # levels only by default: services (`bookie run`, `autorecovery run`) install their own handler and format
+    root = logging.getLogger()
+    root.setLevel(own)
     for name in NOISY:
         logging.getLogger(name).setLevel(libraries)
+    if verbosity > 0 and not root.handlers:
+        # without a handler Python prints WARNING and above only (logging.lastResort): -v would show nothing
+        handler = logging.StreamHandler()  # stderr: stdout is for --json
+        handler.setFormatter(logging.Formatter(FORMAT))
+        root.addHandler(handler)
     global VERBOSITY
     VERBOSITY = verbosity
 
@@ -42,4 +50,60 @@ def spark_java_options() -> str | None:
     return f"-Dlog4j2.configurationFile=file:{config}"
 
 
-__all__ = ["NOISY", "VERBOSITY", "configure", "spark_java_options"]
+# -- secrets never reach a log line (docs/security.md) ----------------------------------------------------
+REDACTED = "<redacted>"
+_SECRETS: set[str] = set()
+_KAZOO_WIRE = ("Sending request(xid=%s): %s", "Received response(xid=%s): %r")
+
+
+class KazooWireFilter(logging.Filter):
+    """kazoo logs every request and response it sends at DEBUG, payload included: the digest Auth packet
+    carries the ZooKeeper password, znode data carries ledger passwords (ledger metadata) and webhook
+    secrets. Keep the operation and its path, drop the payload."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in _KAZOO_WIRE and isinstance(record.args, tuple) and len(record.args) == 2:
+            xid, payload = record.args
+            path = getattr(payload, "path", None)
+            summary = f"{type(payload).__name__}({'path=' + repr(path) + ', ' if path else ''}{REDACTED})"
+            record.msg, record.args = record.msg.replace("%r", "%s"), (xid, summary)
+        return True
+
+
+def install_kazoo_filter() -> None:
+    """Once per process (idempotent): the filter on the logger kazoo's clients log through."""
+    logger = logging.getLogger("kazoo.client")
+    if not any(isinstance(f, KazooWireFilter) for f in logger.filters):
+        logger.addFilter(KazooWireFilter())
+
+
+def register_secret(secret: str) -> None:
+    """From now on, any log record of this process whose message contains `secret` has it replaced by
+    <redacted> (defence in depth for configured credentials, whatever library logs them)."""
+    if len(secret) < 4 or secret in _SECRETS:
+        return
+    if not _SECRETS:
+        _install_record_factory()
+    _SECRETS.add(secret)
+
+
+def _install_record_factory() -> None:
+    make = logging.getLogRecordFactory()
+
+    def redacting(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: leave it to logging's own error handling
+            return record
+        if any(s in message for s in _SECRETS):
+            for s in _SECRETS:
+                message = message.replace(s, REDACTED)
+            record.msg, record.args = message, None
+        return record
+
+    logging.setLogRecordFactory(redacting)
+
+
+__all__ = ["FORMAT", "NOISY", "REDACTED", "VERBOSITY", "KazooWireFilter", "configure", "install_kazoo_filter",
+           "register_secret", "spark_java_options"]

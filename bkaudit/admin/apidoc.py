@@ -33,6 +33,8 @@ Bearer tokens, configured only as SHA-256 hashes (`[admin] admin_tokens`, `read_
 name is recorded as `api:<name>` in every change it makes). Every changing call needs an admin token; reads
 are open while `[admin] anonymous_read = true` (the default), else they need a read or admin token.
 No or an unknown token: **401** (`WWW-Authenticate: Bearer`); a read token on a changing call: **403**.
+tests/security/test_admin_tokens.py checks this for every changing route the app declares; docs/security.md
+has the whole threat model.
 
 ## Errors
 

@@ -188,7 +188,7 @@ def migrate_legacy(
             continue
         new = paths.data_loss_path(ledger_id, root=root, state_root=state_root)
         try:
-            zk.create(new, data, acl=stat_acl(zk, old), makepath=True)
+            zk.create(new, data, acl=_migrated_acl(zk, old), makepath=True)
         except NodeExistsError:
             pass
         try:
@@ -206,6 +206,16 @@ def migrate_legacy(
             log.warning("%s holds znodes bkaudit did not write; remove them before a BookKeeper nuke", path)
             break
     return moved
+
+
+def _migrated_acl(zk: KazooClient, old: str) -> list[ACL] | None:
+    """The legacy record's ACL, unless it is world-open while this session creates secured znodes ([zk]
+    enable_security): a record written before security was turned on must not stay open after the move."""
+    acl = stat_acl(zk, old)
+    secured = any(a.id.scheme != "world" for a in zk.default_acl or ())
+    if acl is not None and secured and all(a.id.scheme == "world" for a in acl):
+        return None  # the session's (CREATOR_ALL) ACL
+    return acl
 
 
 def stat_acl(zk: KazooClient, path: str) -> list[ACL] | None:

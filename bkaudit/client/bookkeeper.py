@@ -68,7 +68,8 @@ class BookKeeper:
 
         `settings` is a `bkaudit.config.Settings` (its [zk], [client] and [placement] sections are used) or a
         bare `ClientSettings`; `placement` overrides the placement policy (default: rack-aware, at least two
-        racks per write quorum); `static` / `tls` are passed to the bookie connection pool.
+        racks per write quorum); `static` / `tls` are passed to the bookie connection pool (`tls` defaults
+        to the settings' [rpc] TLS).
         """
         from bkaudit.rpc.pool import BookieClientPool
         from bkaudit.zk.client import connect as zk_connect
@@ -78,8 +79,11 @@ class BookKeeper:
         transport = "native"
         if _is_config(settings):
             from bkaudit.rpc.settings import RpcSettings
+            from bkaudit.rpc.tls import TlsConfig
 
             transport = settings.get(RpcSettings).transport
+            if tls is None:  # [rpc] tls_* as every other bkaudit bookie client (TLS-only bookies answer EUA)
+                tls = TlsConfig.from_settings(settings)
         session = zk_connect(zk_settings)
         try:
             # RPC deadline no longer than the client's own timeouts, so a hung bookie is replaced in time

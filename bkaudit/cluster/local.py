@@ -80,7 +80,7 @@ class LocalCluster:
 
     def __init__(self, directory: Path, zk: str, root: str, bookies: list[BookieInfo],
                  zookeeper: dict[str, Any] | None, *, racks: int = 3, bookie_args: Sequence[str] = (),
-                 detach: bool = False) -> None:
+                 detach: bool = False, zk_auth: str = "") -> None:
         self.directory = directory
         self.zk = zk
         self.root = root
@@ -89,6 +89,7 @@ class LocalCluster:
         self.racks = racks
         self.bookie_args = list(bookie_args)
         self.detach = detach
+        self.zk_auth = zk_auth  # "user:password" for a secured ZooKeeper; never written to cluster.json
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._zk_server: ZooKeeperServer | None = None
         self._clients: list[KazooClient] = []
@@ -100,18 +101,19 @@ class LocalCluster:
     def up(cls, directory: str | os.PathLike[str], *, bookies: int = 3, racks: int = 3,
            zk_port: int | None = None, zk_connect: str | None = None, root: str = "/ledgers",
            bookie_args: Sequence[str] = (), detach: bool = False,
-           no_listing: Sequence[int] = ()) -> LocalCluster:
+           no_listing: Sequence[int] = (), zk_auth: str = "") -> LocalCluster:
         """Start ZooKeeper (unless `zk_connect`), initialise the cluster, start `bookies` bookies on racks
         /rack-1../rack-N round robin; return once every bookie is registered. Bookies whose index (0-based)
         is in `no_listing` never answer listing requests (DbLedgerStorage-like, `bookie run --no-listing`).
-        `detach` lets the processes outlive this Python process (the CLI); otherwise they die with it."""
+        `detach` lets the processes outlive this Python process (the CLI); otherwise they die with it.
+        `zk_auth` ("user:password") is the digest the harness's own ZooKeeper session authenticates with."""
         path = Path(directory).resolve()
         if (path / STATE_FILE).exists():
             raise ClusterError(f"{path} already holds a cluster ({STATE_FILE}); run `bkaudit cluster down "
                                f"--dir {path} --purge` first or choose another directory")
         path.mkdir(parents=True, exist_ok=True)
         cluster = cls(path, zk_connect or "", root, [], None, racks=max(1, racks), bookie_args=bookie_args,
-                      detach=detach)
+                      detach=detach, zk_auth=zk_auth)
         try:
             if zk_connect is None:
                 server = ZooKeeperServer(port=zk_port, data_dir=path / "zookeeper", detach=detach)
@@ -323,7 +325,8 @@ class LocalCluster:
         """A started kazoo client on this cluster's ZooKeeper (closed by `down()`)."""
         with self._lock:
             if not self._clients:
-                self._clients.append(zkclient.connect(ZkSettings(connect=self.zk, root=self.root)))
+                settings = ZkSettings(connect=self.zk, root=self.root, auth_digest=self.zk_auth)
+                self._clients.append(zkclient.connect(settings))
             return self._clients[0]
 
     def client_pool(self) -> BookieClientPool:

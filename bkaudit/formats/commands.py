@@ -69,12 +69,15 @@ def decode() -> None:
 
 @decode.command("metadata")
 @click.argument("source", default="-", metavar="[FILE|-]")
+@click.option("--show-password", is_flag=True,
+              help="print the ledger password (default: only its length, as BookKeeper's toSafeString)")
 @_reporting_errors("ledger metadata znode")
-def metadata_command(source: str) -> None:
+def metadata_command(source: str, show_password: bool) -> None:
     """Decode a ledger metadata znode's raw bytes (format v1, v2 or v3) from FILE or stdin."""
     data = _read_bytes(source)
     metadata = ledger_metadata.parse(data)
-    click.echo(json.dumps(metadata_json(metadata, ledger_metadata.format_version(data)), indent=2))
+    out = metadata_json(metadata, ledger_metadata.format_version(data), show_password=show_password)
+    click.echo(json.dumps(out, indent=2))
 
 
 def _read_bytes(source: str) -> bytes:
@@ -83,8 +86,15 @@ def _read_bytes(source: str) -> bytes:
     return Path(source).read_bytes()
 
 
-def metadata_json(md: LedgerMetadata, format_version: int) -> dict[str, Any]:
-    """The JSON view of ledger metadata; binary values appear as base64 (and printable where useful)."""
+def metadata_json(md: LedgerMetadata, format_version: int, *, show_password: bool = False) -> dict[str, Any]:
+    """The JSON view of ledger metadata; binary values appear as base64 (and printable where useful).
+
+    The password (BookKeeper's ledger access check, stored in the znode) is shown only when asked for:
+    output lands in terminals, tickets and logs (docs/security.md).
+    """
+    password: dict[str, Any] = {"length": len(md.password)}
+    if show_password:
+        password.update(base64=_b64(md.password), printable=escape_bytes(md.password))
     return {
         "format_version": format_version,
         "ensemble_size": md.ensemble_size,
@@ -94,7 +104,7 @@ def metadata_json(md: LedgerMetadata, format_version: int) -> dict[str, Any]:
         "last_entry_id": md.last_entry_id,
         "length": md.length,
         "digest_type": md.digest_type.name,
-        "password": {"base64": _b64(md.password), "printable": escape_bytes(md.password)},
+        "password": password,
         "ctime": md.ctime,
         "custom_metadata": {key: _maybe_text(value) for key, value in md.custom_metadata.items()},
         "ctoken": md.ctoken,

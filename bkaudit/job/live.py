@@ -52,6 +52,7 @@ class Session:
     zk: KazooClient
     root: str
     layout: str = "hierarchical"
+    tls: TlsConfig | None = None  # as the fan-out: TLS bookies refuse a plaintext re-evaluation
 
 
 def read_znodes(
@@ -103,7 +104,7 @@ def ask_bookies(
     out: dict[int, list[BookieEvidence]] = {}
     if not by_bookie:
         return out
-    pool = BookieClientPool(zk=s.zk, root=s.root, request_timeout_s=conf.call_timeout_s)
+    pool = BookieClientPool(zk=s.zk, root=s.root, request_timeout_s=conf.call_timeout_s, tls=s.tls)
 
     def one(bookie: str, items: list[LedgerShape]) -> list[tuple[int, BookieEvidence]]:
         client = pool.get(bookie)

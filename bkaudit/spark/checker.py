@@ -218,7 +218,9 @@ def _check(
 
     zk = connect(ctx.zk)
     cleanup.callback(_close_quietly, zk)
-    session = Session(zk, ctx.zk.root, read_layout(zk, root=ctx.zk.root))
+    session = Session(
+        zk, ctx.zk.root, read_layout(zk, root=ctx.zk.root), TlsConfig.from_settings(ctx.settings)
+    )
     inputs = load_inputs(spark, ctx, snapshot_id, selection)
     known = inputs.bookies.column("bookie_id").to_pylist()
     view = read_cluster_view(zk, root=ctx.zk.root, known=known)

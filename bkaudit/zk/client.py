@@ -28,6 +28,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from bkaudit.errors import ZooKeeperError
+from bkaudit.logs import install_kazoo_filter
 
 if TYPE_CHECKING:
     from kazoo.security import ACL
@@ -69,6 +70,7 @@ def connect(
     """
     settings = _settings(settings_or_connect)
     wait_s = settings.connect_timeout_s if timeout_s is None else timeout_s
+    install_kazoo_filter()  # kazoo's DEBUG lines carry auth packets and znode data (passwords, secrets)
     client = KazooClient(
         hosts=settings.connect,
         timeout=settings.session_timeout_s,

@@ -11,7 +11,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
-from kazoo.security import OPEN_ACL_UNSAFE
 
 from bkaudit.errors import FormatError, MetadataConflict
 from bkaudit.model import lifecycle as lc
@@ -58,7 +57,7 @@ def _history_txn(
 ) -> None:
     base = paths.lifecycle_history_root(bookie_id, root=root, state_root=state_root)
     zk.ensure_path(base)
-    txn.create(base + "/h-", lc.encode(record), acl=list(OPEN_ACL_UNSAFE), sequence=True)
+    txn.create(base + "/h-", lc.encode(record), sequence=True)  # the session's ACL ([zk] enable_security)
 
 
 def _commit(txn: Any, what: str) -> None:
@@ -84,7 +83,7 @@ def write_state(
     txn = zk.transaction()
     if version == ABSENT:
         txn.check(paths.cookie_path(bookie_id, root=root), -1)
-        txn.create(path, lc.encode(record), acl=list(OPEN_ACL_UNSAFE))
+        txn.create(path, lc.encode(record))
     else:
         txn.set_data(path, lc.encode(record), version=version)
     _history_txn(txn, zk, bookie_id, record, root=root, state_root=state_root)

@@ -8,13 +8,12 @@ import httpx
 import pytest
 
 from tests.admin.support import ADMIN, add_cookie, serve
-from tests.integration.test_bookie_security import _cert, _write
+from tests.pki import make_pki
 
 
 def test_https_with_a_ca_signed_certificate(zk, zk_root, tmp_path) -> None:
-    ca_key, ca = _cert("bkaudit test CA", None, ca=True)
-    ca_path, _ = _write(tmp_path / "ca", ca_key, ca)
-    cert, key = _write(tmp_path / "server", *_cert("admin", (ca.subject, ca_key), san=True))
+    pki = make_pki(tmp_path)
+    ca_path, cert, key = pki["ca"], pki["server_cert"], pki["server_key"]
     add_cookie(zk, zk_root, "10.0.0.1:3181")
     server = serve(zk, zk_root, tls_cert=cert, tls_key=key)
     try:

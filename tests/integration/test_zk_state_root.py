@@ -43,6 +43,25 @@ def test_legacy_records_under_the_root_are_migrated(zk, zk_root: str) -> None:
     assert dataloss.migrate_legacy(zk, root=zk_root) == []  # idempotent
 
 
+def test_open_legacy_records_migrated_by_a_secured_session_get_its_acl(zk, zk_server, zk_root: str) -> None:
+    """A record written before [zk] enable_security was turned on does not stay world-open after the move."""
+    from kazoo.security import ACL, Id
+
+    from bkaudit.zk import client as zkclient
+    from tests.security.flow import digest_id
+
+    ledgers.init_cluster(zk, root=zk_root)
+    zk.create(paths.legacy_data_loss_path(5, root=zk_root), dataloss.encode(_record(5)), makepath=True)
+    secured = zkclient.connect(ZkSettings(connect=zk_server.connect_string, root=zk_root,
+                                          auth_digest="bkaudit:migrate-pw", enable_security=True))
+    try:
+        assert dataloss.migrate_legacy(secured, root=zk_root) == [5]
+        acl, _ = secured.get_acls(paths.data_loss_path(5, root=zk_root))
+        assert acl == [ACL(31, Id("digest", digest_id("bkaudit", "migrate-pw")))]
+    finally:
+        zkclient.close(secured)
+
+
 def test_foreign_data_next_to_legacy_records_is_left_for_the_operator(zk, zk_root: str) -> None:
     ledgers.init_cluster(zk, root=zk_root)
     zk.create(paths.legacy_data_loss_path(5, root=zk_root), dataloss.encode(_record(5)), makepath=True)

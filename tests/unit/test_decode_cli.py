@@ -55,7 +55,7 @@ def vector_bytes(vector: dict[str, Any]) -> bytes:
 def test_metadata_vectors(vector: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "znode"
     path.write_bytes(vector_bytes(vector))
-    result = run("metadata", str(path))
+    result = run("metadata", str(path), "--show-password")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     for key, value in vector["expect"].items():
@@ -78,19 +78,21 @@ def test_metadata_from_stdin_with_derived_segment_ends_and_binary_values() -> No
         ctoken=5,
     )
     for version in (3, 2):
-        result = run("metadata", input=ledger_metadata.serialize(md, version))
+        result = run("metadata", "--show-password", input=ledger_metadata.serialize(md, version))
         assert result.exit_code == 0, result.output
         out = json.loads(result.stdout)
         ends = [(s["first_entry_id"], s["last_entry_id"]) for s in out["segments"]]
         assert ends == [(0, 9), (10, 19), (20, 25)]
         assert out["digest_type"] == "MAC" and out["state"] == "CLOSED" and out["length"] == 999
-        assert out["password"] == {"base64": "AHAK", "printable": "\\000p\\n"}
+        assert out["password"] == {"length": 3, "base64": "AHAK", "printable": "\\000p\\n"}
         assert out["custom_metadata"] == {"app": "pulsar é", "bin": {"base64": "/wA="}}
         assert out["ctime"] == 1700000000000
         assert out["ctoken"] == (5 if version == 3 else 0)
     result = run("metadata", "-", input=ledger_metadata.serialize(md.evolve(state=LedgerState.OPEN,
                                                                             last_entry_id=-1, length=0)))
     assert json.loads(result.stdout)["segments"][-1]["last_entry_id"] is None
+    assert json.loads(result.stdout)["password"] == {"length": 3}  # not shown unless asked for
+    assert "AHAK" not in result.stdout
 
 
 def test_metadata_bad_inputs(tmp_path: Path) -> None:

@@ -1,0 +1,77 @@
+"""Log lines never carry secrets: kazoo's request/response dumps lose their payload, registered secrets are
+replaced wherever a library logs them."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from kazoo.protocol.serialization import Auth, Create
+
+from bkaudit import logs
+
+
+@pytest.fixture
+def kazoo_lines(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    logs.install_kazoo_filter()
+    logs.install_kazoo_filter()  # idempotent
+    assert sum(isinstance(f, logs.KazooWireFilter) for f in logging.getLogger("kazoo.client").filters) == 1
+    caplog.set_level(logging.DEBUG, logger="kazoo.client")
+    return caplog
+
+
+def test_kazoo_request_and_response_payloads_are_dropped(kazoo_lines: pytest.LogCaptureFixture) -> None:
+    log = logging.getLogger("kazoo.client")
+    log.debug("Sending request(xid=%s): %s", -4, Auth(0, "digest", "user:hunter2-password"))
+    log.debug("Sending request(xid=%s): %s", 7, Create("/ledgers/L1", b"password: hunter3", [], 0))
+    log.debug("Received response(xid=%s): %r", 8, (b'{"secret": "hunter4"}', None))
+    log.debug("Connecting to %s:%s", "127.0.0.1", 2181)  # other kazoo lines untouched
+    text = "\n".join(r.getMessage() for r in kazoo_lines.records)
+    assert "hunter" not in text
+    assert "Sending request(xid=-4): Auth(<redacted>)" in text
+    assert "Create(path='/ledgers/L1', <redacted>)" in text
+    assert "Received response(xid=8): tuple(<redacted>)" in text
+    assert "Connecting to 127.0.0.1:2181" in text
+
+
+def test_registered_secrets_are_replaced_in_any_record(caplog: pytest.LogCaptureFixture) -> None:
+    logs.register_secret("s3cr3t-zk-password")
+    logs.register_secret("ab")  # too short to redact safely: ignored
+    caplog.set_level(logging.INFO, logger="some.library")
+    logging.getLogger("some.library").info("connecting with %s to %s", "user:s3cr3t-zk-password", "ab-host")
+    assert caplog.records[-1].getMessage() == "connecting with user:<redacted> to ab-host"
+
+
+def test_verbose_commands_get_a_stderr_handler(capsys: pytest.CaptureFixture[str]) -> None:
+    """`bkaudit -v CMD`: without a handler Python would print WARNING and above only (logging.lastResort)."""
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    for h in saved:
+        root.removeHandler(h)
+    try:
+        logs.configure(1)
+        logging.getLogger("bkaudit.something").info("an info line")
+        logs.configure(1)  # a second call adds no second handler
+        assert len(root.handlers) == 1
+        assert capsys.readouterr().err.count("INFO MainThread bkaudit.something: an info line") == 1
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved:
+            root.addHandler(h)
+        root.setLevel(level)
+        logs.configure(0)
+        root.setLevel(level)
+
+
+def test_zk_settings_with_a_digest_register_its_password_and_hide_it_from_repr(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from bkaudit.config import ZkSettings
+
+    settings = ZkSettings(auth_digest="bkaudit:settings-pw-0123")
+    assert "settings-pw-0123" not in repr(settings)
+    caplog.set_level(logging.DEBUG, logger="py4j.clientserver")
+    py4j = logging.getLogger("py4j.clientserver")  # what py4j logs for a Spark DataSource option
+    py4j.debug("Command to send: c\noption\nsauth_digest_secret\nsbkaudit:%s\n", "settings-pw-0123")
+    assert "settings-pw-0123" not in caplog.text and "sbkaudit:<redacted>" in caplog.text
