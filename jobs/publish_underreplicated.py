@@ -34,9 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    import bkaudit.audit.settings
-    import bkaudit.spark.settings
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
     from bkaudit import config
     from bkaudit.audit.settings import CheckerSettings
     from bkaudit.config import ZkSettings

@@ -28,7 +28,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit import config
     from bkaudit.cli_common import CommandError, require_warehouse
     from bkaudit.errors import BkAuditError, ConfigError

@@ -195,10 +195,6 @@ def clear_data_loss(
 
 # -- helpers ------------------------------------------------------------------------------------------------
 def _settings(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None) -> Any:
-    from bkaudit.autorecovery import settings as _ar  # noqa: F401  (registers [autorecovery])
-    from bkaudit.client import settings as _client  # noqa: F401
-    from bkaudit.model import placement as _placement  # noqa: F401
-    from bkaudit.rpc import settings as _rpc  # noqa: F401
 
     return load_settings(zk, cluster_dir, root, config_path)
 

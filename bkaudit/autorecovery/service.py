@@ -53,8 +53,6 @@ class AutoRecoveryService:
         events_path: str | None = None,
         auditor: bool = True,
     ) -> None:
-        from bkaudit.client import settings as _client  # noqa: F401  (registers [client])
-        from bkaudit.rpc import settings as _rpc  # noqa: F401  (registers [rpc])
 
         self.settings = settings
         self.conf = settings.get(AutoRecoverySettings)
@@ -128,11 +126,11 @@ class AutoRecoveryService:
             thread.start()
 
     def _shared(self, acl: Any) -> Shared:
+        from bkaudit.audit.settings import policy_from_settings
         from bkaudit.client.bookkeeper import BookKeeper
         from bkaudit.client.directory import ZkBookieDirectory
         from bkaudit.client.settings import ClientSettings
         from bkaudit.client.store import ZkMetadataStore
-        from bkaudit.model.placement import policy_from_settings
         from bkaudit.rpc.pool import BookieClientPool
         from bkaudit.rpc.settings import RpcSettings
         from bkaudit.rpc.tls import TlsConfig

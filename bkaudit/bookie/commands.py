@@ -31,10 +31,8 @@ def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: 
         data_dir: str, rack: str | None, readonly: bool, bookie_id: str | None, autorecovery: bool,
         no_listing: bool) -> None:
     """Run a bookie until SIGTERM (graceful: read-only, drain, deregister)."""
-    from bkaudit.bookie import settings as _settings  # noqa: F401  (registers [bookie])
     from bkaudit.bookie.server import BookieOptions
     from bkaudit.bookie.server import run as run_bookie
-    from bkaudit.rpc import settings as _rpc  # noqa: F401  (registers [rpc])
 
     settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False)  # a service waits for ZK
     options = BookieOptions(data_dir=data_dir, port=port, bookie_id=bookie_id, rack=rack, readonly=readonly,

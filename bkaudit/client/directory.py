@@ -64,7 +64,7 @@ class ZkBookieDirectory:
         if isinstance(racks, Topology):
             return racks.with_default_location(self.policy.default_location)
         if self._settings is not None:
-            from bkaudit.model.placement import topology_from_settings
+            from bkaudit.audit.settings import topology_from_settings
 
             return topology_from_settings(self._settings, racks or None)
         return Topology.from_rack_config(racks or {}, default_location=self.policy.default_location)

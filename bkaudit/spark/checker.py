@@ -900,7 +900,7 @@ class CheckerRun:
         return ledgers.join(segs, "ledger_id", "left").select(*LEDGER_INPUT_SCHEMA.names)
 
     def _placement_setup(self) -> tuple[Any, Any, str]:
-        from bkaudit.model.placement import PlacementSettings, policy_from_settings, topology_from_settings
+        from bkaudit.audit.settings import PlacementSettings, policy_from_settings, topology_from_settings
         from bkaudit.zk.registry import read_racks
 
         assert self.zk is not None
@@ -1847,7 +1847,7 @@ def _read_snapshot(
         return None
     fs, paths = location.paths_within(uri, files)
     if not paths:
-        from bkaudit.tables.schemas import spec
+        from bkaudit.tables.catalog import spec
 
         schema = spec(table).schema
         return pa.table({c: pa.array([], schema.field(c).type) for c in columns})

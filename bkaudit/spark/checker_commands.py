@@ -146,8 +146,6 @@ def run_command(
     spark: Any = None,
 ) -> int:
     """Shared by the CLI and jobs/metadata_checker.py; returns the exit code (0 / 3 / 1 / 2: docs/cli.md)."""
-    import bkaudit.audit.settings
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.errors import BkAuditError
 
     def err(message: str, code: int = ExitCode.ERROR) -> int:
@@ -156,8 +154,7 @@ def run_command(
 
     try:
         settings = load_settings(zk, cluster_dir, root, config_path, **{"snapshot.warehouse": warehouse})
-        from bkaudit.audit.settings import CheckerSettings
-        from bkaudit.model.placement import PlacementSettings
+        from bkaudit.audit.settings import CheckerSettings, PlacementSettings
         from bkaudit.spark.settings import SnapshotSettings
 
         snap = settings.get(SnapshotSettings)

@@ -29,6 +29,7 @@ from bkaudit.cli_common import (
     load_settings,
     require_warehouse,
     require_zk,
+    warehouse_of,
     zk_options,
 )
 from bkaudit.exitcodes import ExitCode
@@ -162,7 +163,6 @@ def recorded(warehouse: str, audit_id: str) -> dict[str, Any]:
     """The summary of an audit already written to `decommission_audits` (no Spark needed)."""
     import pyarrow.compute as pc
 
-    import bkaudit.decommission  # noqa: F401 - registers the table
     from bkaudit.errors import BkAuditError
     from bkaudit.tables.read import read_arrow
 
@@ -218,7 +218,6 @@ def decommission_audit(zk: str | None, cluster_dir: str | None, root: str | None
                        audit_id: str | None, snapshot_id: str | None, min_copies: int, master: str | None,
                        as_json: bool) -> None:
     """Would removing these bookies lose data? Safe or blocked per bookie, with the blocking ledgers."""
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.errors import BkAuditError
     from bkaudit.spark.settings import SnapshotSettings
 
@@ -226,9 +225,7 @@ def decommission_audit(zk: str | None, cluster_dir: str | None, root: str | None
     settings = load_settings(zk, cluster_dir, root, config_path, need_zk=bool(wanted),
                              **({"snapshot.warehouse": warehouse} if warehouse else {}))
     snap = settings.get(SnapshotSettings)
-    if not snap.warehouse:
-        fail("no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE",
-             ExitCode.USAGE)
+    warehouse_of(settings, must_exist=False)
     try:
         if not wanted:
             if not audit_id:

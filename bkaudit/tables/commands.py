@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_warehouse
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, warehouse_of
 from bkaudit.exitcodes import ExitCode
 
 
@@ -79,7 +79,6 @@ def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
     """The `audit_runs` row of `run_id`, or of the latest succeeded run."""
     import pyarrow.compute as pc
 
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
     from bkaudit.errors import BkAuditError
     from bkaudit.tables.read import read_arrow, table_exists
 
@@ -137,20 +136,15 @@ def violations(
     warehouse: str | None, run_id: str | None, category: str | None, config_path: str | None, as_json: bool
 ) -> None:
     """Print the violations found by a checker run."""
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.audit.base import Category
     from bkaudit.errors import BkAuditError
-    from bkaudit.spark.settings import SnapshotSettings
 
     if category is not None and category not in {c.value for c in Category}:
         fail(f"unknown category {category!r} (one of {', '.join(c.value for c in Category)})", ExitCode.USAGE)
     settings = load_settings(
         None, None, None, config_path, need_zk=False, **{"snapshot.warehouse": warehouse}
     )
-    wh = settings.get(SnapshotSettings).warehouse
-    if not wh:
-        fail("no warehouse given: use --warehouse DIR or [snapshot] warehouse", ExitCode.USAGE)
-    require_warehouse(wh)
+    wh = warehouse_of(settings)
     try:
         run = select_run(wh, run_id)
         rows = read_violations(wh, run["run_id"], category)
@@ -163,16 +157,11 @@ def violations(
 
 # -- bkaudit tables: warehouse upkeep and access for data engineers ----------------------------------------
 def _warehouse(warehouse: str | None, config_path: str | None) -> tuple[str, Any]:
-    import bkaudit.spark.settings
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
-    from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.tables import location
 
     overrides = {"snapshot.warehouse": warehouse}
     settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
-    wh = settings.get(SnapshotSettings).warehouse
-    if not wh:
-        raise click.UsageError("no warehouse given: use --warehouse DIR or [snapshot] warehouse")
+    wh = warehouse_of(settings, must_exist=False)
     if location.is_local(wh) and not location.exists(wh):
         fail(f"no such warehouse directory: {location.normalize(wh)}")
     return wh, settings

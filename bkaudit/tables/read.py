@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from bkaudit.errors import BkAuditError
 from bkaudit.tables import location
-from bkaudit.tables.schemas import spec
+from bkaudit.tables.catalog import spec
 from bkaudit.tables.store import is_delta_table, open_delta, table_uri, validate_snapshot_id
 
 if TYPE_CHECKING:

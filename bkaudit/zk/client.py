@@ -32,7 +32,7 @@ from bkaudit.errors import ZooKeeperError
 if TYPE_CHECKING:
     from kazoo.security import ACL
 
-    from bkaudit.config import ZkSettings
+    from bkaudit.zk.settings import ZkSettings
 
 T = TypeVar("T")
 
@@ -125,7 +125,7 @@ def connect_addresses(connect: str) -> list[tuple[str, int]]:
 
 
 def _settings(settings_or_connect: ZkSettings | str) -> ZkSettings:
-    from bkaudit.config import ZkSettings
+    from bkaudit.zk.settings import ZkSettings
 
     if isinstance(settings_or_connect, ZkSettings):
         return settings_or_connect

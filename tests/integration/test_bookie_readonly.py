@@ -11,7 +11,6 @@ import pytest
 
 from bkaudit import config
 from bkaudit.bookie.server import BookieOptions, BookieServer
-from bkaudit.bookie.settings import BookieSettings  # noqa: F401  (registers [bookie])
 from bkaudit.formats.entry import DigestManager, master_key
 from bkaudit.model.ledger import DigestType
 from bkaudit.rpc.client import BookieClient

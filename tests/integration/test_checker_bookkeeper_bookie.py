@@ -34,8 +34,6 @@ import google_crc32c
 import pytest
 from kazoo.client import KazooClient
 
-import bkaudit.audit.settings
-import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
 from bkaudit import config
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb

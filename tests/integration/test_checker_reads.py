@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-import bkaudit.audit.settings
-import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
 from bkaudit import config
 from bkaudit.bookie.storage import Storage, connect_db, current_dir
 from bkaudit.cluster.local import LocalCluster

@@ -19,9 +19,6 @@ import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
 
-import bkaudit.audit.settings
-import bkaudit.spark.settings
-import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
 from bkaudit import config
 from bkaudit.formats import records
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment

@@ -160,7 +160,6 @@ def cluster(zk_server: Any) -> Iterator[dict[str, Any]]:
 
 
 def settings_for(connect: str, root: str, warehouse: Path, **snapshot: Any) -> Any:
-    import bkaudit.spark.settings  # noqa: F401
     from bkaudit import config
 
     overrides = {
