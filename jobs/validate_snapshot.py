@@ -38,9 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = config.load(path=args.config, overrides={"snapshot.warehouse": args.warehouse})
         location.configure_from(settings)  # [tables] storage options
+        config.warehouse(settings)
         snap = settings.get(SnapshotSettings)
-        if not snap.warehouse:
-            raise BkAuditError("no warehouse given: use --warehouse or [snapshot] warehouse")
         summary = validate_committed(snap, args.snapshot_id, args.fail_on)
     except (BkAuditError, ValueError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
