@@ -22,7 +22,7 @@ COMMANDS: dict[str, str] = {
     "zk": "bkaudit.zk.commands:zk",
     "decode": "bkaudit.formats.commands:decode",
     "cluster": "bkaudit.cluster.commands:cluster",
-    "bookie": "bkaudit.bookie.commands:bookie",
+    "bookie": "bkaudit.cluster.commands:bookie_group",  # + stop/kill/start of a local cluster
     "ledger": "bkaudit.client.commands:ledger",
     "snapshot": "bkaudit.spark.commands:snapshot",
     "check": "bkaudit.spark.commands:check",
