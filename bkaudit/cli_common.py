@@ -128,9 +128,11 @@ def warehouse_of(settings: Any, *, must_exist: bool = True) -> str:
 
 def require_warehouse(warehouse: str) -> None:
     """A local warehouse that does not exist is named as such (not "no checker run in ...")."""
-    if "://" in warehouse and not warehouse.startswith("file://"):
+    from bkaudit.tables import location
+
+    if not location.is_local(warehouse):
         return  # object stores: the readers say what is missing
-    path = Path(warehouse.removeprefix("file://"))
+    path = Path(location.normalize(warehouse))
     if not path.is_dir():
         what = "is not a directory" if path.exists() else "does not exist"
         raise CommandError(f"warehouse {warehouse} {what} (check --warehouse / [snapshot] warehouse)",

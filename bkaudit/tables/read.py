@@ -151,7 +151,8 @@ def _load_files(
 
 def spark_uri(uri: str) -> str:
     """A location as Spark's Hadoop filesystems spell it (S3 is `s3a://` there)."""
-    return "s3a://" + uri.split("://", 1)[1] if location.scheme(uri) == "s3" else uri
+    s, rest = location.split(uri)
+    return f"s3a://{rest}" if s == "s3" else uri
 
 
 def current_files(warehouse: str, table: str, *, version: int | None = None) -> list[str]:

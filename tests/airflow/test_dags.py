@@ -214,7 +214,7 @@ def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_
     import pyarrow.compute as pc
 
     from bkaudit.client import BookKeeper
-    from bkaudit.cluster.demo import write_pinned
+    from bkaudit.demo import write_pinned
     from bkaudit.tables.read import read_arrow
 
     cluster = cluster_factory(bookies=4, racks=3)  # /rack-1 holds two bookies
