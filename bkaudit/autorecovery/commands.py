@@ -183,7 +183,7 @@ def clear_data_loss(
     zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, ledger_id: int
 ) -> None:
     """Delete a ledger's data-loss record so workers try it again (e.g. after restoring a bookie)."""
-    from bkaudit.autorecovery import dataloss
+    from bkaudit.zk import dataloss
 
     state = _state_root(zk, cluster_dir, root, config_path)
     removed = _with_zk(

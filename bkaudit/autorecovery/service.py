@@ -14,7 +14,6 @@ import threading
 import time
 from typing import Any
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.autorecovery import metrics as m
 from bkaudit.autorecovery.auditor import Auditor
 from bkaudit.autorecovery.election import AuditorElector
@@ -27,6 +26,7 @@ from bkaudit.config import Settings, ZkSettings
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.zk import client as zkclient
+from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
 
 log = logging.getLogger(__name__)

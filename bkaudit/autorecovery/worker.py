@@ -25,7 +25,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.autorecovery import metrics as m
 from bkaudit.autorecovery.copier import CopyResult, CopyTask, FragmentCopier
 from bkaudit.autorecovery.events import EventLog
@@ -54,6 +53,7 @@ from bkaudit.errors import (
 )
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.model.quorum import write_set
+from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
 
 log = logging.getLogger(__name__)

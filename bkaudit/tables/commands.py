@@ -6,7 +6,6 @@ Reads the Delta tables with delta-rs on the driver (no Spark start-up): the run'
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -75,55 +74,6 @@ def _human(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
-    """The `audit_runs` row of `run_id`, or of the latest succeeded run."""
-    import pyarrow.compute as pc
-
-    from bkaudit.errors import BkAuditError
-    from bkaudit.tables.read import read_arrow, table_exists
-
-    if not table_exists(warehouse, "audit_runs"):
-        raise BkAuditError(f"no checker run in {warehouse} (run `bkaudit check` first)")
-    runs = read_arrow(warehouse, "audit_runs")
-    runs = runs.filter(pc.equal(runs.column("status"), "succeeded"))
-    if run_id is not None:
-        runs = runs.filter(pc.equal(runs.column("run_id"), run_id))
-        if runs.num_rows == 0:
-            raise BkAuditError(f"no succeeded checker run {run_id!r} in {warehouse}")
-    elif runs.num_rows == 0:
-        raise BkAuditError(f"no succeeded checker run in {warehouse}")
-    rows = sorted(runs.to_pylist(), key=lambda r: (r["finished_at"], r["run_id"]), reverse=True)
-    return rows[0]
-
-
-def read_violations(warehouse: str, run_id: str, category: str | None = None) -> list[dict[str, Any]]:
-    """The violations of one run (detail parsed), worst severity first."""
-    import pyarrow.compute as pc
-
-    from bkaudit.tables.read import read_arrow
-
-    data = read_arrow(warehouse, "violations")
-    data = data.filter(pc.equal(data.column("run_id"), run_id))
-    if category:
-        data = data.filter(pc.equal(data.column("category"), category))
-    rank = {"critical": 0, "warning": 1, "info": 2}
-    rows = data.to_pylist()
-    for r in rows:
-        try:
-            r["detail"] = json.loads(r["detail"]) if r.get("detail") else {}
-        except ValueError:
-            pass
-    rows.sort(
-        key=lambda r: (
-            rank.get(r["severity"], 3),
-            r["category"],
-            -1 if r["ledger_id"] is None else r["ledger_id"],
-            r["bookie_id"] or "",
-        )
-    )
-    return rows
-
-
 @click.command("violations")
 @click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
 @click.option("--run-id", default=None, help="checker run (default: the latest succeeded run)")
@@ -138,6 +88,7 @@ def violations(
     """Print the violations found by a checker run."""
     from bkaudit.audit.base import Category
     from bkaudit.errors import BkAuditError
+    from bkaudit.tables.read import read_violations, select_run
 
     if category is not None and category not in {c.value for c in Category}:
         fail(f"unknown category {category!r} (one of {', '.join(c.value for c in Category)})", ExitCode.USAGE)

@@ -12,6 +12,7 @@ committed last, so a run that failed or was killed midway is never picked.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -179,3 +180,44 @@ def _files(dt: Any, uri: str, snapshot_id: str | None) -> list[str]:
             continue
         keep.append(spark_uri(location.resolve(uri, row["path"])))
     return keep
+
+
+# -- checker runs (`bkaudit violations`, the admin API) ----------------------------------------------------
+def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
+    """The `audit_runs` row of `run_id`, or of the latest succeeded run."""
+    if not table_exists(warehouse, "audit_runs"):
+        raise BkAuditError(f"no checker run in {warehouse} (run `bkaudit check` first)")
+    runs = read_arrow(warehouse, "audit_runs")
+    runs = runs.filter(pc.equal(runs.column("status"), "succeeded"))
+    if run_id is not None:
+        runs = runs.filter(pc.equal(runs.column("run_id"), run_id))
+        if runs.num_rows == 0:
+            raise BkAuditError(f"no succeeded checker run {run_id!r} in {warehouse}")
+    elif runs.num_rows == 0:
+        raise BkAuditError(f"no succeeded checker run in {warehouse}")
+    rows = sorted(runs.to_pylist(), key=lambda r: (r["finished_at"], r["run_id"]), reverse=True)
+    return rows[0]
+
+
+def read_violations(warehouse: str, run_id: str, category: str | None = None) -> list[dict[str, Any]]:
+    """The violations of one run (detail parsed), worst severity first."""
+    data = read_arrow(warehouse, "violations")
+    data = data.filter(pc.equal(data.column("run_id"), run_id))
+    if category:
+        data = data.filter(pc.equal(data.column("category"), category))
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    rows = data.to_pylist()
+    for r in rows:
+        try:
+            r["detail"] = json.loads(r["detail"]) if r.get("detail") else {}
+        except ValueError:
+            pass
+    rows.sort(
+        key=lambda r: (
+            rank.get(r["severity"], 3),
+            r["category"],
+            -1 if r["ledger_id"] is None else r["ledger_id"],
+            r["bookie_id"] or "",
+        )
+    )
+    return rows

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from bkaudit.admin.auth import hash_token
-from bkaudit.autorecovery import dataloss
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
+from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
 from bkaudit.zk.server import free_port
 from tests.admin.support import ADMIN_TOKEN, write_audit_run

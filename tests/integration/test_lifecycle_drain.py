@@ -12,14 +12,13 @@ import time
 
 import pytest
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.bookie.storage import Storage
 from bkaudit.client import BookKeeper
 from bkaudit.lifecycle import service
 from bkaudit.lifecycle.index import ledgers_of
 from bkaudit.model import lifecycle as lc
+from bkaudit.zk import dataloss, registry
 from bkaudit.zk import lifecycle as store
-from bkaudit.zk import registry
 from tests.integration.autorecovery_support import (
     assert_readable,
     durability_violations,

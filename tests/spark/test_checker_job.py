@@ -198,7 +198,7 @@ def test_failed_run_leaves_no_violations(spark, world, snapshot_id, monkeypatch)
     monkeypatch.setattr(store, "commit", real)
     assert sorted((r["category"], r["ledger_id"]) for r in run_rows(wh, "violations", "kept")) == before
     assert sorted(r["status"] for r in run_rows(wh, "audit_runs", "kept")) == ["failed", "succeeded"]
-    from bkaudit.tables.commands import select_run
+    from bkaudit.tables.read import select_run
 
     assert select_run(wh, "kept")["status"] == "succeeded"
 
