@@ -12,7 +12,6 @@ import http.server
 import json
 import threading
 import time
-import uuid
 from typing import Any
 
 import pyarrow.compute as pc
@@ -27,6 +26,7 @@ from bkaudit.zk import paths
 from bkaudit.zk.client import close, connect
 from bkaudit.zk.ledgers import create_ledger_metadata, init_cluster
 from bkaudit.zk.underreplication import get_marker, mark_underreplicated
+from tests.helpers import unique_path
 from tests.promtext import value
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -62,7 +62,7 @@ def _md(
 @pytest.fixture(scope="module")
 def world(zk_server, tmp_path_factory) -> dict[str, Any]:
     """A cluster root in ZooKeeper with one ledger per case, snapshotted once."""
-    root = f"/t{uuid.uuid4().hex[:12]}/ledgers"
+    root = unique_path("t", "/ledgers")
     zk = connect(zk_server.connect_string)
     init_cluster(zk, root=root)
     create_ledger_metadata(zk, ONE_RACK, _md((A, B)), root=root)  # both on /r1: placement_fail
@@ -377,7 +377,7 @@ def test_cluster_without_entries_to_verify(spark, zk_server, tmp_path):
     """No (ledger, bookie) has anything to hold: no request at all, still a clean, complete run."""
     from bkaudit.spark.snapshot import run_snapshot
 
-    root = f"/t{uuid.uuid4().hex[:12]}/ledgers"
+    root = unique_path("t", "/ledgers")
     zk = connect(zk_server.connect_string)
     init_cluster(zk, root=root)
     create_ledger_metadata(zk, 1, _md((A, C)), root=root)  # closed and empty
