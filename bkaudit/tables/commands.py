@@ -35,7 +35,7 @@ def _why(row: dict[str, Any]) -> str:
         )
     if category in ("placement_fail", "placement_soft"):
         reasons = [r for s in d.get("segments") or [] for r in s.get("reasons") or []]
-        return reasons[0] if reasons else d.get("adherence", "")
+        return str(reasons[0] if reasons else d.get("adherence", ""))
     if category == "extra_entries":
         extra = [{"first": a, "last": b} for a, b in d.get("extra_entries") or []]
         return f"{d.get('extra_count')} extra entries: {_ranges_text(extra)}"
@@ -92,9 +92,8 @@ def violations(
 
     if category is not None and category not in {c.value for c in Category}:
         fail(f"unknown category {category!r} (one of {', '.join(c.value for c in Category)})", ExitCode.USAGE)
-    settings = load_settings(
-        None, None, None, config_path, need_zk=False, **{"snapshot.warehouse": warehouse}
-    )
+    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
+    settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
     wh = warehouse_of(settings)
     try:
         run = select_run(wh, run_id)
@@ -110,7 +109,7 @@ def violations(
 def _warehouse(warehouse: str | None, config_path: str | None) -> tuple[str, Any]:
     from bkaudit.tables import location
 
-    overrides = {"snapshot.warehouse": warehouse}
+    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
     settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
     wh = warehouse_of(settings, must_exist=False)
     if location.is_local(wh) and not location.exists(wh):

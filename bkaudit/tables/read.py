@@ -90,7 +90,9 @@ def read_arrow(
 def native_delta_available(spark: SparkSession) -> bool:
     """True when Delta Lake's Spark classes are loadable (jars on the classpath)."""
     try:
-        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+        jvm = spark.sparkContext._jvm
+        if jvm is None:  # a stopped context
+            return False
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         loader.loadClass("org.apache.spark.sql.delta.DeltaLog")
         return True
@@ -195,8 +197,8 @@ def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
             raise BkAuditError(f"no succeeded checker run {run_id!r} in {warehouse}")
     elif runs.num_rows == 0:
         raise BkAuditError(f"no succeeded checker run in {warehouse}")
-    rows = sorted(runs.to_pylist(), key=lambda r: (r["finished_at"], r["run_id"]), reverse=True)
-    return rows[0]
+    rows: list[dict[str, Any]] = runs.to_pylist()
+    return max(rows, key=lambda r: (r["finished_at"], r["run_id"]))
 
 
 def read_violations(warehouse: str, run_id: str, category: str | None = None) -> list[dict[str, Any]]:
@@ -206,7 +208,7 @@ def read_violations(warehouse: str, run_id: str, category: str | None = None) ->
     if category:
         data = data.filter(pc.equal(data.column("category"), category))
     rank = {"critical": 0, "warning": 1, "info": 2}
-    rows = data.to_pylist()
+    rows: list[dict[str, Any]] = data.to_pylist()
     for r in rows:
         try:
             r["detail"] = json.loads(r["detail"]) if r.get("detail") else {}

@@ -369,7 +369,7 @@ def _version_of(uri: str, token: str, search: int = 200) -> int:
         except (FileNotFoundError, OSError):
             return None
 
-    latest = open_delta(uri).version()
+    latest = int(open_delta(uri).version())
     while commit_text(latest + 1) is not None:
         latest += 1
     for version in range(latest, max(-1, latest - search), -1):
