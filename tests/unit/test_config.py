@@ -125,3 +125,19 @@ def test_importing_config_imports_no_subsystem() -> None:
 
 def test_the_shipped_file_is_valid() -> None:
     config.load(path=config.DEFAULT_PATH, environ={})
+
+
+def test_one_rule_for_the_warehouse(tmp_path: Path) -> None:
+    """A job's own argument wins over [snapshot] warehouse (where --warehouse flags land); none is a
+    settings error naming the key and every way to give one."""
+    empty = config.load(path=conf(tmp_path, ""), environ={})
+    with pytest.raises(ConfigError) as err:
+        config.warehouse(empty)
+    assert err.value.key == "snapshot.warehouse" and "--warehouse" in str(err.value)
+    assert "BKAUDIT_SNAPSHOT__WAREHOUSE" in str(err.value)
+    from_env = config.load(path=conf(tmp_path, ""), environ={"BKAUDIT_SNAPSHOT__WAREHOUSE": "/wh/env"})
+    assert config.warehouse(from_env) == "/wh/env"
+    assert config.warehouse(from_env, "/wh/job") == "/wh/job"
+    flagged = config.load(path=conf(tmp_path, '[snapshot]\nwarehouse = "/wh/file"\n'), environ={},
+                          overrides={"snapshot.warehouse": "s3a://b/wh"})
+    assert config.warehouse(flagged) == "s3a://b/wh"
