@@ -22,7 +22,7 @@ COMMANDS: dict[str, str] = {
     "zk": "bkaudit.zk.commands:zk",
     "decode": "bkaudit.formats.commands:decode",
     "cluster": "bkaudit.cluster.commands:cluster",
-    "bookie": "bkaudit.bookie.commands:bookie",
+    "bookie": "bkaudit.cluster.commands:bookie_group",  # + stop/kill/start of a local cluster
     "ledger": "bkaudit.client.commands:ledger",
     "snapshot": "bkaudit.spark.commands:snapshot",
     "check": "bkaudit.spark.checker_commands:check",
@@ -30,7 +30,7 @@ COMMANDS: dict[str, str] = {
     "tables": "bkaudit.tables.commands:tables_group",
     "autorecovery": "bkaudit.autorecovery.commands:autorecovery",
     "report": "bkaudit.report.commands:report",
-    "demo": "bkaudit.cluster.demo:demo",
+    "demo": "bkaudit.demo:demo",
     "decommission-audit": "bkaudit.spark.decommission:decommission_audit",
     "lifecycle": "bkaudit.lifecycle.commands:lifecycle",
     "admin": "bkaudit.admin.commands:admin",

@@ -112,11 +112,27 @@ def require_zk(settings: Any) -> None:
         raise CommandError(str(exc), ExitCode.ERROR) from None
 
 
+def warehouse_of(settings: Any, *, must_exist: bool = True) -> str:
+    """The warehouse the command works on (bkaudit.config.warehouse), as a usage error when none is given;
+    with `must_exist`, a local warehouse that does not exist is one too (require_warehouse)."""
+    from bkaudit import config
+
+    try:
+        wh = config.warehouse(settings)
+    except ConfigError as exc:
+        raise CommandError(exc.reason, ExitCode.USAGE) from None
+    if must_exist:
+        require_warehouse(wh)
+    return wh
+
+
 def require_warehouse(warehouse: str) -> None:
     """A local warehouse that does not exist is named as such (not "no checker run in ...")."""
-    if "://" in warehouse and not warehouse.startswith("file://"):
+    from bkaudit.tables import location
+
+    if not location.is_local(warehouse):
         return  # object stores: the readers say what is missing
-    path = Path(warehouse.removeprefix("file://"))
+    path = Path(location.normalize(warehouse))
     if not path.is_dir():
         what = "is not a directory" if path.exists() else "does not exist"
         raise CommandError(f"warehouse {warehouse} {what} (check --warehouse / [snapshot] warehouse)",

@@ -1,7 +1,8 @@
 """Typed settings: conf/bkaudit.toml < environment (BKAUDIT_*) < CLI flags.
 
-Each subsystem declares its section as a frozen dataclass decorated with `@section("name")`; defaults live
-there (one source of truth), conf/bkaudit.toml documents them, docs/config.md maps them to BookKeeper's keys.
+Each subsystem declares its section as a plain frozen dataclass in its `settings` module; `SECTIONS` below is
+the one catalog naming them (no registration on import). Defaults live in the dataclass (one source of truth),
+conf/bkaudit.toml documents them, docs/config.md maps them to BookKeeper's keys.
 
 Environment: `BKAUDIT_<SECTION>__<KEY>` (double underscore), e.g. `BKAUDIT_CHECKER__GRACE_PERIOD_S=600`.
 Top-level shortcuts: `BKAUDIT_ZK` (ZooKeeper connect string) and `BKAUDIT_ROOT` (ledgers root).
@@ -17,130 +18,95 @@ import dataclasses
 import difflib
 import functools
 import importlib
-import importlib.util
 import os
-import pkgutil
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from bkaudit.errors import ConfigError
+from bkaudit.zk.settings import ZkSettings
 
 T = TypeVar("T")
 
-_SECTIONS: dict[str, type[Any]] = {}
+__all__ = ["DEFAULT_PATH", "SECTIONS", "Settings", "ZkSettings", "load"]  # ZkSettings: the shared [zk]
+
 _SHORTCUTS = {"BKAUDIT_ZK": ("zk", "connect"), "BKAUDIT_ROOT": ("zk", "root")}
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "conf" / "bkaudit.toml"
 
+#: Every settings section bkaudit knows: section name -> "module:Class" of its frozen dataclass.
+#: The one place a section is named. Kept as text so `import bkaudit.config` imports no subsystem; a class
+#: is imported when its section is first built (tests/unit/test_config.py checks every entry resolves).
+SECTIONS: Mapping[str, str] = {
+    "zk": "bkaudit.zk.settings:ZkSettings",
+    "rpc": "bkaudit.rpc.settings:RpcSettings",
+    "tables": "bkaudit.tables.settings:TablesSettings",
+    "placement": "bkaudit.audit.settings:PlacementSettings",
+    "checker": "bkaudit.audit.settings:CheckerSettings",
+    "client": "bkaudit.client.settings:ClientSettings",
+    "bookie": "bkaudit.bookie.settings:BookieSettings",
+    "autorecovery": "bkaudit.autorecovery.settings:AutoRecoverySettings",
+    "lifecycle": "bkaudit.lifecycle.settings:LifecycleSettings",
+    "snapshot": "bkaudit.spark.settings:SnapshotSettings",
+    "admin": "bkaudit.admin.settings:AdminSettings",
+}
 
-def section(name: str) -> Callable[[type[T]], type[T]]:
-    """Register a frozen dataclass as the settings section `name`."""
-
-    def register(cls: type[T]) -> type[T]:
-        if not dataclasses.is_dataclass(cls):
-            raise TypeError(f"{cls.__name__} must be a dataclass")
-        _SECTIONS[name] = cls
-        cls.__config_section__ = name  # type: ignore[attr-defined]
-        return cls
-
-    return register
-
-
-# sections registered outside a subsystem's `settings` module (those are found by name, see _discover)
-SECTION_MODULES = {"placement": "bkaudit.model.placement"}
-
-
-def _discover(name: str) -> type[Any] | None:
-    """The class of section `name`, importing the module that registers it when nobody has yet.
-
-    Lets `load` validate every section of a file at start-up, not when (or if) a command first reads it.
-    """
-    if name in _SECTIONS:
-        return _SECTIONS[name]
-    if name in SECTION_MODULES:
-        importlib.import_module(SECTION_MODULES[name])
-    if name not in _SECTIONS:
-        import bkaudit
-
-        for info in pkgutil.iter_modules(bkaudit.__path__):
-            if info.ispkg and importlib.util.find_spec(f"bkaudit.{info.name}.settings") is not None:
-                importlib.import_module(f"bkaudit.{info.name}.settings")
-    return _SECTIONS.get(name)
+#: A catalog entry: the class itself, or its "module:Class" name.
+SectionRef = str | type[Any]
 
 
-def sections() -> Mapping[str, type[Any]]:
-    """Registered sections (import the subsystem modules first to register theirs)."""
-    return dict(_SECTIONS)
+def _resolve(ref: SectionRef) -> type[Any]:
+    if not isinstance(ref, str):
+        return ref
+    module, _, name = ref.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{ref} must be a dataclass")
+    return typing.cast(type[Any], cls)
 
 
-@section("zk")
-@dataclasses.dataclass(frozen=True)
-class ZkSettings:
-    """ZooKeeper connection shared by every part."""
-
-    connect: str = "127.0.0.1:2181"
-    root: str = "/ledgers"
-    session_timeout_s: float = 30.0
-    connect_timeout_s: float = 15.0
-    # digest authentication ("user:password") and CREATOR_ALL ACLs, as BookKeeper's zkEnableSecurity
-    auth_digest: str = dataclasses.field(default="", repr=False)  # a secret: never in repr() or tracebacks
-    enable_security: bool = False
-    # ledger manager layout for writing new ledgers: hierarchical | longhierarchical | legacyhierarchical
-    layout: str = "hierarchical"
-    # bkaudit's own znodes (data-loss records), outside the ledgers root so BookKeeper's nukeexistingcluster
-    # is not blocked; "" = "/bkaudit" + root (e.g. /bkaudit/ledgers)
-    state_root: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.connect.strip():
-            raise ConfigError("zk.connect", "must not be empty")
-        if not self.root.startswith("/") or (len(self.root) > 1 and self.root.endswith("/")):
-            raise ConfigError("zk.root", f"must be an absolute path without trailing '/', got {self.root!r}")
-        if self.session_timeout_s <= 0:
-            raise ConfigError("zk.session_timeout_s", "must be > 0")
-        if self.layout not in ("hierarchical", "longhierarchical", "legacyhierarchical"):
-            raise ConfigError("zk.layout", f"unknown ledger layout {self.layout!r}")
-        if self.auth_digest and ":" not in self.auth_digest:
-            raise ConfigError("zk.auth_digest", "must be 'user:password'")
-        if self.auth_digest:  # from now on this process's log lines never show it (py4j logs Spark options)
-            from bkaudit.logs import register_secret
-
-            register_secret(self.auth_digest.split(":", 1)[1])
-        if self.state_root:
-            from bkaudit.zk.paths import validate_state_root
-
-            try:
-                validate_state_root(self.state_root, root=self.root)
-            except ValueError as exc:
-                raise ConfigError("zk.state_root", str(exc)) from None
+def _ref_of(cls: type[Any]) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 class Settings:
     """Resolved settings; `settings.get(ZkSettings)` or `settings["zk"]` returns a section instance."""
 
-    def __init__(self, values: Mapping[str, Mapping[str, Any]], source: str) -> None:
+    def __init__(
+        self,
+        values: Mapping[str, Mapping[str, Any]],
+        source: str,
+        *,
+        catalog: Mapping[str, SectionRef] = SECTIONS,
+    ) -> None:
         self._raw = {k: dict(v) for k, v in values.items()}
         self._cache: dict[str, Any] = {}
+        self._catalog = dict(catalog)
         self.source = source
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._cache:
-            cls = _discover(name)
-            if cls is None:
-                close = difflib.get_close_matches(name, _SECTIONS, n=1)
-                hint = f"did you mean [{close[0]}]?" if close else f"known: {', '.join(sorted(_SECTIONS))}"
+            ref = self._catalog.get(name)
+            if ref is None:
+                close = difflib.get_close_matches(name, self._catalog, n=1)
+                known = ", ".join(sorted(self._catalog))
+                hint = f"did you mean [{close[0]}]?" if close else f"known: {known}"
                 raise ConfigError(name, f"unknown configuration section ({hint})")
-            self._cache[name] = _build(name, cls, self._raw.get(name, {}))
+            self._cache[name] = _build(name, _resolve(ref), self._raw.get(name, {}))
         return self._cache[name]
 
     def get(self, cls: type[T]) -> T:
-        name = getattr(cls, "__config_section__", None)
-        if name is None:
-            raise TypeError(f"{cls.__name__} is not a registered settings section")
-        return typing.cast(T, self[name])
+        """The section whose class is `cls`, validated from file < environment < flags."""
+        return typing.cast(T, self[self.section_name(cls)])
+
+    def section_name(self, cls: type[Any]) -> str:
+        """The name `cls` is catalogued under (TypeError for a class that is no settings section)."""
+        for name, ref in self._catalog.items():
+            if ref is cls or ref == _ref_of(cls):
+                return name
+        raise TypeError(f"{cls.__name__} is not a settings section (see bkaudit.config.SECTIONS)")
 
     def raw(self) -> dict[str, dict[str, Any]]:
         """The merged key/values (for recording a run's configuration)."""
@@ -157,8 +123,12 @@ def load(
     path: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    catalog: Mapping[str, SectionRef] = SECTIONS,
 ) -> Settings:
-    """Merge file < environment < overrides ({"section.key": value}); None overrides are ignored."""
+    """Merge file < environment < overrides ({"section.key": value}); None overrides are ignored.
+
+    `catalog` names the sections that may appear (default: all of bkaudit's, `SECTIONS`).
+    """
     environ = os.environ if environ is None else environ
     merged: dict[str, dict[str, Any]] = {}
     env_path = environ.get("BKAUDIT_CONF")
@@ -191,7 +161,7 @@ def load(
         if not key:
             raise ConfigError(dotted, "override keys are 'section.key'")
         merged.setdefault(sec, {})[key] = value
-    settings = Settings(merged, source)
+    settings = Settings(merged, source, catalog=catalog)
     settings.validate_all()
     return settings
 
@@ -252,3 +222,15 @@ def _config_error(name: str, exc: Any) -> ConfigError:
     if loc and "input" in err:
         message += f", got {err['input']!r}"
     return ConfigError(key, message)
+
+
+NO_WAREHOUSE = "no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE"
+
+
+def warehouse(settings: Settings, given: str | None = None) -> str:
+    """The Delta warehouse: `given` (a job's own argument), else `[snapshot] warehouse` (where --warehouse
+    flags land); ConfigError when neither names one. The one "no warehouse given" rule for every command."""
+    chosen = given or str(settings["snapshot"].warehouse)
+    if not chosen:
+        raise ConfigError("snapshot.warehouse", NO_WAREHOUSE)
+    return chosen

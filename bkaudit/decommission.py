@@ -35,52 +35,12 @@ from bkaudit.audit.durability import (
 )
 from bkaudit.audit.statuses import STATUS_OK
 from bkaudit.model.shape import LedgerShape
-from bkaudit.tables.checker_schemas import RANGE_STRUCT
-from bkaudit.tables.schemas import STRING_LIST, TIMESTAMP, TableSpec, register
+from bkaudit.tables.checker_schemas import AUDIT_PARTITION, DECOMMISSION_AUDITS
 
-AUDIT_PARTITION = "audit_date"
 WOULD_LOSE_ENTRIES = "would_lose_entries"
 UNVERIFIABLE = "unverifiable"
 EVIDENCE_TRUNCATED = "evidence_truncated"
 MAX_RANGES = 100
-
-BLOCKING_STRUCT = pa.struct([
-    pa.field("ledger_id", pa.int64(), nullable=False),
-    pa.field("reason", pa.string(), nullable=False),
-    pa.field("min_copies_after", pa.int32()),
-    pa.field("entries_at_risk", pa.int64()),
-    pa.field("ranges", pa.list_(RANGE_STRUCT)),
-    pa.field("managed_ledger", pa.string()),
-    pa.field("detail", pa.string()),
-])
-
-DECOMMISSION_AUDITS = register(
-    TableSpec(
-        "decommission_audits",
-        pa.schema([
-            pa.field("audit_id", pa.string(), nullable=False),
-            pa.field("snapshot_id", pa.string(), nullable=False),
-            pa.field(AUDIT_PARTITION, pa.string(), nullable=False),
-            pa.field("bookie_id", pa.string(), nullable=False),
-            pa.field("requested", STRING_LIST),
-            pa.field("state", pa.string()),
-            pa.field("safe", pa.bool_()),
-            pa.field("ledgers", pa.int64()),
-            pa.field("open_ledgers", pa.int64()),
-            pa.field("entries", pa.int64()),
-            pa.field("blocking_count", pa.int64()),
-            pa.field("blocking", pa.list_(BLOCKING_STRUCT)),
-            pa.field("min_copies", pa.int32()),
-            pa.field("check_run_id", pa.string()),
-            pa.field("audited_at", TIMESTAMP),
-            # bookies without listing, verified by LedgerChecker-style reads, and the share of entries read
-            pa.field("verified_by_reads", STRING_LIST),
-            pa.field("verification_percentage", pa.float64()),
-        ]),
-        partition_by=(AUDIT_PARTITION,),
-        description="one row per bookie per decommission audit: safe to remove, and the ledgers blocking it",
-    )
-)
 
 
 @dataclass(frozen=True)

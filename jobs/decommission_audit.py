@@ -30,10 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit import config
     from bkaudit.errors import BkAuditError, ConfigError
-    from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.tables import location
 
     bookies = [b.strip() for b in args.bookies.split(",") if b.strip()]
@@ -41,9 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = config.load(path=args.config, overrides={
             "zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse})
         location.configure_from(settings)  # [tables] storage options
-        warehouse = settings.get(SnapshotSettings).warehouse
-        if not warehouse:
-            raise BkAuditError("no warehouse given: use --warehouse or [snapshot] warehouse")
+        warehouse = config.warehouse(settings)
         if args.min_copies < 1:
             raise ValueError("--min-copies must be >= 1")
         from pyspark.sql import SparkSession

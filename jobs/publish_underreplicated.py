@@ -34,15 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    import bkaudit.audit.settings
-    import bkaudit.spark.settings
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
     from bkaudit import config
     from bkaudit.audit.settings import CheckerSettings
     from bkaudit.config import ZkSettings
     from bkaudit.errors import BkAuditError, ConfigError
     from bkaudit.job.publish import publish_run
-    from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.tables import location
     from bkaudit.zk.client import close, connect
     from bkaudit.zk.ledgers import read_layout
@@ -53,9 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides={"zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse},
         )
         location.configure_from(settings)  # [tables] storage options
-        warehouse = settings.get(SnapshotSettings).warehouse
-        if not warehouse:
-            raise BkAuditError("no warehouse given: use --warehouse or [snapshot] warehouse")
+        warehouse = config.warehouse(settings)
         conf = settings.get(CheckerSettings)
         zk_settings = settings.get(ZkSettings)
         placement = conf.publish_placement if args.publish_placement is None else args.publish_placement

@@ -28,20 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit import config
     from bkaudit.cli_common import CommandError, require_warehouse
     from bkaudit.errors import BkAuditError, ConfigError
     from bkaudit.report.outcome import write_and_judge
-    from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.tables import location
 
     try:
         settings = config.load(path=args.config, overrides={"snapshot.warehouse": args.warehouse})
         location.configure_from(settings)  # [tables] storage options
-        warehouse = settings.get(SnapshotSettings).warehouse
-        if not warehouse:
-            raise ConfigError("snapshot.warehouse", "no warehouse given: use --warehouse or set it")
+        warehouse = config.warehouse(settings)
         require_warehouse(warehouse)
         outcome = write_and_judge(warehouse=warehouse, run_id=args.run_id, out_dir=args.out,
                                   fail_on=args.fail_on)

@@ -26,7 +26,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
 
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit import config
     from bkaudit.errors import BkAuditError, ConfigError
     from bkaudit.spark.session import prepare

@@ -30,7 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit import config
     from bkaudit.errors import BkAuditError, ConfigError
     from bkaudit.spark.settings import SnapshotSettings
@@ -39,9 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = config.load(path=args.config, overrides={"snapshot.warehouse": args.warehouse})
         location.configure_from(settings)  # [tables] storage options
+        config.warehouse(settings)
         snap = settings.get(SnapshotSettings)
-        if not snap.warehouse:
-            raise BkAuditError("no warehouse given: use --warehouse or [snapshot] warehouse")
         summary = validate_committed(snap, args.snapshot_id, args.fail_on)
     except (BkAuditError, ValueError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)

@@ -32,7 +32,6 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
     from bkaudit.admin.server import AdminServer
     from bkaudit.admin.settings import AdminSettings
     from bkaudit.config import ZkSettings
-    from bkaudit.lifecycle import settings as _lc  # noqa: F401  (registers [lifecycle])
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.rpc.tls import TlsConfig
     from bkaudit.spark.settings import SnapshotSettings

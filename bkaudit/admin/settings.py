@@ -5,13 +5,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from bkaudit.config import section
 from bkaudit.errors import ConfigError
 
 _TOKEN_ENTRY = re.compile(r"[A-Za-z0-9_.@-]+:[0-9a-f]{64}")
 
 
-@section("admin")
 @dataclasses.dataclass(frozen=True)
 class AdminSettings:
     """Where the API listens, who may call it, and how webhooks are delivered."""

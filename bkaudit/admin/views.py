@@ -11,11 +11,10 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.errors import FormatError
 from bkaudit.lifecycle import service
+from bkaudit.zk import dataloss, registry
 from bkaudit.zk import lifecycle as store
-from bkaudit.zk import registry
 from bkaudit.zk import underreplication as ur
 
 if TYPE_CHECKING:
@@ -133,7 +132,7 @@ def drain_progress(
 
 def audit_verdict(warehouse: str, *, limit: int = 200) -> dict[str, Any]:
     """The latest succeeded checker run: verdict (worst severity or clean), counts, violations."""
-    from bkaudit.tables.commands import read_violations, select_run
+    from bkaudit.tables.read import read_violations, select_run
 
     run = select_run(warehouse, None)
     rows = read_violations(warehouse, run["run_id"])

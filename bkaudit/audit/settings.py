@@ -1,4 +1,4 @@
-"""The `[checker]` settings section (conf/bkaudit.toml; BookKeeper key names in docs/config.md).
+"""The `[checker]` and `[placement]` settings sections (conf/bkaudit.toml; BookKeeper keys: docs/config.md).
 
 Here rather than in the Spark job so the CLI, the jobs and the tests can read and validate the section without
 importing pyspark.
@@ -7,13 +7,31 @@ importing pyspark.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
 
 from bkaudit.audit.classification import FailOn
-from bkaudit.config import section
 from bkaudit.errors import ConfigError
+from bkaudit.model.placement import (
+    POLICY_KINDS,
+    DefaultPolicy,
+    PlacementPolicy,
+    RackAwarePolicy,
+    RegionAwarePolicy,
+    ZoneAwarePolicy,
+    policy_kind,
+)
+from bkaudit.model.topology import DEFAULT_RACK, Topology, normalize_location, resolve_topology
+
+_S = TypeVar("_S")
 
 
-@section("checker")
+class SectionSource(Protocol):
+    """Anything that builds a settings section from its class (`bkaudit.config.Settings`)."""
+
+    def get(self, cls: type[_S]) -> _S: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckerSettings:
     """How `bkaudit check` talks to bookies and ZooKeeper, what it publishes and where metrics go."""
@@ -99,3 +117,94 @@ class CheckerSettings:
             raise ConfigError("checker.fail_on", "must be one of never, warning, critical") from None
         if self.pushgateway_url and not self.pushgateway_url.startswith(("http://", "https://")):
             raise ConfigError("checker.pushgateway_url", "must be an http(s) URL")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementSettings:
+    """Which placement policy the audit judges against, with BookKeeper's knobs (docs/config.md)."""
+
+    policy: str = "rackaware"
+    min_racks_per_write_quorum: int = 2
+    enforce_min_racks: bool = False
+    default_rack: str = DEFAULT_RACK
+    regions_to_write: tuple[str, ...] = ()
+    min_regions_for_durability: int = 2
+    min_zones: int = 2
+    desired_zones: int = 3
+    enforce_strict_zoneaware: bool = True
+    # bookie id -> network location, used when Pulsar's /bookies rack map is absent
+    locations: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if policy_kind(self.policy) is None:
+            raise ConfigError(
+                "placement.policy", f"unknown policy {self.policy!r} (one of {', '.join(POLICY_KINDS)})"
+            )
+        for key in ("min_racks_per_write_quorum", "min_regions_for_durability", "min_zones", "desired_zones"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"placement.{key}", "must be >= 1")
+        if self.desired_zones < self.min_zones:
+            raise ConfigError(
+                "placement.desired_zones", f"must be >= min_zones ({self.min_zones}), as in BookKeeper"
+            )
+        if normalize_location(self.default_rack) is None:
+            raise ConfigError("placement.default_rack", "must be a non-empty location such as /default-rack")
+        self._check_regions()
+        self._check_locations()
+
+    def _check_regions(self) -> None:
+        # BookKeeper writes reppRegionsToWrite as "r1;r2"; accept that inside one list item too
+        regions = tuple(r.strip().strip("/") for item in self.regions_to_write for r in str(item).split(";"))
+        if any(not r for r in regions):
+            raise ConfigError("placement.regions_to_write", "region names must not be empty")
+        if regions and len(regions) < self.min_regions_for_durability:
+            raise ConfigError(
+                "placement.regions_to_write",
+                f"{len(regions)} region(s) cannot meet "
+                f"min_regions_for_durability={self.min_regions_for_durability}",
+            )
+        object.__setattr__(self, "regions_to_write", regions)
+
+    def _check_locations(self) -> None:
+        if not isinstance(self.locations, Mapping):
+            raise ConfigError("placement.locations", "must be a table of bookie id = location")
+        for bookie, location in self.locations.items():
+            if not isinstance(location, str) or normalize_location(location) is None:
+                raise ConfigError(
+                    f"placement.locations.{bookie}", f"expected a location like /rack1, got {location!r}"
+                )
+
+
+def policy_from_settings(settings: PlacementSettings | SectionSource) -> PlacementPolicy:
+    """The policy configured in the ``[placement]`` section."""
+    conf = settings if isinstance(settings, PlacementSettings) else settings.get(PlacementSettings)
+    kind = policy_kind(conf.policy)
+    if kind == "default":
+        return DefaultPolicy()
+    if kind == "regionaware":
+        return RegionAwarePolicy(
+            regions_to_write=conf.regions_to_write,
+            min_regions_for_durability=conf.min_regions_for_durability,
+            min_racks_per_write_quorum=conf.min_racks_per_write_quorum,
+        )
+    if kind == "zoneaware":
+        return ZoneAwarePolicy(
+            min_zones=conf.min_zones,
+            desired_zones=conf.desired_zones,
+            enforce_strict=conf.enforce_strict_zoneaware,
+        )
+    return RackAwarePolicy(
+        min_racks_per_write_quorum=conf.min_racks_per_write_quorum,
+        enforce_min_racks=conf.enforce_min_racks,
+        default_rack=conf.default_rack,
+    )
+
+
+def topology_from_settings(
+    settings: PlacementSettings | SectionSource, rack_config: Mapping[str, Any] | None = None
+) -> Topology:
+    """The topology to judge with (`resolve_topology`): Pulsar's ``/bookies`` map when it holds anything,
+    else ``[placement] locations``; unmapped bookies get the configured policy's default location."""
+    conf = settings if isinstance(settings, PlacementSettings) else settings.get(PlacementSettings)
+    default = policy_from_settings(conf).default_location
+    return resolve_topology(racks=rack_config, locations=conf.locations, default_location=default)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.autorecovery.queue import locked_ids
-from bkaudit.zk import paths, registry
+from bkaudit.zk import dataloss, paths, registry
 from bkaudit.zk import underreplication as ur
 
 if TYPE_CHECKING:

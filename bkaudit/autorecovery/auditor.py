@@ -257,9 +257,13 @@ class Auditor:
     def audit(self, reason: str = "") -> int:
         """Mark every ledger with a lost bookie; returns the markers written (redone if disabled)."""
         self._auditing = True
+        paused = False
         try:
             while not self._stop.is_set():
                 if not ur.wait_until_enabled(self.zk, timeout=1.0, root=self.root):
+                    if not paused:  # once per audit: the evidence that a requested audit is held back
+                        paused = True
+                        self.events.emit("audit_paused", reason=reason, why="replication disabled")
                     continue
                 marked = self._audit_once(reason)
                 if marked is not None:

@@ -183,7 +183,7 @@ def clear_data_loss(
     zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, ledger_id: int
 ) -> None:
     """Delete a ledger's data-loss record so workers try it again (e.g. after restoring a bookie)."""
-    from bkaudit.autorecovery import dataloss
+    from bkaudit.zk import dataloss
 
     state = _state_root(zk, cluster_dir, root, config_path)
     removed = _with_zk(
@@ -195,10 +195,6 @@ def clear_data_loss(
 
 # -- helpers ------------------------------------------------------------------------------------------------
 def _settings(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None) -> Any:
-    from bkaudit.autorecovery import settings as _ar  # noqa: F401  (registers [autorecovery])
-    from bkaudit.client import settings as _client  # noqa: F401
-    from bkaudit.model import placement as _placement  # noqa: F401
-    from bkaudit.rpc import settings as _rpc  # noqa: F401
 
     return load_settings(zk, cluster_dir, root, config_path)
 

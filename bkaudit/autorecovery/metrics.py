@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from bkaudit.metrics import Families
+from bkaudit.exposition import Families
 
 WORKER_SCOPE = "replication_worker"
 AUDITOR_SCOPE = "auditor"

@@ -19,7 +19,7 @@ from kazoo.exceptions import NoNodeError
 
 from bkaudit.zk import paths
 from bkaudit.zk import underreplication as ur
-from bkaudit.zk.ledgers import get_children_many
+from bkaudit.zk.client import get_children_many
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient

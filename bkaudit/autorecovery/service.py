@@ -14,7 +14,6 @@ import threading
 import time
 from typing import Any
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.autorecovery import metrics as m
 from bkaudit.autorecovery.auditor import Auditor
 from bkaudit.autorecovery.election import AuditorElector
@@ -27,6 +26,7 @@ from bkaudit.config import Settings, ZkSettings
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.zk import client as zkclient
+from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,6 @@ class AutoRecoveryService:
         events_path: str | None = None,
         auditor: bool = True,
     ) -> None:
-        from bkaudit.client import settings as _client  # noqa: F401  (registers [client])
-        from bkaudit.rpc import settings as _rpc  # noqa: F401  (registers [rpc])
 
         self.settings = settings
         self.conf = settings.get(AutoRecoverySettings)
@@ -128,11 +126,11 @@ class AutoRecoveryService:
             thread.start()
 
     def _shared(self, acl: Any) -> Shared:
+        from bkaudit.audit.settings import policy_from_settings
         from bkaudit.client.bookkeeper import BookKeeper
         from bkaudit.client.directory import ZkBookieDirectory
         from bkaudit.client.settings import ClientSettings
         from bkaudit.client.store import ZkMetadataStore
-        from bkaudit.model.placement import policy_from_settings
         from bkaudit.rpc.pool import BookieClientPool
         from bkaudit.rpc.settings import RpcSettings
         from bkaudit.rpc.tls import TlsConfig

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from bkaudit.config import section
 from bkaudit.errors import ConfigError
 
 # BookKeeper's ReplicationWorker: the first failure holds the lock grace / 2^5, doubling up to grace
 FAILED_LEDGER_BACKOFF_SHIFT = 5
 
 
-@section("autorecovery")
 @dataclasses.dataclass(frozen=True)
 class AutoRecoverySettings:
     """Auditor (election, lost-bookie audit) and ReplicationWorker settings."""

@@ -116,7 +116,7 @@ class BookieView:
 
     def topology(self) -> Topology:
         """Locations for placement: Pulsar's /bookies map, else [placement] locations, else default racks."""
-        from bkaudit.model.placement import PlacementSettings, topology_from_settings
+        from bkaudit.audit.settings import PlacementSettings, topology_from_settings
 
         with self._lock:
             racks = dict(self._racks)

@@ -25,7 +25,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.autorecovery import metrics as m
 from bkaudit.autorecovery.copier import CopyResult, CopyTask, FragmentCopier
 from bkaudit.autorecovery.events import EventLog
@@ -54,6 +53,7 @@ from bkaudit.errors import (
 )
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.model.quorum import write_set
+from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
 
 log = logging.getLogger(__name__)
@@ -183,6 +183,7 @@ class ReplicationWorker:
             on_refresh=self._reload_data_lost,
         )
         self.idle = False
+        self.paused = False  # replication found disabled (an event says so once per disabled period)
         self.current: int | None = None
         self._draining: frozenset[str] = frozenset()  # Draining bookies as of the current evaluation
         self._ensemble_bookies: frozenset[str] = frozenset()
@@ -215,8 +216,12 @@ class ReplicationWorker:
             return due
         if not ur.is_replication_enabled(sh.zk, root=sh.root):
             self.idle = True
+            if not self.paused:  # once per disabled period: the evidence that the queue is left alone
+                self.paused = True
+                sh.events.emit("paused", worker=self.name, why="replication disabled")
             ur.wait_until_enabled(sh.zk, timeout=sh.settings.idle_poll_s, root=sh.root)
             return None
+        self.paused = False
         if sh.task_limiter is not None:
             sh.task_limiter.acquire()
         picked = self.picker.pick(skip=lambda lid: lid in sh.data_lost or lid in self.held)

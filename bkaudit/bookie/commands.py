@@ -1,9 +1,12 @@
-"""`bkaudit bookie ...`: run a bookie, format its cookie, drive a local cluster's bookies, admin tools."""
+"""`bkaudit bookie ...`: run a bookie, format its cookie, list bookies, admin tools.
+
+`bookie stop|kill|start` drive a local cluster's bookie processes: they live with the local cluster
+(bkaudit.cluster.commands), which composes the full `bookie` group, so this package never imports `cluster`.
+"""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
@@ -31,10 +34,8 @@ def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: 
         data_dir: str, rack: str | None, readonly: bool, bookie_id: str | None, autorecovery: bool,
         no_listing: bool) -> None:
     """Run a bookie until SIGTERM (graceful: read-only, drain, deregister)."""
-    from bkaudit.bookie import settings as _settings  # noqa: F401  (registers [bookie])
     from bkaudit.bookie.server import BookieOptions
     from bkaudit.bookie.server import run as run_bookie
-    from bkaudit.rpc import settings as _rpc  # noqa: F401  (registers [rpc])
 
     settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False)  # a service waits for ZK
     options = BookieOptions(data_dir=data_dir, port=port, bookie_id=bookie_id, rack=rack, readonly=readonly,
@@ -70,46 +71,6 @@ def format_cookie(zk: str | None, cluster_dir: str | None, root: str | None, con
     except BkAuditError as exc:
         fail(str(exc), exit_code_for(exc))
     click.echo(f"cookie of {bookie_id} {'deleted' if deleted else 'was already absent'}")
-
-
-def _cluster_op(cluster_dir: str, bookie_id: str, op: str) -> None:
-    from bkaudit.cluster.local import LocalCluster
-
-    try:
-        cluster = LocalCluster.load(cluster_dir)
-        getattr(cluster, op)(bookie_id)
-    except BkAuditError as exc:
-        fail(str(exc), exit_code_for(exc))
-
-
-def _local_options(func: Any) -> Any:
-    func = click.option("--bookie", "bookie_id", required=True, help="bookie id (see cluster status)")(func)
-    return click.option("--dir", "cluster_dir", type=click.Path(file_okay=False), required=True,
-                        help="local cluster directory")(func)
-
-
-@bookie.command()
-@_local_options
-def stop(cluster_dir: str, bookie_id: str) -> None:
-    """Stop a local cluster's bookie gracefully (SIGTERM)."""
-    _cluster_op(cluster_dir, bookie_id, "stop_bookie")
-    click.echo(f"stopped {bookie_id}")
-
-
-@bookie.command()
-@_local_options
-def kill(cluster_dir: str, bookie_id: str) -> None:
-    """Kill a local cluster's bookie (SIGKILL: no deregistration, session expiry removes it)."""
-    _cluster_op(cluster_dir, bookie_id, "kill_bookie")
-    click.echo(f"killed {bookie_id}")
-
-
-@bookie.command()
-@_local_options
-def start(cluster_dir: str, bookie_id: str) -> None:
-    """(Re)start a local cluster's bookie with its id, port, data directory and rack."""
-    _cluster_op(cluster_dir, bookie_id, "start_bookie")
-    click.echo(f"started {bookie_id}")
 
 
 @bookie.command("list")

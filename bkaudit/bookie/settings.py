@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from bkaudit.config import section
 from bkaudit.errors import ConfigError
 
 
-@section("bookie")
 @dataclasses.dataclass(frozen=True)
 class BookieSettings:
     """One bookie process. The command line (--port, --data-dir, --rack, ...) overrides these."""

@@ -278,7 +278,7 @@ def _client_and_policy(settings: Any) -> tuple[ClientSettings, Any]:
         return settings, None
     if not _is_config(settings):
         return ClientSettings(), None
-    from bkaudit.model.placement import policy_from_settings
+    from bkaudit.audit.settings import policy_from_settings
 
     return settings.get(ClientSettings), policy_from_settings(settings)
 

@@ -63,7 +63,7 @@ class ZkBookieDirectory:
 
         racks = registry.read_racks(self.zk)
         if self._settings is not None:
-            from bkaudit.model.placement import topology_from_settings
+            from bkaudit.audit.settings import topology_from_settings
 
             return topology_from_settings(self._settings, racks)
         return resolve_topology(racks=racks, locations={}, default_location=self.policy.default_location)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from bkaudit.config import section
 from bkaudit.errors import ConfigError
 from bkaudit.model.ledger import DigestType
 
@@ -31,7 +30,6 @@ def digest_from_name(name: str) -> DigestType:
         ) from None
 
 
-@section("client")
 @dataclasses.dataclass(frozen=True)
 class ClientSettings:
     """Ledger client settings (one per `BookKeeper` instance)."""

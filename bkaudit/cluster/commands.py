@@ -1,4 +1,8 @@
-"""`bkaudit cluster ...`: initialise a cluster's metadata; run a local cluster (up / status / down)."""
+"""`bkaudit cluster ...`: initialise a cluster's metadata; run a local cluster (up / status / down).
+
+Also `bkaudit bookie stop|kill|start`: they drive a local cluster's bookie processes, so they live here and
+`bookie_group` is the bookie package's own group plus them (the bookie package does not import `cluster`).
+"""
 
 from __future__ import annotations
 
@@ -103,3 +107,55 @@ def _human_status(info: dict[str, Any]) -> str:
         alive = "up" if b["alive"] else "down"
         lines.append(f"  {b['id']:22} {b['state']:9} {alive:5} rack {b['rack'] or '-':8} {b['data_dir']}")
     return "\n".join(lines)
+
+
+# -- bkaudit bookie stop|kill|start: a local cluster's bookie processes ----------------------------------
+def _cluster_op(cluster_dir: str, bookie_id: str, op: str) -> None:
+    from bkaudit.cluster.local import LocalCluster
+
+    try:
+        cluster = LocalCluster.load(cluster_dir)
+        getattr(cluster, op)(bookie_id)
+    except BkAuditError as exc:
+        fail(str(exc), exit_code_for(exc))
+
+
+def _local_options(func: Any) -> Any:
+    func = click.option("--bookie", "bookie_id", required=True, help="bookie id (see cluster status)")(func)
+    return click.option("--dir", "cluster_dir", type=click.Path(file_okay=False), required=True,
+                        help="local cluster directory")(func)
+
+
+@click.command()
+@_local_options
+def stop(cluster_dir: str, bookie_id: str) -> None:
+    """Stop a local cluster's bookie gracefully (SIGTERM)."""
+    _cluster_op(cluster_dir, bookie_id, "stop_bookie")
+    click.echo(f"stopped {bookie_id}")
+
+
+@click.command()
+@_local_options
+def kill(cluster_dir: str, bookie_id: str) -> None:
+    """Kill a local cluster's bookie (SIGKILL: no deregistration, session expiry removes it)."""
+    _cluster_op(cluster_dir, bookie_id, "kill_bookie")
+    click.echo(f"killed {bookie_id}")
+
+
+@click.command()
+@_local_options
+def start(cluster_dir: str, bookie_id: str) -> None:
+    """(Re)start a local cluster's bookie with its id, port, data directory and rack."""
+    _cluster_op(cluster_dir, bookie_id, "start_bookie")
+    click.echo(f"started {bookie_id}")
+
+
+def _bookie_group() -> click.Group:
+    from bkaudit.bookie.commands import bookie
+
+    return click.Group(
+        bookie.name, commands=[*bookie.commands.values(), stop, kill, start], help=bookie.help
+    )
+
+
+bookie_group = _bookie_group()

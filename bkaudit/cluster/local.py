@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ClusterError
+from bkaudit.processes import pid_alive
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import registry
 from bkaudit.zk.server import ZooKeeperServer, die_with_parent_prefix, free_port, stop_background
@@ -298,7 +299,7 @@ class LocalCluster:
                 for b in self.bookies]
         zk_alive = None
         if self.zookeeper is not None:
-            zk_alive = _pid_alive(self.zookeeper.get("pid"))
+            zk_alive = pid_alive(self.zookeeper.get("pid"))
         return {"zk": self.zk, "root": self.root, "zookeeper_alive": zk_alive, "bookies": rows}
 
     def down(self, *, timeout_s: float = 20) -> None:
@@ -401,28 +402,13 @@ def _owner(zk: KazooClient, bookie_id: str, root: str) -> int | None:
 
 def _is_bookie(pid: int, data_dir: str) -> bool:
     """True if `pid` is alive and is `bookie run` on `data_dir` (never signal a recycled pid)."""
+    if not pid_alive(pid):
+        return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        return False
     return b"run" in cmdline and data_dir.encode() in cmdline
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _log_tail(b: BookieInfo, lines: int = 30) -> str:

@@ -12,13 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bkaudit.audit.placement import PlacementCheck
+from bkaudit.audit.settings import PlacementSettings, policy_from_settings, topology_from_settings
 from bkaudit.errors import FormatError
-from bkaudit.model.placement import (
-    PlacementPolicy,
-    PlacementSettings,
-    policy_from_settings,
-    topology_from_settings,
-)
+from bkaudit.model.placement import PlacementPolicy
 from bkaudit.model.topology import Topology
 from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.zk import registry

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from bkaudit.job.fanout import SHAPE_SCHEMA
 from bkaudit.job.ledger_pass import join_segments
 from bkaudit.tables import location
-from bkaudit.tables.schemas import spec
+from bkaudit.tables.catalog import spec
 from bkaudit.tables.store import open_delta, table_uri
 
 LEDGER_COLUMNS = [

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from bkaudit.zk.ledgers import child_counts, get_children_many, ledger_prefixes
+from bkaudit.zk.client import get_children_many
+from bkaudit.zk.ledgers import child_counts, ledger_prefixes
 from bkaudit.zk.paths import LONG_WIDTHS, SHORT_WIDTHS
 
 SHORT_DEPTH = 3  # dirs + leaf below the root

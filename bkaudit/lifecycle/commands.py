@@ -24,7 +24,6 @@ def _run(
     zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, action: Any
 ) -> Any:
     from bkaudit.config import ZkSettings
-    from bkaudit.lifecycle import settings as _lc  # noqa: F401  (registers [lifecycle])
     from bkaudit.zk import client as zkclient
 
     zk_settings = load_settings(zk, cluster_dir, root, config_path).get(ZkSettings)

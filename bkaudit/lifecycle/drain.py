@@ -20,12 +20,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.errors import BkAuditError, MetadataConflict
 from bkaudit.lifecycle import service
 from bkaudit.lifecycle.index import ledgers_of
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
+from bkaudit.zk import dataloss
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import underreplication as ur
 

@@ -12,12 +12,11 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.errors import FormatError
 from bkaudit.lifecycle.index import ledgers_of
 from bkaudit.model import lifecycle as lc
+from bkaudit.zk import dataloss, paths, registry
 from bkaudit.zk import lifecycle as store
-from bkaudit.zk import paths, registry
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from bkaudit.config import section
 from bkaudit.errors import ConfigError
 
 
-@section("lifecycle")
 @dataclasses.dataclass(frozen=True)
 class LifecycleSettings:
     """Drain pacing and the failure limit that turns Draining into DrainingFailed."""

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_warehouse
-from bkaudit.exitcodes import ExitCode
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, warehouse_of
 
 
 @click.command("report")
@@ -25,19 +24,12 @@ from bkaudit.exitcodes import ExitCode
 def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str, config_path: str | None,
            as_json: bool) -> None:
     """Write a self-contained HTML report (summary, categories, bookies, topics, trend, worst ledgers)."""
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.errors import BkAuditError
     from bkaudit.report.outcome import write_and_judge
-    from bkaudit.spark.settings import SnapshotSettings
 
     settings = load_settings(None, None, None, config_path, need_zk=False,
                              **({"snapshot.warehouse": warehouse} if warehouse else {}))
-    warehouse = settings.get(SnapshotSettings).warehouse
-    if not warehouse:
-        fail("no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE",
-             ExitCode.USAGE)
-        return
-    require_warehouse(warehouse)
+    warehouse = warehouse_of(settings)
     try:
         outcome = write_and_judge(warehouse=warehouse, run_id=run_id, out_dir=out_dir, fail_on=fail_on)
     except BkAuditError as exc:

@@ -58,7 +58,7 @@ def _rows_where(warehouse: str, name: str, column: str, value: str) -> pa.Table 
     """The rows of `name` with `column == value` (pushed down to the Parquet scan), None if no table."""
     import pyarrow.dataset as ds
 
-    from bkaudit.tables.schemas import spec
+    from bkaudit.tables.catalog import spec
 
     dt = _table(warehouse, name)
     if dt is None:
@@ -86,7 +86,7 @@ def pick_run(runs: pa.Table, run_id: str | None) -> dict[str, Any]:
 
 def load(warehouse: str, run_id: str | None = None, *, history_runs: int = HISTORY_RUNS) -> ReportData:
     """Read one run and its context from `warehouse`; ReportError when there is no such run."""
-    from bkaudit.tables.schemas import spec
+    from bkaudit.tables.catalog import spec
 
     runs_dt = _table(warehouse, "audit_runs")
     if runs_dt is None:

@@ -21,7 +21,6 @@ def write_and_judge(*, warehouse: str, run_id: str | None, out_dir: str, fail_on
 
     Raises BkAuditError when there is no such run (nothing is written then).
     """
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
     from bkaudit.audit.classification import exit_code
     from bkaudit.report.builder import write
     from bkaudit.report.data import load

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from bkaudit.config import section
 from bkaudit.errors import ConfigError
 
 NATIVE = "native"
@@ -24,7 +23,6 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Batch GetListOfEntries responses for thousands of ledgers exceed gRPC's 4 MB default."""
 
 
-@section("rpc")
 @dataclasses.dataclass(frozen=True)
 class RpcSettings:
     """Client side of the bookie RPC."""

@@ -96,8 +96,6 @@ def run_command(
 
     `flags`: the values of the checker's flags (`bkaudit.job.check_options.CHECK_FLAGS`), by field name.
     """
-    import bkaudit.audit.settings
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.errors import BkAuditError
 
     def err(message: str, code: int = ExitCode.ERROR) -> int:
@@ -107,8 +105,7 @@ def run_command(
     try:
         overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
         settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
-        from bkaudit.audit.settings import CheckerSettings
-        from bkaudit.model.placement import PlacementSettings
+        from bkaudit.audit.settings import CheckerSettings, PlacementSettings
         from bkaudit.spark.settings import SnapshotSettings
 
         snap = settings.get(SnapshotSettings)

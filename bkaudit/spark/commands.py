@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_zk, zk_options
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_zk, warehouse_of, zk_options
 from bkaudit.exitcodes import ExitCode
 
 
@@ -41,7 +41,6 @@ def snapshot(
     as_json: bool,
 ) -> None:
     """Snapshot ledger, bookie and under-replication metadata from ZooKeeper into Delta tables."""
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.errors import BkAuditError
     from bkaudit.spark.settings import SnapshotSettings
 
@@ -49,12 +48,7 @@ def snapshot(
     settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
     try:
         snap = settings.get(SnapshotSettings)
-        if not snap.warehouse:
-            fail(
-                "no warehouse given: use --warehouse DIR, [snapshot] warehouse or "
-                "BKAUDIT_SNAPSHOT__WAREHOUSE",
-                ExitCode.USAGE,
-            )
+        warehouse_of(settings, must_exist=False)  # the snapshot creates it
         require_zk(settings)  # before the JVM: an unreachable ZooKeeper fails in seconds, in one line
         from bkaudit.spark.session import get_session
         from bkaudit.spark.snapshot import run_snapshot

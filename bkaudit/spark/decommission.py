@@ -34,6 +34,7 @@ from bkaudit.cli_common import (
     load_settings,
     require_warehouse,
     require_zk,
+    warehouse_of,
     zk_options,
 )
 from bkaudit.config import ZkSettings
@@ -170,9 +171,7 @@ def decommission_audit(zk: str | None, cluster_dir: str | None, root: str | None
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse} if warehouse else {}
     settings = load_settings(zk, cluster_dir, root, config_path, need_zk=bool(wanted), **overrides)
     snap = settings.get(SnapshotSettings)
-    if not snap.warehouse:
-        fail("no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE",
-             ExitCode.USAGE)
+    warehouse_of(settings, must_exist=False)
     try:
         if not wanted:
             if not audit_id:

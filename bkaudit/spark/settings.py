@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from bkaudit.config import section
 from bkaudit.errors import ConfigError
 
 
-@section("snapshot")
 @dataclasses.dataclass(frozen=True)
 class SnapshotSettings:
     """How the snapshot job reads ZooKeeper and where it writes."""

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from bkaudit.errors import BkAuditError, ConfigError
+from bkaudit import config
+from bkaudit.errors import BkAuditError
 from bkaudit.tables.schemas import SNAPSHOT_TABLES
 from bkaudit.tables.store import (
     Commit,
@@ -197,12 +198,7 @@ def run_snapshot(
 
     zk = settings.get(ZkSettings)
     snap = settings.get(SnapshotSettings)
-    warehouse = warehouse or snap.warehouse
-    if not warehouse:
-        raise ConfigError(
-            "snapshot.warehouse",
-            "no warehouse given (--warehouse, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE)",
-        )
+    warehouse = config.warehouse(settings, warehouse)
     started = datetime.now(UTC)
     sid = validate_snapshot_id(snapshot_id or new_snapshot_id(started))
     run = _Run(spark, settings, zk, snap, warehouse, sid, started, hooks or Hooks())

@@ -54,7 +54,7 @@ def _arrow(warehouse: str, table: str, files: list[StagedFile], columns: list[st
     import pyarrow.dataset as ds
 
     from bkaudit.tables import location
-    from bkaudit.tables.schemas import spec
+    from bkaudit.tables.catalog import spec
 
     schema = spec(table).file_schema
     if not files:
@@ -66,7 +66,7 @@ def _arrow(warehouse: str, table: str, files: list[StagedFile], columns: list[st
 
 
 def _spark(spark: SparkSession, warehouse: str, table: str, files: list[StagedFile]) -> Any:
-    from bkaudit.tables.schemas import spec
+    from bkaudit.tables.catalog import spec
 
     schema = spec(table).spark_schema()
     file_schema = [f for f in schema.fields if f.name not in spec(table).partition_by]

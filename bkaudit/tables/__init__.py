@@ -24,8 +24,8 @@ _EXPORTS = {
     "native_delta_available": "bkaudit.tables.read",
     "TableNotFound": "bkaudit.tables.read",
     "NoSnapshot": "bkaudit.tables.read",
-    "spec": "bkaudit.tables.schemas",
-    "tables": "bkaudit.tables.schemas",
+    "spec": "bkaudit.tables.catalog",
+    "tables": "bkaudit.tables.catalog",
     "table_uri": "bkaudit.tables.store",
 }
 

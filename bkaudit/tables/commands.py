@@ -6,12 +6,11 @@ Reads the Delta tables with delta-rs on the driver (no Spark start-up): the run'
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_warehouse
+from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, warehouse_of
 from bkaudit.exitcodes import ExitCode
 
 
@@ -36,7 +35,7 @@ def _why(row: dict[str, Any]) -> str:
         )
     if category in ("placement_fail", "placement_soft"):
         reasons = [r for s in d.get("segments") or [] for r in s.get("reasons") or []]
-        return reasons[0] if reasons else d.get("adherence", "")
+        return str(reasons[0] if reasons else d.get("adherence", ""))
     if category == "extra_entries":
         extra = [{"first": a, "last": b} for a, b in d.get("extra_entries") or []]
         return f"{d.get('extra_count')} extra entries: {_ranges_text(extra)}"
@@ -75,56 +74,6 @@ def _human(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
-    """The `audit_runs` row of `run_id`, or of the latest succeeded run."""
-    import pyarrow.compute as pc
-
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
-    from bkaudit.errors import BkAuditError
-    from bkaudit.tables.read import read_arrow, table_exists
-
-    if not table_exists(warehouse, "audit_runs"):
-        raise BkAuditError(f"no checker run in {warehouse} (run `bkaudit check` first)")
-    runs = read_arrow(warehouse, "audit_runs")
-    runs = runs.filter(pc.equal(runs.column("status"), "succeeded"))
-    if run_id is not None:
-        runs = runs.filter(pc.equal(runs.column("run_id"), run_id))
-        if runs.num_rows == 0:
-            raise BkAuditError(f"no succeeded checker run {run_id!r} in {warehouse}")
-    elif runs.num_rows == 0:
-        raise BkAuditError(f"no succeeded checker run in {warehouse}")
-    rows = sorted(runs.to_pylist(), key=lambda r: (r["finished_at"], r["run_id"]), reverse=True)
-    return rows[0]
-
-
-def read_violations(warehouse: str, run_id: str, category: str | None = None) -> list[dict[str, Any]]:
-    """The violations of one run (detail parsed), worst severity first."""
-    import pyarrow.compute as pc
-
-    from bkaudit.tables.read import read_arrow
-
-    data = read_arrow(warehouse, "violations")
-    data = data.filter(pc.equal(data.column("run_id"), run_id))
-    if category:
-        data = data.filter(pc.equal(data.column("category"), category))
-    rank = {"critical": 0, "warning": 1, "info": 2}
-    rows = data.to_pylist()
-    for r in rows:
-        try:
-            r["detail"] = json.loads(r["detail"]) if r.get("detail") else {}
-        except ValueError:
-            pass
-    rows.sort(
-        key=lambda r: (
-            rank.get(r["severity"], 3),
-            r["category"],
-            -1 if r["ledger_id"] is None else r["ledger_id"],
-            r["bookie_id"] or "",
-        )
-    )
-    return rows
-
-
 @click.command("violations")
 @click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
 @click.option("--run-id", default=None, help="checker run (default: the latest succeeded run)")
@@ -137,20 +86,15 @@ def violations(
     warehouse: str | None, run_id: str | None, category: str | None, config_path: str | None, as_json: bool
 ) -> None:
     """Print the violations found by a checker run."""
-    import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
     from bkaudit.audit.base import Category
     from bkaudit.errors import BkAuditError
-    from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.tables.read import read_violations, select_run
 
     if category is not None and category not in {c.value for c in Category}:
         fail(f"unknown category {category!r} (one of {', '.join(c.value for c in Category)})", ExitCode.USAGE)
-    settings = load_settings(
-        None, None, None, config_path, need_zk=False, **{"snapshot.warehouse": warehouse}
-    )
-    wh = settings.get(SnapshotSettings).warehouse
-    if not wh:
-        fail("no warehouse given: use --warehouse DIR or [snapshot] warehouse", ExitCode.USAGE)
-    require_warehouse(wh)
+    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
+    settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
+    wh = warehouse_of(settings)
     try:
         run = select_run(wh, run_id)
         rows = read_violations(wh, run["run_id"], category)
@@ -163,16 +107,11 @@ def violations(
 
 # -- bkaudit tables: warehouse upkeep and access for data engineers ----------------------------------------
 def _warehouse(warehouse: str | None, config_path: str | None) -> tuple[str, Any]:
-    import bkaudit.spark.settings
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
-    from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.tables import location
 
-    overrides = {"snapshot.warehouse": warehouse}
+    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
     settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
-    wh = settings.get(SnapshotSettings).warehouse
-    if not wh:
-        raise click.UsageError("no warehouse given: use --warehouse DIR or [snapshot] warehouse")
+    wh = warehouse_of(settings, must_exist=False)
     if location.is_local(wh) and not location.exists(wh):
         fail(f"no such warehouse directory: {location.normalize(wh)}")
     return wh, settings

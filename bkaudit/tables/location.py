@@ -82,12 +82,22 @@ def _from_settings_file() -> dict[str, str]:
     return dict(config.load().get(TablesSettings).options())
 
 
+def split(uri: str) -> tuple[str, str]:
+    """(scheme after aliasing, the rest after `://`); ('', uri) for a plain local path.
+
+    The one place a warehouse string is taken apart: a local directory name may contain ':' ("wh:2026"), so
+    only `<scheme>://` makes a URI (urlsplit would read "wh" as a scheme).
+    """
+    raw, sep, rest = uri.partition("://")
+    if not sep:
+        return "", uri
+    raw = raw.lower()
+    return _ALIASES.get(raw, raw), rest
+
+
 def scheme(uri: str) -> str:
     """The URI's scheme after aliasing ('' for a local path)."""
-    if "://" not in uri:
-        return ""
-    raw = uri.split("://", 1)[0].lower()
-    return _ALIASES.get(raw, raw)
+    return split(uri)[0]
 
 
 def is_local(uri: str) -> bool:
@@ -96,10 +106,9 @@ def is_local(uri: str) -> bool:
 
 def normalize(uri: str) -> str:
     """The canonical spelling: absolute local path, or `<scheme>://...` with s3a/s3n mapped to s3."""
-    s = scheme(uri)
+    s, rest = split(uri)
     if s == "":
         return os.path.abspath(uri)
-    rest = uri.split("://", 1)[1]
     if s == "file":
         return os.path.abspath(rest if rest.startswith("/") else "/" + rest)
     return f"{s}://{rest}"
@@ -114,18 +123,21 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(root, tail) if is_local(root) else f"{root.rstrip('/')}/{tail}"
 
 
+def is_absolute(path: str) -> bool:
+    """A URI or an absolute local path (a Delta add-action path is otherwise relative to its table)."""
+    return bool(scheme(path)) or path.startswith("/")
+
+
 def resolve(uri: str, path: str) -> str:
     """A Delta add-action path (relative to the table, or absolute) as a full location."""
-    if "://" in path or path.startswith("/"):
-        return normalize(path)
-    return join(uri, path)
+    return normalize(path) if is_absolute(path) else join(uri, path)
 
 
 def paths_within(uri: str, paths: list[str]) -> tuple[pafs.FileSystem, list[str]]:
     """One filesystem for table `uri` and Delta add-action `paths` (relative or absolute) as paths in it."""
     fs, root = filesystem(uri)
     out = [
-        filesystem(p)[1] if "://" in p or p.startswith("/") else f"{root}/{p}"  # absolute paths are rare
+        filesystem(p)[1] if is_absolute(p) else f"{root}/{p}"  # absolute paths are rare
         for p in paths
     ]
     return fs, out
@@ -182,6 +194,17 @@ def _pick(options: Mapping[str, str], *keys: str) -> str | None:
     return None
 
 
+def _endpoint(endpoint: str | None) -> dict[str, object]:
+    """pyarrow's endpoint_override (host:port) and scheme from an endpoint option ("http://minio:9000")."""
+    if not endpoint:
+        return {}
+    parts = urlsplit(endpoint if "//" in endpoint else "//" + endpoint)
+    out: dict[str, object] = {"endpoint_override": f"{parts.netloc}{parts.path}".rstrip("/")}
+    if parts.scheme:
+        out["scheme"] = parts.scheme
+    return out
+
+
 def _s3(options: Mapping[str, str]) -> pafs.FileSystem:
     kwargs: dict[str, object] = {}
     key = _pick(options, "aws_access_key_id", "access_key_id")
@@ -194,12 +217,7 @@ def _s3(options: Mapping[str, str]) -> pafs.FileSystem:
     region = _pick(options, "aws_region", "region", "aws_default_region")
     if region:
         kwargs["region"] = region
-    endpoint = _pick(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
-    if endpoint:
-        if "://" in endpoint:
-            proto, endpoint = endpoint.split("://", 1)
-            kwargs["scheme"] = proto
-        kwargs["endpoint_override"] = endpoint.rstrip("/")
+    kwargs.update(_endpoint(_pick(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")))
     if _truthy(_pick(options, "aws_allow_http", "allow_http")) and "scheme" not in kwargs:
         kwargs["scheme"] = "http"
     if _truthy(_pick(options, "aws_virtual_hosted_style_request", "virtual_hosted_style_request")):
@@ -209,12 +227,7 @@ def _s3(options: Mapping[str, str]) -> pafs.FileSystem:
 
 def _gcs(options: Mapping[str, str]) -> pafs.FileSystem:
     kwargs: dict[str, object] = {}
-    endpoint = _pick(options, "google_endpoint", "gcs_endpoint", "endpoint")
-    if endpoint:
-        if "://" in endpoint:
-            proto, endpoint = endpoint.split("://", 1)
-            kwargs["scheme"] = proto
-        kwargs["endpoint_override"] = endpoint.rstrip("/")
+    kwargs.update(_endpoint(_pick(options, "google_endpoint", "gcs_endpoint", "endpoint")))
     if _truthy(_pick(options, "google_skip_signature", "anonymous")):
         kwargs["anonymous"] = True
     return pafs.GcsFileSystem(**kwargs)

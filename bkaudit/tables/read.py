@@ -12,6 +12,7 @@ committed last, so a run that failed or was killed midway is never picked.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 
 from bkaudit.errors import BkAuditError
 from bkaudit.tables import location
-from bkaudit.tables.schemas import spec
+from bkaudit.tables.catalog import spec
 from bkaudit.tables.store import is_delta_table, open_delta, table_uri, validate_snapshot_id
 
 if TYPE_CHECKING:
@@ -89,7 +90,9 @@ def read_arrow(
 def native_delta_available(spark: SparkSession) -> bool:
     """True when Delta Lake's Spark classes are loadable (jars on the classpath)."""
     try:
-        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+        jvm = spark.sparkContext._jvm
+        if jvm is None:  # a stopped context
+            return False
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         loader.loadClass("org.apache.spark.sql.delta.DeltaLog")
         return True
@@ -151,7 +154,8 @@ def _load_files(
 
 def spark_uri(uri: str) -> str:
     """A location as Spark's Hadoop filesystems spell it (S3 is `s3a://` there)."""
-    return "s3a://" + uri.split("://", 1)[1] if location.scheme(uri) == "s3" else uri
+    s, rest = location.split(uri)
+    return f"s3a://{rest}" if s == "s3" else uri
 
 
 def current_files(warehouse: str, table: str, *, version: int | None = None) -> list[str]:
@@ -178,3 +182,44 @@ def _files(dt: Any, uri: str, snapshot_id: str | None) -> list[str]:
             continue
         keep.append(spark_uri(location.resolve(uri, row["path"])))
     return keep
+
+
+# -- checker runs (`bkaudit violations`, the admin API) ----------------------------------------------------
+def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
+    """The `audit_runs` row of `run_id`, or of the latest succeeded run."""
+    if not table_exists(warehouse, "audit_runs"):
+        raise BkAuditError(f"no checker run in {warehouse} (run `bkaudit check` first)")
+    runs = read_arrow(warehouse, "audit_runs")
+    runs = runs.filter(pc.equal(runs.column("status"), "succeeded"))
+    if run_id is not None:
+        runs = runs.filter(pc.equal(runs.column("run_id"), run_id))
+        if runs.num_rows == 0:
+            raise BkAuditError(f"no succeeded checker run {run_id!r} in {warehouse}")
+    elif runs.num_rows == 0:
+        raise BkAuditError(f"no succeeded checker run in {warehouse}")
+    rows: list[dict[str, Any]] = runs.to_pylist()
+    return max(rows, key=lambda r: (r["finished_at"], r["run_id"]))
+
+
+def read_violations(warehouse: str, run_id: str, category: str | None = None) -> list[dict[str, Any]]:
+    """The violations of one run (detail parsed), worst severity first."""
+    data = read_arrow(warehouse, "violations")
+    data = data.filter(pc.equal(data.column("run_id"), run_id))
+    if category:
+        data = data.filter(pc.equal(data.column("category"), category))
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    rows: list[dict[str, Any]] = data.to_pylist()
+    for r in rows:
+        try:
+            r["detail"] = json.loads(r["detail"]) if r.get("detail") else {}
+        except ValueError:
+            pass
+    rows.sort(
+        key=lambda r: (
+            rank.get(r["severity"], 3),
+            r["category"],
+            -1 if r["ledger_id"] is None else r["ledger_id"],
+            r["bookie_id"] or "",
+        )
+    )
+    return rows

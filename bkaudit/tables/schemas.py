@@ -5,14 +5,14 @@ tables, delta-rs committing) speaks Arrow; Spark's `StructType` is derived so th
 Every table lives at `<warehouse>/<name>`, is partitioned by `snapshot_date` (the run's UTC date,
 'YYYY-MM-DD') and carries the `snapshot_id` of the run that wrote it: a run replaces exactly its own rows.
 
-Other jobs add their tables with `register(TableSpec(...))` in the same style; docs/tables.md documents each
-column. Column types are part of the public interface (data engineers query them): change them only with a
+Other jobs define their tables in the same style (tables/checker_schemas.py); tables/catalog.py lists
+every table in one place; docs/tables.md documents each column. Column types are part of the public
+interface (data engineers query them): change them only with a
 migration note.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -210,35 +210,8 @@ SNAPSHOTS = TableSpec(
     description="one row per run; committed last, so a 'succeeded' row marks a complete snapshot",
 )
 
-_REGISTRY: dict[str, TableSpec] = {}
-
-
-def register(spec: TableSpec) -> TableSpec:
-    """Add a table (other jobs register theirs next to these); re-registering the same spec is a no-op."""
-    known = _REGISTRY.get(spec.name)
-    if known is not None and known != spec:
-        raise ValueError(f"table {spec.name!r} is already registered with another schema")
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
-for _spec in (LEDGERS, LEDGER_SEGMENTS, BOOKIES, UNDERREPLICATED_LEDGERS, VALIDATION_RESULTS, SNAPSHOTS):
-    register(_spec)
-
 # The snapshot job's tables in commit order: `snapshots` last, it is the visibility marker.
 SNAPSHOT_TABLES = ("ledgers", "ledger_segments", "bookies", "underreplicated_ledgers", "validation_results")
-
-
-def spec(name: str) -> TableSpec:
-    """The registered table `name`; KeyError naming the known tables otherwise."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown table {name!r} (known: {', '.join(sorted(_REGISTRY))})") from None
-
-
-def tables() -> Mapping[str, TableSpec]:
-    return dict(_REGISTRY)
 
 
 def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:

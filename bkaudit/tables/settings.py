@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from bkaudit.config import section
 from bkaudit.errors import ConfigError
 
 
-@section("tables")
 @dataclasses.dataclass(frozen=True)
 class TablesSettings:
     """Storage options for object-store warehouses, and the retention `bkaudit tables vacuum` applies."""

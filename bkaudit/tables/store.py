@@ -40,7 +40,8 @@ import pyarrow.parquet as pq
 
 from bkaudit.errors import BkAuditError
 from bkaudit.tables import location
-from bkaudit.tables.schemas import TableSpec, conform, spec
+from bkaudit.tables.catalog import spec
+from bkaudit.tables.schemas import TableSpec, conform
 from bkaudit.tables.stats import FileStats, finite_floats, from_add_action
 
 SNAPSHOT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -368,7 +369,7 @@ def _version_of(uri: str, token: str, search: int = 200) -> int:
         except (FileNotFoundError, OSError):
             return None
 
-    latest = open_delta(uri).version()
+    latest = int(open_delta(uri).version())
     while commit_text(latest + 1) is not None:
         latest += 1
     for version in range(latest, max(-1, latest - search), -1):

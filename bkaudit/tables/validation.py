@@ -33,6 +33,8 @@ import pyarrow as pa
 from bkaudit.tables.schemas import VALIDATION_RESULTS
 
 if TYPE_CHECKING:
+    from great_expectations.datasource.fluent.pandas_datasource import PandasDatasource
+    from great_expectations.datasource.fluent.spark_datasource import SparkDatasource
     from pyspark.sql import DataFrame
 
 CRITICAL = "critical"
@@ -250,6 +252,7 @@ def validate(
     suite_checks = checks(known_bookies, engine)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source: SparkDatasource | PandasDatasource
     if engine == "spark":
         source = context.data_sources.add_spark(f"{suite_name}_spark")
     else:
@@ -278,7 +281,8 @@ def validate(
                 df.unpersist()
         by_key = {c.key: c for c in frame_checks}
         for r in result.results:
-            check = by_key[(r.expectation_config.meta or {})["check"]]
+            config = r.expectation_config
+            check = by_key[((config.meta if config is not None else None) or {})["check"]]
             report.rows.append(_row(check, r, validated_at))
     return report
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -20,6 +21,8 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionDropped,
     ConnectionLoss,
+    NoNodeError,
+    NotEmptyError,
     OperationTimeoutError,
     SessionExpiredError,
     ThrottledOpError,
@@ -33,7 +36,7 @@ from bkaudit.logs import install_kazoo_filter
 if TYPE_CHECKING:
     from kazoo.security import ACL
 
-    from bkaudit.config import ZkSettings
+    from bkaudit.zk.settings import ZkSettings
 
 T = TypeVar("T")
 
@@ -127,7 +130,7 @@ def connect_addresses(connect: str) -> list[tuple[str, int]]:
 
 
 def _settings(settings_or_connect: ZkSettings | str) -> ZkSettings:
-    from bkaudit.config import ZkSettings
+    from bkaudit.zk.settings import ZkSettings
 
     if isinstance(settings_or_connect, ZkSettings):
         return settings_or_connect
@@ -175,8 +178,6 @@ def read_children(
 ) -> list[T]:
     """Every child of `base` decoded, in name order (sequential znodes: creation order); children deleted
     meanwhile, and those `decode` rejects with one of `skip`, are left out. No `base`: an empty list."""
-    from kazoo.exceptions import NoNodeError
-
     try:
         names = sorted(zk.get_children(base))
     except NoNodeError:
@@ -189,6 +190,59 @@ def read_children(
         except (NoNodeError, *skip):
             continue
     return out
+
+
+# -- znode helpers shared by the ledger, under-replication and bkaudit-state modules ---------------------
+def delete_empty_parents(zk: KazooClient, path: str, *, stop_at: str, max_levels: int | None = None) -> int:
+    """Delete the parents of `path` while they are empty, below `stop_at`; returns how many were removed."""
+    removed = 0
+    parent = path.rsplit("/", 1)[0]
+    while parent.startswith(stop_at + "/") and (max_levels is None or removed < max_levels):
+        try:
+            zk.delete(parent)
+        except NotEmptyError:
+            break
+        except NoNodeError:
+            pass  # someone else cleaned it up: keep going upwards
+        removed += 1
+        parent = parent.rsplit("/", 1)[0]
+    return removed
+
+
+def get_children_many(
+    zk: KazooClient, parents: list[str], max_in_flight: int = 100
+) -> Iterator[tuple[str, list[str]]]:
+    """(parent, children) in input order with up to `max_in_flight` getChildren outstanding; NoNode → []."""
+    window: deque[tuple[str, Any]] = deque()
+    source = iter(parents)
+    while True:
+        while len(window) < max_in_flight:
+            parent = next(source, None)
+            if parent is None:
+                break
+            window.append((parent, zk.get_children_async(parent)))
+        if not window:
+            return
+        parent, result = window.popleft()
+        try:
+            children = result.get()
+        except NoNodeError:
+            children = []
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            children = _get_children_retrying(zk, parent)
+        yield parent, children
+
+
+def _get_children_retrying(zk: KazooClient, parent: str) -> list[str]:
+    def attempt() -> list[str]:
+        try:
+            return list(zk.get_children(parent))
+        except NoNodeError:
+            return []
+
+    return with_retries(attempt, client=zk, what=f"listing {parent}")
 
 
 def backoff_delays(attempts: int, base_delay_s: float, max_delay_s: float) -> Iterator[float]:

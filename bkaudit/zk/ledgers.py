@@ -24,12 +24,11 @@ from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
     NoNodeError,
-    NotEmptyError,
 )
 
 from bkaudit.errors import MetadataConflict, NoSuchLedger, ZooKeeperError
 from bkaudit.zk import paths
-from bkaudit.zk.client import backoff_delays, is_transient
+from bkaudit.zk.client import backoff_delays, delete_empty_parents, get_children_many, is_transient
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -318,22 +317,6 @@ def delete_ledger_metadata(
     delete_empty_parents(zk, path, stop_at=root)
 
 
-def delete_empty_parents(zk: KazooClient, path: str, *, stop_at: str, max_levels: int | None = None) -> int:
-    """Delete the parents of `path` while they are empty, below `stop_at`; returns how many were removed."""
-    removed = 0
-    parent = path.rsplit("/", 1)[0]
-    while parent.startswith(stop_at + "/") and (max_levels is None or removed < max_levels):
-        try:
-            zk.delete(parent)
-        except NotEmptyError:
-            break
-        except NoNodeError:
-            pass  # someone else cleaned it up: keep going upwards
-        removed += 1
-        parent = parent.rsplit("/", 1)[0]
-    return removed
-
-
 # -- listing -----------------------------------------------------------------------------------------------
 def ledger_prefixes(zk: KazooClient, *, root: str = DEFAULT_ROOT) -> list[str]:
     """Top-level hierarchy dirs under `root` (2-digit short, 3-digit long), sorted; special znodes skipped.
@@ -371,44 +354,6 @@ def iter_ledger_paths(
             if ledger_id is not None:
                 found.append((ledger_id, f"{parent}/{leaf}"))
         yield from sorted(found)
-
-
-def get_children_many(
-    zk: KazooClient, parents: list[str], max_in_flight: int = 100
-) -> Iterator[tuple[str, list[str]]]:
-    """(parent, children) in input order with up to `max_in_flight` getChildren outstanding; NoNode → []."""
-    window: deque[tuple[str, Any]] = deque()
-    source = iter(parents)
-    while True:
-        while len(window) < max_in_flight:
-            parent = next(source, None)
-            if parent is None:
-                break
-            window.append((parent, zk.get_children_async(parent)))
-        if not window:
-            return
-        parent, result = window.popleft()
-        try:
-            children = result.get()
-        except NoNodeError:
-            children = []
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            children = _get_children_retrying(zk, parent)
-        yield parent, children
-
-
-def _get_children_retrying(zk: KazooClient, parent: str) -> list[str]:
-    from bkaudit.zk.client import with_retries
-
-    def attempt() -> list[str]:
-        try:
-            return list(zk.get_children(parent))
-        except NoNodeError:
-            return []
-
-    return with_retries(attempt, client=zk, what=f"listing {parent}")
 
 
 def iter_ledgers(

@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from bkaudit.errors import ClusterError
+from bkaudit.processes import pid_alive
 
 STATE_FILE = "zookeeper.json"
 # the readiness probe's kazoo client: its connection-drop warnings during start-up are expected noise
@@ -363,7 +364,7 @@ def _is_our_server(pid: int, data_dir: Path) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return _pid_alive(pid) and sys.platform != "linux"
+        return pid_alive(pid) and sys.platform != "linux"
     cfg = str(data_dir.resolve() / "zoo.cfg").encode()
     return MAIN_CLASS.encode() in cmdline and cfg in cmdline
 
@@ -399,33 +400,10 @@ def _wait_popen(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
 def _wait_pid_gone(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return True
         time.sleep(0.05)
-    return not _pid_alive(pid)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child of ours still "exists": reap it if it is ours
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    return not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+    return not pid_alive(pid)
 
 
 def die_with_parent_prefix() -> list[str]:

@@ -22,7 +22,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 
 from bkaudit.errors import FormatError, MetadataError
 from bkaudit.zk import paths
-from bkaudit.zk.ledgers import delete_empty_parents, get_children_many
+from bkaudit.zk.client import delete_empty_parents, get_children_many
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient

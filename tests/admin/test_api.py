@@ -8,10 +8,9 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.model import lifecycle as lc
+from bkaudit.zk import dataloss, paths, registry
 from bkaudit.zk import lifecycle as store
-from bkaudit.zk import paths, registry
 from bkaudit.zk import underreplication as ur
 from tests.admin.support import ADMIN, READER, add_cookie, add_ledger, serve, write_audit_run
 

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,11 +17,12 @@ import httpx
 import pytest
 
 from bkaudit.admin.auth import hash_token
-from bkaudit.autorecovery import dataloss
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
+from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
 from bkaudit.zk.server import free_port
+from tests import helpers
 from tests.admin.support import ADMIN_TOKEN, write_audit_run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -32,19 +32,16 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 def wait_for(predicate, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
-    """Poll `predicate`; an element gone stale because the page reloaded meanwhile counts as "not yet"."""
+    """tests.helpers.wait_for, where an element gone stale because the page reloaded counts as "not yet"."""
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def attempt():  # type: ignore[no-untyped-def]
         try:
-            value = predicate()
+            return predicate()
         except (StaleElementReferenceException, NoSuchElementException):
-            value = None
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
+            return None
+
+    return helpers.wait_for(attempt, timeout_s, "the page", interval_s=0.1)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import hashlib
 import hmac
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -17,6 +16,7 @@ import httpx
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
 from tests.admin.support import ADMIN, add_cookie, serve
+from tests.helpers import wait_for
 
 S = lc.LifecycleState
 SECRET = "webhook-secret-42"
@@ -51,12 +51,6 @@ class Receiver:
         self.server.server_close()
 
 
-def wait_for(predicate, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-    return value
 
 
 def verified(headers: dict[str, str], body: bytes) -> dict[str, Any]:

@@ -213,9 +213,8 @@ def test_run_ids_are_valid_snapshot_ids(dagbag: dict[str, Any]) -> None:
 def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_path: Path) -> None:
     import pyarrow.compute as pc
 
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
     from bkaudit.client import BookKeeper
-    from bkaudit.cluster.demo import write_pinned
+    from bkaudit.demo import write_pinned
     from bkaudit.tables.read import read_arrow
 
     cluster = cluster_factory(bookies=4, racks=3)  # /rack-1 holds two bookies

@@ -14,8 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from bkaudit.formats import availability
 from bkaudit.model.quorum import entries_of_bookie
 from bkaudit.zk import registry
 from bkaudit.zk import underreplication as ur
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,17 +129,6 @@ def events(tmp: Path, name: str) -> list[dict[str, Any]]:
     return read_events(path) if path.exists() else []
 
 
-def wait_for(
-    predicate: Callable[[], Any], timeout: float = 60, what: str = "condition", interval: float = 0.1
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def wait_absent(cluster: Any, bookie: str, timeout: float = 30) -> None:

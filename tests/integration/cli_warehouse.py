@@ -26,9 +26,8 @@ VIOLATIONS = [
 
 def make_warehouse(root: Path) -> str:
     """Write `audit_runs` + `violations` for RUN_ID under `root`; returns the warehouse path."""
-    import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
     from bkaudit.tables import store
-    from bkaudit.tables.schemas import spec
+    from bkaudit.tables.catalog import spec
 
     warehouse = str(root)
     keys = {"run_id": RUN_ID, "snapshot_id": SNAPSHOT_ID, "run_date": RUN_DATE}

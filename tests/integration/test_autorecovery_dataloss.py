@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.bookie.storage import Storage
 from bkaudit.client import BookKeeper
 from bkaudit.model.quorum import write_set
-from bkaudit.zk import paths
+from bkaudit.zk import dataloss, paths
 from bkaudit.zk import underreplication as ur
 from tests.integration.autorecovery_support import (
     assert_readable,

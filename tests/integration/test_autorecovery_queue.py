@@ -7,10 +7,11 @@ import threading
 
 import pytest
 
-from bkaudit.autorecovery import admin, dataloss
+from bkaudit.autorecovery import admin
 from bkaudit.autorecovery import metrics as m
 from bkaudit.autorecovery.election import AuditorElector
 from bkaudit.autorecovery.queue import LedgerPicker, holds_lock, locked_ids, queued_ids
+from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
 from bkaudit.zk.client import close
 from bkaudit.zk.ledgers import init_cluster

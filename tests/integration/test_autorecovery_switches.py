@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import pytest
 
@@ -56,21 +55,25 @@ def test_disable_stops_auditor_and_workers_until_enabled(cluster_factory, tmp_pa
 
         assert cli(cluster, "disable").returncode == 0
         assert not ur.is_replication_enabled(zk, root=cluster.root)
+        # the work is there before AutoRecovery starts: a lost bookie and a marked ledger (as a checker would)
+        cluster.kill_bookie(victim)
+        wait_absent(cluster, victim)
+        ur.mark_underreplicated(zk, first, [victim], root=cluster.root)
         ar = start_run(cluster, tmp_path, "ar")
         try:
-            wait_for(lambda: "auditor_started" in kinds(tmp_path, "ar"), 30, "the auditor")
-            cluster.kill_bookie(victim)
-            wait_absent(cluster, victim)
-            ur.mark_underreplicated(zk, first, [victim], root=cluster.root)  # as a checker would
-            wait_for(
-                lambda: status(cluster)["bookies"]["lost"] == [victim], 10, "status to show the lost bookie"
-            )
-            doc = status(cluster)
-            assert doc["enabled"] is False and doc["auditor"] == "ar" and doc["queue_size"] == 1
-            time.sleep(3.0)  # the auditor would have audited and the worker locked by now, were it enabled
+            # At start the auditor finds the lost bookie (known from its cookie) and every worker looks for
+            # work: the moments they would audit and lock, were replication enabled. Each says it held back.
+            started = wait_for(lambda: [e for e in events(tmp_path, "ar") if e["event"] == "started"], 30,
+                               "the service")
+            wait_for(lambda: "audit_paused" in kinds(tmp_path, "ar"), 30, "the auditor to hold its audit")
+            wait_for(lambda: kinds(tmp_path, "ar").count("paused") >= started[0]["workers"], 30,
+                     "every worker to hold back")
             assert "audit_started" not in kinds(tmp_path, "ar")
             assert "locked" not in kinds(tmp_path, "ar")
             assert queue(cluster) == [first] and not ur.is_locked(zk, first, root=cluster.root)
+            doc = status(cluster)
+            assert doc["enabled"] is False and doc["auditor"] == "ar" and doc["queue_size"] == 1
+            assert doc["bookies"]["lost"] == [victim]
 
             assert cli(cluster, "enable").returncode == 0
             wait_for(lambda: "audit_done" in kinds(tmp_path, "ar"), 30, "the audit after enable")

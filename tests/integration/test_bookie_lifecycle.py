@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import registry
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.cluster
 
 
-def wait_for(predicate, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_draining_bookie_serves_reads_only_after_restart(cluster_factory) -> None:  # type: ignore[no-untyped-def]

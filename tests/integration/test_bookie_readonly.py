@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from concurrent.futures import wait
 from pathlib import Path
@@ -11,13 +10,13 @@ import pytest
 
 from bkaudit import config
 from bkaudit.bookie.server import BookieOptions, BookieServer
-from bkaudit.bookie.settings import BookieSettings  # noqa: F401  (registers [bookie])
 from bkaudit.formats.entry import DigestManager, master_key
 from bkaudit.model.ledger import DigestType
 from bkaudit.rpc.client import BookieClient
 from bkaudit.zk import registry
 from bkaudit.zk.ledgers import init_cluster
 from bkaudit.zk.server import free_port
+from tests.helpers import unique_path, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -39,11 +38,6 @@ def conf_file(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
-def wait_for(predicate, timeout_s: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_forced_readonly_bookie(cluster_factory) -> None:  # type: ignore[no-untyped-def]
@@ -74,7 +68,7 @@ def test_disk_threshold_makes_bookie_readonly(cluster_factory, tmp_path) -> None
 
 def test_disk_space_recovery_switches_back_to_writable(zk, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """In-process bookie with a controllable disk: low -> read-only in ZooKeeper, recovered -> writable."""
-    root = f"/d{uuid.uuid4().hex[:8]}/ledgers"
+    root = unique_path("d", "/ledgers")
     init_cluster(zk, root=root)
     host, port = zk.hosts[0]
     settings = config.load(path=conf_file(tmp_path, "[bookie]\ndisk_check_interval_s = 0.1\n"),

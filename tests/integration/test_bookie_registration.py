@@ -20,15 +20,11 @@ from bkaudit.formats.entry import DigestManager, master_key
 from bkaudit.model.ledger import DigestType
 from bkaudit.rpc.client import BookieClient
 from bkaudit.zk import paths, registry
+from tests.helpers import unique_path, wait_for
 
 pytestmark = pytest.mark.cluster
 
 
-def wait_for(predicate, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_registration_cookie_and_racks(cluster_factory) -> None:  # type: ignore[no-untyped-def]
@@ -71,7 +67,7 @@ def test_registration_cookie_and_racks(cluster_factory) -> None:  # type: ignore
 
 def test_set_rack_concurrent_read_modify_write_loses_nothing(zk) -> None:  # type: ignore[no-untyped-def]
     chroot_zk = zk
-    base = f"/r{uuid.uuid4().hex[:10]}"
+    base = unique_path("r")
     chroot_zk.ensure_path(base)
     from bkaudit.zk.client import close, connect
 
@@ -100,7 +96,7 @@ def test_set_rack_on_a_pulsar_document_changes_only_its_entry(zk) -> None:  # ty
 
     from bkaudit.zk.client import close, connect
 
-    base = f"/p{uuid.uuid4().hex[:10]}"
+    base = unique_path("p")
     zk.ensure_path(base)
     doc = {"analytics": {"10.0.0.9:3181": {"rack": "r9", "hostname": "bk9"}},
            "default": {"10.0.0.1:3181": {"rack": " /"}, "10.0.0.3:3181": {"rack": "r3"}}}
@@ -201,7 +197,7 @@ def _run_bookie(zk_server, tmp_path, *extra: str) -> subprocess.CompletedProcess
     from bkaudit.zk.server import free_port
 
     cmd = [sys.executable, "-m", "bkaudit.cli", "bookie", "run", "--zk", zk_server.connect_string,
-           "--root", f"/u{uuid.uuid4().hex[:8]}/ledgers", "--port", str(free_port()),
+           "--root", unique_path("u", "/ledgers"), "--port", str(free_port()),
            "--data-dir", str(tmp_path), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
@@ -234,7 +230,7 @@ def test_a_registration_of_another_live_session_is_waited_out_not_replaced(zk_se
     from bkaudit.errors import ZooKeeperError
     from bkaudit.zk.client import close, connect
 
-    root = f"/w{uuid.uuid4().hex[:10]}/ledgers"
+    root = unique_path("w", "/ledgers")
     old, new = connect(zk_server.connect_string), connect(zk_server.connect_string)
     try:
         new.ensure_path(paths.available_root(root=root))

@@ -26,7 +26,6 @@ import socketserver
 import struct
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,14 +33,13 @@ import google_crc32c
 import pytest
 from kazoo.client import KazooClient
 
-import bkaudit.audit.settings
-import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
 from bkaudit import config
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.formats.proto import DataFormats_pb2 as df
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.zk import ledgers as zk_ledgers
+from tests.fixtures.cluster import running_cluster
 
 pytestmark = [
     pytest.mark.cluster,
@@ -169,26 +167,20 @@ def register(zk: KazooClient, root: str, bookie: DbLedgerStorageBookie) -> None:
 
 @pytest.fixture(scope="module")
 def world(zk_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
-    cluster = LocalCluster.up(
-        tmp_path_factory.mktemp("bkbookie"),
-        bookies=2,
-        racks=3,
-        zk_connect=f"{zk_server.connect_string}/k{uuid.uuid4().hex[:12]}",
-    )
-    bookie = DbLedgerStorageBookie()
-    server = threading.Thread(target=bookie.serve_forever, daemon=True)
-    server.start()
-    zk = KazooClient(hosts=cluster.zk)
-    zk.start(timeout=30)
-    try:
-        register(zk, cluster.root, bookie)
-        yield {"cluster": cluster, "bookie": bookie}
-    finally:
-        zk.stop()
-        zk.close()
-        bookie.shutdown()
-        bookie.server_close()
-        cluster.down()
+    with running_cluster(zk_server, tmp_path_factory, bookies=2, racks=3) as cluster:
+        bookie = DbLedgerStorageBookie()
+        server = threading.Thread(target=bookie.serve_forever, daemon=True)
+        server.start()
+        zk = KazooClient(hosts=cluster.zk)
+        zk.start(timeout=30)
+        try:
+            register(zk, cluster.root, bookie)
+            yield {"cluster": cluster, "bookie": bookie}
+        finally:
+            zk.stop()
+            zk.close()
+            bookie.shutdown()
+            bookie.server_close()
 
 
 def write_ledger(world: dict[str, Any], wq: int, aq: int, *, lacking: set[int], knows: bool = True) -> dict:

@@ -13,20 +13,16 @@ znode, and a bookie answering garbage.
 
 from __future__ import annotations
 
-import os
 import socketserver
 import struct
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-import bkaudit.audit.settings
-import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
 from bkaudit import config
 from bkaudit.bookie.storage import Storage
 from bkaudit.client import BookKeeper
@@ -38,6 +34,7 @@ from bkaudit.model.quorum import write_set
 from bkaudit.zk import ledgers as zk_ledgers
 from bkaudit.zk import paths, registry
 from bkaudit.zk.underreplication import get_marker, mark_underreplicated
+from tests.fixtures.cluster import running_cluster
 from tests.promtext import value
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
@@ -53,24 +50,9 @@ SESSION_S = "40"  # bookies' ZooKeeper session: a paused bookie stays registered
 @pytest.fixture(scope="module")
 def cluster(zk_server, tmp_path_factory) -> Iterator[LocalCluster]:
     # bookies (also those restarted later) read their session timeout from the environment at spawn time
-    old = os.environ.get("BKAUDIT_ZK__SESSION_TIMEOUT_S")
-    os.environ["BKAUDIT_ZK__SESSION_TIMEOUT_S"] = SESSION_S
-    c = None
-    try:
-        c = LocalCluster.up(
-            tmp_path_factory.mktemp("checker"),
-            bookies=6,
-            racks=3,
-            zk_connect=f"{zk_server.connect_string}/c{uuid.uuid4().hex[:12]}",
-        )
+    env = {"BKAUDIT_ZK__SESSION_TIMEOUT_S": SESSION_S}
+    with running_cluster(zk_server, tmp_path_factory, env=env, bookies=6, racks=3) as c:
         yield c
-    finally:
-        if c is not None:
-            c.down()
-        if old is None:
-            os.environ.pop("BKAUDIT_ZK__SESSION_TIMEOUT_S", None)
-        else:
-            os.environ["BKAUDIT_ZK__SESSION_TIMEOUT_S"] = old
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-import bkaudit.audit.settings
-import bkaudit.spark.settings  # noqa: F401 - registers [snapshot]
 from bkaudit import config
 from bkaudit.bookie.storage import Storage, connect_db, current_dir
 from bkaudit.cluster.local import LocalCluster
@@ -29,6 +26,7 @@ from bkaudit.formats.entry import DigestManager
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.model.quorum import write_set
 from bkaudit.zk import ledgers as zk_ledgers
+from tests.fixtures.cluster import running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
 
@@ -38,17 +36,8 @@ DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 
 @pytest.fixture(scope="module")
 def cluster(zk_server, tmp_path_factory) -> Iterator[LocalCluster]:
-    c = LocalCluster.up(
-        tmp_path_factory.mktemp("reads"),
-        bookies=4,
-        racks=3,
-        zk_connect=f"{zk_server.connect_string}/r{uuid.uuid4().hex[:12]}",
-        no_listing=(0, 1),
-    )
-    try:
+    with running_cluster(zk_server, tmp_path_factory, bookies=4, racks=3, no_listing=(0, 1)) as c:
         yield c
-    finally:
-        c.down()
 
 
 def settings_for(cluster: LocalCluster, warehouse: str, **checker: Any) -> config.Settings:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from click.testing import CliRunner
 
 from bkaudit.cli import cli
 from bkaudit.zk import paths
+from tests.helpers import unique_path
 
 pytestmark = pytest.mark.cluster
 
@@ -22,7 +22,7 @@ def invoke(*args: str) -> str:
 
 
 def test_cluster_init_is_idempotent(zk_server, zk) -> None:  # type: ignore[no-untyped-def]
-    root = f"/i{uuid.uuid4().hex[:8]}/ledgers"
+    root = unique_path("i", "/ledgers")
     init = ("cluster", "init", "--zk", zk_server.connect_string, "--root", root)
     assert "initialised cluster" in invoke(*init)
     instance = zk.get(paths.instanceid_path(root=root))[0]

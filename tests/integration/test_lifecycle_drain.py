@@ -12,14 +12,13 @@ import time
 
 import pytest
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.bookie.storage import Storage
 from bkaudit.client import BookKeeper
 from bkaudit.lifecycle import service
 from bkaudit.lifecycle.index import ledgers_of
 from bkaudit.model import lifecycle as lc
+from bkaudit.zk import dataloss, registry
 from bkaudit.zk import lifecycle as store
-from bkaudit.zk import registry
 from tests.integration.autorecovery_support import (
     assert_readable,
     durability_violations,
@@ -91,7 +90,7 @@ def test_two_bookies_drain_at_once_while_a_writer_keeps_writing(cluster_factory,
                  "both to serve reads only")
         read_only_at = time.monotonic()
         wait_for(lambda: all(service.current(zk, b, root=cluster.root)[0] is S.DRAINED for b in leaving), 240,
-                 "both bookies to be Drained", interval=0.5)
+                 "both bookies to be Drained", interval_s=0.5)
         wait_for(lambda: any(t > read_only_at for t, _, _ in writer.created), 60, "a ledger after the drain")
         writer.stop.set()
         writer.join(120)
@@ -152,7 +151,7 @@ def test_a_ledger_without_a_surviving_copy_ends_in_draining_failed(cluster_facto
         )
         try:
             wait_for(lambda: service.current(zk, victim, root=cluster.root)[0] is S.DRAINING_FAILED, 180,
-                     "DrainingFailed", interval=0.5)
+                     "DrainingFailed", interval_s=0.5)
         finally:
             stop(ar)
         record, _ = store.read_state(zk, victim, root=cluster.root)

@@ -88,7 +88,7 @@ def test_open_ledgers_with_live_writers_do_not_keep_a_bookie_draining(cluster_fa
         writer.start()
         ar = start_run(cluster, tmp_path, "ar", "--workers", "2", **DRAIN_FAST)
         wait_for(lambda: service.current(zk, victim, root=cluster.root)[0] is S.DRAINED, 120, "Drained",
-                 interval=0.5)
+                 interval_s=0.5)
         stop_writing.set()
         writer.join(90)
         assert not errors, errors

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.lifecycle import service
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
+from bkaudit.zk import dataloss, paths
 from bkaudit.zk import lifecycle as store
-from bkaudit.zk import paths
 from bkaudit.zk import underreplication as ur
 from tests.admin.support import add_cookie, add_ledger
 

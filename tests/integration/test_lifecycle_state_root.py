@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 
 from bkaudit.admin.server import AdminServer
-from bkaudit.autorecovery import dataloss
 from bkaudit.bookie import lifecycle as bookie_lifecycle
 from bkaudit.bookie.service import BookieMode
 from bkaudit.config import ZkSettings
@@ -24,7 +23,7 @@ from bkaudit.lifecycle import service
 from bkaudit.lifecycle.drain import Drainer, report_failure
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
-from bkaudit.zk import ledgers, paths
+from bkaudit.zk import dataloss, ledgers, paths
 from tests.admin.support import ADMIN, add_cookie, add_ledger, settings
 from tests.integration.autorecovery_support import children_blocking_nuke
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bkaudit.autorecovery import dataloss
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ConfigError
-from bkaudit.zk import ledgers, paths
+from bkaudit.zk import dataloss, ledgers, paths
 from tests.integration.autorecovery_support import children_blocking_nuke
 
 

@@ -12,16 +12,12 @@ import http.server
 import json
 import threading
 import time
-import uuid
 from typing import Any
 
 import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
 
-import bkaudit.audit.settings
-import bkaudit.spark.settings
-import bkaudit.tables.checker_schemas  # noqa: F401 - registers the checker tables
 from bkaudit import config
 from bkaudit.formats import records
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
@@ -30,6 +26,7 @@ from bkaudit.zk import paths
 from bkaudit.zk.client import close, connect
 from bkaudit.zk.ledgers import create_ledger_metadata, init_cluster
 from bkaudit.zk.underreplication import get_marker, mark_underreplicated
+from tests.helpers import unique_path
 from tests.promtext import value
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -65,7 +62,7 @@ def _md(
 @pytest.fixture(scope="module")
 def world(zk_server, tmp_path_factory) -> dict[str, Any]:
     """A cluster root in ZooKeeper with one ledger per case, snapshotted once."""
-    root = f"/t{uuid.uuid4().hex[:12]}/ledgers"
+    root = unique_path("t", "/ledgers")
     zk = connect(zk_server.connect_string)
     init_cluster(zk, root=root)
     create_ledger_metadata(zk, ONE_RACK, _md((A, B)), root=root)  # both on /r1: placement_fail
@@ -201,7 +198,7 @@ def test_failed_run_leaves_no_violations(spark, world, snapshot_id, monkeypatch)
     monkeypatch.setattr(store, "commit", real)
     assert sorted((r["category"], r["ledger_id"]) for r in run_rows(wh, "violations", "kept")) == before
     assert sorted(r["status"] for r in run_rows(wh, "audit_runs", "kept")) == ["failed", "succeeded"]
-    from bkaudit.tables.commands import select_run
+    from bkaudit.tables.read import select_run
 
     assert select_run(wh, "kept")["status"] == "succeeded"
 
@@ -380,7 +377,7 @@ def test_cluster_without_entries_to_verify(spark, zk_server, tmp_path):
     """No (ledger, bookie) has anything to hold: no request at all, still a clean, complete run."""
     from bkaudit.spark.snapshot import run_snapshot
 
-    root = f"/t{uuid.uuid4().hex[:12]}/ledgers"
+    root = unique_path("t", "/ledgers")
     zk = connect(zk_server.connect_string)
     init_cluster(zk, root=root)
     create_ledger_metadata(zk, 1, _md((A, C)), root=root)  # closed and empty

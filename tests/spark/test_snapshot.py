@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +28,7 @@ from bkaudit.formats.records import (
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.zk import paths, registry, underreplication
 from bkaudit.zk.ledgers import init_cluster
+from tests.helpers import unique_path
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -109,7 +109,7 @@ def cluster(zk_server: Any) -> Iterator[dict[str, Any]]:
     """A hierarchical cluster under a non-default root, with everything the snapshot must capture."""
     from bkaudit.zk.client import close, connect
 
-    root = f"/t{uuid.uuid4().hex[:12]}/pulsar/ledgers"
+    root = unique_path("t", "/pulsar/ledgers")
     zk = connect(zk_server.connect_string)
     try:
         init_cluster(zk, root=root)
@@ -160,7 +160,6 @@ def cluster(zk_server: Any) -> Iterator[dict[str, Any]]:
 
 
 def settings_for(connect: str, root: str, warehouse: Path, **snapshot: Any) -> Any:
-    import bkaudit.spark.settings  # noqa: F401
     from bkaudit import config
 
     overrides = {
@@ -458,7 +457,7 @@ def test_cli_bad_snapshot_id_is_one_line_and_a_usage_error(
 def test_longhierarchical_layout_root(spark: Any, zk: Any, tmp_path: Path, zk_server: Any) -> None:
     from bkaudit.spark.snapshot import run_snapshot
 
-    root = f"/t{uuid.uuid4().hex[:12]}/ledgers"
+    root = unique_path("t", "/ledgers")
     init_cluster(zk, root=root, layout="longhierarchical")
     md = LEDGERS[1][0]
     written = {5: md, 2**40 + 3: md.evolve(state=LedgerState.OPEN), 10**18: md}
@@ -479,7 +478,7 @@ def test_duplicate_ledger_id_is_a_critical_breach(
     from bkaudit import tables
     from bkaudit.spark.snapshot import SnapshotFailed, run_snapshot
 
-    root = f"/t{uuid.uuid4().hex[:12]}/ledgers"
+    root = unique_path("t", "/ledgers")
     init_cluster(zk, root=root)
     data = serialize(LEDGERS[1][0])
     zk.create(paths.ledger_path(5, root=root), data, makepath=True)

@@ -16,7 +16,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_snapshot_of_client_written_ledgers(spark: Any, cluster3: Any, tmp_path: Path) -> None:
-    import bkaudit.spark.settings  # noqa: F401
     from bkaudit import config, tables
     from bkaudit.client import BookKeeper
     from bkaudit.spark.snapshot import run_snapshot

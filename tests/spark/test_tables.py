@@ -17,8 +17,9 @@ import pytest
 from bkaudit.formats.ledger_metadata import serialize
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.tables import read, store
+from bkaudit.tables.catalog import spec
 from bkaudit.tables.rows import LedgerBatchBuilder, explode_segments, metadata_text
-from bkaudit.tables.schemas import LEDGERS, SOURCE_SCHEMA, conform, spec
+from bkaudit.tables.schemas import LEDGERS, SOURCE_SCHEMA, conform
 
 DATE = "2026-11-22"
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from bkaudit.audit.base import Category
 from bkaudit.audit.placement import PlacementCheck
+from bkaudit.audit.settings import PlacementSettings, policy_from_settings
 from bkaudit.model.ledger import Segment
 from bkaudit.model.placement import (
     Adherence,
     DefaultPolicy,
-    PlacementSettings,
     RackAwarePolicy,
     ZoneAwarePolicy,
-    policy_from_settings,
 )
 from bkaudit.model.shape import LedgerShape
 from bkaudit.model.topology import Topology

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from bkaudit import config
-from bkaudit.autorecovery import dataloss
 from bkaudit.autorecovery import metrics as m
 from bkaudit.autorecovery.settings import AutoRecoverySettings
 from bkaudit.autorecovery.summary import (
@@ -17,6 +16,7 @@ from bkaudit.autorecovery.summary import (
     exit_code,
 )
 from bkaudit.errors import ConfigError, FormatError
+from bkaudit.zk import dataloss
 from tests.promtext import types, value
 
 

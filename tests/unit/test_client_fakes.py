@@ -37,6 +37,24 @@ def _done(value: object = None, exc: BaseException | None = None) -> Future:
     return fut
 
 
+class _AddReply(Future):  # type: ignore[type-arg]
+    """An add's reply that records when the client's handler for it has returned: the evidence an ordering
+    test waits for (the client has seen this acknowledgement) instead of sleeping."""
+
+    def __init__(self, on_handled: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_handled = on_handled
+
+    def add_done_callback(self, fn: Callable[[Future], object]) -> None:  # type: ignore[override,type-arg]
+        def handled(fut: Future) -> None:  # type: ignore[type-arg]
+            try:
+                fn(fut)
+            finally:
+                self._on_handled()
+
+        super().add_done_callback(handled)
+
+
 class FakeBookie:
     """One bookie: entries per ledger, fenced ledgers, and switches to fail or hold replies."""
 
@@ -51,6 +69,7 @@ class FakeBookie:
         self.held: list[Callable[[], None]] = []
         self.read_errors: dict[int, str] = {}  # entry id -> status every read of it fails with
         self.adds: list[tuple[int, int, bool]] = []
+        self.acks_handled: list[tuple[int, int]] = []  # (ledger, entry) whose ack the client has processed
         self.reads: list[tuple[int, int, bool]] = []
         self.lock = threading.Lock()
 
@@ -75,11 +94,12 @@ class FakeBookie:
             if ledger_id in self.fenced and not recovery:
                 return _done(exc=FencedError(bookie_id=self.id, ledger_id=ledger_id, entry_id=entry_id))
             self.entries.setdefault(ledger_id, {})[entry_id] = bytes(body)
+            fut = _AddReply(lambda: self.acks_handled.append((ledger_id, entry_id)))
             if self.hold:
-                fut: Future = Future()
                 self.held.append(lambda: fut.set_result(None))
                 return fut
-        return _done(None)
+        fut.set_result(None)
+        return fut
 
     def release(self) -> None:
         with self.lock:

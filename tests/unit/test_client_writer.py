@@ -9,6 +9,7 @@ import pytest
 from bkaudit.errors import BookieError, FencedError, LedgerStateError, NotEnoughBookies, QuorumError
 from bkaudit.formats.entry import DigestManager
 from bkaudit.model.ledger import DigestType, LedgerState, Segment
+from tests.helpers import wait_for
 from tests.unit.test_client_fakes import FakeCluster
 
 
@@ -61,7 +62,11 @@ def test_futures_complete_only_after_earlier_entries(cluster: FakeCluster) -> No
     b0.hold = True
     f0 = w.add_entry_async(b"a")
     f1 = w.add_entry_async(b"b")
-    time.sleep(0.05)
+    # the moment f1 could wrongly complete: the client has handled both acknowledgements of entry 1 (its AQ)
+    def entry_1_acked() -> bool:
+        return all((w.ledger_id, 1) in b.acks_handled for b in cluster.bookies[1:3])
+
+    wait_for(entry_1_acked, 10, "the client to handle entry 1's acknowledgements")
     assert not f0.done() and not f1.done()  # entry 1 has its AQ acks but must wait for entry 0
     b0.release()
     assert (f0.result(5), f1.result(5)) == (0, 1)

@@ -1,8 +1,12 @@
-"""Settings: validated at start-up (pydantic over the registered dataclass sections); file < env < flags."""
+"""Settings: validated at start-up (pydantic over the catalogued dataclass sections); file < env < flags."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,7 +60,7 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
 
 
 def test_environment_spellings_are_coerced(tmp_path: Path) -> None:
-    from bkaudit.model.placement import PlacementSettings
+    from bkaudit.audit.settings import PlacementSettings
 
     loaded = config.load(path=conf(tmp_path, ""), environ={
         "BKAUDIT_PLACEMENT__ENFORCE_MIN_RACKS": "yes",
@@ -67,8 +71,7 @@ def test_environment_spellings_are_coerced(tmp_path: Path) -> None:
     assert section.enforce_min_racks is True and section.regions_to_write == ("east", "west")
 
 
-def test_a_section_registered_anywhere_is_validated_the_same_way(tmp_path: Path) -> None:
-    @config.section("test_widgets")
+def test_a_section_added_to_the_catalog_is_validated_the_same_way(tmp_path: Path) -> None:
     @dataclasses.dataclass(frozen=True)
     class Widgets:
         count: int = 1
@@ -79,17 +82,62 @@ def test_a_section_registered_anywhere_is_validated_the_same_way(tmp_path: Path)
             if self.count > 10:
                 raise ConfigError("test_widgets.count", "at most 10")
 
-    try:
-        ok = config.load(path=conf(tmp_path, "[test_widgets]\ncount = '3'\nnames = ['a']\nlabel = 'none'\n"),
-                         environ={})
-        assert ok.get(Widgets) == Widgets(count=3, names=("a",), label=None)
-        with pytest.raises(ConfigError, match="at most 10"):
-            config.load(path=conf(tmp_path, "[test_widgets]\ncount = 11\n"), environ={})
-        with pytest.raises(ConfigError, match=r"test_widgets\.count"):
-            config.load(path=conf(tmp_path, "[test_widgets]\ncount = 'many'\n"), environ={})
-    finally:
-        config._SECTIONS.pop("test_widgets", None)
+    catalog = {**config.SECTIONS, "test_widgets": Widgets}
+    ok = config.load(path=conf(tmp_path, "[test_widgets]\ncount = '3'\nnames = ['a']\nlabel = 'none'\n"),
+                     environ={}, catalog=catalog)
+    assert ok.get(Widgets) == Widgets(count=3, names=("a",), label=None)
+    with pytest.raises(ConfigError, match="at most 10"):
+        config.load(path=conf(tmp_path, "[test_widgets]\ncount = 11\n"), environ={}, catalog=catalog)
+    with pytest.raises(ConfigError, match=r"test_widgets\.count"):
+        config.load(path=conf(tmp_path, "[test_widgets]\ncount = 'many'\n"), environ={}, catalog=catalog)
+    with pytest.raises(ConfigError, match="unknown configuration section"):  # not in bkaudit's own catalog
+        config.load(path=conf(tmp_path, "[test_widgets]\ncount = 3\n"), environ={})
+
+
+def test_every_catalogued_section_resolves_to_its_dataclass() -> None:
+    settings = config.load(path=config.DEFAULT_PATH, environ={})
+    for name, ref in config.SECTIONS.items():
+        module, _, cls_name = ref.partition(":")
+        cls = getattr(importlib.import_module(module), cls_name)
+        assert dataclasses.is_dataclass(cls), ref
+        assert settings.section_name(cls) == name
+        assert settings.get(cls) == settings[name]
+
+
+def test_a_class_outside_the_catalog_is_refused() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Stray:
+        x: int = 0
+
+    with pytest.raises(TypeError, match="not a settings section"):
+        config.load(environ={}).get(Stray)
+
+
+def test_importing_config_imports_no_subsystem() -> None:
+    """The catalog is text: reading it imports nothing (no registration, no side effect on import)."""
+    code = ("import sys, bkaudit.config; "
+            "print(sorted(m for m in sys.modules if m.startswith('bkaudit.') and m.count('.') >= 1))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(ast.literal_eval(out))
+    allowed = {"bkaudit.config", "bkaudit.errors", "bkaudit.zk", "bkaudit.zk.settings", "bkaudit.zk.paths"}
+    assert loaded <= allowed, loaded
 
 
 def test_the_shipped_file_is_valid() -> None:
     config.load(path=config.DEFAULT_PATH, environ={})
+
+
+def test_one_rule_for_the_warehouse(tmp_path: Path) -> None:
+    """A job's own argument wins over [snapshot] warehouse (where --warehouse flags land); none is a
+    settings error naming the key and every way to give one."""
+    empty = config.load(path=conf(tmp_path, ""), environ={})
+    with pytest.raises(ConfigError) as err:
+        config.warehouse(empty)
+    assert err.value.key == "snapshot.warehouse" and "--warehouse" in str(err.value)
+    assert "BKAUDIT_SNAPSHOT__WAREHOUSE" in str(err.value)
+    from_env = config.load(path=conf(tmp_path, ""), environ={"BKAUDIT_SNAPSHOT__WAREHOUSE": "/wh/env"})
+    assert config.warehouse(from_env) == "/wh/env"
+    assert config.warehouse(from_env, "/wh/job") == "/wh/job"
+    flagged = config.load(path=conf(tmp_path, '[snapshot]\nwarehouse = "/wh/file"\n'), environ={},
+                          overrides={"snapshot.warehouse": "s3a://b/wh"})
+    assert config.warehouse(flagged) == "s3a://b/wh"

@@ -14,6 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from bkaudit import config
+from bkaudit.audit.settings import PlacementSettings, policy_from_settings, topology_from_settings
 from bkaudit.errors import ConfigError, NotEnoughBookies, QuorumError
 from bkaudit.model import placement
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
@@ -21,14 +22,11 @@ from bkaudit.model.placement import (
     Adherence,
     DefaultPolicy,
     PlacementPolicy,
-    PlacementSettings,
     RackAwarePolicy,
     RegionAwarePolicy,
     ZoneAwarePolicy,
     ledger_adherence,
-    policy_from_settings,
     policy_kind,
-    topology_from_settings,
 )
 from bkaudit.model.topology import DEFAULT_REGION_AND_RACK, DEFAULT_ZONE_AND_UPGRADEDOMAIN, Topology
 

@@ -110,3 +110,28 @@ def test_shipped_conf_documents_the_tables_defaults() -> None:
     loaded = config.load(path=config.DEFAULT_PATH, environ={})
     assert "tables" in loaded.raw()
     assert loaded.get(TablesSettings) == TablesSettings()
+
+
+def test_only_a_scheme_followed_by_slashes_makes_a_uri(tmp_path: Path) -> None:
+    """A local directory whose name has ':' stays local (urlsplit alone would read a scheme in it)."""
+    odd = str(tmp_path / "wh:2026")
+    assert location.split(odd) == ("", odd) and location.is_local(odd)
+    assert location.split("S3A://bucket/wh") == ("s3", "bucket/wh")
+    assert location.is_absolute("gs://b/x") and location.is_absolute("/abs")
+    assert not location.is_absolute("p/x")
+    assert location.resolve("s3://b/t", "part-0.parquet") == "s3://b/t/part-0.parquet"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "expected"),
+    [
+        ("http://127.0.0.1:9000", {"endpoint_override": "127.0.0.1:9000", "scheme": "http"}),
+        ("https://minio.example:443/", {"endpoint_override": "minio.example:443", "scheme": "https"}),
+        ("minio:9000", {"endpoint_override": "minio:9000"}),
+        (None, {}),
+    ],
+)
+def test_endpoint_options_become_pyarrow_endpoint_override_and_scheme(
+    endpoint: str | None, expected: dict[str, object]
+) -> None:
+    assert location._endpoint(endpoint) == expected

@@ -22,7 +22,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
 from bkaudit.errors import FormatError
 from bkaudit.zk import paths
-from bkaudit.zk.ledgers import delete_empty_parents, get_children_many
+from bkaudit.zk.client import delete_empty_parents, get_children_many
 
 log = logging.getLogger(__name__)
 

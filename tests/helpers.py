@@ -1,0 +1,31 @@
+"""Small helpers every kind of test shares: polling for an event, and ZooKeeper paths no other test uses."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(
+    predicate: Callable[[], T], timeout_s: float = 60.0, what: str = "condition", interval_s: float = 0.05
+) -> T:
+    """Poll `predicate` until it returns something truthy and return that; AssertionError naming `what`
+    after `timeout_s` (generous defaults: the suite runs on a loaded 2-core machine)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def unique_path(prefix: str = "t", tail: str = "") -> str:
+    """`/<prefix><12 hex><tail>`: a ZooKeeper path (a ledgers root, a chroot) no other test uses; its parent
+    does not exist yet, e.g. unique_path("t", "/ledgers") -> "/t1a2b3c4d5e6f/ledgers"."""
+    return f"/{prefix}{uuid.uuid4().hex[:12]}{tail}"

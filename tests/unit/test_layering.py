@@ -1,0 +1,182 @@
+"""The import graph of bkaudit has no cycle between packages and no upward arrow.
+
+Every module is parsed (no import runs): module-level imports, imports inside functions and `TYPE_CHECKING`
+imports alike, since a function-level import is a dependency all the same. Each module belongs to a *unit*:
+its package (`bkaudit.zk`), a top-level module (`bkaudit.config`), or `cli` for command-line modules (every
+`commands` / `*_commands` module, and those in CLI_MODULES): a package's click commands sit on top of the
+stack wherever they are filed, like `bkaudit.cli` itself.
+
+LAYERS is the order, lowest first, after docs/architecture.md and DESIGN.md ("pure core, I/O at the edges"):
+a unit may import its own layer (without a cycle) and the layers below, never one above. A new package must
+be placed here (the test names it): that is the point of the table.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "bkaudit"
+
+FOUNDATION, CORE, IO, RUNTIME, SERVICES, JOBS, CLUSTER, TOP = range(8)
+LAYERS: dict[str, int] = {
+    # no bkaudit imports at all: errors, exit codes, process probing, logging and shutdown helpers
+    "bkaudit": FOUNDATION,
+    "bkaudit.errors": FOUNDATION,
+    "bkaudit.exitcodes": FOUNDATION,
+    "bkaudit.processes": FOUNDATION,
+    "bkaudit.logs": FOUNDATION,
+    "bkaudit.shutdown": FOUNDATION,
+    # pure core: codecs, the ledger model and placement rules, the checks (no I/O; mypy strict)
+    "bkaudit.formats": CORE,
+    "bkaudit.model": CORE,
+    "bkaudit.audit": CORE,
+    # I/O edges, no domain rules: ZooKeeper, the bookie RPC clients, Delta tables, settings, metric exposition
+    "bkaudit.zk": IO,
+    "bkaudit.rpc": IO,
+    "bkaudit.tables": IO,
+    "bkaudit.config": IO,
+    "bkaudit.exposition": IO,
+    # the runtime that stores and writes entries: bookie server, ledger client
+    "bkaudit.bookie": RUNTIME,
+    "bkaudit.client": RUNTIME,
+    # long-running services over the runtime: bookie lifecycle (drain), AutoRecovery (auditor, worker)
+    "bkaudit.lifecycle": SERVICES,
+    "bkaudit.autorecovery": SERVICES,
+    # batch jobs: the job layer without Spark (job), Spark snapshot / checker, decommission what-if, metrics
+    "bkaudit.job": JOBS,
+    "bkaudit.spark": JOBS,
+    "bkaudit.decommission": JOBS,
+    "bkaudit.metrics": JOBS,
+    # local clusters of real processes (ZooKeeper + bookies) for demos, tests, benchmarks
+    "bkaudit.cluster": CLUSTER,
+    # what operators run: the admin server, reports, the demo, the CLI
+    "bkaudit.admin": TOP,
+    "bkaudit.report": TOP,
+    "bkaudit.demo": TOP,
+    "bkaudit.cli_common": TOP,
+    "bkaudit.cli": TOP,
+    "cli": TOP,
+}
+
+# command-line modules that are not called `commands`
+CLI_MODULES = {
+    "bkaudit.autorecovery.underreplicated",  # `bkaudit underreplicated`
+    "bkaudit.spark.decommission",  # `bkaudit decommission-audit`: its click command with the Spark run
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {
+        _module_name(p): p
+        for p in PACKAGE.rglob("*.py")
+        if "proto" not in p.relative_to(PACKAGE).parts  # generated protobuf code
+    }
+
+
+def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
+    """Every bkaudit module `module` imports, wherever the import statement is."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("bkaudit"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{node.module}" if node.module else package
+            else:
+                base = node.module or ""
+            if not base.startswith("bkaudit"):
+                continue
+            for alias in node.names:  # `from bkaudit import config` imports the module bkaudit.config
+                sub = f"{base}.{alias.name}"
+                yield sub if sub in known else base
+
+
+def unit(module: str) -> str:
+    leaf = module.rpartition(".")[2]
+    in_package = module.count(".") >= 2
+    if module in CLI_MODULES or (in_package and (leaf == "commands" or leaf.endswith("_commands"))):
+        return "cli"
+    return ".".join(module.split(".")[:2])
+
+
+def _graph() -> dict[tuple[str, str], set[str]]:
+    """(importing unit, imported unit) -> the importing modules (for the failure message)."""
+    modules = _modules()
+    edges: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for module, path in modules.items():
+        for target in _imports(module, path, set(modules)):
+            a, b = unit(module), unit(target)
+            if a != b:
+                edges[(a, b)].add(module)
+    return edges
+
+
+def test_every_unit_has_a_layer() -> None:
+    units = {unit(m) for m in _modules()}
+    assert sorted(units - set(LAYERS)) == [], "place new packages in LAYERS"
+
+
+def test_no_upward_import() -> None:
+    upward = [
+        f"{a} (layer {LAYERS[a]}) -> {b} (layer {LAYERS[b]}) in {sorted(mods)}"
+        for (a, b), mods in sorted(_graph().items())
+        if a in LAYERS and b in LAYERS and LAYERS[a] < LAYERS[b]
+    ]
+    assert upward == []
+
+
+def test_no_cycle_between_units() -> None:
+    edges = _graph()
+    succ: dict[str, set[str]] = defaultdict(set)
+    for a, b in edges:
+        succ[a].add(b)
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(succ[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(succ):
+        if node not in state:
+            visit(node)
+    def via(cycle: list[str]) -> str:
+        return "; ".join(f"{a}->{b}: {sorted(edges[a, b])}" for a, b in itertools.pairwise(cycle))
+
+    described = [" -> ".join(c) + "  via " + via(c) for c in cycles]
+    assert described == []
+
+
+def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
+    """The checker itself: an import inside a function counts, and relative imports resolve."""
+    known = {"bkaudit.zk.client", "bkaudit.zk.paths", "bkaudit.config", "bkaudit.zk"}
+    source = tmp_path / "ledgers.py"
+    source.write_text(
+        "from . import paths\n"
+        "def f():\n    from bkaudit import config\n    import bkaudit.zk.client\n"
+    )
+    assert sorted(_imports("bkaudit.zk.ledgers", source, known)) == [
+        "bkaudit.config",
+        "bkaudit.zk.client",
+        "bkaudit.zk.paths",
+    ]
+    assert unit("bkaudit.zk.commands") == "cli" and unit("bkaudit.zk.ledgers") == "bkaudit.zk"
