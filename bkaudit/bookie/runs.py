@@ -2,7 +2,8 @@
 
 GetListOfEntriesOfLedger must answer without touching entry bodies (the checker asks about every ledger of a
 bookie), so each ledger keeps its ids as runs; the encoded AvailabilityOfEntriesOfLedger bytes are cached,
-bounded, by the storage (bkaudit.bookie.listing.ListingCache). Writers append ids almost always in order, so the common add is O(1); an out-of-order id (a
+bounded, by the storage (bkaudit.bookie.listing.ListingCache). Writers append ids almost always in order, so
+the common add is O(1); an out-of-order id (a
 recovery write-back, a re-replicated hole) costs one bisect.
 """
 

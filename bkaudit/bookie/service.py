@@ -333,8 +333,8 @@ class BookieService:
             return
         answer = batch_response(head.SerializePartialToString(), entries, max_bytes=self.max_response_bytes)
         if answer is None:
-            log.warning("batch listing of %d ledgers cannot fit in %d bytes even without encodings: answering "
-                        "ETOOMANYREQUESTS", len(entries), self.max_response_bytes)
+            log.warning("batch listing of %d ledgers cannot fit in %d bytes even without encodings: "
+                        "answering ETOOMANYREQUESTS", len(entries), self.max_response_bytes)
             answer = _response(req, pb.ETOOMANYREQUESTS)
         done(answer)
 

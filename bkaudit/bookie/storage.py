@@ -316,7 +316,7 @@ class Storage:
         return state.lac_body, last
 
     def availability(self, ledger_id: int) -> bytes | None:
-        """AvailabilityOfEntriesOfLedger bytes (index + cache); None when unknown; EIO when storage is lost."""
+        """AvailabilityOfEntriesOfLedger bytes (index, cache); None when unknown; EIO once storage is lost."""
         self._intact(ledger_id)
         with self._index_lock:
             return self._availability(ledger_id)
@@ -369,12 +369,12 @@ class Storage:
                 self._readers.append(conn)
         return conn
 
-    # -- storage check (the bookie's disk checker) ------------------------------------------------------------
+    # -- storage check (the bookie's disk checker) -----------------------------------------------------------
     def check(self) -> str | None:
         """Verify the storage under the in-memory index; returns why it is lost, or None while intact.
 
-        Lost (permanently, `failed` set): the ledger directory or `ledgers.db` is gone, replaced, unreadable or
-        not writable, or the file no longer starts with SQLite's header. Intact but written by another
+        Lost (permanently, `failed` set): the ledger directory or `ledgers.db` is gone, replaced, unreadable
+        or not writable, or the file no longer starts with SQLite's header. Intact but written by another
         connection since the last check: the index and the listing cache are reloaded from disk first.
         """
         if self.failed is not None:
@@ -509,7 +509,7 @@ class Storage:
             version = self._conn.execute("PRAGMA data_version").fetchone()[0]
             changed = version != self._data_version
             if changed:
-                log.warning("%s was changed by another process: reloading the entry index from disk", self.path)
+                log.warning("%s was changed by another process: reloading the entry index", self.path)
                 ledgers, index = self._load()
                 with self._index_lock:
                     self._ledgers, self._index = ledgers, index
@@ -599,9 +599,9 @@ def _identity(path: Path) -> tuple[int, int]:
 
 
 def _storage_problem(path: Path, identity: tuple[int, int]) -> str | None:
-    """What BookKeeper's DiskChecker.checkDir verifies of a ledger directory (exists, is a directory, readable,
-    writable), without re-creating a missing one (that would hide the loss), plus: `ledgers.db` is still the
-    file the storage opened and starts with SQLite's header."""
+    """What BookKeeper's DiskChecker.checkDir verifies of a ledger directory (exists, is a directory,
+    readable, writable), without re-creating a missing one (that would hide the loss), plus: `ledgers.db` is
+    still the file the storage opened and starts with SQLite's header."""
     directory = path.parent
     if not directory.is_dir():
         return f"ledger directory {directory} is gone"

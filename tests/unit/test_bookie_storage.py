@@ -273,14 +273,15 @@ def test_batch_listing_bytes_equal_protobuf_encoding() -> None:
 
 
 def test_batch_listing_never_exceeds_the_frame_and_marks_what_did_not_fit() -> None:
-    """Ledgers answered in order while they fit; the rest ETOOMANYREQUESTS, a ledger too big for any frame EIO,
-    unknown ledgers still ENOLEDGER; the whole answer within `max_bytes` (ground truth: protobuf's encoding)."""
+    """Ledgers answered in order while they fit; the rest ETOOMANYREQUESTS, a ledger too big for any frame
+    EIO, unknown ledgers still ENOLEDGER; the answer within `max_bytes` (ground truth: protobuf's bytes)."""
     from bkaudit.bookie.listing import batch_response
 
     head = _batch_head()
     big = availability.encode(range(0, 2000, 2))  # 1000 groups: 24,064 bytes
     small = availability.encode([0, 1, 2])
-    entries = [(1, small), (2, big), (3, None), (4, big), (5, small), (6, availability.encode(range(0, 8000, 2)))]
+    huge = availability.encode(range(0, 8000, 2))
+    entries = [(1, small), (2, big), (3, None), (4, big), (5, small), (6, huge)]
     limit = 2 * len(big)  # room for one big ledger, not two; ledger 6 fits no frame of this size
     got = batch_response(head.SerializeToString(), entries, max_bytes=limit)
     assert got is not None and len(got) <= limit
@@ -312,8 +313,8 @@ def test_listing_cache_is_an_lru_bounded_by_its_accounted_bytes() -> None:
 
 def test_listing_more_ledgers_than_the_cache_holds_stays_under_the_bound_and_recomputes(tmp_path) -> None:
     """50 ledgers of E3/WQ2-like stripes (every third id missing) through a cache bound of about 8 of them:
-    the cache's accounted bytes never pass the bound, and evicted ledgers answer the same bytes again, equal to
-    the encoding of the ids written (ground truth), also after a write changed one of them."""
+    the cache's accounted bytes never pass the bound, and evicted ledgers answer the same bytes again, equal
+    to the encoding of the ids written (ground truth), also after a write changed one of them."""
     written: dict[int, list[int]] = {}
     ledgers = []
     for lid in range(1, 51):
