@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bkaudit.audit.availability import STATUS_CIRCUIT_OPEN, STATUS_INVALID_RESPONSE, is_transport_failure
+from bkaudit.audit.batching import answer_bytes, call_budget, plan_calls
 from bkaudit.audit.durability import (
     STATUS_NO_LEDGER,
     STATUS_OK,
@@ -93,12 +94,14 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("ledger_entries", pa.int64()),
         pa.field("read_entries", pa.list_(pa.int64())),
         pa.field("digest_type", pa.string()),
+        pa.field("answer_bytes", pa.int64()),
     ]
 )
 """One row per (ledger, bookie) to ask. `expected_digest`: digest of the canonical encoding of what the
 bookie must hold (null = always compare in detail); `ledger_entries` (entries checked) is set on one row per
 ledger, 0 on the others. `read_entries` set (a bookie without listing): verify by reading these entries
-(`bkaudit.audit.reads`) and checking each one's `digest_type` digest instead of asking for the list."""
+(`bkaudit.audit.reads`) and checking each one's `digest_type` digest instead of asking for the list.
+`answer_bytes`: the size of a healthy answer (`audit.batching`), by which listing calls are cut (null: 0)."""
 
 RESPONSE_SCHEMA = pa.schema(
     [
@@ -116,6 +119,7 @@ RESPONSE_SCHEMA = pa.schema(
         pa.field("digest_type", pa.string()),
         pa.field("entries_missing", pa.list_(pa.int64())),
         pa.field("entries_corrupt", pa.list_(pa.int64())),
+        pa.field("answer_bytes", pa.int64()),
     ]
 )
 """One row per (ledger, bookie) asked. status OK with a null `answer`: exactly the expected entries. status OK
@@ -127,6 +131,9 @@ ANSWERED = ("OK", "ENOLEDGER")
 DIGEST_MAX_RUNS = 4096
 """Above this many expected runs the digest is not computed: the answer is compared in detail instead."""
 OUTPUT_BATCH_ROWS = 8192
+CALL_BYTES = call_budget(5 * 1024 * 1024)
+"""Expected answer bytes per listing call: half of BookKeeper's default frame (nettyMaxFrameSizeBytes), which
+the task's clients apply to every response."""
 
 
 def digest(data: bytes) -> bytes:
@@ -142,6 +149,7 @@ class FanoutConfig:
     batch_listing: frozenset[str] = frozenset()
     """Bookies that advertised the batch listing (op 1000); the others get per-ledger requests."""
     batch_size: int = 500
+    max_call_bytes: int = CALL_BYTES
     max_in_flight: int = 4
     call_timeout_s: float = 15.0
     connect_timeout_s: float = 5.0
@@ -204,9 +212,15 @@ class ExpectedDigests:
     def __init__(self) -> None:
         self._plans: dict[tuple[Any, ...], list[list[tuple[int, tuple[int, int, int, int, int]]]]] = {}
         self._digests: dict[tuple[tuple[int, int, int, int, int], ...], bytes | None] = {}
+        self._sizes: dict[tuple[tuple[int, int, int, int, int], ...], int] = {}
 
     def expected(self, shape: LedgerShape) -> tuple[dict[str, bytes | None], int]:
         """({bookie: digest or None}, entries checked) — bookies in `expected_by_bookie` order."""
+        wanted, n = self.expected_requests(shape)
+        return {bookie: d for bookie, (d, _) in wanted.items()}, n
+
+    def expected_requests(self, shape: LedgerShape) -> tuple[dict[str, tuple[bytes | None, int]], int]:
+        """({bookie: (digest or None, healthy answer bytes)}, entries checked)."""
         spans = checked_segments(shape)
         e, wq = shape.ensemble_size, shape.write_quorum
         key = (e, wq, tuple((sp.first, sp.last) for sp in spans))
@@ -227,16 +241,18 @@ class ExpectedDigests:
             ens = sp.ensemble
             for idx, striping in per:
                 by_bookie.setdefault(ens[idx], []).append(striping)
-        out: dict[str, bytes | None] = {}
+        out: dict[str, tuple[bytes | None, int]] = {}
         for bookie, stripings in by_bookie.items():
             skey = tuple(stripings)
             if skey in self._digests:
-                out[bookie] = self._digests[skey]
+                out[bookie] = (self._digests[skey], self._sizes[skey])
                 continue
             value = self._digest_of(stripings)
+            size = answer_bytes(Striping(*t) for t in stripings)
             if len(self._digests) < self.MEMO_LIMIT:
                 self._digests[skey] = value
-            out[bookie] = value
+                self._sizes[skey] = size
+            out[bookie] = (value, size)
         return out, sum(sp.last - sp.first + 1 for sp in spans)
 
     def for_shape(self, shape: LedgerShape) -> dict[str, bytes | None]:
@@ -333,14 +349,17 @@ def ask(
     max_in_flight: int,
     failure_threshold: int,
     call_prefix: str = "",
+    sizes: Sequence[int | None] | None = None,
+    max_call_bytes: int = CALL_BYTES,
 ) -> Iterator[tuple[int, bytes | BookieError | None, CallInfo | None]]:
-    """Raw answers for `ledger_ids` (by position): one batch message per `batch_size` ids, bounded in flight.
+    """Raw answers for `ledger_ids` (by position): one call per at most `batch_size` ids and `max_call_bytes`
+    expected answer bytes (`sizes`, by position; `audit.batching.plan_calls`), bounded in flight.
 
     Every position is yielded exactly once: bytes, a BookieError (per ledger, or the whole call's failure,
     CIRCUIT_OPEN for ids not asked after the breaker opened), or None when the answer lacks that ledger.
     """
-    positions = list(range(len(ledger_ids)))
-    chunks = iter([positions[i : i + batch_size] for i in range(0, len(positions), batch_size)])
+    expected = [s or 0 for s in sizes] if sizes is not None else [0] * len(ledger_ids)
+    chunks = iter(plan_calls(expected, max_bytes=max_call_bytes, max_count=batch_size))
     pending: dict[Future[Any], tuple[list[int], float, str]] = {}
     consecutive = 0
     breaker: str | None = None
@@ -418,6 +437,8 @@ def query_bookie(
 ) -> Iterator[tuple[LedgerShape, BookieEvidence, CallInfo | None]]:
     """Ask one bookie about `shapes` and judge every answer in detail (driver-side re-evaluation)."""
     ids = [s.ledger_id for s in shapes]
+    memo = ExpectedDigests()
+    sizes = [memo.expected_requests(s)[0].get(bookie_id, (None, 0))[1] for s in shapes]
     for p, value, call in ask(
         client,
         bookie_id,
@@ -426,6 +447,7 @@ def query_bookie(
         max_in_flight=max_in_flight,
         failure_threshold=failure_threshold,
         call_prefix=call_prefix,
+        sizes=sizes,
     ):
         yield shapes[p], judge_answer(shapes[p], bookie_id, value), call
 
@@ -595,6 +617,7 @@ class _Columns:
 
     __slots__ = (
         "answer",
+        "answer_bytes",
         "call_id",
         "call_ms",
         "corrupt",
@@ -621,6 +644,7 @@ class _Columns:
         self.digest_type: list[str | None] = []
         self.missing: list[list[int] | None] = []
         self.corrupt: list[list[int] | None] = []
+        self.answer_bytes: list[int | None] = []
 
     def __len__(self) -> int:
         return len(self.ledger)
@@ -643,6 +667,7 @@ class _Columns:
                 pa.array(self.digest_type, pa.string()),
                 pa.array(self.missing, pa.list_(pa.int64())),
                 pa.array(self.corrupt, pa.list_(pa.int64())),
+                pa.array(self.answer_bytes, pa.int64()),
             ],
             schema=RESPONSE_SCHEMA,
         )
@@ -663,7 +688,7 @@ def fanout_partition(
         if not tables:
             return
         requests = pa.concat_tables(tables)
-        groups: dict[str, tuple[list[int], list[bytes | None], list[int], list[Any], list[Any]]] = {}
+        groups: dict[str, tuple[list[Any], ...]] = {}
         for bookie in pc.unique(requests.column("bookie_id")).to_pylist():
             part = requests.filter(pc.equal(requests.column("bookie_id"), bookie))
             groups[bookie] = (
@@ -672,6 +697,7 @@ def fanout_partition(
                 part.column("ledger_entries").to_pylist(),
                 part.column("read_entries").to_pylist(),
                 part.column("digest_type").to_pylist(),
+                part.column("answer_bytes").to_pylist(),
             )
         out: queue.Queue[pa.RecordBatch | BaseException | None] = queue.Queue(maxsize=64)
         prefix = f"{config.attempt}:{uuid.uuid4().hex[:8]}:"
@@ -683,6 +709,7 @@ def fanout_partition(
             all_entries: list[int],
             all_reads: list[list[int] | None],
             all_types: list[str | None],
+            all_sizes: list[int | None],
         ) -> None:
             client = None
             try:
@@ -713,6 +740,7 @@ def fanout_partition(
                         cols.digest_type.append(all_types[k])
                         cols.missing.append(list(summary.missing))
                         cols.corrupt.append(list(summary.corrupt))
+                        cols.answer_bytes.append(all_sizes[k])
                         if len(cols) >= OUTPUT_BATCH_ROWS:
                             out.put(cols.batch(bookie_id, config.attempt))
                             cols = _Columns()
@@ -728,7 +756,10 @@ def fanout_partition(
                     max_in_flight=config.max_in_flight,
                     failure_threshold=config.failure_threshold,
                     call_prefix=prefix,
+                    sizes=[all_sizes[i] for i in listed],
+                    max_call_bytes=config.max_call_bytes,
                 ):
+                    cols.answer_bytes.append(all_sizes[listed[p]])
                     cols.reads.append(None)
                     cols.digest_type.append(all_types[listed[p]])
                     cols.missing.append(None)
