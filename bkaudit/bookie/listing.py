@@ -26,7 +26,7 @@ _LEDGERS_TAG = b"\x12"  # GetListOfEntriesOfLedgersResponse.ledgers = 2, length-
 _BATCH_TAG = varint((pb.Response.GETLISTOFENTRIESOFLEDGERSRESPONSE_FIELD_NUMBER << 3) | 2)
 _STATUS_EOK = b"\x08" + varint(pb.EOK)
 _ITEM_EOK = b"\x10" + varint(pb.EOK)
-_ITEM_STATUS = {status: b"\x10" + varint(status) for status in (pb.ENOLEDGER, pb.ETOOMANYREQUESTS, pb.EIO)}
+_ITEM_STATUS: dict[int, bytes] = {s: b"\x10" + varint(s) for s in (pb.ENOLEDGER, pb.ETOOMANYREQUESTS, pb.EIO)}
 _MAX_LENGTH_VARINT = 5  # a length below 4 GiB
 
 
