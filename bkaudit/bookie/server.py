@@ -84,6 +84,7 @@ class BookieServer:
         self.mode = BookieMode()
         self._disk_usage = disk_usage
         self._stop = threading.Event()
+        self._stopped = threading.Event()
         self._closers: list[Callable[[], None]] = []
         self.storage: Storage | None = None
         self.service: BookieService | None = None
@@ -226,7 +227,8 @@ class BookieServer:
     # -- stop ------------------------------------------------------------------------------------------------
     def stop(self) -> None:
         """Graceful: go read-only in ZooKeeper, drain in-flight requests, stop serving, deregister, close."""
-        if self._stop.is_set():
+        if self._stop.is_set():  # stopping already (lost storage, a signal): let that finish
+            self._stopped.wait(self.conf.drain_timeout_s + 30)
             return
         self._stop.set()
         log.info("bookie %s stopping: switching to read-only", self.bookie_id)
@@ -259,6 +261,7 @@ class BookieServer:
                 closer()
             except Exception:
                 log.exception("shutdown step failed")
+        self._stopped.set()
 
     def wait(self) -> None:
         self._stop.wait()

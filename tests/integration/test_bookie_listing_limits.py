@@ -242,7 +242,7 @@ def test_storage_changes_and_loss_while_running_are_never_hidden(cluster_factory
             clients[victim.id].get_list_of_entries(second).result(timeout=20)
         assert getattr(failed.value, "status", "UNAVAILABLE") in ("UNAVAILABLE", "EIO")
         log = (Path(victim.data_dir) / "bookie.log").read_text(errors="replace")
-        assert "storage lost" in log
+        assert "storage lost" in log and f"bookie {victim.id} stopped" in log  # a full stop, deregistered
         for b in cluster.bookies[1:]:  # the others are untouched
             assert listed(b.id, second) == list(range(40))
     finally:
