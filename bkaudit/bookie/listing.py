@@ -31,21 +31,23 @@ _MAX_LENGTH_VARINT = 5  # a length below 4 GiB
 
 
 class ListingCache:
-    """Encoded listings by ledger id, least recently used evicted beyond `max_bytes`.
+    """Listings by ledger id, kept as the ready batch item, least recently used evicted beyond `max_bytes`.
 
+    A ledger's entry is its serialized `LedgerAvailability` (what a batch response carries, so a cached ledger
+    costs one join there) whose tail is the availability encoding (sliced off for single-ledger answers).
     Not locked itself: the storage calls it under its index lock, the lock that also guards the index the
     encodings come from, so an encoding is never cached after a change to its ledger was published.
-    `bytes` is the accounted size: the encodings plus `ENTRY_OVERHEAD` per cached ledger.
+    `bytes` is the accounted size: the items plus `ENTRY_OVERHEAD` per cached ledger.
     """
 
     ENTRY_OVERHEAD = 120
-    """Bytes a cached ledger costs besides its encoding (dict slot, key, bytes object header)."""
+    """Bytes a cached ledger costs besides its item (dict slot, key, tuple, bytes object header)."""
 
     __slots__ = ("_entries", "bytes", "evictions", "hits", "max_bytes", "misses")
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[int, bytes] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[bytes, int]] = OrderedDict()
         self.bytes = 0
         self.hits = self.misses = self.evictions = 0
 
@@ -55,37 +57,56 @@ class ListingCache:
     def __contains__(self, ledger_id: object) -> bool:
         return ledger_id in self._entries
 
-    def get(self, ledger_id: int) -> bytes | None:
-        data = self._entries.get(ledger_id)
-        if data is None:
+    def item(self, ledger_id: int) -> bytes | None:
+        """The cached batch item of a ledger (None: not cached)."""
+        entry = self._entries.get(ledger_id)
+        if entry is None:
             self.misses += 1
             return None
         self.hits += 1
         self._entries.move_to_end(ledger_id)
-        return data
+        return entry[0]
 
-    def put(self, ledger_id: int, data: bytes) -> None:
-        """Cache an encoding (one larger than the whole bound is not cached), evicting the least recent."""
+    def get(self, ledger_id: int) -> bytes | None:
+        """The cached availability encoding of a ledger (None: not cached)."""
+        entry = self._entries.get(ledger_id)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._entries.move_to_end(ledger_id)
+        item, size = entry
+        return item[len(item) - size :]
+
+    def put(self, ledger_id: int, availability: bytes) -> bytes:
+        """Cache a ledger's encoding (as its batch item, returned); one larger than the whole bound is not
+        kept; the least recently used are evicted."""
+        item = ledger_item(ledger_id, availability)
         self.invalidate(ledger_id)
-        cost = len(data) + self.ENTRY_OVERHEAD
+        cost = len(item) + self.ENTRY_OVERHEAD
         if cost > self.max_bytes:
-            return
+            return item
         entries = self._entries
-        entries[ledger_id] = data
+        entries[ledger_id] = (item, len(availability))
         self.bytes += cost
         while self.bytes > self.max_bytes:
-            _, old = entries.popitem(last=False)
+            _, (old, _) = entries.popitem(last=False)
             self.bytes -= len(old) + self.ENTRY_OVERHEAD
             self.evictions += 1
+        return item
 
     def invalidate(self, ledger_id: int) -> None:
         old = self._entries.pop(ledger_id, None)
         if old is not None:
-            self.bytes -= len(old) + self.ENTRY_OVERHEAD
+            self.bytes -= len(old[0]) + self.ENTRY_OVERHEAD
 
     def clear(self) -> None:
         self._entries.clear()
         self.bytes = 0
+
+
+_SHORT_ITEM_MAX = 16
+"""Largest item without availability: tag, length, ledgerId (<= 10 bytes) and status, with their tags."""
 
 
 def _short_item(ledger_id: int, status: int) -> bytes:
@@ -93,40 +114,37 @@ def _short_item(ledger_id: int, status: int) -> bytes:
     return _LEDGERS_TAG + varint(len(body)) + body
 
 
-def _full_item(ledger_id: int, availability: bytes) -> bytes:
+def ledger_item(ledger_id: int, availability: bytes) -> bytes:
+    """One serialized `ledgers` entry with status EOK (field tag and length included)."""
     body = b"\x08" + varint(ledger_id) + _ITEM_EOK + b"\x1a" + varint(len(availability)) + availability
     return _LEDGERS_TAG + varint(len(body)) + body
 
 
-def batch_response(header_and_status: bytes, entries: Sequence[tuple[int, bytes | None]], *,
+def batch_response(header_and_status: bytes, items: Sequence[tuple[int, bytes | None]], *,
                    max_bytes: int) -> bytes | None:
     """`header_and_status` (a serialized Response without the batch field) + the batch field, <= `max_bytes`.
 
-    Ledgers are answered in request order while they fit; the first that does not, and every later one with
-    entries, get ETOOMANYREQUESTS (an unknown ledger's ENOLEDGER is as short and always sent). None when not
-    even the short answers fit: the caller answers the whole request ETOOMANYREQUESTS.
+    `items`: per requested ledger its `ledger_item` (None: unknown, answered ENOLEDGER). Ledgers are answered
+    in request order while they fit; the first that does not, and every later one with entries, get
+    ETOOMANYREQUESTS; one no frame could carry gets EIO. None when not even short answers fit: the caller
+    answers the whole request ETOOMANYREQUESTS.
     """
     base = len(header_and_status) + len(_BATCH_TAG) + _MAX_LENGTH_VARINT + len(_STATUS_EOK)
-    short = [_short_item(lid, pb.ENOLEDGER if data is None else pb.ETOOMANYREQUESTS) for lid, data in entries]
-    total = base + sum(len(s) for s in short)
+    total = base + _SHORT_ITEM_MAX * len(items)  # every ledger gets at least a short item
     if total > max_bytes:
         return None
-    items: list[bytes] = []
+    out: list[bytes] = []
     full = True  # still answering in full
-    for (lid, data), small in zip(entries, short, strict=True):
-        if data is None:
-            items.append(small)
-            continue
-        item = _full_item(lid, data)
-        extra = len(item) - len(small)
-        if base + len(item) > max_bytes:  # no frame can carry this ledger's encoding
-            item = _short_item(lid, pb.EIO)
-            total += len(item) - len(small)
-        elif full and total + extra <= max_bytes:
-            total += extra
+    for lid, item in items:
+        if item is None:
+            out.append(_short_item(lid, pb.ENOLEDGER))
+        elif base + _SHORT_ITEM_MAX + len(item) > max_bytes:  # no frame can carry this ledger's encoding
+            out.append(_short_item(lid, pb.EIO))
+        elif full and total + len(item) - _SHORT_ITEM_MAX <= max_bytes:
+            total += len(item) - _SHORT_ITEM_MAX
+            out.append(item)
         else:
             full = False
-            item = small
-        items.append(item)
-    body = _STATUS_EOK + b"".join(items)
+            out.append(_short_item(lid, pb.ETOOMANYREQUESTS))
+    body = _STATUS_EOK + b"".join(out)
     return header_and_status + _BATCH_TAG + varint(len(body)) + body

@@ -327,7 +327,7 @@ class BookieService:
         head = pb.Response(status=EOK)
         head.header.CopyFrom(req.header)
         try:
-            entries = self.storage.availability_many(req.getListOfEntriesOfLedgersRequest.ledgerId)
+            entries = self.storage.listing_items(req.getListOfEntriesOfLedgersRequest.ledgerId)
         except BookieError as exc:
             done(_response(req, CODE.get(exc.status, pb.EIO)))
             return

@@ -327,20 +327,36 @@ class Storage:
         with self._index_lock:
             return [(lid, self._availability(lid)) for lid in ledger_ids]
 
+    def listing_items(self, ledger_ids: Iterable[int]) -> list[tuple[int, bytes | None]]:
+        """Each ledger's listing as a ready batch item (`listing.ledger_item`; None when unknown), cached."""
+        self._intact()
+        with self._index_lock:
+            cache = self.listing_cache
+            out: list[tuple[int, bytes | None]] = []
+            for lid in ledger_ids:
+                item = cache.item(lid)
+                if item is None:
+                    data = self._encode(lid)
+                    item = None if data is None else cache.put(lid, data)
+                out.append((lid, item))
+            return out
+
     def _availability(self, ledger_id: int) -> bytes | None:
         cache = self.listing_cache
         data = cache.get(ledger_id)
-        if data is not None:
-            return data
+        if data is None:
+            data = self._encode(ledger_id)
+            if data is not None:
+                cache.put(ledger_id, data)
+        return data
+
+    def _encode(self, ledger_id: int) -> bytes | None:
         runs = self._index.get(ledger_id)
         if runs is not None:
-            data = runs.encoded()
-        elif ledger_id in self._ledgers:
-            data = _EMPTY_ENCODING
-        else:
-            return None
-        cache.put(ledger_id, data)
-        return data
+            return runs.encoded()
+        if ledger_id in self._ledgers:
+            return _EMPTY_ENCODING
+        return None
 
     def _intact(self, ledger_id: int | None = None) -> None:
         if self.failed is not None:

@@ -262,20 +262,21 @@ def _expected_batch(head, items):
 
 
 def test_batch_listing_bytes_equal_protobuf_encoding() -> None:
-    from bkaudit.bookie.listing import batch_response
+    from bkaudit.bookie.listing import batch_response, ledger_item
     from bkaudit.formats.wire import varint
 
     assert [varint(v) for v in (0, 1, 127, 128, 300)] == [b"\x00", b"\x01", b"\x7f", b"\x80\x01", b"\xac\x02"]
     head = _batch_head()
     entries = [(1, availability.encode([0, 1, 5])), (2**40 + 3, None), (7, availability.encode([]))]
     expected = _expected_batch(head, [(lid, "ENOLEDGER" if d is None else "EOK", d) for lid, d in entries])
-    assert batch_response(head.SerializeToString(), entries, max_bytes=10**6) == expected
+    items = [(lid, None if d is None else ledger_item(lid, d)) for lid, d in entries]
+    assert batch_response(head.SerializeToString(), items, max_bytes=10**6) == expected
 
 
 def test_batch_listing_never_exceeds_the_frame_and_marks_what_did_not_fit() -> None:
     """Ledgers answered in order while they fit; the rest ETOOMANYREQUESTS, a ledger too big for any frame
     EIO, unknown ledgers still ENOLEDGER; the answer within `max_bytes` (ground truth: protobuf's bytes)."""
-    from bkaudit.bookie.listing import batch_response
+    from bkaudit.bookie.listing import batch_response, ledger_item
 
     head = _batch_head()
     big = availability.encode(range(0, 2000, 2))  # 1000 groups: 24,064 bytes
@@ -283,28 +284,31 @@ def test_batch_listing_never_exceeds_the_frame_and_marks_what_did_not_fit() -> N
     huge = availability.encode(range(0, 8000, 2))
     entries = [(1, small), (2, big), (3, None), (4, big), (5, small), (6, huge)]
     limit = 2 * len(big)  # room for one big ledger, not two; ledger 6 fits no frame of this size
-    got = batch_response(head.SerializeToString(), entries, max_bytes=limit)
+    items = [(lid, None if d is None else ledger_item(lid, d)) for lid, d in entries]
+    got = batch_response(head.SerializeToString(), items, max_bytes=limit)
     assert got is not None and len(got) <= limit
     assert got == _expected_batch(head, [(1, "EOK", small), (2, "EOK", big), (3, "ENOLEDGER", None),
                                          (4, "ETOOMANYREQUESTS", None), (5, "ETOOMANYREQUESTS", None),
                                          (6, "EIO", None)])
     # not even the short answers fit: the caller answers the whole request ETOOMANYREQUESTS
-    assert batch_response(head.SerializeToString(), [(i, small) for i in range(100)], max_bytes=200) is None
+    smalls = [(i, ledger_item(i, small)) for i in range(100)]
+    assert batch_response(head.SerializeToString(), smalls, max_bytes=200) is None
 
 
 # -- the listing cache ---------------------------------------------------------------------------------------
 def test_listing_cache_is_an_lru_bounded_by_its_accounted_bytes() -> None:
-    from bkaudit.bookie.listing import ListingCache
+    from bkaudit.bookie.listing import ListingCache, ledger_item
 
-    cost = 1000 + ListingCache.ENTRY_OVERHEAD
+    cost = len(ledger_item(0, b"\x00" * 1000)) + ListingCache.ENTRY_OVERHEAD  # ids 0..9: same item size
     cache = ListingCache(3 * cost)
     for lid in range(3):
-        cache.put(lid, bytes([lid]) * 1000)
+        assert cache.put(lid, bytes([lid]) * 1000) == ledger_item(lid, bytes([lid]) * 1000)
     assert cache.bytes == 3 * cost and len(cache) == 3
     assert cache.get(0) == b"\x00" * 1000  # 0 is now the most recent
     cache.put(3, b"\x03" * 1000)  # evicts 1, the least recently used
     assert 1 not in cache and {0, 2, 3} == {lid for lid in range(4) if lid in cache}
     assert cache.bytes == 3 * cost and cache.evictions == 1
+    assert cache.item(2) == ledger_item(2, b"\x02" * 1000)  # 2 is now the most recent
     cache.put(9, b"x" * (3 * cost))  # larger than the whole bound: not cached, nothing evicted
     assert 9 not in cache and len(cache) == 3
     cache.invalidate(0)
@@ -333,6 +337,13 @@ def test_listing_more_ledgers_than_the_cache_holds_stays_under_the_bound_and_rec
         assert cache.evictions > 0 and 0 < len(cache) < 50
         assert s.availability_many([1, 50]) == [(1, availability.encode(written[1])),
                                                 (50, availability.encode(written[50]))]
+        from bkaudit.bookie.listing import ledger_item
+
+        for _ in range(2):
+            assert s.listing_items([3, 999, 40]) == [(3, ledger_item(3, availability.encode(written[3]))),
+                                                     (999, None),
+                                                     (40, ledger_item(40, availability.encode(written[40])))]
+            assert cache.bytes <= bound
         s.add_entry(50, 5000, BULK_MASTER_KEY, entry(50, 5000)).result(timeout=10)  # invalidates ledger 50
         written[50].append(5000)
         assert s.availability(50) == availability.encode(written[50])
@@ -380,7 +391,7 @@ def test_storage_check_reports_lost_storage_and_fails_requests_with_eio(tmp_path
         problem = s.check()
         assert problem is not None and s.failed == problem
         for call in (lambda: s.availability(7), lambda: s.availability_many([7]), lambda: s.read_entry(7, 0),
-                     lambda: s.entry_runs(7)):
+                     lambda: s.entry_runs(7), lambda: s.listing_items([7])):
             with pytest.raises(BookieError, match="EIO"):
                 call()
         with pytest.raises(BookieError, match="EIO"):
