@@ -397,3 +397,47 @@ def test_storage_check_reports_lost_storage_and_fails_requests_with_eio(tmp_path
         with pytest.raises(BookieError, match="EIO"):
             s.add_entry(7, 10, BULK_MASTER_KEY, entry(7, 10)).result(timeout=10)
         assert s.check() == problem  # stays lost
+
+
+def test_batch_listing_property_within_limit_in_order_and_exact() -> None:
+    """Random requests and limits: the response is never above the limit, parses as protobuf, answers every
+    ledger in request order, full answers are exactly the encodings given and form a prefix of the ledgers
+    with entries (ground truth: the inputs and protobuf's parser)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from bkaudit.bookie.listing import batch_response, ledger_item
+    from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+
+    head = _batch_head().SerializeToString()
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.one_of(st.none(), st.integers(0, 300))),
+                    max_size=40, unique_by=lambda t: t[0]),
+           st.integers(50, 40_000))
+    def check(ledgers, limit):
+        encode = availability.encode
+        given_bytes = {lid: None if n is None else encode(range(0, 2 * n, 2)) for lid, n in ledgers}
+        items = [(lid, None if d is None else ledger_item(lid, d)) for lid, d in given_bytes.items()]
+        got = batch_response(head, items, max_bytes=limit)
+        if got is None:
+            assert len(head) + 16 * len(items) + 7 > limit
+            return
+        assert len(got) <= limit
+        resp = pb.Response()
+        resp.ParseFromString(got)
+        answers = resp.getListOfEntriesOfLedgersResponse.ledgers
+        assert [a.ledgerId for a in answers] == list(given_bytes)
+        cut = False
+        for a in answers:
+            data = given_bytes[a.ledgerId]
+            if data is None:
+                assert a.status == pb.ENOLEDGER
+            elif a.status == pb.EOK:
+                assert not cut and a.availabilityOfEntriesOfLedger == data
+            elif a.status == pb.ETOOMANYREQUESTS:
+                cut = True
+            else:
+                assert a.status == pb.EIO and len(ledger_item(a.ledgerId, data)) + len(head) > limit - 30
+
+    check()
