@@ -441,3 +441,42 @@ def test_batch_listing_property_within_limit_in_order_and_exact() -> None:
                 assert a.status == pb.EIO and len(ledger_item(a.ledgerId, data)) + len(head) > limit - 30
 
     check()
+
+
+def test_service_answers_eio_rather_than_a_frame_above_its_limit(tmp_path) -> None:
+    """A single-ledger listing larger than the response limit is EIO (a client's frame decoder would drop the
+    connection on it); a batch of everything is cut to the limit (request bytes built with protobuf)."""
+    import threading
+
+    from bkaudit.bookie.service import BookieService
+    from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+
+    bulk_load_index(tmp_path, [(1, [(e, e) for e in range(0, 2000, 2)]), (2, [(0, 5)])])  # 1000 runs, 24 KB
+    with Storage(tmp_path) as s:
+        service = BookieService(s, max_response_bytes=10_000)
+        try:
+            def ask(req: pb.Request) -> pb.Response:
+                got: list[bytes] = []
+                done = threading.Event()
+                service.dispatch(req.SerializeToString(), lambda b: (got.append(b), done.set()))
+                assert done.wait(10)
+                assert len(got[0]) <= 10_000
+                resp = pb.Response()
+                resp.ParseFromString(got[0])
+                return resp
+
+            for lid, status in ((1, pb.EIO), (2, pb.EOK)):
+                req = pb.Request()
+                req.header.version, req.header.operation, req.header.txnId = (
+                    pb.VERSION_THREE, pb.GET_LIST_OF_ENTRIES_OF_LEDGER, lid)
+                req.getListOfEntriesOfLedgerRequest.ledgerId = lid
+                assert ask(req).status == status
+            req = pb.Request()
+            req.header.version, req.header.operation, req.header.txnId = (
+                pb.VERSION_THREE, pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, 9)
+            req.getListOfEntriesOfLedgersRequest.ledgerId.extend([2, 1, 3])
+            items = ask(req).getListOfEntriesOfLedgersResponse.ledgers
+            assert [(i.ledgerId, i.status) for i in items] == [(2, pb.EOK), (1, pb.EIO), (3, pb.ENOLEDGER)]
+            assert items[0].availabilityOfEntriesOfLedger == availability.encode(range(6))
+        finally:
+            service.close()
