@@ -1080,6 +1080,7 @@ class CheckerRun:
             attempt=attempt,
             read_max_in_flight=self.conf.read_max_in_flight_per_bookie,
             tls=tls,
+            max_frame_bytes=rpc.max_frame_bytes,
         )
 
     def _fanout(self, requests: DataFrame) -> tuple[DataFrame | None, pa.Table]:

@@ -150,6 +150,9 @@ class FanoutConfig:
     """Bookies that advertised the batch listing (op 1000); the others get per-ledger requests."""
     batch_size: int = 500
     max_call_bytes: int = CALL_BYTES
+    """Expected answer bytes per listing call; at most half of `max_frame_bytes` is used."""
+    max_frame_bytes: int = 5 * 1024 * 1024
+    """Largest response frame the task's clients accept ([rpc] max_frame_bytes, nettyMaxFrameSizeBytes)."""
     max_in_flight: int = 4
     call_timeout_s: float = 15.0
     connect_timeout_s: float = 5.0
@@ -606,6 +609,7 @@ def make_client(bookie_id: str, config: FanoutConfig) -> Any:
         connect_timeout_s=config.connect_timeout_s,
         request_timeout_s=config.call_timeout_s,
         batch_listing=bookie_id in config.batch_listing,
+        max_frame_bytes=config.max_frame_bytes,
     )
 
 
@@ -757,7 +761,7 @@ def fanout_partition(
                     failure_threshold=config.failure_threshold,
                     call_prefix=prefix,
                     sizes=[all_sizes[i] for i in listed],
-                    max_call_bytes=config.max_call_bytes,
+                    max_call_bytes=min(config.max_call_bytes, call_budget(config.max_frame_bytes)),
                 ):
                     cols.answer_bytes.append(all_sizes[listed[p]])
                     cols.reads.append(None)
