@@ -120,18 +120,16 @@ class _Op:
 
 
 class _Admin:
-    """An admin operation run alone by the writer thread (fault injection, ledger deletion, the storage
-    check's reload; `ledger_id` -1 is the reload)."""
+    """An admin operation run alone by the writer thread (fault injection, ledger deletion, or with `reload`
+    the storage check's re-read of the index)."""
 
-    __slots__ = ("entry_ids", "future", "ledger_id")
+    __slots__ = ("entry_ids", "future", "ledger_id", "reload")
 
-    def __init__(self, ledger_id: int, entry_ids: list[int] | None) -> None:
+    def __init__(self, ledger_id: int, entry_ids: list[int] | None, *, reload: bool = False) -> None:
         self.ledger_id = ledger_id
         self.entry_ids = entry_ids
+        self.reload = reload
         self.future: Future[int] = Future()
-
-
-_RELOAD = -1
 
 
 _STOP = object()
@@ -398,7 +396,7 @@ class Storage:
         problem = _storage_problem(self.path, self._identity)
         if problem is None and not self._closed:
             try:
-                self._admin(_Admin(_RELOAD, None))
+                self._admin(_Admin(-1, None, reload=True))
             except BookieError as exc:
                 if self._closed:  # closed while checking: nothing was lost
                     return None
@@ -540,7 +538,7 @@ class Storage:
                 self._inflight -= 1
 
     def _run_admin(self, op: _Admin) -> None:
-        if op.ledger_id == _RELOAD:
+        if op.reload:
             self._reload_if_changed(op)
             return
         conn = self._conn
