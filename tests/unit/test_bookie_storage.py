@@ -421,7 +421,7 @@ def test_batch_listing_property_within_limit_in_order_and_exact() -> None:
         items = [(lid, None if d is None else ledger_item(lid, d)) for lid, d in given_bytes.items()]
         got = batch_response(head, items, max_bytes=limit)
         if got is None:
-            assert len(head) + 16 * len(items) + 7 > limit
+            assert len(head) + 9 + 16 * len(items) > limit  # batch tag 2, length <= 5, status 2; <= 16 each
             return
         assert len(got) <= limit
         resp = pb.Response()
