@@ -1,8 +1,9 @@
 """The in-memory entry index of one ledger: its stored entry ids as sorted, disjoint, inclusive runs.
 
 GetListOfEntriesOfLedger must answer without touching entry bodies (the checker asks about every ledger of a
-bookie), so each ledger keeps its ids as runs and caches the encoded AvailabilityOfEntriesOfLedger bytes until
-the next change. Writers append ids almost always in order, so the common add is O(1); an out-of-order id (a
+bookie), so each ledger keeps its ids as runs; the encoded AvailabilityOfEntriesOfLedger bytes are cached,
+bounded, by the storage (bkaudit.bookie.listing.ListingCache). Writers append ids almost always in order, so
+the common add is O(1); an out-of-order id (a
 recovery write-back, a re-replicated hole) costs one bisect.
 """
 
@@ -15,19 +16,17 @@ from collections.abc import Iterable, Iterator
 class EntryRuns:
     """Sorted disjoint inclusive runs of entry ids (two parallel lists so `bisect` works on the starts)."""
 
-    __slots__ = ("_encoded", "ends", "starts")
+    __slots__ = ("ends", "starts")
 
     def __init__(self, runs: Iterable[tuple[int, int]] = ()) -> None:
         self.starts: list[int] = []
         self.ends: list[int] = []
-        self._encoded: bytes | None = None
         for first, last in runs:
             self.add_run(first, last)
 
     def add(self, entry_id: int) -> None:
         """Record one stored id (already present ids are ignored)."""
         starts, ends = self.starts, self.ends
-        self._encoded = None
         if ends:
             last = ends[-1]
             if entry_id == last + 1:
@@ -44,7 +43,6 @@ class EntryRuns:
         if last < first:
             return
         starts, ends = self.starts, self.ends
-        self._encoded = None
         if not ends or first > ends[-1] + 1:
             starts.append(first)
             ends.append(last)
@@ -98,9 +96,7 @@ class EntryRuns:
         return sum(e - s + 1 for s, e in zip(self.starts, self.ends, strict=True))
 
     def encoded(self) -> bytes:
-        """AvailabilityOfEntriesOfLedger bytes, cached until the next change."""
-        if self._encoded is None:
-            from bkaudit.formats.availability import encode_runs
+        """AvailabilityOfEntriesOfLedger bytes (not cached here: see bkaudit.bookie.listing)."""
+        from bkaudit.formats.availability import encode_runs
 
-            self._encoded = encode_runs(self.runs())
-        return self._encoded
+        return encode_runs(self.runs())

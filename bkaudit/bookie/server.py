@@ -84,6 +84,7 @@ class BookieServer:
         self.mode = BookieMode()
         self._disk_usage = disk_usage
         self._stop = threading.Event()
+        self._stopped = threading.Event()
         self._closers: list[Callable[[], None]] = []
         self.storage: Storage | None = None
         self.service: BookieService | None = None
@@ -92,6 +93,8 @@ class BookieServer:
         self.grpc_port: int | None = None
         self.registration: Registration | None = None
         self._autorecovery: Any = None
+        self.failure: str | None = None
+        """Why the bookie shut itself down (its storage was lost), None otherwise."""
 
     # -- start -----------------------------------------------------------------------------------------------
     def start(self) -> BookieServer:
@@ -107,7 +110,8 @@ class BookieServer:
         autorecovery = autorecovery_entry() if self.options.autorecovery else None  # fail fast
         self.data_dir.mkdir(parents=True, exist_ok=True)
         storage = self.storage = Storage(self.data_dir, max_batch=conf.group_commit_max_batch,
-                                         max_pending=conf.max_pending_requests)
+                                         max_pending=conf.max_pending_requests,
+                                         listing_cache_bytes=conf.listing_cache_bytes)
         self._closers.append(storage.close)
         zk = self.zk = zkclient.connect(self.zk_settings)
         self._closers.append(lambda: zkclient.close(zk))
@@ -123,7 +127,8 @@ class BookieServer:
         service = self.service = BookieService(storage, self.mode, max_pending=conf.max_pending_requests,
                                                read_threads=conf.read_threads,
                                                answer_listing=conf.answer_listing
-                                               and not self.options.no_listing)
+                                               and not self.options.no_listing,
+                                               max_response_bytes=conf.max_frame_bytes)
         self._closers.append(service.close)
         context = None
         if conf.tls_cert:
@@ -195,11 +200,35 @@ class BookieServer:
                 self._check_disk()
             except Exception:
                 log.exception("disk check failed")
+            if self._check_storage():
+                return
+
+    def _check_storage(self) -> bool:
+        """BookKeeper's LedgerDirsMonitor: a failed ledger directory (DiskErrorException) makes the Bookie's
+        diskFailed listener trigger a shutdown (triggerBookieShutdown(ExitCode.BOOKIE_EXCEPTION)). Lost
+        storage here does the same: requests fail EIO at once, then the bookie stops and deregisters, so
+        nothing lists entries it no longer has. True once it failed."""
+        storage = self.storage
+        if storage is None or self._stop.is_set():
+            return False
+        try:
+            problem = storage.check()
+        except Exception:
+            log.exception("storage check failed")
+            return False
+        if problem is None:
+            return False
+        self.failure = problem
+        log.error("bookie %s: storage lost (%s); shutting down as a BookKeeper bookie does on a disk failure",
+                  self.bookie_id, problem)
+        threading.Thread(target=self.stop, name="bookie-disk-failure", daemon=True).start()
+        return True
 
     # -- stop ------------------------------------------------------------------------------------------------
     def stop(self) -> None:
         """Graceful: go read-only in ZooKeeper, drain in-flight requests, stop serving, deregister, close."""
-        if self._stop.is_set():
+        if self._stop.is_set():  # stopping already (lost storage, a signal): let that finish
+            self._stopped.wait(self.conf.drain_timeout_s + 30)
             return
         self._stop.set()
         log.info("bookie %s stopping: switching to read-only", self.bookie_id)
@@ -232,6 +261,7 @@ class BookieServer:
                 closer()
             except Exception:
                 log.exception("shutdown step failed")
+        self._stopped.set()
 
     def wait(self) -> None:
         self._stop.wait()
@@ -253,7 +283,10 @@ def run(settings: Settings, options: BookieOptions) -> int:
     signal.signal(signal.SIGINT, on_signal)
     server.start()
     print(f"bookie {server.bookie_id} ready on port {server.port}", flush=True)
-    while not requested.wait(1.0):
+    while not requested.wait(0.5) and server.failure is None:
         pass
     server.stop()
+    if server.failure is not None:
+        log.error("bookie %s exits: storage lost (%s)", server.bookie_id, server.failure)
+        return 1
     return 0

@@ -23,12 +23,13 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from bkaudit.bookie.listing import BatchListing
+from bkaudit.bookie.listing import batch_response
 from bkaudit.bookie.storage import Storage
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.entry import parse_entry_header
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.formats.wire import length_delimited, varint
+from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +113,16 @@ class BookieService:
     """Processes requests against one Storage; transport-agnostic (see bkaudit.bookie.rpcserver)."""
 
     def __init__(self, storage: Storage, mode: BookieMode | None = None, *, max_pending: int = 10000,
-                 read_threads: int = 4, answer_listing: bool = True) -> None:
+                 read_threads: int = 4, answer_listing: bool = True,
+                 max_response_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.storage = storage
         self.answer_listing = answer_listing
         """False: behave like DbLedgerStorage behind a Java bookie, which never answers a listing request."""
+        self.max_response_bytes = max_response_bytes
+        """No listing answer is larger (the frame limit, nettyMaxFrameSizeBytes, that clients apply)."""
         self.mode = mode or BookieMode()
         self.max_pending = max_pending
         self._pool = _Workers(read_threads)
-        self._listing = BatchListing()
         self._inflight = 0
         self._lock = threading.Lock()
         self._handlers: dict[int, Callable[[pb.Request, Reply], None]] = {
@@ -299,9 +302,23 @@ class BookieService:
         done(_response(req, EOK, info=info))
 
     def _list_entries(self, req: pb.Request, done: Reply) -> None:
-        """The listing hot path: answered at once from memory, the response assembled by hand."""
+        """The listing hot path: answered at once from memory, the response assembled by hand.
+
+        EIO when the storage is lost or when the encoding cannot fit in one frame (a client would have to
+        drop the connection to refuse it, as BookKeeper's frame decoder does).
+        """
         ledger_id = req.getListOfEntriesOfLedgerRequest.ledgerId
-        done(list_response(req.header.SerializeToString(), ledger_id, self.storage.availability(ledger_id)))
+        try:
+            availability = self.storage.availability(ledger_id)
+        except BookieError as exc:
+            done(_response(req, CODE.get(exc.status, pb.EIO)))
+            return
+        answer = list_response(req.header.SerializeToString(), ledger_id, availability)
+        if len(answer) > self.max_response_bytes:
+            log.warning("listing of ledger %d is %d bytes, above the %d-byte frame limit: answering EIO",
+                        ledger_id, len(answer), self.max_response_bytes)
+            answer = _response(req, pb.EIO)
+        done(answer)
 
     def _list_entries_batch(self, req: pb.Request, done: Reply) -> None:
         self._pool.submit(self._list_entries_batch_body, req, done)
@@ -309,8 +326,17 @@ class BookieService:
     def _list_entries_batch_body(self, req: pb.Request, done: Reply) -> None:
         head = pb.Response(status=EOK)
         head.header.CopyFrom(req.header)
-        entries = self.storage.availability_many(req.getListOfEntriesOfLedgersRequest.ledgerId)
-        done(self._listing.response(head.SerializePartialToString(), entries))
+        try:
+            entries = self.storage.listing_items(req.getListOfEntriesOfLedgersRequest.ledgerId)
+        except BookieError as exc:
+            done(_response(req, CODE.get(exc.status, pb.EIO)))
+            return
+        answer = batch_response(head.SerializePartialToString(), entries, max_bytes=self.max_response_bytes)
+        if answer is None:
+            log.warning("batch listing of %d ledgers cannot fit in %d bytes even without encodings: "
+                        "answering ETOOMANYREQUESTS", len(entries), self.max_response_bytes)
+            answer = _response(req, pb.ETOOMANYREQUESTS)
+        done(answer)
 
     def _auth(self, req: pb.Request, done: Reply) -> None:
         resp = pb.Response(status=EOK)

@@ -38,6 +38,8 @@ class BookieSettings:
     drain_timeout_s: float = 10.0
     # false: never answer GET_LIST_OF_ENTRIES_OF_LEDGER, like a Java bookie on DbLedgerStorage (tests, demos)
     answer_listing: bool = True
+    # bound of the cached listing encodings (LRU; a 50,000-entry E3/WQ2 ledger costs about 400 KB)
+    listing_cache_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -54,6 +56,8 @@ class BookieSettings:
             raise ConfigError("bookie.min_free_fraction", "must be in [0, 1)")
         if self.min_free_bytes < 0:
             raise ConfigError("bookie.min_free_bytes", "must be >= 0")
+        if self.listing_cache_bytes < 0:
+            raise ConfigError("bookie.listing_cache_bytes", "must be >= 0 (0: no cache)")
         for key in ("max_pending_requests", "group_commit_max_batch", "read_threads"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"bookie.{key}", "must be >= 1")

@@ -13,7 +13,16 @@ Invariants (the protocol's safety rests on them):
   the commit, and bodies are read through per-thread SQLite connections (WAL readers never block the writer).
 
 The index of entry ids lives in memory as runs per ledger (`EntryRuns`) and is rebuilt at start-up by SQLite
-from the covering index alone (a gaps-and-islands window query), so no body is read to list a ledger.
+from the covering index alone (a gaps-and-islands window query), so no body is read to list a ledger. Listing
+encodings are cached in a byte-bounded LRU (`ListingCache`), invalidated by every commit and deletion.
+
+The in-memory index is only a faithful copy of `ledgers.db` while that file is intact and only this process
+writes it, so `check()` (run by the bookie's disk checker every `disk_check_interval_s`) verifies both: the
+directory and the file are still the ones opened (not deleted, replaced or unwritable) and carry SQLite's
+header; and a commit by any other connection (SQLite's `PRAGMA data_version`) reloads the index from disk,
+so entries removed behind the bookie's back are listed as missing. Lost storage fails every later request
+with EIO and is reported to the bookie, which shuts down as BookKeeper's Bookie does on a disk failure
+(LedgerDirsMonitor -> diskFailed -> triggerBookieShutdown); see docs/storage.md.
 """
 
 from __future__ import annotations
@@ -25,11 +34,13 @@ import shutil
 import sqlite3
 import struct
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import NamedTuple
 
+from bkaudit.bookie.listing import ListingCache
 from bkaudit.bookie.runs import EntryRuns
 from bkaudit.errors import BookieError
 
@@ -38,6 +49,8 @@ log = logging.getLogger(__name__)
 DB_NAME = "ledgers.db"
 LOCK_NAME = "LOCK"
 CURRENT_DIR = "current"
+SQLITE_HEADER = b"SQLite format 3\x00"
+DEFAULT_LISTING_CACHE_BYTES = 256 * 1024 * 1024
 
 Done = Callable[[str], None]
 """Completion callback of a mutation: receives a BookKeeper status name ("EOK", "EFENCED", "EUA", ...)."""
@@ -107,13 +120,15 @@ class _Op:
 
 
 class _Admin:
-    """An admin mutation run alone by the writer thread (fault injection, ledger deletion)."""
+    """An admin operation run alone by the writer thread (fault injection, ledger deletion, or with `reload`
+    the storage check's re-read of the index)."""
 
-    __slots__ = ("entry_ids", "future", "ledger_id")
+    __slots__ = ("entry_ids", "future", "ledger_id", "reload")
 
-    def __init__(self, ledger_id: int, entry_ids: list[int] | None) -> None:
+    def __init__(self, ledger_id: int, entry_ids: list[int] | None, *, reload: bool = False) -> None:
         self.ledger_id = ledger_id
         self.entry_ids = entry_ids
+        self.reload = reload
         self.future: Future[int] = Future()
 
 
@@ -124,9 +139,17 @@ def current_dir(data_dir: str | os.PathLike[str]) -> Path:
     return Path(data_dir) / CURRENT_DIR
 
 
-def connect_db(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """A connection with the durability settings every bookie connection must use."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+def connect_db(path: Path, *, readonly: bool = False, create: bool = True) -> sqlite3.Connection:
+    """A connection with the durability settings every bookie connection must use.
+
+    `create` False: fail (sqlite3.OperationalError) rather than create an empty database where the file is
+    gone, so a reader of lost storage errs instead of finding an empty bookie.
+    """
+    target: str | Path = path
+    if not create:
+        target = f"file:{urllib.parse.quote(str(path))}?mode=rw"
+    conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0,
+                           uri=not create)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")  # WAL + FULL: each COMMIT fsyncs the WAL before returning
     if readonly:
@@ -142,7 +165,7 @@ class Storage:
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], *, max_batch: int = 2000,
-                 max_pending: int = 20000) -> None:
+                 max_pending: int = 20000, listing_cache_bytes: int = DEFAULT_LISTING_CACHE_BYTES) -> None:
         self.data_dir = Path(data_dir)
         self.max_batch = max_batch
         self.max_pending = max_pending
@@ -157,10 +180,15 @@ class Storage:
         self.path = cur / DB_NAME
         self._conn = connect_db(self.path)
         self._conn.executescript(_SCHEMA)
+        self._identity = _identity(self.path)
+        self._data_version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        self.failed: str | None = None
+        """Why the storage is lost (None while intact); every request then fails with EIO."""
         self._ledgers: dict[int, LedgerState] = {}
         self._index: dict[int, EntryRuns] = {}
         self._index_lock = threading.Lock()
-        self._load()
+        self.listing_cache = ListingCache(listing_cache_bytes)
+        self._ledgers, self._index = self._load()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -172,20 +200,24 @@ class Storage:
         self._writer.start()
 
     # -- start-up -----------------------------------------------------------------------------------------
-    def _load(self) -> None:
+    def _load(self) -> tuple[dict[int, LedgerState], dict[int, EntryRuns]]:
+        """Ledger states and the entry index as `ledgers.db` holds them (writer connection)."""
+        ledgers: dict[int, LedgerState] = {}
+        index: dict[int, EntryRuns] = {}
         for ledger_id, key, fenced, lac_body in self._conn.execute(
             "SELECT ledger_id, master_key, fenced, lac_body FROM ledgers"
         ):
-            self._ledgers[ledger_id] = LedgerState(key, bool(fenced), lac_body)
+            ledgers[ledger_id] = LedgerState(key, bool(fenced), lac_body)
         current: EntryRuns | None = None
         current_id = None
         for ledger_id, first, last in self._conn.execute(_RUNS_QUERY):
             if ledger_id != current_id:
-                current = self._index[ledger_id] = EntryRuns()
+                current = index[ledger_id] = EntryRuns()
                 current_id = ledger_id
             assert current is not None
             current.add_run(first, last)
-        log.info("storage %s: %d ledgers, %d with entries", self.path, len(self._ledgers), len(self._index))
+        log.info("storage %s: %d ledgers, %d with entries", self.path, len(ledgers), len(index))
+        return ledgers, index
 
     # -- mutations (callback style: the service's hot path) -------------------------------------------------
     def submit_add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool,
@@ -207,7 +239,7 @@ class Storage:
 
     def _submit(self, op: _Op) -> None:
         with self._cv:
-            if self._closed:
+            if self._closed or self.failed is not None:
                 refused = "EIO"
             elif self._inflight >= self.max_pending:
                 refused = "ETOOMANYREQUESTS"
@@ -253,6 +285,7 @@ class Storage:
 
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
         """The stored entry bytes; entry_id -1 reads the last entry. BookieError ENOLEDGER / ENOENTRY."""
+        self._intact(ledger_id)
         if ledger_id not in self._ledgers:
             raise BookieError("ENOLEDGER", ledger_id=ledger_id, entry_id=entry_id)
         if entry_id < 0:
@@ -281,25 +314,55 @@ class Storage:
         return state.lac_body, last
 
     def availability(self, ledger_id: int) -> bytes | None:
-        """AvailabilityOfEntriesOfLedger bytes from memory; None when the ledger is unknown."""
+        """AvailabilityOfEntriesOfLedger bytes (index, cache); None when unknown; EIO once storage is lost."""
+        self._intact(ledger_id)
         with self._index_lock:
             return self._availability(ledger_id)
 
     def availability_many(self, ledger_ids: Iterable[int]) -> list[tuple[int, bytes | None]]:
         """Availability for many ledgers under one lock acquisition (the batch operation's hot loop)."""
+        self._intact()
         with self._index_lock:
             return [(lid, self._availability(lid)) for lid in ledger_ids]
 
+    def listing_items(self, ledger_ids: Iterable[int]) -> list[tuple[int, bytes | None]]:
+        """Each ledger's listing as a ready batch item (`listing.ledger_item`; None when unknown), cached."""
+        self._intact()
+        with self._index_lock:
+            cache = self.listing_cache
+            out: list[tuple[int, bytes | None]] = []
+            for lid in ledger_ids:
+                item = cache.item(lid)
+                if item is None:
+                    data = self._encode(lid)
+                    item = None if data is None else cache.put(lid, data)
+                out.append((lid, item))
+            return out
+
     def _availability(self, ledger_id: int) -> bytes | None:
+        cache = self.listing_cache
+        data = cache.get(ledger_id)
+        if data is None:
+            data = self._encode(ledger_id)
+            if data is not None:
+                cache.put(ledger_id, data)
+        return data
+
+    def _encode(self, ledger_id: int) -> bytes | None:
         runs = self._index.get(ledger_id)
         if runs is not None:
             return runs.encoded()
         if ledger_id in self._ledgers:
-            return _EMPTY_RUNS.encoded()
+            return _EMPTY_ENCODING
         return None
+
+    def _intact(self, ledger_id: int | None = None) -> None:
+        if self.failed is not None:
+            raise BookieError("EIO", f"storage lost: {self.failed}", ledger_id=ledger_id)
 
     def entry_runs(self, ledger_id: int) -> list[tuple[int, int]] | None:
         """The ledger's stored ids as inclusive runs; None when unknown."""
+        self._intact(ledger_id)
         with self._index_lock:
             runs = self._index.get(ledger_id)
             if runs is not None:
@@ -314,11 +377,34 @@ class Storage:
     def _reader(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect_db(self.path, readonly=True)
+            conn = connect_db(self.path, readonly=True, create=False)
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
         return conn
+
+    # -- storage check (the bookie's disk checker) -----------------------------------------------------------
+    def check(self) -> str | None:
+        """Verify the storage under the in-memory index; returns why it is lost, or None while intact.
+
+        Lost (permanently, `failed` set): the ledger directory or `ledgers.db` is gone, replaced, unreadable
+        or not writable, or the file no longer starts with SQLite's header. Intact but written by another
+        connection since the last check: the index and the listing cache are reloaded from disk first.
+        """
+        if self.failed is not None:
+            return self.failed
+        problem = _storage_problem(self.path, self._identity)
+        if problem is None and not self._closed:
+            try:
+                self._admin(_Admin(-1, None, reload=True))
+            except BookieError as exc:
+                if self._closed:  # closed while checking: nothing was lost
+                    return None
+                problem = f"cannot re-read {self.path}: {exc}"
+        if problem is not None and self.failed is None:
+            self.failed = problem
+            log.error("storage %s lost: %s; every request now fails with EIO", self.path, problem)
+        return self.failed
 
     # -- admin (fault injection by tests; ledger deletion) ---------------------------------------------------
     def delete_entries(self, ledger_id: int, entry_ids: Iterable[int]) -> int:
@@ -389,14 +475,18 @@ class Storage:
                 overlay, rows = {}, []
         # publish the committed state, then acknowledge
         self._ledgers.update(overlay)
-        if rows:
+        if rows or overlay:
             with self._index_lock:
                 index = self._index
+                invalidate = self.listing_cache.invalidate
+                for ledger_id in overlay:
+                    invalidate(ledger_id)
                 for ledger_id, entry_id, _ in rows:
                     runs = index.get(ledger_id)
                     if runs is None:
                         runs = index[ledger_id] = EntryRuns()
                     runs.add(entry_id)
+                    invalidate(ledger_id)
         with self._cv:
             self._inflight -= len(ops)
         for op, status in zip(ops, statuses, strict=True):
@@ -427,7 +517,30 @@ class Storage:
             overlay[lid] = state._replace(lac_body=op.body)
         return "EOK"
 
+    def _reload_if_changed(self, op: _Admin) -> None:
+        """The check's second half, on the writer thread: reload the index if another connection committed."""
+        try:
+            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+            changed = version != self._data_version
+            if changed:
+                log.warning("%s was changed by another process: reloading the entry index", self.path)
+                ledgers, index = self._load()
+                with self._index_lock:
+                    self._ledgers, self._index = ledgers, index
+                    self.listing_cache.clear()
+                self._data_version = version
+        except sqlite3.Error as exc:
+            op.future.set_exception(BookieError("EIO", str(exc)))
+        else:
+            op.future.set_result(int(changed))
+        finally:
+            with self._cv:
+                self._inflight -= 1
+
     def _run_admin(self, op: _Admin) -> None:
+        if op.reload:
+            self._reload_if_changed(op)
+            return
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -447,6 +560,7 @@ class Storage:
             op.future.set_exception(BookieError("EIO", str(exc), ledger_id=op.ledger_id))
         else:
             with self._index_lock:
+                self.listing_cache.invalidate(op.ledger_id)
                 if op.entry_ids is None:
                     self._ledgers.pop(op.ledger_id, None)
                     self._index.pop(op.ledger_id, None)
@@ -490,7 +604,41 @@ class Storage:
         self.close()
 
 
-_EMPTY_RUNS = EntryRuns()
+_EMPTY_ENCODING = EntryRuns().encoded()
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _storage_problem(path: Path, identity: tuple[int, int]) -> str | None:
+    """What BookKeeper's DiskChecker.checkDir verifies of a ledger directory (exists, is a directory,
+    readable, writable), without re-creating a missing one (that would hide the loss), plus: `ledgers.db` is
+    still the file the storage opened and starts with SQLite's header."""
+    directory = path.parent
+    if not directory.is_dir():
+        return f"ledger directory {directory} is gone"
+    if not os.access(directory, os.R_OK | os.W_OK | os.X_OK):
+        return f"ledger directory {directory} is not readable and writable"
+    try:
+        if _identity(path) != identity:
+            return f"{path} was replaced by another file"
+        with open(path, "rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return f"{path} was deleted"
+    except OSError as exc:
+        return f"{path} cannot be read: {exc}"
+    if header != SQLITE_HEADER:
+        return f"{path} does not start with SQLite's header (overwritten or corrupt)"
+    probe = directory / f".disk-check-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"cannot write in ledger directory {directory}: {exc}"
+    return None
 
 
 def _resolver(fut: Future[None], *, ledger_id: int, entry_id: int | None = None) -> Done:

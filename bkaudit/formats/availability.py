@@ -59,6 +59,11 @@ _GROUP = struct.Struct(">qqii")
 # -- encoding ------------------------------------------------------------------------------------------------
 
 
+def encoded_size(groups: int) -> int:
+    """Bytes of an encoding with `groups` sequence groups (BookKeeper's encoder: one group per run)."""
+    return HEADER_SIZE + GROUP_SIZE * groups
+
+
 def encode(entry_ids: Iterable[int]) -> bytes:
     """Encode entry ids exactly as BookKeeper's Java class does, quirks included.
 

@@ -4,9 +4,10 @@ Shape of the work (ecosystem-notes.md "RPC fan-out"): the ledger pass emits one 
 bookie) that must hold entries; the job repartitions them by bookie and runs
 `bkaudit.job.fanout_task.fanout_partition` through `mapInArrow`. Each task opens its own native connection
 per bookie inside the function (connections neither pickle nor survive a fork) and sends ONE GetListOfEntries
-per (ledger, bookie), `batch_size` ledgers per call: one batch message to bookies that advertised the batch
-operation, standard per-ledger requests pipelined to any other, with at most `max_in_flight` calls
-outstanding per bookie.
+per (ledger, bookie), at most `batch_size` ledgers and half a frame of expected answer bytes per call
+(`audit.batching`: a 50,000-entry ledger's listing is about 400 KB): one batch message to bookies that
+advertised the batch operation, standard per-ledger requests pipelined to any other, with at most
+`max_in_flight` calls outstanding per bookie.
 
 Healthy answers cost almost nothing: the ledger pass attached to each request the digest of the canonical
 encoding (`availability.encode_runs`, byte-identical to BookKeeper's encoder) of exactly the entries the
@@ -34,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from bkaudit.audit.batching import answer_bytes, call_budget, plan_calls
 from bkaudit.audit.durability import (
     BookieEvidence,
     checked_segments,
@@ -94,12 +96,14 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("ledger_entries", pa.int64()),
         pa.field("read_entries", pa.list_(pa.int64())),
         pa.field("digest_type", pa.string()),
+        pa.field("answer_bytes", pa.int64()),
     ]
 )
 """One row per (ledger, bookie) to ask. `expected_digest`: digest of the canonical encoding of what the
 bookie must hold (null = always compare in detail); `ledger_entries` (entries checked) is set on one row per
 ledger, 0 on the others. `read_entries` set (a bookie without listing): verify by reading these entries
-(`bkaudit.audit.reads`) and checking each one's `digest_type` digest instead of asking for the list."""
+(`bkaudit.audit.reads`) and checking each one's `digest_type` digest instead of asking for the list.
+`answer_bytes`: the size of a healthy answer (`audit.batching`), by which listing calls are cut (null: 0)."""
 
 RESPONSE_SCHEMA = pa.schema(
     [
@@ -117,15 +121,20 @@ RESPONSE_SCHEMA = pa.schema(
         pa.field("digest_type", pa.string()),
         pa.field("entries_missing", pa.list_(pa.int64())),
         pa.field("entries_corrupt", pa.list_(pa.int64())),
+        pa.field("answer_bytes", pa.int64()),
     ]
 )
 """One row per (ledger, bookie) asked. status OK with a null `answer`: exactly the expected entries. status OK
 with `answer`: something differs, the bytes are compared in detail downstream. ENOLEDGER: holds nothing.
 Anything else: not verified (UNAVAILABLE, CIRCUIT_OPEN, EIO, ...), `error` says why. Rows verified by reads
-(`read_entries` set) carry, with status OK, the entries proven missing (ENOENTRY) and corrupt."""
+(`read_entries` set) carry, with status OK, the entries proven missing (ENOENTRY) and corrupt. `answer_bytes`
+is the request's, so the delayed retry can re-select the request columns from failed responses."""
 
 DIGEST_MAX_RUNS = 4096
 """Above this many expected runs the digest is not computed: the answer is compared in detail instead."""
+CALL_BYTES = call_budget(5 * 1024 * 1024)
+"""Expected answer bytes per listing call: half of BookKeeper's default frame (nettyMaxFrameSizeBytes), which
+the task's clients apply to every response."""
 
 
 def digest(data: bytes) -> bytes:
@@ -141,6 +150,10 @@ class FanoutConfig:
     batch_listing: frozenset[str] = frozenset()
     """Bookies that advertised the batch listing (op 1000); the others get per-ledger requests."""
     batch_size: int = 500
+    max_call_bytes: int = CALL_BYTES
+    """Expected answer bytes per listing call; at most half of `max_frame_bytes` is used."""
+    max_frame_bytes: int = 5 * 1024 * 1024
+    """Largest response frame the task's clients accept ([rpc] max_frame_bytes, nettyMaxFrameSizeBytes)."""
     max_in_flight: int = 4
     call_timeout_s: float = 15.0
     connect_timeout_s: float = 5.0
@@ -148,6 +161,11 @@ class FanoutConfig:
     attempt: int = 0
     read_max_in_flight: int = 64
     tls: Any = None
+
+    @property
+    def call_bytes(self) -> int:
+        """Expected answer bytes planned into one listing call: within the budget and half the frame."""
+        return min(self.max_call_bytes, call_budget(self.max_frame_bytes))
 
 
 # -- rows <-> value objects ----------------------------------------------------------------------------------
@@ -182,9 +200,15 @@ class ExpectedDigests:
     def __init__(self) -> None:
         self._plans: dict[tuple[Any, ...], list[list[tuple[int, tuple[int, int, int, int, int]]]]] = {}
         self._digests: dict[tuple[tuple[int, int, int, int, int], ...], bytes | None] = {}
+        self._sizes: dict[tuple[tuple[int, int, int, int, int], ...], int] = {}
 
     def expected(self, shape: LedgerShape) -> tuple[dict[str, bytes | None], int]:
         """({bookie: digest or None}, entries checked) — bookies in `expected_by_bookie` order."""
+        wanted, n = self.expected_requests(shape)
+        return {bookie: d for bookie, (d, _) in wanted.items()}, n
+
+    def expected_requests(self, shape: LedgerShape) -> tuple[dict[str, tuple[bytes | None, int]], int]:
+        """({bookie: (digest or None, healthy answer bytes)}, entries checked) — `expected`'s order."""
         spans = checked_segments(shape)
         e, wq = shape.ensemble_size, shape.write_quorum
         key = (e, wq, tuple((sp.first, sp.last) for sp in spans))
@@ -205,16 +229,18 @@ class ExpectedDigests:
             ens = sp.ensemble
             for idx, striping in per:
                 by_bookie.setdefault(ens[idx], []).append(striping)
-        out: dict[str, bytes | None] = {}
+        out: dict[str, tuple[bytes | None, int]] = {}
         for bookie, stripings in by_bookie.items():
             skey = tuple(stripings)
             if skey in self._digests:
-                out[bookie] = self._digests[skey]
+                out[bookie] = (self._digests[skey], self._sizes[skey])
                 continue
             value = self._digest_of(stripings)
+            size = answer_bytes(Striping(*t) for t in stripings)
             if len(self._digests) < self.MEMO_LIMIT:
                 self._digests[skey] = value
-            out[bookie] = value
+                self._sizes[skey] = size
+            out[bookie] = (value, size)
         return out, sum(sp.last - sp.first + 1 for sp in spans)
 
     @staticmethod
@@ -304,14 +330,17 @@ def ask(
     max_in_flight: int,
     failure_threshold: int,
     call_prefix: str = "",
+    sizes: Sequence[int | None] | None = None,
+    max_call_bytes: int = CALL_BYTES,
 ) -> Iterator[tuple[int, bytes | BookieError | None, CallInfo | None]]:
-    """Raw answers for `ledger_ids` (by position): one batch message per `batch_size` ids, bounded in flight.
+    """Raw answers for `ledger_ids` (by position): one call per at most `batch_size` ids and `max_call_bytes`
+    expected answer bytes (`sizes`, by position; `audit.batching.plan_calls`), bounded in flight.
 
     Every position is yielded exactly once: bytes, a BookieError (per ledger, or the whole call's failure,
     CIRCUIT_OPEN for ids not asked after the breaker opened), or None when the answer lacks that ledger.
     """
-    positions = list(range(len(ledger_ids)))
-    chunks = iter([positions[i : i + batch_size] for i in range(0, len(positions), batch_size)])
+    expected = [s or 0 for s in sizes] if sizes is not None else [0] * len(ledger_ids)
+    chunks = iter(plan_calls(expected, max_bytes=max_call_bytes, max_count=batch_size))
     pending: dict[Future[Any], tuple[list[int], float, str]] = {}
     consecutive = 0
     breaker: str | None = None
@@ -386,9 +415,13 @@ def query_bookie(
     max_in_flight: int,
     failure_threshold: int,
     call_prefix: str = "",
+    max_call_bytes: int = CALL_BYTES,
 ) -> Iterator[tuple[LedgerShape, BookieEvidence, CallInfo | None]]:
-    """Ask one bookie about `shapes` and judge every answer in detail (driver-side re-evaluation)."""
+    """Ask one bookie about `shapes` and judge every answer in detail (driver-side re-evaluation); calls
+    are cut by the healthy answer bytes, as in the fan-out."""
     ids = [s.ledger_id for s in shapes]
+    memo = ExpectedDigests()
+    sizes = [memo.expected_requests(s)[0].get(bookie_id, (None, 0))[1] for s in shapes]
     for p, value, call in ask(
         client,
         bookie_id,
@@ -397,6 +430,8 @@ def query_bookie(
         max_in_flight=max_in_flight,
         failure_threshold=failure_threshold,
         call_prefix=call_prefix,
+        sizes=sizes,
+        max_call_bytes=max_call_bytes,
     ):
         yield shapes[p], judge_answer(shapes[p], bookie_id, value), call
 
@@ -411,4 +446,5 @@ def make_client(bookie_id: str, config: FanoutConfig) -> Any:
         connect_timeout_s=config.connect_timeout_s,
         request_timeout_s=config.call_timeout_s,
         batch_listing=bookie_id in config.batch_listing,
+        max_frame_bytes=config.max_frame_bytes,
     )

@@ -46,6 +46,7 @@ class _Columns:
 
     __slots__ = (
         "answer",
+        "answer_bytes",
         "call_id",
         "call_ms",
         "corrupt",
@@ -72,6 +73,7 @@ class _Columns:
         self.digest_type: list[str | None] = []
         self.missing: list[list[int] | None] = []
         self.corrupt: list[list[int] | None] = []
+        self.answer_bytes: list[int | None] = []
 
     def __len__(self) -> int:
         return len(self.ledger)
@@ -94,6 +96,7 @@ class _Columns:
                 pa.array(self.digest_type, pa.string()),
                 pa.array(self.missing, pa.list_(pa.int64())),
                 pa.array(self.corrupt, pa.list_(pa.int64())),
+                pa.array(self.answer_bytes, pa.int64()),
             ],
             schema=RESPONSE_SCHEMA,
         )
@@ -109,6 +112,8 @@ class BookieWork:
     entries: list[int]
     reads: list[list[int] | None]
     digest_types: list[str | None]
+    sizes: list[int | None]
+    """Healthy answer bytes per request (`answer_bytes`), by which listing calls are cut."""
 
 
 def group_by_bookie(requests: pa.Table) -> list[BookieWork]:
@@ -124,6 +129,7 @@ def group_by_bookie(requests: pa.Table) -> list[BookieWork]:
                 part.column("ledger_entries").to_pylist(),
                 part.column("read_entries").to_pylist(),
                 part.column("digest_type").to_pylist(),
+                part.column("answer_bytes").to_pylist(),
             )
         )
     return out
@@ -240,6 +246,7 @@ def _by_reads(
         cols.digest_type.append(work.digest_types[k])
         cols.missing.append(list(summary.missing))
         cols.corrupt.append(list(summary.corrupt))
+        cols.answer_bytes.append(work.sizes[k])
         cols = _flush(cols, work, config, channel)
     return cols
 
@@ -247,7 +254,8 @@ def _by_reads(
 def _by_listing(
     work: BookieWork, config: FanoutConfig, client: Any, prefix: str, cols: _Columns, channel: _Channel
 ) -> _Columns:
-    """Requests without `read_entries`: one GetListOfEntries per ledger, batched."""
+    """Requests without `read_entries`: one GetListOfEntries per ledger, in calls cut by count and by the
+    healthy answer bytes (within half of the clients' frame limit)."""
     listed = [i for i, r in enumerate(work.reads) if r is None]
     ids = [work.ledger_ids[i] for i in listed]
     for p, value, call in ask(
@@ -258,9 +266,12 @@ def _by_listing(
         max_in_flight=config.max_in_flight,
         failure_threshold=config.failure_threshold,
         call_prefix=prefix,
+        sizes=[work.sizes[i] for i in listed],
+        max_call_bytes=config.call_bytes,
     ):
         k = listed[p]
         expected = work.digests[k]
+        cols.answer_bytes.append(work.sizes[k])
         cols.reads.append(None)
         cols.digest_type.append(work.digest_types[k])
         cols.missing.append(None)

@@ -49,6 +49,7 @@ def _requests_batch(
     entries: list[int],
     reads: list[list[int] | None] | None = None,
     types: list[str | None] | None = None,
+    sizes: list[int] | None = None,
 ) -> pa.RecordBatch:
     n = len(ledger)
     return pa.RecordBatch.from_arrays(
@@ -59,6 +60,7 @@ def _requests_batch(
             pa.array(entries, pa.int64()),
             pa.array(reads if reads is not None else [None] * n, pa.list_(pa.int64())),
             pa.array(types if types is not None else [None] * n, pa.string()),
+            pa.array(sizes if sizes is not None else [None] * n, pa.int64()),
         ],
         schema=REQUEST_SCHEMA,
     )
@@ -189,6 +191,7 @@ def ledger_pass_partition(
             req_entries: list[int] = []
             req_reads: list[list[int] | None] = []
             req_types: list[str | None] = []
+            req_sizes: list[int] = []
             for row, shape in iter_shapes(batch):
                 ledgers += 1
                 version = row["znode_version"]
@@ -212,13 +215,14 @@ def ledger_pass_partition(
                     findings.append({"kind": "finding", **finding_row(loc)})
                 if problems or shape is None or (not shape.closed and not plan.check_open_ledgers):
                     continue
-                wanted, n = digests.expected(shape)
+                wanted, n = digests.expected_requests(shape)
                 if not wanted:
                     continue
                 durable += 1
                 entries += n
                 first = True
-                for bookie, expected in wanted.items():
+                for bookie, (expected, size) in wanted.items():
+                    req_sizes.append(size)
                     req_ledger.append(shape.ledger_id)
                     req_bookie.append(bookie)
                     req_entries.append(n if first else 0)
@@ -232,7 +236,8 @@ def ledger_pass_partition(
                         req_digest.append(expected)
                         req_reads.append(None)
             if req_ledger:
-                yield _requests_batch(req_ledger, req_bookie, req_digest, req_entries, req_reads, req_types)
+                yield _requests_batch(req_ledger, req_bookie, req_digest, req_entries, req_reads, req_types,
+                                      req_sizes)
             side.extend(findings)
         stats = {"ledgers": ledgers, "durability_ledgers": durable, "entries": entries,
                  "bookkeeper_placement_only": placement.bookkeeper_only}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from bkaudit.audit.batching import call_budget
 from bkaudit.audit.durability import BookieEvidence, expected_by_bookie
 from bkaudit.audit.progress import Marker, ProgressCheck
 from bkaudit.audit.reads import EVIDENCE_LISTING, EVIDENCE_READS, plan_reads, read_evidence
@@ -53,6 +54,7 @@ class Session:
     root: str
     layout: str = "hierarchical"
     tls: TlsConfig | None = None  # as the fan-out: TLS bookies refuse a plaintext re-evaluation
+    max_frame_bytes: int = 5 * 1024 * 1024  # as the fan-out: [rpc] max_frame_bytes bounds every answer
 
 
 def read_znodes(
@@ -104,7 +106,8 @@ def ask_bookies(
     out: dict[int, list[BookieEvidence]] = {}
     if not by_bookie:
         return out
-    pool = BookieClientPool(zk=s.zk, root=s.root, request_timeout_s=conf.call_timeout_s, tls=s.tls)
+    pool = BookieClientPool(zk=s.zk, root=s.root, request_timeout_s=conf.call_timeout_s, tls=s.tls,
+                            max_frame_bytes=s.max_frame_bytes)
 
     def one(bookie: str, items: list[LedgerShape]) -> list[tuple[int, BookieEvidence]]:
         client = pool.get(bookie)
@@ -134,6 +137,7 @@ def ask_bookies(
                 batch_size=conf.batch_size,
                 max_in_flight=conf.max_in_flight_per_bookie,
                 failure_threshold=conf.bookie_failure_threshold,
+                max_call_bytes=call_budget(s.max_frame_bytes),
             )
         ]
 

@@ -75,6 +75,15 @@ class Striping:
                 yield (lo, hi)
             run_start += self.period
 
+    def run_count(self) -> int:
+        """Number of maximal runs `runs()` yields, in O(1) (the groups of its BP-34 encoding)."""
+        if self.last < self.first:
+            return 0
+        if self.size == self.period:
+            return 1
+        # run starts r = start (mod period) whose run [r, r + size - 1] meets [first, last]
+        return (self.last - self.start) // self.period - (self.first - self.size - self.start) // self.period
+
     def count(self) -> int:
         """Number of ids in the striping, in O(1)."""
         if self.last < self.first:

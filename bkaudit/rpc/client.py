@@ -18,7 +18,9 @@ next call opens a fresh one (reconnect).
 
 Listing: `get_list_of_entries_batch` uses bkaudit's batch operation (op 1000) only when the bookie
 advertised it (`batch_listing=True`, from its BookieServiceInfo); any other bookie gets one standard
-GET_LIST_OF_ENTRIES_OF_LEDGER request per ledger, all pipelined, combined into the same answer.
+GET_LIST_OF_ENTRIES_OF_LEDGER request per ledger, all pipelined, combined into the same answer. A bkaudit
+bookie never sends a batch answer above its frame limit: ledgers that did not fit come back ETOOMANYREQUESTS
+and are asked again, in order, until a round makes no progress (bkaudit.bookie.listing).
 """
 
 from __future__ import annotations
@@ -227,11 +229,10 @@ class RequestClient:
         One batch message (op 1000) to a bookie that advertised it; otherwise one standard
         GET_LIST_OF_ENTRIES_OF_LEDGER per ledger, pipelined, gathered into the same dict.
         """
-        if self.batch_listing:
-            req, txn = self._request(pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, False)
-            req.getListOfEntriesOfLedgersRequest.ledgerId.extend(ledger_ids)
-            return self._send(req, txn, pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, None, None)
         fut: Future[dict[int, bytes | BookieError]] = Future()
+        if self.batch_listing:
+            self._batch_round(list(ledger_ids), {}, fut)
+            return fut
         ids = list(dict.fromkeys(ledger_ids))
         if not ids:
             fut.set_result({})
@@ -244,6 +245,30 @@ class RequestClient:
                           _Pending(_LIST_ONE, _Slot(gather, ledger_id), ledger_id, None)))
         self._transmit_many(items)
         return fut
+
+    def _batch_round(self, ledger_ids: list[int], out: dict[int, bytes | BookieError],
+                     result: Future[dict[int, bytes | BookieError]]) -> None:
+        """One op-1000 call; ledgers answered ETOOMANYREQUESTS (did not fit the frame) go in the next."""
+        req, txn = self._request(pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, False)
+        req.getListOfEntriesOfLedgersRequest.ledgerId.extend(ledger_ids)
+        call = self._send(req, txn, pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, None, None)
+
+        def answered(done: Future[dict[int, bytes | BookieError]]) -> None:
+            try:
+                answers = done.result()
+            except BaseException as exc:  # the whole call failed: so does the listing (as one call would)
+                result.set_exception(exc)
+                return
+            out.update(answers)
+            again = [lid for lid in dict.fromkeys(ledger_ids)
+                     if isinstance(answers.get(lid), BookieError)
+                     and answers[lid].status == "ETOOMANYREQUESTS"]  # type: ignore[union-attr]
+            if again and len(again) < len(answers):
+                self._batch_round(again, out, result)
+            else:
+                result.set_result(out)
+
+        call.add_done_callback(answered)
 
     def close(self) -> None:
         raise NotImplementedError

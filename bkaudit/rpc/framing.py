@@ -16,8 +16,6 @@ from bkaudit.errors import FormatError
 _LEN = struct.Struct(">I")
 DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024
 """BookKeeper's nettyMaxFrameSizeBytes default (AbstractConfiguration.DEFAULT_NETTY_MAX_FRAME_SIZE)."""
-MAX_FRAME_BYTES = 256 * 1024 * 1024
-"""Largest frame inside one gRPC message (batch listings of thousands of ledgers)."""
 COALESCE_BYTES = 4 * 1024 * 1024
 """Stop adding frames to one gRPC message beyond this many bytes (keeps messages well under the limit)."""
 

@@ -20,7 +20,9 @@ FRAMED_METHOD = "/bkaudit.Bookie/ExchangeFramed"
 """The same stream, each gRPC message carrying one or more BookKeeper frames (bkaudit.rpc.framing)."""
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-"""Batch GetListOfEntries responses for thousands of ledgers exceed gRPC's 4 MB default."""
+"""gRPC message limit of bkaudit's own transport (not BookKeeper's): a message coalesces frames up to
+`framing.COALESCE_BYTES` plus one frame, each frame within the native limit (5 MiB, bkaudit bookies cut
+listings to it), so above gRPC's 4 MB default."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -219,7 +219,8 @@ def _check(
     zk = connect(ctx.zk)
     cleanup.callback(_close_quietly, zk)
     session = Session(
-        zk, ctx.zk.root, read_layout(zk, root=ctx.zk.root), TlsConfig.from_settings(ctx.settings)
+        zk, ctx.zk.root, read_layout(zk, root=ctx.zk.root), TlsConfig.from_settings(ctx.settings),
+        ctx.settings.get(RpcSettings).max_frame_bytes,
     )
     inputs = load_inputs(spark, ctx, snapshot_id, selection)
     known = inputs.bookies.column("bookie_id").to_pylist()
@@ -408,6 +409,7 @@ def fanout_config(ctx: RunContext, view: ClusterView, attempt: int) -> FanoutCon
         attempt=attempt,
         read_max_in_flight=conf.read_max_in_flight_per_bookie,
         tls=TlsConfig.from_settings(ctx.settings),
+        max_frame_bytes=rpc.max_frame_bytes,
     )
 
 

@@ -287,3 +287,30 @@ def test_balance_spreads_bookies_by_load():
     for bookie, k in slots.items():
         load[k] += {"a": 9, "b": 5, "c": 4, "d": 1}[bookie]
     assert sorted(load) == [9, 10]
+
+
+def test_listing_calls_are_cut_by_expected_answer_bytes_not_only_by_count():
+    """Ledgers of 50,000 entries (E3/WQ2) next to 10-entry ones: with the default batch size every call
+    stays within the byte budget, and the small ledgers still share calls (sizes from the ledger pass)."""
+    seg = (Segment(0, (A, B, C)),)
+    big = {i: LedgerShape(i, 3, 2, 2, True, 49_999, seg, version=1) for i in range(1, 21)}
+    small = {i: shape(i) for i in range(100, 160)}
+    digests = ExpectedDigests()
+    rows, sizes = [], {}
+    for s in [*big.values(), *small.values()]:
+        wanted, _ = digests.expected_requests(s)
+        digest_a, size_a = wanted[A]
+        sizes[s.ledger_id] = size_a
+        rows.append({"bookie_id": A, "ledger_id": s.ledger_id, "expected_digest": digest_a,
+                     "ledger_entries": 0, "answer_bytes": size_a})
+    assert all(sizes[i] > 390_000 for i in big) and all(sizes[i] < 200 for i in small)
+    client = ScriptedClient(A, {i: b"x" for i in sizes}, delay=0)
+    config = FanoutConfig(targets={}, batch_size=500, attempt=0)
+    requests = pa.RecordBatch.from_pylist(rows, schema=REQUEST_SCHEMA)
+    answers = list(fanout_partition(config, lambda b, c: client)(iter([requests])))
+    out = pa.Table.from_batches(answers, schema=RESPONSE_SCHEMA).to_pylist()
+    assert sorted(r["ledger_id"] for r in out) == sorted(sizes)
+    assert {r["answer_bytes"] for r in out if r["ledger_id"] in big} == {sizes[1]}
+    assert all(len(c) == 1 or sum(sizes[i] for i in c) <= config.max_call_bytes for c in client.calls)
+    assert sum(sizes[i] for i in big) > 2 * 1024 * 1024 * 2  # one count-sized call would exceed a 5 MiB frame
+    assert len(client.calls) >= 4 and max(len(c) for c in client.calls) >= len(small)  # small ones share

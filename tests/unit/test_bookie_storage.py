@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from bkaudit.bookie.runs import EntryRuns
-from bkaudit.bookie.storage import Storage, StorageLocked, bulk_load_entries, bulk_load_index
+from bkaudit.bookie.storage import (
+    BULK_MASTER_KEY,
+    Storage,
+    StorageLocked,
+    bulk_load_entries,
+    bulk_load_index,
+)
 from bkaudit.errors import BookieError
 from bkaudit.formats import availability
 from bkaudit.formats.entry import DigestManager, master_key
@@ -229,26 +235,248 @@ def test_bulk_load_entries_stores_given_bodies(tmp_path: Path) -> None:
         assert s.ledger_state(4).master_key == master_key(b"")  # type: ignore[union-attr]
 
 # -- batch listing wire bytes -------------------------------------------------------------------------------
-def test_batch_listing_bytes_equal_protobuf_encoding() -> None:
-    from bkaudit.bookie.listing import BatchListing
+def _batch_head():
     from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
-    from bkaudit.formats.wire import varint
 
-    assert [varint(v) for v in (0, 1, 127, 128, 300)] == [b"\x00", b"\x01", b"\x7f", b"\x80\x01", b"\xac\x02"]
     head = pb.Response(status=pb.EOK)
     head.header.version = pb.VERSION_THREE
     head.header.operation = pb.GET_LIST_OF_ENTRIES_OF_LEDGERS
     head.header.txnId = 2**40
+    return head
+
+
+def _expected_batch(head, items):
+    """The protobuf serialization of a batch response; items are (ledger, status name, bytes or None)."""
+    from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+
+    expected = pb.Response()
+    expected.CopyFrom(head)
+    batch = expected.getListOfEntriesOfLedgersResponse
+    batch.status = pb.EOK
+    for lid, status, data in items:
+        if data is None:
+            batch.ledgers.add(ledgerId=lid, status=pb.StatusCode.Value(status))
+        else:
+            batch.ledgers.add(ledgerId=lid, status=pb.EOK, availabilityOfEntriesOfLedger=data)
+    return expected.SerializeToString()
+
+
+def test_batch_listing_bytes_equal_protobuf_encoding() -> None:
+    from bkaudit.bookie.listing import batch_response, ledger_item
+    from bkaudit.formats.wire import varint
+
+    assert [varint(v) for v in (0, 1, 127, 128, 300)] == [b"\x00", b"\x01", b"\x7f", b"\x80\x01", b"\xac\x02"]
+    head = _batch_head()
     entries = [(1, availability.encode([0, 1, 5])), (2**40 + 3, None), (7, availability.encode([]))]
-    listing = BatchListing()
-    for _ in range(2):  # second round from the cache
-        expected = pb.Response()
-        expected.CopyFrom(head)
-        batch = expected.getListOfEntriesOfLedgersResponse
-        batch.status = pb.EOK
-        for lid, data in entries:
+    expected = _expected_batch(head, [(lid, "ENOLEDGER" if d is None else "EOK", d) for lid, d in entries])
+    items = [(lid, None if d is None else ledger_item(lid, d)) for lid, d in entries]
+    assert batch_response(head.SerializeToString(), items, max_bytes=10**6) == expected
+
+
+def test_batch_listing_never_exceeds_the_frame_and_marks_what_did_not_fit() -> None:
+    """Ledgers answered in order while they fit; the rest ETOOMANYREQUESTS, a ledger too big for any frame
+    EIO, unknown ledgers still ENOLEDGER; the answer within `max_bytes` (ground truth: protobuf's bytes)."""
+    from bkaudit.bookie.listing import batch_response, ledger_item
+
+    head = _batch_head()
+    big = availability.encode(range(0, 2000, 2))  # 1000 groups: 24,064 bytes
+    small = availability.encode([0, 1, 2])
+    huge = availability.encode(range(0, 8000, 2))
+    entries = [(1, small), (2, big), (3, None), (4, big), (5, small), (6, huge)]
+    limit = 2 * len(big)  # room for one big ledger, not two; ledger 6 fits no frame of this size
+    items = [(lid, None if d is None else ledger_item(lid, d)) for lid, d in entries]
+    got = batch_response(head.SerializeToString(), items, max_bytes=limit)
+    assert got is not None and len(got) <= limit
+    assert got == _expected_batch(head, [(1, "EOK", small), (2, "EOK", big), (3, "ENOLEDGER", None),
+                                         (4, "ETOOMANYREQUESTS", None), (5, "ETOOMANYREQUESTS", None),
+                                         (6, "EIO", None)])
+    # not even the short answers fit: the caller answers the whole request ETOOMANYREQUESTS
+    smalls = [(i, ledger_item(i, small)) for i in range(100)]
+    assert batch_response(head.SerializeToString(), smalls, max_bytes=200) is None
+
+
+# -- the listing cache ---------------------------------------------------------------------------------------
+def test_listing_cache_is_an_lru_bounded_by_its_accounted_bytes() -> None:
+    from bkaudit.bookie.listing import ListingCache, ledger_item
+
+    cost = len(ledger_item(0, b"\x00" * 1000)) + ListingCache.ENTRY_OVERHEAD  # ids 0..9: same item size
+    cache = ListingCache(3 * cost)
+    for lid in range(3):
+        assert cache.put(lid, bytes([lid]) * 1000) == ledger_item(lid, bytes([lid]) * 1000)
+    assert cache.bytes == 3 * cost and len(cache) == 3
+    assert cache.get(0) == b"\x00" * 1000  # 0 is now the most recent
+    cache.put(3, b"\x03" * 1000)  # evicts 1, the least recently used
+    assert 1 not in cache and {0, 2, 3} == {lid for lid in range(4) if lid in cache}
+    assert cache.bytes == 3 * cost and cache.evictions == 1
+    assert cache.item(2) == ledger_item(2, b"\x02" * 1000)  # 2 is now the most recent
+    cache.put(9, b"x" * (3 * cost))  # larger than the whole bound: not cached, nothing evicted
+    assert 9 not in cache and len(cache) == 3
+    cache.invalidate(0)
+    assert cache.bytes == 2 * cost and cache.get(0) is None
+
+
+def test_listing_more_ledgers_than_the_cache_holds_stays_under_the_bound_and_recomputes(tmp_path) -> None:
+    """50 ledgers of E3/WQ2-like stripes (every third id missing) through a cache bound of about 8 of them:
+    the cache's accounted bytes never pass the bound, and evicted ledgers answer the same bytes again, equal
+    to the encoding of the ids written (ground truth), also after a write changed one of them."""
+    written: dict[int, list[int]] = {}
+    ledgers = []
+    for lid in range(1, 51):
+        ids = [e for e in range(300 + lid) if e % 3 != 2]
+        written[lid] = ids
+        ledgers.append((lid, [(e, e) for e in ids]))
+    bulk_load_index(tmp_path, ledgers)
+    per_ledger = len(availability.encode(written[25]))
+    bound = 8 * per_ledger
+    with Storage(tmp_path, listing_cache_bytes=bound) as s:
+        cache = s.listing_cache
+        for _ in range(2):
+            for lid in written:
+                assert s.availability(lid) == availability.encode(written[lid])
+                assert cache.bytes <= bound
+        assert cache.evictions > 0 and 0 < len(cache) < 50
+        assert s.availability_many([1, 50]) == [(1, availability.encode(written[1])),
+                                                (50, availability.encode(written[50]))]
+        from bkaudit.bookie.listing import ledger_item
+
+        for _ in range(2):
+            assert s.listing_items([3, 999, 40]) == [(3, ledger_item(3, availability.encode(written[3]))),
+                                                     (999, None),
+                                                     (40, ledger_item(40, availability.encode(written[40])))]
+            assert cache.bytes <= bound
+        s.add_entry(50, 5000, BULK_MASTER_KEY, entry(50, 5000)).result(timeout=10)  # invalidates ledger 50
+        written[50].append(5000)
+        assert s.availability(50) == availability.encode(written[50])
+        s.delete_entries(1, [0, 1])
+        assert s.availability(1) == availability.encode(written[1][2:])
+        assert cache.bytes <= bound
+
+
+# -- the storage check ---------------------------------------------------------------------------------------
+def test_storage_check_reloads_entries_removed_by_another_process(tmp_path) -> None:
+    from bkaudit.bookie.storage import connect_db, current_dir
+
+    bulk_load_index(tmp_path, [(7, [(0, 99)]), (8, [(0, 9)])])
+    with Storage(tmp_path) as s:
+        assert s.availability(7) == availability.encode(range(100))  # cached now
+        assert s.check() is None
+        other = connect_db(current_dir(tmp_path) / "ledgers.db")  # not the bookie: e.g. a disk repair tool
+        other.execute("DELETE FROM entries WHERE ledger_id = 7 AND entry_id >= 50")
+        other.close()
+        assert s.check() is None
+        assert s.availability(7) == availability.encode(range(50))
+        assert s.entry_runs(8) == [(0, 9)]
+
+
+@pytest.mark.parametrize("damage", ["rmtree", "unlink", "replace", "overwrite"])
+def test_storage_check_reports_lost_storage_and_fails_requests_with_eio(tmp_path, damage) -> None:
+    import shutil
+
+    from bkaudit.bookie.storage import current_dir
+
+    bulk_load_index(tmp_path, [(7, [(0, 9)])])
+    db = current_dir(tmp_path) / "ledgers.db"
+    with Storage(tmp_path) as s:
+        assert s.check() is None and s.availability(7) is not None
+        if damage == "rmtree":
+            shutil.rmtree(current_dir(tmp_path))
+        elif damage == "unlink":
+            db.unlink()
+        elif damage == "replace":
+            db.rename(db.with_suffix(".old"))
+            db.write_bytes(db.with_suffix(".old").read_bytes())
+        else:
+            with open(db, "r+b") as f:
+                f.write(b"\x00" * 100)
+        problem = s.check()
+        assert problem is not None and s.failed == problem
+        for call in (lambda: s.availability(7), lambda: s.availability_many([7]), lambda: s.read_entry(7, 0),
+                     lambda: s.entry_runs(7), lambda: s.listing_items([7])):
+            with pytest.raises(BookieError, match="EIO"):
+                call()
+        with pytest.raises(BookieError, match="EIO"):
+            s.add_entry(7, 10, BULK_MASTER_KEY, entry(7, 10)).result(timeout=10)
+        assert s.check() == problem  # stays lost
+
+
+def test_batch_listing_property_within_limit_in_order_and_exact() -> None:
+    """Random requests and limits: the response is never above the limit, parses as protobuf, answers every
+    ledger in request order, full answers are exactly the encodings given and form a prefix of the ledgers
+    with entries (ground truth: the inputs and protobuf's parser)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from bkaudit.bookie.listing import batch_response, ledger_item
+    from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+
+    head = _batch_head().SerializeToString()
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.one_of(st.none(), st.integers(0, 300))),
+                    max_size=40, unique_by=lambda t: t[0]),
+           st.integers(50, 40_000))
+    def check(ledgers, limit):
+        encode = availability.encode
+        given_bytes = {lid: None if n is None else encode(range(0, 2 * n, 2)) for lid, n in ledgers}
+        items = [(lid, None if d is None else ledger_item(lid, d)) for lid, d in given_bytes.items()]
+        got = batch_response(head, items, max_bytes=limit)
+        if got is None:
+            assert len(head) + 9 + 16 * len(items) > limit  # batch tag 2, length <= 5, status 2; <= 16 each
+            return
+        assert len(got) <= limit
+        resp = pb.Response()
+        resp.ParseFromString(got)
+        answers = resp.getListOfEntriesOfLedgersResponse.ledgers
+        assert [a.ledgerId for a in answers] == list(given_bytes)
+        cut = False
+        for a in answers:
+            data = given_bytes[a.ledgerId]
             if data is None:
-                batch.ledgers.add(ledgerId=lid, status=pb.ENOLEDGER)
+                assert a.status == pb.ENOLEDGER
+            elif a.status == pb.EOK:
+                assert not cut and a.availabilityOfEntriesOfLedger == data
+            elif a.status == pb.ETOOMANYREQUESTS:
+                cut = True
             else:
-                batch.ledgers.add(ledgerId=lid, status=pb.EOK, availabilityOfEntriesOfLedger=data)
-        assert listing.response(head.SerializeToString(), entries) == expected.SerializeToString()
+                assert a.status == pb.EIO and len(ledger_item(a.ledgerId, data)) + len(head) > limit - 30
+
+    check()
+
+
+def test_service_answers_eio_rather_than_a_frame_above_its_limit(tmp_path) -> None:
+    """A single-ledger listing larger than the response limit is EIO (a client's frame decoder would drop the
+    connection on it); a batch of everything is cut to the limit (request bytes built with protobuf)."""
+    import threading
+
+    from bkaudit.bookie.service import BookieService
+    from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+
+    bulk_load_index(tmp_path, [(1, [(e, e) for e in range(0, 2000, 2)]), (2, [(0, 5)])])  # 1000 runs, 24 KB
+    with Storage(tmp_path) as s:
+        service = BookieService(s, max_response_bytes=10_000)
+        try:
+            def ask(req: pb.Request) -> pb.Response:
+                got: list[bytes] = []
+                done = threading.Event()
+                service.dispatch(req.SerializeToString(), lambda b: (got.append(b), done.set()))
+                assert done.wait(10)
+                assert len(got[0]) <= 10_000
+                resp = pb.Response()
+                resp.ParseFromString(got[0])
+                return resp
+
+            for lid, status in ((1, pb.EIO), (2, pb.EOK)):
+                req = pb.Request()
+                req.header.version, req.header.operation, req.header.txnId = (
+                    pb.VERSION_THREE, pb.GET_LIST_OF_ENTRIES_OF_LEDGER, lid)
+                req.getListOfEntriesOfLedgerRequest.ledgerId = lid
+                assert ask(req).status == status
+            req = pb.Request()
+            req.header.version, req.header.operation, req.header.txnId = (
+                pb.VERSION_THREE, pb.GET_LIST_OF_ENTRIES_OF_LEDGERS, 9)
+            req.getListOfEntriesOfLedgersRequest.ledgerId.extend([2, 1, 3])
+            items = ask(req).getListOfEntriesOfLedgersResponse.ledgers
+            assert [(i.ledgerId, i.status) for i in items] == [(2, pb.EOK), (1, pb.EIO), (3, pb.ENOLEDGER)]
+            assert items[0].availabilityOfEntriesOfLedger == availability.encode(range(6))
+        finally:
+            service.close()

@@ -128,6 +128,12 @@ def test_striping_runs_are_maximal_ascending_and_exact(s: Striping) -> None:
     assert list(s.runs()) == naive_runs(expected)
 
 
+@given(stripings())
+@QUICK
+def test_striping_run_count_is_the_number_of_naive_runs(s: Striping) -> None:
+    assert s.run_count() == len(naive_runs(naive_stripe(s.first, s.last, s.start, s.period, s.size)))
+
+
 def test_striping_contains_rejects_non_integers() -> None:
     s = Striping(first=0, last=10, start=0, period=3, size=2)
     assert "1" not in s
