@@ -26,7 +26,7 @@ class CommandError(click.ClickException):
 
     def __init__(self, message: str, code: int = ExitCode.ERROR) -> None:
         super().__init__(" ".join(message.split()))
-        self.exit_code = int(code)
+        self.exit_code = int(code)  # type: ignore[misc]  # click declares it per class; ours is per error
 
     def show(self, file: Any = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)

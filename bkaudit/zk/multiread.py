@@ -7,6 +7,7 @@ yields and falls back to it on a server without multiRead.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -76,6 +77,11 @@ class MultiRead(tuple):  # type: ignore[type-arg]
                 raise ValueError(f"unexpected multiRead result type {op}")
 
 
+def _read_chunk(zk: Any, paths: list[str]) -> Any:
+    """One multiRead, waited for (the retried unit)."""
+    return _submit(zk, paths).get()
+
+
 def _submit(zk: Any, paths: list[str]) -> Any:
     result = zk.handler.async_result()
     chroot = getattr(zk, "chroot", "") or ""
@@ -131,7 +137,7 @@ def read_batched(
             if not is_transient(exc):
                 raise
             results = with_retries(
-                lambda c=chunk: _submit(zk, c).get(),
+                functools.partial(_read_chunk, zk, chunk),
                 attempts=attempts,
                 client=zk,
                 what=f"multiRead of {len(chunk)} znodes",
