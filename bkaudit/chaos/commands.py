@@ -59,6 +59,13 @@ from bkaudit.exitcodes import ExitCode
     help="mean seconds between faults",
 )
 @click.option("--writers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--crash-probability",
+    type=click.FloatRange(0, 1),
+    default=0.3,
+    show_default=True,
+    help="chance a writer stops without closing its ledger (recovered later)",
+)
 @click.option("--no-checker", is_flag=True, help="skip the checker runs (and invariants 4-5's checks)")
 @click.option(
     "--workdir",
@@ -84,6 +91,7 @@ def chaos(
     faults: str,
     mean_gap: float,
     writers: int,
+    crash_probability: float,
     no_checker: bool,
     workdir: str | None,
     history_path: str | None,
@@ -123,6 +131,7 @@ def chaos(
             max_bookie_failures=max_bookie_failures,
             kinds=kinds,
             writers=writers,
+            crash_probability=crash_probability,
             checker=not no_checker,
             mean_gap_s=mean_gap,
             workdir=Path(workdir) / f"seed-{s}" if workdir else None,

@@ -56,6 +56,7 @@ class ChaosSettings:
     kinds: tuple[FaultKind, ...] = tuple(FaultKind)
     writers: int = 2
     readers: int = 1
+    crash_probability: float = 0.3
     autorecovery: int = 2
     checker: bool = True
     mean_gap_s: float = 3.0
@@ -141,6 +142,7 @@ def run(settings: ChaosSettings) -> ChaosResult:
             max_bookie_failures=settings.max_bookie_failures,
             writers=settings.writers,
             readers=settings.readers,
+            crash_probability=settings.crash_probability,
         )
         bk = connect_client(
             zk=cluster.zk, root=cluster.root, proxies=proxies, add_timeout_s=conf.add_timeout_s
@@ -210,13 +212,13 @@ def run(settings: ChaosSettings) -> ChaosResult:
 
 def _play(schedule: Schedule, injector: Injector, history: History) -> None:
     """Fire each fault at its offset; return at the end of the schedule's duration."""
-    history.record("phase", name="faults")
+    start = history.record("phase", name="faults")["t"]  # offsets count from here, not from cluster start
     for fault in schedule.faults:
-        delay = fault.at_s - history.now()
+        delay = start + fault.at_s - history.now()
         if delay > 0:
             time.sleep(delay)
         injector.launch(fault)
-    rest = schedule.duration_s - history.now()
+    rest = start + schedule.duration_s - history.now()
     if rest > 0:
         time.sleep(rest)
 

@@ -140,6 +140,8 @@ def make_schedule(
     kinds = tuple(kinds)
     busy: list[tuple[float, float, int]] = []  # bookie failures: (start, end, bookie)
     faults: list[Fault] = []
+    zk_free_at = 0.0
+    ar_free_at: dict[int, float] = {}
     t = rng.uniform(0.5, mean_gap_s)
     while t < duration_s and kinds:
         kind = kinds[rng.randrange(len(kinds))]
@@ -154,14 +156,27 @@ def make_schedule(
             if free:
                 target = free[rng.randrange(len(free))]
                 busy.append((t, end, target))
-            elif FaultKind.ZK_RESTART in kinds:  # the budget is spent: a fault that fails no bookie
-                kind = FaultKind.ZK_RESTART
+            else:  # the failure budget is spent: a fault that fails no bookie, if any was asked for
+                others = [k for k in kinds if k not in BOOKIE_FAILURES]
+                if not others:
+                    t += max(0.5, rng.expovariate(1 / mean_gap_s))
+                    continue
+                kind = others[rng.randrange(len(others))]
                 hold = round(rng.uniform(*HOLD_S[kind]), 3)
-            else:
+                if kind is FaultKind.AUTORECOVERY_SESSION_EXPIRY:
+                    hold = session_timeout_s + SESSION_HOLD_EXTRA_S
+        if kind is FaultKind.ZK_RESTART:
+            if t < zk_free_at:  # one ZooKeeper restart at a time
                 t += max(0.5, rng.expovariate(1 / mean_gap_s))
                 continue
+            zk_free_at = t + hold + 5.0
         elif kind in AUTORECOVERY_FAULTS:
-            target = rng.randrange(max(1, autorecovery_processes))
+            idle = [i for i in range(max(1, autorecovery_processes)) if ar_free_at.get(i, 0.0) <= t]
+            if not idle:  # every AutoRecovery process is already down or frozen
+                t += max(0.5, rng.expovariate(1 / mean_gap_s))
+                continue
+            target = idle[rng.randrange(len(idle))]
+            ar_free_at[target] = t + hold + 1.0
         elif kind is FaultKind.CORRUPT_ZNODE:
             target = rng.randrange(1 << 16)
         faults.append(Fault(index=len(faults), at_s=round(t, 3), kind=kind, target=target, hold_s=hold))
