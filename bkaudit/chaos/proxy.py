@@ -119,9 +119,14 @@ class Proxy:
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with SO_LINGER 0: the peer sees a TCP RST, as from a crashed host or a middlebox."""
+    """Close with SO_LINGER 0: the peer sees a TCP RST, as from a crashed host or a middlebox.
+
+    SHUT_RD first wakes the pump thread blocked reading this socket (it sends nothing), so the close below is
+    the last use of the descriptor and really resets the connection."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
         sock.close()
 
