@@ -8,6 +8,7 @@ not happen.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import sys
 from pathlib import Path
@@ -101,6 +102,10 @@ def chaos(
     from bkaudit.chaos.runner import ChaosSettings, run
     from bkaudit.chaos.schedule import parse_kinds
 
+    if (
+        logging.getLogger("bkaudit").getEffectiveLevel() > logging.INFO
+    ):  # not -v: ensemble changes are expected
+        logging.getLogger("bkaudit.client").setLevel(logging.ERROR)
     try:
         kinds = parse_kinds(faults)
     except ValueError as exc:

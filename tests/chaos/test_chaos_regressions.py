@@ -1,4 +1,4 @@
-"""Regressions found by `bkaudit chaos`, each named after the seed that found it, replayed as a fixed scenario.
+"""Regressions found by `bkaudit chaos`, named after the seed that found them, replayed as fixed scenarios.
 
 Ground truth is what the test acknowledged and which bookie it wiped.
 """
