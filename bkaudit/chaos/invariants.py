@@ -54,6 +54,7 @@ class HistoryView:
     def __init__(self, events: Iterable[Event]) -> None:
         self.events = list(events)
         self.quorum: dict[int, Quorum] = {}
+        self.created: dict[int, list[str] | None] = {}
         self.acks: dict[int, dict[int, str]] = defaultdict(dict)
         self.closes: dict[int, list[Event]] = defaultdict(list)
         self.final_reads: dict[tuple[int, int], Event] = {}
@@ -64,7 +65,7 @@ class HistoryView:
         self.data_loss: dict[int, Event] = {}
         self.checks: list[Event] = []
         self.findings: dict[int, list[Event]] = defaultdict(list)
-        self.caused: set[int] = set()  # ledgers with a crash, recovery, ensemble change or repair
+        self.caused: set[int] = set()  # ledgers with a crash, recovery, ensemble change or repair swap
         for ev in self.events:
             self._index(ev)
 
@@ -73,6 +74,7 @@ class HistoryView:
         ledger: Any = ev.get("ledger")
         if kind == "create":
             self.quorum[ledger] = Quorum(ev["e"], ev["wq"], ev["aq"])
+            self.created[ledger] = ev.get("ensemble")
         elif kind == "ack":
             self.acks[ledger][int(ev["entry"])] = ev["digest"]
         elif kind == "close":
@@ -85,6 +87,8 @@ class HistoryView:
             self.final_reads[(ledger, int(ev["entry"]))] = ev
         elif kind == "final_metadata":
             self.final_metadata[ledger] = ev
+            if "ensembles" in ev and ev["ensembles"] != [self.created.get(ledger)]:
+                self.caused.add(ledger)  # an ensemble change, in place or as a new segment, or a repair swap
         elif kind == "damage":
             if ev.get("kind") == "metadata":
                 self.corrupted.add(ledger)

@@ -278,7 +278,13 @@ def _final_reads(bk: BookKeeper, shared: Shared, history: History) -> None:
             continue
         try:
             md = bk.ledger_metadata(ledger)
-            history.record("final_metadata", ledger=ledger, state=md.state.name, last_entry=md.last_entry_id)
+            history.record(
+                "final_metadata",
+                ledger=ledger,
+                state=md.state.name,
+                last_entry=md.last_entry_id,
+                ensembles=[list(seg.ensemble) for seg in md.segments],
+            )
             reader = bk.open_ledger(ledger, recover=not md.is_closed)
         except Exception as exc:
             for entry in sorted(entries):

@@ -196,3 +196,14 @@ def test_history_file_round_trip_and_excerpt(tmp_path) -> None:  # type: ignore[
     assert cut[0]["type"] == "run" and "schedule" not in cut[0]
     assert [e["type"] for e in cut[1:]] == ["fault", "acks"]
     assert cut[2]["count"] == 50 and cut[2]["last"]["entry"] == 49
+
+
+def test_placement_finding_needs_an_ensemble_change_or_repair_of_that_ledger() -> None:
+    """Seed 2202: a writer replaced a failed bookie in place (segment 0, no new segment) with the only spare,
+    on a rack already in the write set; the checker's placement_fail is explained by that change."""
+    h = [*ledger(9, 5), *reads(9, 5)]
+    h.append(ev(91, "final_metadata", ledger=9, state="CLOSED", last_entry=4, ensembles=[["a", "b", "c"]]))
+    h += check(1, 20, [("placement_fail", 9)])
+    assert names(invariants.check(h)) == [("findings_explained", 9)]  # same ensemble as created: no cause
+    h[-3]["ensembles"] = [["a", "x", "c"]]
+    assert invariants.check(h) == []
