@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,10 +103,9 @@ def chaos(
     from bkaudit.chaos.runner import ChaosSettings, run
     from bkaudit.chaos.schedule import parse_kinds
 
-    if (
-        logging.getLogger("bkaudit").getEffectiveLevel() > logging.INFO
-    ):  # not -v: ensemble changes are expected
-        logging.getLogger("bkaudit.client").setLevel(logging.ERROR)
+    signal.signal(signal.SIGTERM, _terminate)  # unwind: the run's `finally` stops every process it started
+    if logging.getLogger("bkaudit").getEffectiveLevel() > logging.INFO:
+        logging.getLogger("bkaudit.client").setLevel(logging.ERROR)  # not -v: ensemble changes are expected
     try:
         kinds = parse_kinds(faults)
     except ValueError as exc:
@@ -157,6 +157,10 @@ def chaos(
     if runs > 1 and not as_json:
         click.echo(f"total: {json.dumps(totals)}")
     sys.exit(worst)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # `bkaudit` turns it into exit code 130 after the cleanup ran
 
 
 def _human(doc: dict[str, Any]) -> str:

@@ -144,7 +144,9 @@ class Injector:
         self.max_bookie_failures = max_bookie_failures
         self.workdir = workdir
         self.stop = threading.Event()  # set: holds end early, everything heals
-        self._lock = threading.Lock()  # one cluster operation at a time (LocalCluster is not thread-safe)
+        self._lock = threading.Lock()  # one bookie operation at a time (LocalCluster is not thread-safe)
+        # ZooKeeper's own lock: a bookie start waits for ZooKeeper, so healing ZooKeeper never waits for it
+        self._zk_lock = threading.Lock()
         self._failed: set[int] = set()
         self._threads: list[threading.Thread] = []
         self.injected: dict[str, int] = {}
@@ -224,7 +226,7 @@ class Injector:
             self._record(fault, "start", bookie=bookie, detail="" if used else "no client connection yet")
             return lambda: self.proxies.set_mode(bookie, "pass")
         if k is FaultKind.ZK_RESTART:
-            with self._lock:
+            with self._zk_lock:
                 self.cluster.stop_zookeeper()
             self._record(fault, "start")
             return self._start_zookeeper
@@ -247,7 +249,7 @@ class Injector:
         raise ValueError(f"no injector for {k}")
 
     def _start_zookeeper(self) -> None:
-        with self._lock:
+        with self._zk_lock:
             self.cluster.start_zookeeper()
 
     def _bookie_fault(self, fault: Fault, bookie: str) -> Any:
@@ -359,9 +361,9 @@ class Injector:
         self.stop.set()
         self.join(120)
         self.proxies.heal()
+        with self._zk_lock, contextlib.suppress(Exception):
+            self.cluster.start_zookeeper()
         with self._lock:
-            with contextlib.suppress(Exception):
-                self.cluster.start_zookeeper()
             for b in self.cluster.bookies:
                 with contextlib.suppress(Exception):
                     self.cluster.resume_bookie(b.id)
