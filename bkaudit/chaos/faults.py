@@ -331,6 +331,7 @@ class Injector:
                     "damage",
                     ledger=ledger,
                     bookie=bookie,
+                    segment=i,
                     index=segment.ensemble.index(bookie),
                     first=segment.first_entry_id,
                     last=last,

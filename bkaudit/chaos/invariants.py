@@ -66,8 +66,41 @@ class HistoryView:
         self.checks: list[Event] = []
         self.findings: dict[int, list[Event]] = defaultdict(list)
         self.caused: set[int] = set()  # ledgers with a crash, recovery, ensemble change or repair swap
+        self.bookie_faults: list[tuple[str, float, float]] = []  # (bookie, start, healed) of bookie faults
+        self.written: dict[int, tuple[float, float]] = {}  # ledger -> (created, closed or crashed)
         for ev in self.events:
             self._index(ev)
+        self._windows()
+
+    def _windows(self) -> None:
+        started: dict[int, Event] = {}
+        healed: dict[int, float] = {}
+        for ev in self.events:
+            if ev["type"] == "fault" and ev.get("bookie"):
+                if ev["phase"] == "start":
+                    started[ev["index"]] = ev
+            elif ev["type"] == "fault" and ev["phase"] in ("heal", "heal_failed"):
+                healed[ev["index"]] = ev["t"]
+        for index, ev in started.items():
+            self.bookie_faults.append((ev["bookie"], ev["t"], healed.get(index, float("inf"))))
+        created = {e["ledger"]: e["t"] for e in self.events if e["type"] == "create"}
+        for ledger, t0 in created.items():
+            ends = [
+                e["t"] for e in self.events if e["type"] in ("close", "crash") and e.get("ledger") == ledger
+            ]
+            self.written[ledger] = (t0, min(ends) if ends else float("inf"))
+
+    def missed_writes(self, ledger: int) -> bool:
+        """A bookie of the ledger was failed (killed, paused, cut off, ...) while the ledger was written: the
+        writer may have closed with entries acknowledged by AQ but never stored on that bookie."""
+        window = self.written.get(ledger)
+        if window is None:
+            return False
+        bookies = set(self.created.get(ledger) or [])
+        final = self.final_metadata.get(ledger)
+        for ensemble in (final or {}).get("ensembles", []):
+            bookies.update(ensemble)
+        return any(b in bookies and s < window[1] and window[0] < e for b, s, e in self.bookie_faults)
 
     def _index(self, ev: Event) -> None:
         kind: str = ev["type"]
@@ -118,10 +151,18 @@ class HistoryView:
         for d in self.damage.get(ledger, []):
             if d["t"] >= at:
                 continue
-            repaired = any(r["locked_t"] > d["t"] and r["done_t"] <= at for r in self.repairs.get(ledger, []))
+            repaired = any(
+                r["locked_t"] > d["t"] and r["done_t"] <= at and _same_segment(r, d)
+                for r in self.repairs.get(ledger, [])
+            )
             if not repaired:
                 out.append(d)
         return out
+
+
+def _same_segment(repair: Event, damage: Event) -> bool:
+    """A repair of the whole ledger (segment None) covers any damage; a segment swap only its own segment."""
+    return repair.get("segment") is None or damage.get("segment") in (None, repair["segment"])
 
 
 def check(events: Iterable[Event]) -> list[Violation]:
@@ -291,6 +332,10 @@ def _cause(h: HistoryView, ledger: int | None, category: str, at: float) -> str 
     if category in DURABILITY:
         if h.outstanding_damage(ledger, at):
             return "damage"
+        if category == Category.BELOW_WRITE_QUORUM.value and h.missed_writes(ledger):
+            return (
+                "a bookie failed while the ledger was written"  # AQ copies, not WQ: what the writer promised
+            )
         return "data loss record" if ledger in h.data_loss else None
     if category in PLACEMENT or category == Category.EXTRA_ENTRIES.value:
         # ensemble changes, recoveries and repairs pick bookies among the survivors / leave unacked tails

@@ -327,17 +327,22 @@ def _import_autorecovery(
                 ev = json.loads(line)
             except ValueError:
                 continue
-            ledger = ev.get("ledger")
-            if ev.get("event") == "locked":
+            ledger, kind = ev.get("ledger"), ev.get("event")
+            if kind == "locked":
                 locked[ledger] = float(ev["t"]) - wall0
-            elif ev.get("event") == "replicated" and ledger in locked:
+            elif kind in ("swapped", "replicated") and ledger in locked:
+                # swapped: one segment's copies are in and its ensemble names them (done even if marking the
+                # ledger replicated fails next); replicated: every segment, including refills in place
                 history.record(
                     "repair",
                     ledger=ledger,
-                    locked_t=round(locked.pop(ledger), 4),
+                    segment=ev.get("segment") if kind == "swapped" else None,
+                    locked_t=round(locked[ledger], 4),
                     done_t=round(float(ev["t"]) - wall0, 4),
                     node=autorecovery.name(i),
                 )
+            elif kind == "unlocking":
+                locked.pop(ledger, None)
     zk = cluster.zk_client()
     for ledger in dataloss.list_ids(zk, root=cluster.root):
         record = dataloss.read(zk, ledger, root=cluster.root)

@@ -207,3 +207,32 @@ def test_placement_finding_needs_an_ensemble_change_or_repair_of_that_ledger() -
     assert names(invariants.check(h)) == [("findings_explained", 9)]  # same ensemble as created: no cause
     h[-3]["ensembles"] = [["a", "x", "c"]]
     assert invariants.check(h) == []
+
+
+def test_below_write_quorum_after_a_bookie_failed_during_the_writes_is_explained() -> None:
+    """Seed 101: the proxy dropped one bookie's traffic while a WQ4/AQ3 ledger was written; the writer closed
+    on AQ acknowledgements before its add timeout replaced the bookie, leaving entries with 3 of 4 copies."""
+    h = [*ledger(11, 5, e=3, wq=3, aq=2), *reads(11, 5)]
+    h += check(1, 20, [("below_write_quorum", 11)])
+    assert names(invariants.check(h)) == [("findings_explained", 11)]
+    h.append(ev(2.5, "fault", index=0, kind="proxy_drop", target=1, phase="start", bookie="b"))
+    h.append(ev(4.0, "fault", index=0, kind="proxy_drop", target=1, phase="heal"))
+    assert invariants.check(h) == []
+    h[-2]["bookie"] = "z"  # a bookie the ledger never used explains nothing
+    assert names(invariants.check(h)) == [("findings_explained", 11)]
+    h += check(2, 40, [("below_ack_quorum", 11)])  # only the writes' AQ copies are promised: below AQ is not
+    assert ("findings_explained", 11) in names(invariants.check(h))
+
+
+def test_a_segment_swap_repairs_only_its_segment() -> None:
+    """Seed 101: AutoRecovery swapped the wiped bookie out of segment 0 and then lost ZooKeeper before marking
+    the ledger replicated; the swap alone is the repair of that segment."""
+    h = [*ledger(12, 10), *reads(12, 10), final(12, 9)]
+    h.append({**wipe(10, 12, "b", 1, 0, 4), "segment": 0})
+    h.append({**wipe(10, 12, "b", 1, 5, 9), "segment": 1})
+    h.append(ev(31, "repair", ledger=12, segment=0, locked_t=30, done_t=31, node="ar0"))
+    h += check(1, 40, [])
+    (v,) = invariants.check(h)  # segment 1 is still damaged
+    assert (v.invariant, v.ledger) == ("findings_explained", 12)
+    h.append(ev(35, "repair", ledger=12, segment=1, locked_t=34, done_t=35, node="ar0"))
+    assert invariants.check(h) == []
