@@ -328,7 +328,9 @@ def _import_autorecovery(
             except ValueError:
                 continue
             ledger, kind = ev.get("ledger"), ev.get("event")
-            if kind == "locked":
+            if (
+                kind == "locked"
+            ):  # the worker emits `replicated` after `unlocking`: keep it until the next lock
                 locked[ledger] = float(ev["t"]) - wall0
             elif kind in ("swapped", "replicated") and ledger in locked:
                 # swapped: one segment's copies are in and its ensemble names them (done even if marking the
@@ -341,8 +343,7 @@ def _import_autorecovery(
                     done_t=round(float(ev["t"]) - wall0, 4),
                     node=autorecovery.name(i),
                 )
-            elif kind == "unlocking":
-                locked.pop(ledger, None)
+
     zk = cluster.zk_client()
     for ledger in dataloss.list_ids(zk, root=cluster.root):
         record = dataloss.read(zk, ledger, root=cluster.root)
