@@ -160,6 +160,7 @@ def chaos(
 
 
 def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM (`timeout`) must not cut the cleanup
     raise KeyboardInterrupt  # `bkaudit` turns it into exit code 130 after the cleanup ran
 
 
