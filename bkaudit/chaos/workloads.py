@@ -88,6 +88,7 @@ class Shared:
         self.history = history
         self.stop = threading.Event()
         self.crashed: queue.Queue[int] = queue.Queue()
+        self.crashed_at: dict[int, float] = {}  # monotonic time of each writer crash
         self.lock = threading.Lock()
         self.closed: list[int] = []
         self.acks: dict[int, dict[int, str]] = {}
@@ -186,6 +187,8 @@ class Writer(threading.Thread):
 
     def _crashed(self, ledger: int, reason: str) -> None:
         self.shared.history.record("crash", ledger=ledger, reason=reason[:300])
+        with self.shared.lock:
+            self.shared.crashed_at[ledger] = time.monotonic()
         self.shared.crashed.put(ledger)
 
 
@@ -237,11 +240,14 @@ class Recoverer(threading.Thread):
                 ledger = self.shared.crashed.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if self.shared.stop.wait(self.delay_s):
+            with self.shared.lock:  # a new owner takes over `delay_s` after the crash, not after the backlog
+                due = self.shared.crashed_at.get(ledger, 0.0) + self.delay_s
+            if self.shared.stop.wait(max(0.0, due - time.monotonic())):
                 self.shared.crashed.put(ledger)
                 return
             if not recover(self.bk, self.shared, ledger):
                 self.shared.crashed.put(ledger)
+                self.shared.stop.wait(1.0)
 
 
 def recover(bk: BookKeeper, shared: Shared, ledger: int) -> bool:
