@@ -29,6 +29,8 @@ Event = dict[str, Any]
 
 DURABILITY = frozenset(c.value for c in DURABILITY_CATEGORIES)
 PLACEMENT = frozenset(c.value for c in PLACEMENT_CATEGORIES)
+REREGISTER_S = 15.0
+"""How long after a bookie fault heals it may still be missing from /available (session expiry, restart)."""
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,17 @@ class HistoryView:
             ]
             self.written[ledger] = (t0, min(ends) if ends else float("inf"))
 
-    def missed_writes(self, ledger: int) -> bool:
+    def any_bookie_failed(self, ledger: int, *, slack_s: float) -> bool:
+        """Any bookie was failed (or not yet re-registered) while the ledger was written."""
+        window = self.written.get(ledger)
+        return window is not None and any(
+            s < window[1] and window[0] < e + slack_s for _, s, e in self.bookie_faults
+        )
+
+    def missed_writes(self, ledger: int, *, slack_s: float = 0.0) -> bool:
         """A bookie of the ledger was failed (killed, paused, cut off, ...) while the ledger was written: the
-        writer may have closed with entries acknowledged by AQ but never stored on that bookie."""
+        writer may have closed with entries acknowledged by AQ but never stored on that bookie. `slack_s`
+        extends each failure past its heal (a bookie re-registers some seconds after it is back)."""
         window = self.written.get(ledger)
         if window is None:
             return False
@@ -100,7 +110,9 @@ class HistoryView:
         final = self.final_metadata.get(ledger)
         for ensemble in (final or {}).get("ensembles", []):
             bookies.update(ensemble)
-        return any(b in bookies and s < window[1] and window[0] < e for b, s, e in self.bookie_faults)
+        return any(
+            b in bookies and s < window[1] and window[0] < e + slack_s for b, s, e in self.bookie_faults
+        )
 
     def _index(self, ev: Event) -> None:
         kind: str = ev["type"]
@@ -337,9 +349,12 @@ def _cause(h: HistoryView, ledger: int | None, category: str, at: float) -> str 
                 "a bookie failed while the ledger was written"  # AQ copies, not WQ: what the writer promised
             )
         return "data loss record" if ledger in h.data_loss else None
-    if category in PLACEMENT or category == Category.EXTRA_ENTRIES.value:
+    reshaped = ledger in h.caused or ledger in h.damage
+    if (category in PLACEMENT or category == Category.EXTRA_ENTRIES.value) and reshaped:
         # ensemble changes, recoveries and repairs pick bookies among the survivors / leave unacked tails
-        return "ensemble change or recovery" if ledger in h.caused or ledger in h.damage else None
+        return "ensemble change or recovery"
+    if category in PLACEMENT and h.any_bookie_failed(ledger, slack_s=REREGISTER_S):
+        return "created while a bookie was away: placement picked among the others"
     return None
 
 

@@ -236,3 +236,14 @@ def test_a_segment_swap_repairs_only_its_segment() -> None:
     assert (v.invariant, v.ledger) == ("findings_explained", 12)
     h.append(ev(35, "repair", ledger=12, segment=1, locked_t=34, done_t=35, node="ar0"))
     assert invariants.check(h) == []
+
+
+def test_placement_finding_on_a_ledger_created_while_a_bookie_was_away_is_explained() -> None:
+    """Seed 104: a bookie's session had expired and it had not re-registered yet, so the rack-aware policy
+    could only pick among two racks for an E3/WQ2 ledger (no odd ring alternates two racks)."""
+    h = [*ledger(13, 5), *reads(13, 5), final(13, 4)]
+    h += check(1, 20, [("placement_fail", 13)])
+    assert names(invariants.check(h)) == [("findings_explained", 13)]
+    h.append(ev(0.1, "fault", index=0, kind="bookie_session_expiry", target=2, phase="start", bookie="z"))
+    h.append(ev(0.5, "fault", index=0, kind="bookie_session_expiry", target=2, phase="heal"))
+    assert invariants.check(h) == []  # healed 0.5 s before the ledger was created: not re-registered yet
