@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "lifecycle": "bkaudit.lifecycle.commands:lifecycle",
     "admin": "bkaudit.admin.commands:admin",
     "underreplicated": "bkaudit.autorecovery.underreplicated:underreplicated",
+    "chaos": "bkaudit.chaos.commands:chaos",
 }
 
 

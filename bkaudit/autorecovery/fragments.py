@@ -104,11 +104,17 @@ def segment_closed(metadata: LedgerMetadata, index: int, lac: int | None) -> boo
     return lac >= metadata.segments[-1].first_entry_id - 1
 
 
-def expected_entries(metadata: LedgerMetadata, index: int, bookie_index: int) -> Striping | None:
+def expected_entries(
+    metadata: LedgerMetadata, index: int, bookie_index: int, lac: int | None = None
+) -> Striping | None:
+    """What the index stores in the segment; in the open last segment of an OPEN ledger, up to the LAC when
+    known (BookKeeper's LedgerChecker checks the last fragment up to the LAC), else None."""
     last = metadata.segment_last_entry(index)
-    if last is None:
-        return None
     first = metadata.segments[index].first_entry_id
+    if last is None:
+        if lac is None or lac < first:
+            return None
+        last = lac
     return entries_of_bookie(bookie_index, first, last, metadata.ensemble_size, metadata.write_quorum)
 
 
@@ -132,7 +138,7 @@ def find_fragments(
     for seg_index, segment, last in metadata.segment_ranges():
         closed = segment_closed(metadata, seg_index, lac)
         for b, bookie in enumerate(segment.ensemble):
-            expected = expected_entries(metadata, seg_index, b)
+            expected = expected_entries(metadata, seg_index, b, lac)
             judged = _judge(states.get(bookie, BookieState.LOST), expected, answers, bookie, marked, draining)
             if judged is not None:
                 reason, missing = judged
@@ -179,13 +185,16 @@ def _judge(
 def bookies_to_probe(
     metadata: LedgerMetadata, states: Mapping[str, BookieState], lac: int | None
 ) -> list[str]:
-    """Non-lost bookies of the closed segments that must store at least one entry: whom to ask."""
+    """Non-lost bookies that must store at least one entry: whom to ask. Closed segments, and the open last
+    segment of an OPEN ledger up to its LAC: entries missing there are an open fragment, which makes the
+    worker defer the ledger, not mark it replicated (BookKeeper's ReplicationWorker, foundOpenFragments)."""
     wanted: dict[str, None] = {}
+    last_index = len(metadata.segments) - 1
     for seg_index, segment, _ in metadata.segment_ranges():
-        if not segment_closed(metadata, seg_index, lac):
+        if not segment_closed(metadata, seg_index, lac) and seg_index != last_index:
             continue
         for b, bookie in enumerate(segment.ensemble):
-            expected = expected_entries(metadata, seg_index, b)
+            expected = expected_entries(metadata, seg_index, b, lac)
             if (
                 states.get(bookie, BookieState.LOST) is not BookieState.LOST
                 and expected is not None

@@ -188,6 +188,10 @@ class LocalCluster:
     def ids(self) -> list[str]:
         return [b.id for b in self.bookies]
 
+    def is_running(self, bookie_id: str) -> bool:
+        """True while the bookie's process lives (also when paused)."""
+        return self._alive(self.bookie(bookie_id))
+
     def start_bookie(self, bookie_id: str, *, wait: bool = True) -> None:
         """Start a stopped bookie with the same id, port, data directory and rack."""
         b = self.bookie(bookie_id)
@@ -292,6 +296,26 @@ class LocalCluster:
         registry.delete_cookie(self.zk_client(), self.bookie(bookie_id).id, self.root)
 
     # -- whole cluster ---------------------------------------------------------------------------------------
+    def stop_zookeeper(self) -> None:
+        """Stop the ZooKeeper server this cluster started (its data stays; clients reconnect after start)."""
+        if self._zk_server is None:
+            raise ClusterError("this cluster did not start its ZooKeeper server (zk_connect was given)")
+        self._zk_server.stop()
+
+    def start_zookeeper(self) -> None:
+        """Start the stopped ZooKeeper server again on the same port and data directory."""
+        if self._zk_server is None:
+            raise ClusterError("this cluster did not start its ZooKeeper server (zk_connect was given)")
+        old = self._zk_server
+        if old.is_running():
+            return
+        # a new server on the same port and data: the connect string every client holds stays valid
+        server = ZooKeeperServer(port=old.port, data_dir=old.data_dir, detach=self.detach)
+        server.start(timeout_s=START_TIMEOUT_S)
+        self._zk_server = server
+        if self.zookeeper is not None:
+            self.zookeeper["pid"] = self._zk_server.pid
+
     def status(self) -> dict[str, Any]:
         """Each bookie's registration (writable / readonly / absent) and whether its process is alive."""
         zk = self.zk_client()

@@ -47,14 +47,15 @@ def holding(ids) -> availability.Availability:
     return availability.decode(availability.encode(sorted(ids)))
 
 
-def full(metadata: LedgerMetadata) -> dict[str, availability.Availability]:
-    """Every bookie holds exactly what it should."""
+def full(metadata: LedgerMetadata, lac: int | None = None) -> dict[str, availability.Availability]:
+    """Every bookie holds exactly what it should (in an open last segment: up to `lac`)."""
     held: dict[str, set[int]] = {}
     for _i, seg, last in metadata.segment_ranges():
         for b, bookie in enumerate(seg.ensemble):
+            end = last if last is not None else (lac if lac is not None else -1)
             ids = [
                 x
-                for x in range(seg.first_entry_id, (last if last is not None else -1) + 1)
+                for x in range(seg.first_entry_id, end + 1)
                 if stores_entry(b, x, metadata.ensemble_size, metadata.write_quorum)
             ]
             held.setdefault(bookie, set()).update(ids)
@@ -157,11 +158,30 @@ def test_readonly_counts_as_missing_for_an_open_last_segment_like_bookkeeper() -
     assert open_last_segment_at_risk(m, {"a", "b"})  # c read-only: not writable
 
 
-def test_bookies_to_probe_skips_lost_and_open_segments() -> None:
+def test_bookies_to_probe_skips_lost_bookies_and_the_open_segment_beyond_the_lac() -> None:
     m = md([(0, "abc"), (20, "abd")], state=LedgerState.OPEN)
     states = {"a": W, "b": BookieState.READONLY, "c": BookieState.LOST, "d": W}
-    assert bookies_to_probe(m, states, lac=25) == ["a", "b"]
+    assert bookies_to_probe(m, states, lac=25) == ["a", "b", "d"]  # the open segment up to its LAC too
+    assert bookies_to_probe(m, states, lac=19) == ["a", "b"]  # nothing confirmed in the open segment yet
     assert bookies_to_probe(m, states, lac=None) == []
+
+
+def test_chaos_seed_103_open_segment_missing_confirmed_entries_is_an_open_fragment() -> None:
+    """Seed 103: a writer crashed, then a bookie of its still-OPEN ledger was wiped and came back empty; the
+    worker probed only closed segments, found nothing and marked the ledger replicated, so the entries stayed
+    with one copy until the checker re-marked it. Entries up to the LAC missing in the open last segment are
+    now an open fragment: never copied (the writer or recovery owns the segment), but the worker defers the
+    ledger instead of resolving it, as BookKeeper's ReplicationWorker does with foundOpenFragments."""
+    m = md([(0, "abc")], state=LedgerState.OPEN)
+    states = {"a": W, "b": W, "c": W}
+    answers = full(md([(0, "abc")], last=30))
+    answers["b"] = holding([])  # wiped: a new, empty storage
+    (f,) = find_fragments(m, states, answers, lac=30)
+    assert (f.segment_index, f.bookie, f.closed, f.reason) == (0, "b", False, Reason.MISSING_ENTRIES)
+    assert f.entry_count() == sum(1 for x in range(31) if stores_entry(1, x, 3, 2))  # b's striping up to LAC
+    assert plan_repairs(m, [f]) == []
+    assert find_fragments(m, states, full(md([(0, "abc")], last=30)), lac=30) == []  # complete: nothing
+    assert find_fragments(m, states, answers, lac=None) == []  # LAC unknown: nothing to judge against
 
 
 def test_bookie_state() -> None:
@@ -282,7 +302,7 @@ def test_draining_bookie_storing_no_entry_of_a_segment_still_leaves_it() -> None
     m = md([(0, "abc"), (1, "abd")], state=LedgerState.OPEN)  # E=3 WQ=2: entry 0 on indexes 0 and 1
     states = {"a": W, "b": W, "c": BookieState.READONLY, "d": W}
     assert open_last_segment_at_risk(m, {"a", "b", "d"}, {"c"}) is False  # the writer already moved on
-    frags = find_fragments(m, states, full(m), lac=5, draining={"c"})
+    frags = find_fragments(m, states, full(m, lac=5), lac=5, draining={"c"})
     assert [(f.segment_index, f.bookie, f.reason, f.closed, f.entry_count()) for f in frags] == [
         (0, "c", Reason.DRAINING, True, 0)
     ]
@@ -297,12 +317,12 @@ def test_draining_bookie_storing_no_entry_of_a_segment_still_leaves_it() -> None
 def test_draining_bookie_in_the_open_last_segment_waits_for_the_writer_then_fencing() -> None:
     m = md([(0, "abc"), (10, "abd")], state=LedgerState.OPEN)
     states = {"a": W, "b": W, "c": W, "d": W}
-    frags = find_fragments(m, states, full(m), lac=12, draining={"d"})
+    frags = find_fragments(m, states, full(m, lac=12), lac=12, draining={"d"})
     assert [(f.segment_index, f.closed) for f in frags] == [(1, False)]  # never copied while open ...
     assert plan_repairs(m, frags) == []
     # ... but at risk (deferred, then fenced), even before the bookie re-registered read-only
     assert open_last_segment_at_risk(m, {"a", "b", "c", "d"}, {"d"})
     # an earlier segment of an open ledger is copied once the LAC reached the last segment
-    frags = find_fragments(m, states, full(m), lac=12, draining={"c"})
+    frags = find_fragments(m, states, full(m, lac=12), lac=12, draining={"c"})
     assert [(f.segment_index, f.closed) for f in frags] == [(0, True)]
-    assert not find_fragments(m, states, full(m), lac=12)
+    assert not find_fragments(m, states, full(m, lac=12), lac=12)
