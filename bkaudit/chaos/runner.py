@@ -41,6 +41,7 @@ from bkaudit.chaos.workloads import (
 from bkaudit.client import BookKeeper
 from bkaudit.cluster.local import BOOKIE_SESSION_TIMEOUT_S, LocalCluster
 from bkaudit.exitcodes import ExitCode
+from bkaudit.zk import dataloss
 from bkaudit.zk.server import free_port
 
 log = logging.getLogger(__name__)
@@ -314,7 +315,6 @@ def _import_autorecovery(
     history: History, cluster: LocalCluster, autorecovery: AutoRecoveryProcesses
 ) -> None:
     """AutoRecovery's repairs (locked .. replicated, from its event files) and data-loss records."""
-    from bkaudit.autorecovery import dataloss
 
     wall0 = float(history.of_type("run")[0]["wall0"])
     for i in range(autorecovery.count):

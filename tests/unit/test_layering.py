@@ -57,6 +57,8 @@ LAYERS: dict[str, int] = {
     "bkaudit.admin": TOP,
     "bkaudit.report": TOP,
     "bkaudit.demo": TOP,
+    # seeded fault schedules on a local cluster, driving the checker through its CLI
+    "bkaudit.chaos": TOP,
     "bkaudit.cli_common": TOP,
     "bkaudit.cli": TOP,
     "cli": TOP,
