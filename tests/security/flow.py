@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from bkaudit.config import ZkSettings
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import paths
 from bkaudit.zk.server import ZooKeeperServer, free_port
+from tests import helpers
 from tests.pki import make_pki
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,13 +184,8 @@ class SecureRun:
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout_s: float = TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+    """tests.helpers.wait_for with this flow's (longer) timeout."""
+    return helpers.wait_for(probe, timeout_s, what, interval_s=0.2)
 
 
 def digest_id(user: str, password: str) -> str:
