@@ -438,7 +438,7 @@ class Storage:
             log.error("storage %s lost: %s; every request now fails with EIO", self.path, problem)
         return self.failed
 
-    # -- limbo and storage state (the data-integrity check, bkaudit.bookie.integrity) -------------------------
+    # -- limbo and storage state (the data-integrity check, bkaudit.autorecovery.integrity) ------------------
     def enter_limbo(self, ledger_id: int) -> None:
         """Put a ledger in limbo and fence it, durably (DataIntegrityCheckImpl's pre-boot MARK_LIMBO:
         setLimboState + setFenced); an unknown ledger is created without a master key (the first request's
@@ -719,7 +719,8 @@ _EMPTY_ENCODING = EntryRuns().encoded()
 
 def _ensure_schema(conn: sqlite3.Connection) -> bool:
     """Create the tables (or add the limbo column to an older file); True when there were none before."""
-    new = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledgers'").fetchone() is None
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledgers'").fetchone()
+    new = found is None
     conn.executescript(_SCHEMA)
     columns = {row[1] for row in conn.execute("PRAGMA table_info(ledgers)")}
     if "limbo" not in columns:
