@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bkaudit.autorecovery.copier import CopyTask, FragmentCopier
+from bkaudit.autorecovery.events import EventLog
 from bkaudit.bookie.storage import NEEDS_INTEGRITY_CHECK, Storage
 from bkaudit.client.context import digest_for, master_key_for
 from bkaudit.errors import NoSuchLedger
@@ -100,8 +101,9 @@ class IntegrityCheck:
     """Pre-boot marking and the full check of one bookie; `client` builds a ledger client on demand."""
 
     def __init__(self, *, storage: Storage, bookie_id: str, metadata: MetadataSource,
-                 client: Callable[[], Any], interval_s: float = 3.0) -> None:
+                 client: Callable[[], Any], interval_s: float = 3.0, events: EventLog | None = None) -> None:
         self.storage = storage
+        self.events = events or EventLog(node=bookie_id)
         self.bookie_id = bookie_id
         self._metadata = metadata
         self._client = client
@@ -166,8 +168,10 @@ class IntegrityCheck:
     def _check_ledger(self, bk: Any, ledger_id: int, ledgers: dict[int, LedgerMetadata],
                       result: CheckRound) -> None:
         metadata = ledgers[ledger_id]
+        limbo = self.storage.in_limbo(ledger_id)
+        self.events.emit("integrity_checking", ledger=ledger_id, bookie=self.bookie_id, limbo=limbo)
         try:
-            if self.storage.in_limbo(ledger_id):
+            if limbo:
                 metadata = bk.open_ledger(ledger_id, recover=True).metadata
                 result.recovered.append(ledger_id)
                 self.storage.clear_limbo(ledger_id)
@@ -181,9 +185,13 @@ class IntegrityCheck:
         except Exception as exc:
             result.errors[ledger_id] = f"{type(exc).__name__}: {exc}"
             ledgers[ledger_id] = metadata
+            self.events.emit("integrity_failed", ledger=ledger_id, bookie=self.bookie_id,
+                             error=result.errors[ledger_id][:300])
             return
         result.copied += copied
         del ledgers[ledger_id]
+        self.events.emit("integrity_checked", ledger=ledger_id, bookie=self.bookie_id, recovered=limbo,
+                         copied=copied)
 
     def _copy_missing(self, bk: Any, ledger_id: int, metadata: LedgerMetadata) -> int:
         missing = missing_entries(metadata, self.bookie_id, lambda e: self.storage.has_entry(ledger_id, e))
@@ -229,14 +237,16 @@ class IntegrityCheck:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self.events.close()
 
 
 def for_bookie(*, settings: Any, storage: Storage, zk: Any, bookie_id: str, root: str,
-               interval_s: float) -> IntegrityCheck:
+               interval_s: float, events_path: str | None = None) -> IntegrityCheck:
     """The check of a bookie process: metadata from its ZooKeeper session, a ledger client per round."""
     from bkaudit.client import BookKeeper
     from bkaudit.zk.ledgers import iter_all_metadata
 
     return IntegrityCheck(storage=storage, bookie_id=bookie_id,
                           metadata=lambda: iter_all_metadata(zk, root=root),
-                          client=lambda: BookKeeper.connect(settings=settings), interval_s=interval_s)
+                          client=lambda: BookKeeper.connect(settings=settings), interval_s=interval_s,
+                          events=EventLog(events_path, node=bookie_id))

@@ -51,6 +51,8 @@ class BookieOptions:
     readonly: bool = False
     autorecovery: bool = False
     no_listing: bool = False
+    events_path: str | None = None
+    """JSON-lines audit trail of the data-integrity check (`--events`), as AutoRecovery's."""
 
 
 def autorecovery_entry() -> Callable[[Settings, Any, str], Any]:
@@ -71,8 +73,8 @@ def autorecovery_entry() -> Callable[[Settings, Any, str], Any]:
 def integrity_entry() -> Callable[..., Any]:
     """The data-integrity check (`[bookie] data_integrity_checking`): a repair service, with AutoRecovery.
 
-    Contract: `for_bookie(settings=, storage=, zk=, bookie_id=, root=, interval_s=)` returns an object with
-    `preboot(reason)` (run by the cookie check before stamping), `needed`, `start()` and `stop()`.
+    Contract: `for_bookie(settings=, storage=, zk=, bookie_id=, root=, interval_s=, events_path=)` returns an
+    object with `preboot(reason)` (run by the cookie check before stamping), `needed`, `start()`, `stop()`.
     """
     module = importlib.import_module("bkaudit.autorecovery.integrity")
     factory: Callable[..., Any] = module.for_bookie
@@ -133,7 +135,7 @@ class BookieServer:
         if conf.data_integrity_checking:
             integrity = self.integrity = integrity_entry()(
                 settings=self.settings, storage=storage, zk=zk, bookie_id=self.bookie_id, root=self.root,
-                interval_s=conf.data_integrity_interval_s)
+                interval_s=conf.data_integrity_interval_s, events_path=self.options.events_path)
         check_cookie(zk, self.bookie_id, self.data_dir, root=self.root, has_data=bool(storage.ledger_ids()),
                      acl=acl, connect=self.zk_settings.connect,
                      preboot=integrity.preboot if integrity is not None else None,
