@@ -83,3 +83,30 @@ def test_wiped_bookie_recovers_its_limbo_ledgers_and_copies_its_entries_back(
         assert got == open_payloads
         lac = client.read_lac(crashed.ledger_id).result(30)  # the victim answers ReadLAC again
         assert lac.last_entry_body is not None or lac.lac_body is not None
+
+
+def test_wiped_bookie_with_stamp_missing_cookies_heals_instead_of_refusing(
+        cluster_factory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """BookKeeper's covered case: the ZooKeeper cookie is still there, the directory's is gone (a replaced
+    disk). With dataIntegrityStampMissingCookies the bookie runs the check, re-stamps and copies back."""
+    from bkaudit.bookie.registration import read_local_cookie
+    from bkaudit.client.context import digest_for
+    from bkaudit.zk import registry
+
+    monkeypatch.setenv("BKAUDIT_BOOKIE__DATA_INTEGRITY_CHECKING", "true")
+    cluster = cluster_factory(bookies=3, racks=3)
+    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+        ledger = bk.create_ledger(3, 2, 2)
+        payloads = {ledger.add_entry(b"e-%d" % i): b"e-%d" % i for i in range(20)}
+        ledger.close()
+        md = bk.ledger_metadata(ledger.ledger_id)
+        victim = md.segments[0].ensemble[1]
+        cluster.kill_bookie(victim)
+        cluster.wipe_bookie(victim)  # not formatted: ZooKeeper still has its cookie
+        monkeypatch.setenv("BKAUDIT_BOOKIE__DATA_INTEGRITY_STAMP_MISSING_COOKIES", "true")
+        cluster.start_bookie(victim)
+        remote = registry.read_cookie(cluster.zk_client(), victim, cluster.root)
+        assert remote is not None and read_local_cookie(cluster.bookie(victim).data_dir) == remote[0]
+        digest = digest_for(ledger.ledger_id, md.password, md.digest_type)
+        _wait_copied_back(bk.pool.get(victim), victim, ledger.ledger_id, _stored(md, victim, max(payloads)),
+                          payloads, digest)
