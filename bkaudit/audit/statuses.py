@@ -31,6 +31,9 @@ STATUS_CIRCUIT_OPEN = "CIRCUIT_OPEN"
 """Not asked: earlier calls to the bookie failed at the transport level in this attempt (see the fan-out)."""
 STATUS_UNAVAILABLE = "UNAVAILABLE"
 """The call got no answer (connection refused or reset, timeout): `bkaudit.errors.BookieError`'s status."""
+STATUS_UNKNOWN_LEDGER_STATE = "EUNKNOWNLEDGERSTATE"
+"""The ledger is in limbo on that bookie (BookKeeper's data-integrity check after it lost its data): it may
+or may not hold the entries. Judged, never final: retried, then reported as unverifiable on that bookie."""
 STATUS_BAD_REQUEST = "EBADREQ"
 """BookKeeper's EBADREQ; also what we record when a batch answer lacks one of the ledgers asked for."""
 
@@ -46,7 +49,7 @@ BOOKKEEPER_STATUSES = frozenset(
         "EFENCED",
         "EREADONLY",
         "ETOOMANYREQUESTS",
-        "EUNKNOWNLEDGERSTATE",
+        STATUS_UNKNOWN_LEDGER_STATE,
     }
 )
 """Statuses a bookie sends (BookkeeperProtocol StatusCode): the bookie is reachable, the ledger may not be."""

@@ -30,16 +30,18 @@ def bookie() -> None:
 @click.option("--autorecovery", is_flag=True, help="also run AutoRecovery in this process (when available)")
 @click.option("--no-listing", is_flag=True,
               help="never answer listing requests, like a Java bookie on DbLedgerStorage (tests, demos)")
+@click.option("--events", "events_path", default=None, type=click.Path(dir_okay=False),
+              help="append the data-integrity check's events (JSON lines) to FILE")
 def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, port: int,
         data_dir: str, rack: str | None, readonly: bool, bookie_id: str | None, autorecovery: bool,
-        no_listing: bool) -> None:
+        no_listing: bool, events_path: str | None) -> None:
     """Run a bookie until SIGTERM (graceful: read-only, drain, deregister)."""
     from bkaudit.bookie.server import BookieOptions
     from bkaudit.bookie.server import run as run_bookie
 
     settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False)  # a service waits for ZK
     options = BookieOptions(data_dir=data_dir, port=port, bookie_id=bookie_id, rack=rack, readonly=readonly,
-                            autorecovery=autorecovery, no_listing=no_listing)
+                            autorecovery=autorecovery, no_listing=no_listing, events_path=events_path)
     try:
         sys.exit(run_bookie(settings, options))
     except BkAuditError as exc:

@@ -26,7 +26,8 @@ _LEDGERS_TAG = b"\x12"  # GetListOfEntriesOfLedgersResponse.ledgers = 2, length-
 _BATCH_TAG = varint((pb.Response.GETLISTOFENTRIESOFLEDGERSRESPONSE_FIELD_NUMBER << 3) | 2)
 _STATUS_EOK = b"\x08" + varint(pb.EOK)
 _ITEM_EOK = b"\x10" + varint(pb.EOK)
-_ITEM_STATUS: dict[int, bytes] = {s: b"\x10" + varint(s) for s in (pb.ENOLEDGER, pb.ETOOMANYREQUESTS, pb.EIO)}
+_ITEM_STATUS: dict[int, bytes] = {s: b"\x10" + varint(s) for s in (pb.ENOLEDGER, pb.ETOOMANYREQUESTS, pb.EIO,
+                                                                 pb.EUNKNOWNLEDGERSTATE)}
 _MAX_LENGTH_VARINT = 5  # a length below 4 GiB
 
 
@@ -113,6 +114,11 @@ _SHORT_ITEM_MAX = 16
 def _short_item(ledger_id: int, status: int) -> bytes:
     body = b"\x08" + varint(ledger_id) + _ITEM_STATUS[status]
     return _LEDGERS_TAG + varint(len(body)) + body
+
+
+def unknown_item(ledger_id: int) -> bytes:
+    """The batch item of a ledger in limbo: EUNKNOWNLEDGERSTATE, no listing (see docs/bookie.md)."""
+    return _short_item(ledger_id, pb.EUNKNOWNLEDGERSTATE)
 
 
 def ledger_item(ledger_id: int, availability: bytes) -> bytes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,8 +89,17 @@ def write_local_cookie(data_dir: str | os.PathLike[str], cookie: records.Cookie)
 
 
 def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[str], *, root: str,
-                 has_data: bool, acl: list[ACL] | None = None, connect: str = "<zk>") -> records.Cookie:
-    """Verify the bookie's cookies or stamp a brand-new bookie's; CookieError when it must not start."""
+                 has_data: bool, acl: list[ACL] | None = None, connect: str = "<zk>",
+                 preboot: Callable[[str], None] | None = None,
+                 stamp_missing: bool = False) -> records.Cookie:
+    """Verify the bookie's cookies or stamp a brand-new bookie's; CookieError when it must not start.
+
+    `preboot` (the data-integrity check is enabled, bkaudit.bookie.integrity) runs before cookies are
+    stamped: on a new environment (no cookie anywhere: a new bookie, or one wiped and formatted under its
+    old id; BookKeeper's DataIntegrityCookieValidation stamps that case without a check, see
+    docs/bookie.md), and, with `stamp_missing` (dataIntegrityStampMissingCookies), when the cookies in
+    ZooKeeper and the directory are missing or differ, which are then re-stamped instead of refused.
+    """
     expected = expected_cookie(bookie_id, data_dir, instance_id(zk, root))
     local = read_local_cookie(data_dir)
     remote = registry.read_cookie(zk, bookie_id, root)
@@ -98,6 +108,8 @@ def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[st
         if has_data:
             raise CookieError(f"{data_dir} holds ledger data but no cookie (current/VERSION); refusing to "
                               "guess which bookie it belongs to")
+        if preboot is not None:
+            preboot("NEW_ENVIRONMENT")
         try:
             registry.create_cookie(zk, expected, root=root, acl=acl)
         except NodeExistsError:
@@ -105,23 +117,31 @@ def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[st
         write_local_cookie(data_dir, expected)
         log.info("stamped new cookie for bookie %s (instance %s)", bookie_id, expected.instance_id)
         return expected
-    if local is None:
-        raise CookieError(
-            f"bookie {bookie_id} has a cookie in ZooKeeper but its data directory {data_dir} has none: "
-            "its data was wiped or lost. It must not rejoin as if it still held its ledgers. If the loss is "
-            "accepted (re-replication restores the ledgers elsewhere), remove the old identity with: "
-            f"{format_hint}"
-        )
     if remote is None:
         raise CookieError(
             f"bookie {bookie_id}: {data_dir} has a cookie but ZooKeeper has none under {root} (the cookie "
             "was formatted or the cluster re-initialised); wipe the data directory to join as a new bookie"
         )
+    if local == remote[0] == expected:
+        return expected
+    if preboot is not None and stamp_missing:
+        log.warning("bookie %s: ZooKeeper cookie %s or directory cookie %s differ from %s: running the "
+                    "data-integrity check, then stamping new cookies", bookie_id, remote[0], local, expected)
+        preboot("INVALID_COOKIE")
+        zk.set(paths.cookie_path(bookie_id, root=root), records.encode_cookie(expected), version=remote[1])
+        write_local_cookie(data_dir, expected)
+        return expected
+    if local is None:
+        raise CookieError(
+            f"bookie {bookie_id} has a cookie in ZooKeeper but its data directory {data_dir} has none: "
+            "its data was wiped or lost. It must not rejoin as if it still held its ledgers. If the loss is "
+            "accepted (re-replication restores the ledgers elsewhere), remove the old identity with: "
+            f"{format_hint}; or enable [bookie] data_integrity_checking and "
+            "data_integrity_stamp_missing_cookies to have the bookie heal itself"
+        )
     if local != remote[0]:
         raise CookieError(f"bookie {bookie_id}: local cookie {local} differs from ZooKeeper's {remote[0]}")
-    if local != expected:
-        raise CookieError(f"bookie {bookie_id}: cookie {local} does not match this bookie ({expected})")
-    return local
+    raise CookieError(f"bookie {bookie_id}: cookie {local} does not match this bookie ({expected})")
 
 
 class Registration:

@@ -51,6 +51,8 @@ class BookieOptions:
     readonly: bool = False
     autorecovery: bool = False
     no_listing: bool = False
+    events_path: str | None = None
+    """JSON-lines audit trail of the data-integrity check (`--events`), as AutoRecovery's."""
 
 
 def autorecovery_entry() -> Callable[[Settings, Any, str], Any]:
@@ -66,6 +68,17 @@ def autorecovery_entry() -> Callable[[Settings, Any, str], Any]:
         raise ClusterError("--autorecovery is not available yet: bkaudit.autorecovery has no runnable "
                            "service in this build; run the bookie without --autorecovery") from None
     return start
+
+
+def integrity_entry() -> Callable[..., Any]:
+    """The data-integrity check (`[bookie] data_integrity_checking`): a repair service, with AutoRecovery.
+
+    Contract: `for_bookie(settings=, storage=, zk=, bookie_id=, root=, interval_s=, events_path=)` returns an
+    object with `preboot(reason)` (run by the cookie check before stamping), `needed`, `start()`, `stop()`.
+    """
+    module = importlib.import_module("bkaudit.autorecovery.integrity")
+    factory: Callable[..., Any] = module.for_bookie
+    return factory
 
 
 class BookieServer:
@@ -93,6 +106,8 @@ class BookieServer:
         self.grpc_port: int | None = None
         self.registration: Registration | None = None
         self._autorecovery: Any = None
+        self.integrity: Any = None
+        """The data-integrity check when enabled (bkaudit.autorecovery.integrity.IntegrityCheck)."""
         self.failure: str | None = None
         """Why the bookie shut itself down (its storage was lost), None otherwise."""
 
@@ -116,8 +131,15 @@ class BookieServer:
         zk = self.zk = zkclient.connect(self.zk_settings)
         self._closers.append(lambda: zkclient.close(zk))
         acl = zkclient.acls(self.zk_settings)
+        integrity = None
+        if conf.data_integrity_checking:
+            integrity = self.integrity = integrity_entry()(
+                settings=self.settings, storage=storage, zk=zk, bookie_id=self.bookie_id, root=self.root,
+                interval_s=conf.data_integrity_interval_s, events_path=self.options.events_path)
         check_cookie(zk, self.bookie_id, self.data_dir, root=self.root, has_data=bool(storage.ledger_ids()),
-                     acl=acl, connect=self.zk_settings.connect)
+                     acl=acl, connect=self.zk_settings.connect,
+                     preboot=integrity.preboot if integrity is not None else None,
+                     stamp_missing=conf.data_integrity_stamp_missing_cookies)
         if self.options.readonly:
             self.mode.set("forced", True)
         bookie_lifecycle.watch(  # Draining & co.: read-only
@@ -156,6 +178,9 @@ class BookieServer:
         self._closers.append(registration.stop)
         self.mode.listen(lambda readonly: registration.set_readonly(readonly))
         threading.Thread(target=self._monitor_disk, name="bookie-disk", daemon=True).start()
+        if integrity is not None and integrity.needed:  # serving and registered: recover, then copy back
+            integrity.start()
+            self._closers.append(integrity.stop)
         if autorecovery is not None:
             self._autorecovery = autorecovery(self.settings, self.zk, self.bookie_id)
             self._closers.append(self._autorecovery.stop)

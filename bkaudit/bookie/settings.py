@@ -38,6 +38,15 @@ class BookieSettings:
     drain_timeout_s: float = 10.0
     # false: never answer GET_LIST_OF_ENTRIES_OF_LEDGER, like a Java bookie on DbLedgerStorage (tests, demos)
     answer_listing: bool = True
+    # the data-integrity check (BookKeeper: dataIntegrityChecking): a bookie whose storage is new or whose
+    # cookies differ puts OPEN ledgers naming it "in limbo" (EUNKNOWNLEDGERSTATE, not ENOENTRY) until it has
+    # recovered them and copied its entries back (docs/bookie.md)
+    data_integrity_checking: bool = False
+    # with the check: re-stamp missing or differing cookies after it instead of refusing to start
+    # (BookKeeper: dataIntegrityStampMissingCookies)
+    data_integrity_stamp_missing_cookies: bool = False
+    # pause between full-check rounds while ledgers are left (BookKeeper's DataIntegrityService: 3 s)
+    data_integrity_interval_s: float = 3.0
     # bound of the cached listing encodings (LRU; a 50,000-entry E3/WQ2 ledger costs about 400 KB)
     listing_cache_bytes: int = 256 * 1024 * 1024
 
@@ -56,6 +65,11 @@ class BookieSettings:
             raise ConfigError("bookie.min_free_fraction", "must be in [0, 1)")
         if self.min_free_bytes < 0:
             raise ConfigError("bookie.min_free_bytes", "must be >= 0")
+        if self.data_integrity_interval_s <= 0:
+            raise ConfigError("bookie.data_integrity_interval_s", "must be > 0")
+        if self.data_integrity_stamp_missing_cookies and not self.data_integrity_checking:
+            raise ConfigError("bookie.data_integrity_stamp_missing_cookies",
+                              "needs data_integrity_checking (the check is what makes re-stamping safe)")
         if self.listing_cache_bytes < 0:
             raise ConfigError("bookie.listing_cache_bytes", "must be >= 0 (0: no cache)")
         for key in ("max_pending_requests", "group_commit_max_batch", "read_threads"):

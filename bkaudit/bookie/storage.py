@@ -40,7 +40,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import NamedTuple
 
-from bkaudit.bookie.listing import ListingCache
+from bkaudit.bookie.listing import ListingCache, unknown_item
 from bkaudit.bookie.runs import EntryRuns
 from bkaudit.errors import BookieError
 
@@ -68,16 +68,24 @@ CREATE TABLE IF NOT EXISTS entries (
     body      BLOB NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS entries_by_id ON entries (ledger_id, entry_id);
+CREATE TABLE IF NOT EXISTS storage_state (flag TEXT PRIMARY KEY);
 """
+# added with the data-integrity check; older files get the column at open
+_LIMBO_COLUMN = "ALTER TABLE ledgers ADD COLUMN limbo INTEGER NOT NULL DEFAULT 0"
+NEEDS_INTEGRITY_CHECK = "NEEDS_INTEGRITY_CHECK"
+"""Storage state flag (BookKeeper's StorageState.NEEDS_INTEGRITY_CHECK): set by the pre-boot check, cleared
+once the full check resolved every ledger; survives restarts so an interrupted check runs again."""
+UNKNOWN = "EUNKNOWNLEDGERSTATE"
+"""BookKeeper's DataUnknownException on the wire: a ledger in limbo cannot say it lacks an entry."""
 # BookKeeper's last write wins when an entry is written twice (recovery write-back, re-replication)
 _UPSERT_ENTRY = (
     "INSERT INTO entries (ledger_id, entry_id, body) VALUES (?, ?, ?) "
     "ON CONFLICT (ledger_id, entry_id) DO UPDATE SET body = excluded.body"
 )
 _UPSERT_LEDGER = (
-    "INSERT INTO ledgers (ledger_id, master_key, fenced, lac_body) VALUES (?, ?, ?, ?) "
+    "INSERT INTO ledgers (ledger_id, master_key, fenced, lac_body, limbo) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (ledger_id) DO UPDATE SET master_key = excluded.master_key, fenced = excluded.fenced, "
-    "lac_body = excluded.lac_body"
+    "lac_body = excluded.lac_body, limbo = excluded.limbo"
 )
 # maximal runs of consecutive ids per ledger, computed in C from the (ledger_id, entry_id) index only
 _RUNS_QUERY = """
@@ -95,6 +103,9 @@ class LedgerState(NamedTuple):
     master_key: bytes | None
     fenced: bool
     lac_body: bytes | None
+    limbo: bool = False
+    """In limbo (BookKeeper's LedgerStorage.setLimboState): the bookie may have lost entries of this ledger,
+    so it answers EUNKNOWNLEDGERSTATE wherever it would otherwise say "I have no such entry"."""
 
 
 class StorageLocked(BookieError):
@@ -120,15 +131,18 @@ class _Op:
 
 
 class _Admin:
-    """An admin operation run alone by the writer thread (fault injection, ledger deletion, or with `reload`
-    the storage check's re-read of the index)."""
+    """An admin operation run alone by the writer thread (fault injection, ledger deletion, with `reload`
+    the storage check's re-read of the index, with `limbo` a limbo change, with `flag` a state flag)."""
 
-    __slots__ = ("entry_ids", "future", "ledger_id", "reload")
+    __slots__ = ("entry_ids", "flag", "future", "ledger_id", "limbo", "reload")
 
-    def __init__(self, ledger_id: int, entry_ids: list[int] | None, *, reload: bool = False) -> None:
+    def __init__(self, ledger_id: int, entry_ids: list[int] | None, *, reload: bool = False,
+                 limbo: bool | None = None, flag: tuple[str, bool] | None = None) -> None:
         self.ledger_id = ledger_id
         self.entry_ids = entry_ids
         self.reload = reload
+        self.limbo = limbo
+        self.flag = flag
         self.future: Future[int] = Future()
 
 
@@ -179,7 +193,8 @@ class Storage:
             raise StorageLocked(self.data_dir) from None
         self.path = cur / DB_NAME
         self._conn = connect_db(self.path)
-        self._conn.executescript(_SCHEMA)
+        self.created = _ensure_schema(self._conn)
+        """True when this open created `ledgers.db`'s tables: the storage is brand new (or was wiped)."""
         self._identity = _identity(self.path)
         self._data_version = self._conn.execute("PRAGMA data_version").fetchone()[0]
         self.failed: str | None = None
@@ -189,6 +204,7 @@ class Storage:
         self._index_lock = threading.Lock()
         self.listing_cache = ListingCache(listing_cache_bytes)
         self._ledgers, self._index = self._load()
+        self._flags = frozenset(row[0] for row in self._conn.execute("SELECT flag FROM storage_state"))
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -204,10 +220,10 @@ class Storage:
         """Ledger states and the entry index as `ledgers.db` holds them (writer connection)."""
         ledgers: dict[int, LedgerState] = {}
         index: dict[int, EntryRuns] = {}
-        for ledger_id, key, fenced, lac_body in self._conn.execute(
-            "SELECT ledger_id, master_key, fenced, lac_body FROM ledgers"
+        for ledger_id, key, fenced, lac_body, limbo in self._conn.execute(
+            "SELECT ledger_id, master_key, fenced, lac_body, limbo FROM ledgers"
         ):
-            ledgers[ledger_id] = LedgerState(key, bool(fenced), lac_body)
+            ledgers[ledger_id] = LedgerState(key, bool(fenced), lac_body, bool(limbo))
         current: EntryRuns | None = None
         current_id = None
         for ledger_id, first, last in self._conn.execute(_RUNS_QUERY):
@@ -228,7 +244,7 @@ class Storage:
     def submit_fence(self, ledger_id: int, master_key: bytes, done: Done) -> None:
         """Fence a ledger (creating it with `master_key` if unknown); `done` runs once the flag is durable."""
         state = self._ledgers.get(ledger_id)
-        if state is not None and state.fenced:  # already durable: answer at once
+        if state is not None and state.fenced and state.master_key:  # already durable: answer at once
             done("EOK" if state.master_key == master_key else "EUA")
             return
         self._submit(_Op("fence", ledger_id, -1, master_key, None, False, done))
@@ -289,6 +305,8 @@ class Storage:
         if ledger_id not in self._ledgers:
             raise BookieError("ENOLEDGER", ledger_id=ledger_id, entry_id=entry_id)
         if entry_id < 0:
+            # the last entry stands for the LAC (getLastEntry): unknowable in limbo, even with entries
+            self._unknown_if_limbo(ledger_id, entry_id)
             with self._index_lock:
                 runs = self._index.get(ledger_id)
                 last = runs.last if runs is not None else None
@@ -299,14 +317,23 @@ class Storage:
             "SELECT body FROM entries WHERE ledger_id = ? AND entry_id = ?", (ledger_id, entry_id)
         ).fetchone()
         if row is None:
+            self._unknown_if_limbo(ledger_id, entry_id)
             raise BookieError("ENOENTRY", ledger_id=ledger_id, entry_id=entry_id)
         return bytes(row[0])
+
+    def _unknown_if_limbo(self, ledger_id: int, entry_id: int | None = None) -> None:
+        """BookKeeper's throwIfLimbo: only a negative answer about a limbo ledger becomes 'unknown'."""
+        state = self._ledgers.get(ledger_id)
+        if state is not None and state.limbo:
+            raise BookieError(UNKNOWN, "ledger is in limbo (data-integrity check pending)",
+                              ledger_id=ledger_id, entry_id=entry_id)
 
     def read_lac(self, ledger_id: int) -> tuple[bytes | None, bytes | None]:
         """(explicit LAC body or None, last entry body or None); ENOLEDGER when the ledger is unknown."""
         state = self._ledgers.get(ledger_id)
         if state is None:
             raise BookieError("ENOLEDGER", ledger_id=ledger_id)
+        self._unknown_if_limbo(ledger_id)  # getLastAddConfirmed / getExplicitLac throw in limbo
         try:
             last = self.read_entry(ledger_id, -1)
         except BookieError:
@@ -316,6 +343,7 @@ class Storage:
     def availability(self, ledger_id: int) -> bytes | None:
         """AvailabilityOfEntriesOfLedger bytes (index, cache); None when unknown; EIO once storage is lost."""
         self._intact(ledger_id)
+        self._unknown_if_limbo(ledger_id)
         with self._index_lock:
             return self._availability(ledger_id)
 
@@ -332,6 +360,10 @@ class Storage:
             cache = self.listing_cache
             out: list[tuple[int, bytes | None]] = []
             for lid in ledger_ids:
+                state = self._ledgers.get(lid)
+                if state is not None and state.limbo:
+                    out.append((lid, unknown_item(lid)))
+                    continue
                 item = cache.item(lid)
                 if item is None:
                     data = self._encode(lid)
@@ -406,6 +438,40 @@ class Storage:
             log.error("storage %s lost: %s; every request now fails with EIO", self.path, problem)
         return self.failed
 
+    # -- limbo and storage state (the data-integrity check, bkaudit.autorecovery.integrity) ------------------
+    def enter_limbo(self, ledger_id: int) -> None:
+        """Put a ledger in limbo and fence it, durably (DataIntegrityCheckImpl's pre-boot MARK_LIMBO:
+        setLimboState + setFenced); an unknown ledger is created without a master key (the first request's
+        key is adopted). Adds keep working as on any fenced ledger: recovery adds land, plain adds EFENCED."""
+        self._admin(_Admin(ledger_id, None, limbo=True))
+
+    def clear_limbo(self, ledger_id: int) -> None:
+        """The ledger's state is known again (recovered by the check): negative answers are final again."""
+        if self.in_limbo(ledger_id):
+            self._admin(_Admin(ledger_id, None, limbo=False))
+
+    def in_limbo(self, ledger_id: int) -> bool:
+        state = self._ledgers.get(ledger_id)
+        return state is not None and state.limbo
+
+    def limbo_ledgers(self) -> list[int]:
+        return sorted(lid for lid, state in self._ledgers.items() if state.limbo)
+
+    def has_entry(self, ledger_id: int, entry_id: int) -> bool:
+        """Whether the entry is stored (the index; limbo does not matter)."""
+        with self._index_lock:
+            runs = self._index.get(ledger_id)
+            return runs is not None and entry_id in runs
+
+    def set_flag(self, flag: str, on: bool) -> None:
+        """Set or clear a durable storage state flag (NEEDS_INTEGRITY_CHECK)."""
+        if (flag in self._flags) != on:
+            self._admin(_Admin(-1, None, flag=(flag, on)))
+
+    @property
+    def flags(self) -> frozenset[str]:
+        return self._flags
+
     # -- admin (fault injection by tests; ledger deletion) ---------------------------------------------------
     def delete_entries(self, ledger_id: int, entry_ids: Iterable[int]) -> int:
         """Durably remove entries (tests inject holes with this); returns how many existed."""
@@ -462,7 +528,8 @@ class Storage:
                     self._conn.executemany(_UPSERT_ENTRY, rows)
                 if overlay:
                     self._conn.executemany(_UPSERT_LEDGER, [
-                        (lid, st.master_key, int(st.fenced), st.lac_body) for lid, st in overlay.items()
+                        (lid, st.master_key, int(st.fenced), st.lac_body, int(st.limbo))
+                        for lid, st in overlay.items()
                     ])
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -503,6 +570,10 @@ class Storage:
             state = self._ledgers.get(lid)
         if state is None:
             state = overlay[lid] = LedgerState(op.key, False, None)
+        elif not state.master_key and op.key:
+            # created without a key by the data-integrity check: the first real key is adopted, as
+            # BookKeeper's LedgerMetadataIndex.setMasterKey replaces an all-zero stored key
+            state = overlay[lid] = state._replace(master_key=op.key)
         elif state.master_key != op.key:
             return "EUA"
         if op.kind == "add":
@@ -541,6 +612,9 @@ class Storage:
         if op.reload:
             self._reload_if_changed(op)
             return
+        if op.limbo is not None or op.flag is not None:
+            self._run_state_change(op)
+            return
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -570,6 +644,42 @@ class Storage:
                         runs.add_run(first, last)
                     self._index[op.ledger_id] = runs
             op.future.set_result(removed)
+        finally:
+            with self._cv:
+                self._inflight -= 1
+
+    def _run_state_change(self, op: _Admin) -> None:
+        """Limbo in or out (entering also fences, creating an unknown ledger without a key), or a flag."""
+        conn = self._conn
+        state: LedgerState | None = None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            if op.flag is not None:
+                flag, on = op.flag
+                sql = "INSERT OR IGNORE INTO storage_state (flag) VALUES (?)" if on else \
+                    "DELETE FROM storage_state WHERE flag = ?"
+                conn.execute(sql, (flag,))
+            else:
+                old = self._ledgers.get(op.ledger_id) or LedgerState(b"", False, None)
+                state = old._replace(limbo=True, fenced=True) if op.limbo else old._replace(limbo=False)
+                conn.execute(_UPSERT_LEDGER, (op.ledger_id, state.master_key, int(state.fenced),
+                                              state.lac_body, int(state.limbo)))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            op.future.set_exception(BookieError("EIO", str(exc), ledger_id=op.ledger_id))
+        else:
+            if op.flag is not None:
+                flag, on = op.flag
+                self._flags = self._flags | {flag} if on else self._flags - {flag}
+            elif state is not None:
+                with self._index_lock:
+                    self._ledgers[op.ledger_id] = state
+                    self.listing_cache.invalidate(op.ledger_id)
+            op.future.set_result(1)
         finally:
             with self._cv:
                 self._inflight -= 1
@@ -605,6 +715,17 @@ class Storage:
 
 
 _EMPTY_ENCODING = EntryRuns().encoded()
+
+
+def _ensure_schema(conn: sqlite3.Connection) -> bool:
+    """Create the tables (or add the limbo column to an older file); True when there were none before."""
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledgers'").fetchone()
+    new = found is None
+    conn.executescript(_SCHEMA)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(ledgers)")}
+    if "limbo" not in columns:
+        conn.execute(_LIMBO_COLUMN)
+    return new
 
 
 def _identity(path: Path) -> tuple[int, int]:
@@ -695,14 +816,14 @@ def bulk_load_entries(data_dir: str | os.PathLike[str],
         except BlockingIOError:
             raise StorageLocked(Path(data_dir)) from None
         conn = connect_db(cur / DB_NAME)
-        conn.executescript(_SCHEMA)
+        _ensure_schema(conn)
         conn.execute("PRAGMA synchronous=OFF")
         total = 0
         rows: list[tuple[int, int, bytes]] = []
-        ledger_rows: list[tuple[int, bytes, int, None]] = []
+        ledger_rows: list[tuple[int, bytes, int, None, int]] = []
         conn.execute("BEGIN")
         for ledger_id, entries in ledgers:
-            ledger_rows.append((ledger_id, master_key, 0, None))
+            ledger_rows.append((ledger_id, master_key, 0, None, 0))
             rows.extend((ledger_id, e, body) for e, body in entries)
             if len(rows) >= chunk:
                 conn.executemany(_UPSERT_ENTRY, rows)

@@ -34,7 +34,10 @@ from bkaudit.zk import paths
 log = logging.getLogger(__name__)
 
 GARBAGE = b"\x00chaos: not ledger metadata\xff\xfe"
-DISK_FULL_CONFIG = "[bookie]\nmin_free_bytes = 1000000000000000000\ndisk_check_interval_s = 0.5\n"
+DISK_FULL_CONFIG = (
+    "[bookie]\nmin_free_bytes = 1000000000000000000\ndisk_check_interval_s = 0.5\n"
+    "data_integrity_checking = true\n"  # as every chaos bookie (runner._bookie_args)
+)
 
 AUTORECOVERY_ENV = {
     "BKAUDIT_ZK__SESSION_TIMEOUT_S": "4",

@@ -173,7 +173,10 @@ class HistoryView:
 
 
 def _same_segment(repair: Event, damage: Event) -> bool:
-    """A repair of the whole ledger (segment None) covers any damage; a segment swap only its own segment."""
+    """A repair of the whole ledger (segment None) covers any damage; a segment swap only its own segment; a
+    bookie's data-integrity check (a repair naming a bookie) only that bookie's damage."""
+    if repair.get("bookie") is not None and damage.get("bookie") != repair["bookie"]:
+        return False
     return repair.get("segment") is None or damage.get("segment") in (None, repair["segment"])
 
 

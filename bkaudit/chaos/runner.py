@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bkaudit.autorecovery.events import read_events
 from bkaudit.chaos import invariants
 from bkaudit.chaos.checkrun import run_checker
 from bkaudit.chaos.faults import AutoRecoveryProcesses, Injector
@@ -129,7 +130,8 @@ def run(settings: ChaosSettings) -> ChaosResult:
     shared = Shared(history)
     proxies = ProxySet()
     cluster = LocalCluster.up(
-        workdir / "cluster", bookies=settings.bookies, racks=settings.racks, zk_port=free_port()
+        workdir / "cluster", bookies=settings.bookies, racks=settings.racks, zk_port=free_port(),
+        bookie_args=_bookie_args(workdir),
     )
     autorecovery = AutoRecoveryProcesses(cluster, workdir, settings.autorecovery)
     bk: BookKeeper | None = None
@@ -182,6 +184,7 @@ def run(settings: ChaosSettings) -> ChaosResult:
             checks.append(_check(history, cluster, workdir, n=2, publish=False, final=drained))
         _final_reads(bk, shared, history)
         _import_autorecovery(history, cluster, autorecovery)
+        _import_integrity(history, workdir)
     finally:
         if bk is not None:
             bk.close()
@@ -309,6 +312,40 @@ def _final_reads(bk: BookKeeper, shared: Shared, history: History) -> None:
                     digest=None,
                     detail=f"{type(exc).__name__}: {str(exc)[:200]}",
                 )
+
+
+BOOKIE_EVENTS = "bookies.events"
+
+
+def _bookie_args(workdir: Path) -> list[str]:
+    """Bookies run with the data-integrity check (the safe configuration for bookies that come back wiped:
+    chaos seed 7, docs/bookie.md), its events appended to one file (one JSON line per write)."""
+    conf = workdir / "bookie.toml"
+    conf.write_text("[bookie]\ndata_integrity_checking = true\n", encoding="utf-8")
+    return ["--config", str(conf), "--events", str(workdir / BOOKIE_EVENTS)]
+
+
+def _import_integrity(history: History, workdir: Path) -> None:
+    """A bookie's data-integrity check copying its own entries back is a repair of that bookie's damage."""
+    path = workdir / BOOKIE_EVENTS
+    if not path.exists():
+        return
+    wall0 = float(history.of_type("run")[0]["wall0"])
+    started: dict[tuple[str, int], float] = {}
+    for ev in read_events(path):
+        key = (str(ev.get("bookie")), int(ev.get("ledger", -1)))
+        if ev.get("event") == "integrity_checking":
+            started[key] = float(ev["t"]) - wall0
+        elif ev.get("event") == "integrity_checked" and key in started:
+            history.record(
+                "repair",
+                ledger=key[1],
+                segment=None,
+                bookie=key[0],  # only this bookie's copies were restored
+                locked_t=round(started.pop(key), 4),
+                done_t=round(float(ev["t"]) - wall0, 4),
+                node=f"integrity:{key[0]}",
+            )
 
 
 def _import_autorecovery(

@@ -28,6 +28,7 @@ from bkaudit.audit.statuses import (
     STATUS_NO_LEDGER,
     STATUS_OK,
     STATUS_UNAVAILABLE,
+    STATUS_UNKNOWN_LEDGER_STATE,
     is_transport_failure,
 )
 from bkaudit.errors import BookieError
@@ -136,8 +137,9 @@ def read_and_verify(
 def probe_listing(client: Any, *, timeout_s: float, ledger_id: int = 0) -> tuple[str, str]:
     """(evidence mode, why) for one bookie: does GET_LIST_OF_ENTRIES_OF_LEDGER work on it this run?
 
-    A listing request and an entry read go out together. Any answer to the listing (entries, ENOLEDGER, even
-    bytes that later fail to decode) means listing works. No answer in `timeout_s` (a Java bookie on
+    A listing request and an entry read go out together. Any answer to the listing (entries, ENOLEDGER,
+    EUNKNOWNLEDGERSTATE from a bookie holding the ledger in limbo, even bytes that later fail to decode) means
+    listing works. No answer in `timeout_s` (a Java bookie on
     DbLedgerStorage sends none) or an error status means it does not, provided the bookie answers the read
     (with anything: ENOLEDGER, ENOENTRY, an entry); a bookie that answers neither is simply unreachable and
     keeps the listing path, which reports it as such.
@@ -170,7 +172,7 @@ def probe_listing(client: Any, *, timeout_s: float, ledger_id: int = 0) -> tuple
         except Exception:
             futures.append(None)
     listed, why = outcome(futures[0])
-    if listed in (STATUS_OK, STATUS_NO_LEDGER):
+    if listed in (STATUS_OK, STATUS_NO_LEDGER, STATUS_UNKNOWN_LEDGER_STATE):
         return EVIDENCE_LISTING, "listing answered"
     alive, read_why = outcome(futures[1])
     if alive is not None:

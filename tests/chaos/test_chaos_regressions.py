@@ -5,22 +5,23 @@ Ground truth is what the test acknowledged and which bookie it wiped.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from bkaudit.client import BookKeeper
+from bkaudit.errors import BookieError
 from bkaudit.model.quorum import write_set
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product gap found by chaos seed 7 (docs/reliability.md): a bookie wiped, formatted and restarted "
-    "answers NoSuchLedger for ledgers it held, and recovery counts that as 'absent' (WQ-AQ+1 = 1 answer when "
-    "WQ = AQ, as BookKeeper's own recovery does), so it closes the ledger before acknowledged entries. "
-    "BookKeeper guards this with the bookie's data-integrity check (ledgers in 'limbo' answer EUNKNOWN).",
-)
-def test_chaos_seed_7_recovery_after_a_wiped_bookie_keeps_acknowledged_entries(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_chaos_seed_7_recovery_after_a_wiped_bookie_keeps_acknowledged_entries(
+        cluster_factory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Seed 7: a bookie wiped, formatted and restarted under its old id answered NoSuchLedger, and recovery
+    (WQ = AQ: one such answer is "absent") closed the OPEN ledger before acknowledged entries. With the
+    data-integrity check the bookie puts the ledger in limbo and answers EUNKNOWNLEDGERSTATE instead."""
+    monkeypatch.setenv("BKAUDIT_BOOKIE__DATA_INTEGRITY_CHECKING", "true")  # inherited by the bookie processes
     cluster = cluster_factory(bookies=3, racks=3)
     with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
         writer = bk.create_ledger(2, 2, 2)
@@ -33,12 +34,42 @@ def test_chaos_seed_7_recovery_after_a_wiped_bookie_keeps_acknowledged_entries(c
         cluster.kill_bookie(wiped)
         cluster.wipe_bookie(wiped)
         cluster.format_bookie(wiped)
-        cluster.start_bookie(wiped)
-        # the wiped bookie answers first (in the chaos runs the order was chance): the other one is only slow
+        # the other one is only slow: paused before the wiped one is back, so nothing but the wiped bookie
+        # can answer until it resumes (in the chaos run the order was chance)
         cluster.pause_bookie(healthy)
         try:
-            recovered = bk.open_ledger(writer.ledger_id, recover=True)
+            cluster.start_bookie(wiped)
+            # what it answers for the ledger it held: "unknown", never "no such ledger / entry"
+            client = bk.pool.get(wiped)
+            for answer in (client.read_entry(writer.ledger_id, 0),
+                           client.read_entry(writer.ledger_id, -1, fence=True,
+                                             master_key=_master_key(md), high_priority=True),
+                           client.read_lac(writer.ledger_id)):
+                with pytest.raises(BookieError) as unknown:
+                    answer.result(30)
+                assert unknown.value.status == "EUNKNOWNLEDGERSTATE"
+            recovered: list[object] = []
+            recovery = threading.Thread(
+                target=lambda: recovered.append(_recover(bk, writer.ledger_id)), daemon=True)
+            recovery.start()  # its fence and recovery reads reach the wiped bookie while the other sleeps
         finally:
             cluster.resume_bookie(healthy)
-        assert recovered.metadata.last_entry_id >= acked[-1]
-        assert [e.payload for e in recovered.read_entries(0, acked[-1])] == [b"entry-%d" % i for i in acked]
+        recovery.join(120)
+        assert recovered and not isinstance(recovered[0], BaseException), recovered
+        handle = recovered[0]
+        assert handle.metadata.last_entry_id >= acked[-1]  # type: ignore[attr-defined]
+        assert [e.payload for e in handle.read_entries(0, acked[-1])] == [  # type: ignore[attr-defined]
+            b"entry-%d" % i for i in acked]
+
+
+def _master_key(md):  # type: ignore[no-untyped-def]
+    from bkaudit.client.context import master_key_for
+
+    return master_key_for(md.password)
+
+
+def _recover(bk: BookKeeper, ledger_id: int) -> object:
+    try:
+        return bk.open_ledger(ledger_id, recover=True)
+    except BaseException as exc:  # reported by the test thread
+        return exc

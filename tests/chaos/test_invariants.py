@@ -247,3 +247,18 @@ def test_placement_finding_on_a_ledger_created_while_a_bookie_was_away_is_explai
     h.append(ev(0.1, "fault", index=0, kind="bookie_session_expiry", target=2, phase="start", bookie="z"))
     h.append(ev(0.5, "fault", index=0, kind="bookie_session_expiry", target=2, phase="heal"))
     assert invariants.check(h) == []  # healed 0.5 s before the ledger was created: not re-registered yet
+
+
+def test_a_bookies_integrity_check_repairs_only_that_bookies_damage() -> None:
+    """A wiped bookie's data-integrity check copies its own entries back (`repair` naming the bookie): that
+    repairs its damage, not another bookie's wipe of the same ledger."""
+    h = [*ledger(13, 10, e=3, wq=3, aq=2), *reads(13, 10), final(13, 9)]
+    h += [wipe(10, 13, "a", 0, 0, 9, wq=3), wipe(11, 13, "b", 1, 0, 9, wq=3)]
+    h.append(ev(31, "repair", ledger=13, segment=None, bookie="a", locked_t=30, done_t=31, node="ia"))
+    h += check(1, 40, [])
+    (v,) = invariants.check(h)  # b's copies are still gone
+    assert (v.invariant, v.ledger) == ("findings_explained", 13) and "damage b" in v.detail
+    h = [e for e in h if e["type"] not in ("check", "finding")]
+    h.append(ev(35, "repair", ledger=13, segment=None, bookie="b", locked_t=34, done_t=35, node="ib"))
+    h += check(1, 40, [])
+    assert invariants.check(h) == []

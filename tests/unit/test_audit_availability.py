@@ -50,6 +50,15 @@ def test_ledger_with_failed_bookie_is_unverifiable():
     assert f.detail["bookies"][0]["status"] == "UNAVAILABLE"
 
 
+def test_bookie_holding_the_ledger_in_limbo_makes_it_unverifiable_not_healthy():
+    # a wiped bookie restarted with the data-integrity check answers EUNKNOWNLEDGERSTATE for the ledger
+    assert not is_transport_failure("EUNKNOWNLEDGERSTATE") and should_retry("EUNKNOWNLEDGERSTATE")
+    ev = (healthy("a:1"), healthy("b:1"), failed_evidence("c:1", "EUNKNOWNLEDGERSTATE", "ledger is in limbo"))
+    (f,) = LedgerAvailabilityCheck().evaluate(LedgerEvidence(S, ev))
+    assert f.category is Category.LEDGER_UNVERIFIABLE and f.bookie_id == "c:1"
+    assert f.detail["reason_code"] == "bookie_error" and "EUNKNOWNLEDGERSTATE" in f.detail["reason"]
+
+
 def test_missing_evidence_is_unverifiable_not_healthy():
     (f,) = LedgerAvailabilityCheck().evaluate(LedgerEvidence(S, (healthy("a:1"), healthy("b:1"))))
     assert f.detail["reason_code"] == "not_checked" and f.bookie_id == "c:1"

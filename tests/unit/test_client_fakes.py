@@ -71,6 +71,7 @@ class FakeBookie:
         self.adds: list[tuple[int, int, bool]] = []
         self.acks_handled: list[tuple[int, int]] = []  # (ledger, entry) whose ack the client has processed
         self.reads: list[tuple[int, int, bool]] = []
+        self.limbo: set[int] = set()  # ledgers in limbo: negative answers become EUNKNOWNLEDGERSTATE
         self.lock = threading.Lock()
 
     def _unavailable(self, ledger_id: int, entry_id: int | None = None) -> BookieError:
@@ -130,6 +131,10 @@ class FakeBookie:
                     )
                 )
             ledger = self.entries.get(ledger_id)
+            if ledger_id in self.limbo and (ledger is None or entry_id == -1 or entry_id not in ledger):
+                # as bkaudit.bookie.storage (BookKeeper's throwIfLimbo): only negative answers are unknown
+                return _done(exc=BookieError("EUNKNOWNLEDGERSTATE", bookie_id=self.id, ledger_id=ledger_id,
+                                             entry_id=entry_id))
             if ledger is None:
                 return _done(exc=BookieError("ENOLEDGER", bookie_id=self.id, ledger_id=ledger_id))
             if entry_id == -1:
@@ -146,6 +151,8 @@ class FakeBookie:
         with self.lock:
             if self.down:
                 return _done(exc=self._unavailable(ledger_id))
+            if ledger_id in self.limbo:
+                return _done(exc=BookieError("EUNKNOWNLEDGERSTATE", bookie_id=self.id, ledger_id=ledger_id))
             ledger = self.entries.get(ledger_id) or {}
             last = ledger[max(ledger)] if ledger else None
             if last is None and ledger_id not in self.lacs:

@@ -260,3 +260,52 @@ def test_segments_of_recovered_metadata(cluster: FakeCluster) -> None:
     w.abandon()
     md = cluster.client().open_ledger(w.ledger_id).metadata
     assert md.segments == (Segment(0, w.metadata.segments[0].ensemble),)
+
+
+def _wipe_into_limbo(cluster: FakeCluster, ledger_id: int, bookie: str) -> None:
+    """The bookie lost its data and came back with the ledger in limbo (the data-integrity check)."""
+    b = cluster.pool[bookie]
+    b.entries.pop(ledger_id, None)
+    b.fenced.add(ledger_id)
+    b.limbo.add(ledger_id)
+
+
+def test_limbo_answers_are_unknown_not_absent_in_fencing_and_recovery_reads(cluster: FakeCluster) -> None:
+    # E2 WQ2 AQ2: one ENOLEDGER would fence and declare entry 0 absent (WQ-AQ+1 = 1); EUNKNOWN must not
+    w = _writer(cluster, 2, 2, 2, entries=6)
+    w.abandon()
+    wiped, healthy = w.metadata.segments[0].ensemble
+    _wipe_into_limbo(cluster, w.ledger_id, wiped)
+    cluster.pool[healthy].down = True
+    with pytest.raises(RecoveryError):
+        cluster.client().open_ledger(w.ledger_id)
+    assert not cluster.store.read(w.ledger_id)[0].is_closed  # nothing decided on the limbo bookie's word
+    cluster.pool[healthy].down = False
+    r = cluster.client().open_ledger(w.ledger_id)
+    assert r.metadata.last_entry_id == 5
+    assert [e.payload for e in r.read_entries(0, 5)] == [b"payload-%d" % i for i in range(6)]
+
+
+def test_limbo_bookie_does_not_count_towards_the_absent_threshold(cluster: FakeCluster) -> None:
+    # E3 WQ3 AQ2 (threshold 2): entry 3 reached one bookie; a limbo bookie + a bookie without it are not
+    # two "absent" answers, and the third bookie's copy is found and written back
+    w = _writer(cluster, 3, 3, 2, entries=3)
+    w.abandon()
+    ensemble = w.metadata.segments[0].ensemble
+    _plant(cluster, w.ledger_id, 3, 2, w.length, [2])
+    _wipe_into_limbo(cluster, w.ledger_id, ensemble[0])
+    r = cluster.client().open_ledger(w.ledger_id)
+    assert r.metadata.last_entry_id == 3  # entry 3 survives: only one bookie said it lacks it
+
+
+def test_lac_read_ignores_a_limbo_bookie(cluster: FakeCluster) -> None:
+    w = _writer(cluster, 2, 2, 2, entries=4)
+    wiped, healthy = w.metadata.segments[0].ensemble
+    _wipe_into_limbo(cluster, w.ledger_id, wiped)
+    r = cluster.client().open_ledger(w.ledger_id, recover=False)
+    assert r.last_add_confirmed >= 2  # the healthy bookie's last entry carries LAC 2 (piggy-backed)
+    cluster.pool[healthy].down = True
+    from bkaudit.errors import BookieError
+
+    with pytest.raises(BookieError):  # not "LAC -1": a limbo bookie does not say the ledger is empty
+        cluster.client().open_ledger(w.ledger_id, recover=False)

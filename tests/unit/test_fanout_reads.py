@@ -174,6 +174,9 @@ def test_probe_tells_no_listing_from_listing_from_dead():
     assert probe_listing(alive, timeout_s=0.2) == ("listing", "listing answered")
     alive.listing = b"\x00\x00"
     assert probe_listing(alive, timeout_s=0.2)[0] == "listing"
+    # a bookie holding the probed ledger in limbo answers the listing: it lists, the ledger is unknown
+    alive.listing = BookieError("EUNKNOWNLEDGERSTATE", "ledger is in limbo")
+    assert probe_listing(alive, timeout_s=0.2) == ("listing", "listing answered")
     dead = Reader({(0, 0): "hang"})  # answers nothing at all
     t0 = time.monotonic()
     mode, why = probe_listing(dead, timeout_s=0.3)
