@@ -92,6 +92,8 @@ def _install_record_factory() -> None:
 
     def redacting(*args: object, **kwargs: object) -> logging.LogRecord:
         record = make(*args, **kwargs)
+        if record.msg in _KAZOO_WIRE:
+            return record  # KazooWireFilter drops the whole payload; pre-formatting would hide it from it
         try:
             message = record.getMessage()
         except Exception:  # a malformed record: leave it to logging's own error handling

@@ -75,3 +75,15 @@ def test_zk_settings_with_a_digest_register_its_password_and_hide_it_from_repr(
     py4j = logging.getLogger("py4j.clientserver")  # what py4j logs for a Spark DataSource option
     py4j.debug("Command to send: c\noption\nsauth_digest_secret\nsbkaudit:%s\n", "settings-pw-0123")
     assert "settings-pw-0123" not in caplog.text and "sbkaudit:<redacted>" in caplog.text
+
+
+def test_a_registered_secret_inside_a_kazoo_payload_still_loses_the_whole_payload(
+    kazoo_lines: pytest.LogCaptureFixture,
+) -> None:
+    logs.register_secret("s3cr3t-token")  # a secret registered earlier must not pre-format the wire line
+    logging.getLogger("kazoo.client").debug(
+        "Received response(xid=%s): %r", 9, (b'{"s3cr3t-token": "hunter5"}', None)
+    )
+    text = "\n".join(r.getMessage() for r in kazoo_lines.records)
+    assert "hunter5" not in text and "s3cr3t-token" not in text
+    assert "Received response(xid=9)" in text
