@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from bkaudit.errors import MetadataConflict
 from bkaudit.model.ledger import LedgerMetadata
 
 
@@ -62,23 +63,48 @@ class ZkMetadataStore:
 
     def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         from bkaudit.zk import ledgers
+        from bkaudit.zk.client import with_retries
 
-        metadata, stat = ledgers.read_ledger_metadata(self.zk, ledger_id, root=self.root, layout=self.layout)
+        metadata, stat = with_retries(
+            lambda: ledgers.read_ledger_metadata(self.zk, ledger_id, root=self.root, layout=self.layout),
+            client=self.zk,
+            what=f"read of ledger {ledger_id}'s metadata",
+        )
         return metadata, _version(stat)
 
     def write(self, ledger_id: int, metadata: LedgerMetadata, expected_version: int) -> int:
+        """CAS write, retried across a lost connection (as BookKeeper's ZooKeeperClient retries). A write
+        that landed before the connection dropped makes its retry conflict; if the stored metadata is then
+        exactly ours, the write succeeded (BookKeeper's MetadataUpdateLoop finds nothing left to change)."""
         from bkaudit.zk import ledgers
+        from bkaudit.zk.client import is_transient, with_retries
 
-        return _version(
-            ledgers.write_ledger_metadata(
-                self.zk,
-                ledger_id,
-                metadata,
-                expected_version=expected_version,
-                root=self.root,
-                layout=self.layout,
-            )
-        )
+        lost = False
+
+        def attempt() -> int:
+            nonlocal lost
+            try:
+                return ledgers.write_ledger_metadata(
+                    self.zk,
+                    ledger_id,
+                    metadata,
+                    expected_version=expected_version,
+                    root=self.root,
+                    layout=self.layout,
+                )
+            except Exception as exc:
+                lost = lost or is_transient(exc)
+                raise
+
+        try:
+            what = f"write of ledger {ledger_id}'s metadata"
+            return _version(with_retries(attempt, client=self.zk, what=what))
+        except MetadataConflict:
+            if lost:
+                current, version = self.read(ledger_id)
+                if current == metadata:
+                    return version
+            raise
 
     def delete(self, ledger_id: int) -> None:
         from bkaudit.zk import ledgers

@@ -251,7 +251,12 @@ class LocalCluster:
         if it exits or takes too long."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            owner = _owner(zk, b.id, self.root)
+            try:
+                owner = _owner(zk, b.id, self.root)
+            except Exception as exc:  # ZooKeeper restarting under the start (chaos): ask again
+                if not zkclient.is_transient(exc):
+                    raise
+                owner = None
             if owner is not None and owner != old_owner:
                 return
             if not self._alive(b):

@@ -112,3 +112,39 @@ def test_writer_close_conflict_rules_on_zookeeper(zk, zk_root, concurrent, expec
     assert final == closed and final.state is LedgerState.CLOSED and final.last_entry_id == -1
     if "custom_metadata" in concurrent:
         assert final.custom_metadata == {"app": b"changed"}  # the retry kept the concurrent change
+
+
+class _LosesTheAnswer:
+    """The real kazoo client, except that the first `set` is applied on the server and its answer is lost
+    (ConnectionLoss after the write): the one interleaving a live server cannot be made to produce on cue."""
+
+    def __init__(self, zk: object) -> None:
+        self._zk, self.lost = zk, 0
+
+    def set(self, path: str, value: bytes, version: int = -1) -> object:
+        from kazoo.exceptions import ConnectionLoss
+
+        stat = self._zk.set(path, value, version=version)  # type: ignore[attr-defined]
+        if not self.lost:
+            self.lost += 1
+            raise ConnectionLoss()
+        return stat
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._zk, name)
+
+
+def test_a_write_whose_answer_was_lost_is_retried_and_recognised(zk, zk_root) -> None:
+    real = ZkMetadataStore(zk, root=zk_root)
+    lid = real.new_ledger_id()
+    version = real.create(lid, _md())
+    flaky = _LosesTheAnswer(zk)
+    store = ZkMetadataStore(flaky, root=zk_root)
+    changed = _md(segments=(Segment(0, ENSEMBLE), Segment(4, ("127.0.0.1:3184", *ENSEMBLE[1:]))))
+    new_version = store.write(lid, changed, version)  # the retry conflicts with our own landed write
+    assert flaky.lost == 1
+    assert real.read(lid) == (changed, new_version) and new_version == version + 1
+    # a stale version is still a conflict (no connection was lost: nothing to recognise)
+    with pytest.raises(MetadataConflict):
+        store.write(lid, changed.evolve(custom_metadata={"app": b"mine"}), version)
+    assert real.read(lid) == (changed, new_version)
