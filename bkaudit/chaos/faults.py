@@ -185,6 +185,11 @@ class Injector:
         except Exception as exc:
             log.exception("fault %s failed", fault)
             self._record(fault, "error", detail=f"{type(exc).__name__}: {exc}"[:300])
+            if bookie is not None:
+                # a half-injected bookie fault (stopped, not yet restarted) still counts against the budget
+                # until the bookie is back: otherwise a second one fails with it and the guarantee lapses
+                bookie_id = self._bookie_id(bookie)
+                self._retry(fault, lambda: self._restart_plain(bookie_id))
         finally:
             if bookie is not None:
                 with self._lock:
@@ -281,10 +286,10 @@ class Injector:
                 # as root a read-only directory still takes writes, so the bookie is restarted seeing a full
                 # disk (free-space threshold above the disk's size): it registers read-only, refuses adds
                 c.stop_bookie(bookie)
+                self._record(fault, "start", bookie=bookie)  # writers lose it now, not once it is back
                 conf = self.workdir / "disk-full.toml"
                 conf.write_text(DISK_FULL_CONFIG, encoding="utf-8")
                 self._start_with_args(bookie, ["--config", str(conf)])
-                self._record(fault, "start", bookie=bookie)
                 return lambda: self._restart_plain(bookie)
         raise ValueError(f"not a bookie fault: {k}")
 

@@ -297,6 +297,7 @@ def findings_explained(h: HistoryView) -> list[Violation]:
         if not chk.get("stable"):
             continue
         n, started = int(chk["n"]), float(chk["started"])
+        ended = float(chk["ended"]) if chk.get("ended") is not None else started
         by_ledger: dict[int | None, set[str]] = defaultdict(set)
         for f in h.findings.get(n, []):
             by_ledger[f.get("ledger")].add(f["category"])
@@ -314,7 +315,9 @@ def findings_explained(h: HistoryView) -> list[Violation]:
                         )
                     )
                 continue
-            damage = [d for d in h.outstanding_damage(ledger, started) if d.get("closed", True)]
+            # damage still unrepaired when the check ENDED must be reported; a repair finishing while the
+            # check ran (a bookie's integrity check keeps working then) may or may not have been seen
+            damage = [d for d in h.outstanding_damage(ledger, ended) if d.get("closed", True)]
             want = expected_category(h, ledger, damage)
             if want is not None and want not in found:
                 out.append(

@@ -262,3 +262,16 @@ def test_a_bookies_integrity_check_repairs_only_that_bookies_damage() -> None:
     h.append(ev(35, "repair", ledger=13, segment=None, bookie="b", locked_t=34, done_t=35, node="ib"))
     h += check(1, 40, [])
     assert invariants.check(h) == []
+
+
+def test_chaos_seed_305_a_repair_finishing_while_the_check_runs_may_or_may_not_be_seen() -> None:
+    """Seed 305: a wiped bookie's integrity check copied ledger 74 back 0.6 s into check 1 (it keeps working
+    while AutoRecovery is stopped), the checker read it healthy, and the invariant wanted a finding. Damage
+    must be reported only if still unrepaired when the check ENDS; a finding is still explained meanwhile."""
+    base = [*ledger(14, 10), *reads(14, 10), final(14, 9), wipe(10, 14, "a", 0, 0, 9)]
+    during = ev(22, "repair", ledger=14, segment=None, bookie="a", locked_t=21, done_t=22, node="ia")
+    assert invariants.check([*base, during, *check(1, 20, [])]) == []  # repaired before it was read
+    assert invariants.check([*base, during, *check(1, 20, [("below_ack_quorum", 14)])]) == []  # read first
+    after = ev(27, "repair", ledger=14, segment=None, bookie="a", locked_t=26, done_t=27, node="ia")
+    (v,) = invariants.check([*base, after, *check(1, 20, [])])  # ended at 25: still damaged then
+    assert (v.invariant, v.ledger) == ("findings_explained", 14) and "below_ack_quorum" in v.detail
