@@ -134,7 +134,7 @@ class _LosesTheAnswer:
         return getattr(self._zk, name)
 
 
-def test_a_write_whose_answer_was_lost_is_retried_and_recognised(zk, zk_root) -> None:
+def test_chaos_seed_300_a_write_whose_answer_was_lost_is_retried_and_recognised(zk, zk_root) -> None:
     real = ZkMetadataStore(zk, root=zk_root)
     lid = real.new_ledger_id()
     version = real.create(lid, _md())
