@@ -129,7 +129,7 @@ def spark_side(zk: str, root: str, warehouse: str, conn: Any) -> None:
     spark = get_session("local[2]", app_name="bkaudit-bench-checker-reads")
     spark.range(1).count()
     session_s = time.perf_counter() - t0
-    settings = listing_bench.settings_for(SimpleNamespace(zk=zk, root=root), warehouse)
+    settings = listing_bench.settings_for(SimpleNamespace(zk=zk, root=root), warehouse, tuned=True)
     t0 = time.perf_counter()
     snap = run_snapshot(spark, settings, warehouse=warehouse)
     snapshot_s = time.perf_counter() - t0
