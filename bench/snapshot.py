@@ -223,7 +223,7 @@ def report(m: dict[str, Any]) -> str:
 
     def rate_ratio(ours: str, base: str, what: str) -> None:
         if ours in res and base in res:  # our rate / the base's rate = base seconds / our seconds
-            ratios.append(f"{what} = **{harness.ratio(inside[base], inside[ours]):.2f}**")
+            ratios.append(f"{what} = **{harness.ratio(inside[base], inside[ours]):.3g}**")
 
     rate_ratio("b", "a2", "(b)/(a') rate")
     rate_ratio("b2", "a2", "(b')/(a') rate (aim >= 0.5 at 1M)")
