@@ -313,9 +313,16 @@ def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
     }
 
 
-def baseline_side(zk: str, root: str, ledgers: int) -> dict[str, Any]:
-    """(b), in a fresh process: the replicas-check-shaped baseline over ledgers 0..ledgers-1."""
-    out = baseline(zk, root, list(range(ledgers)))
+def baseline_side(
+    zk: str,
+    root: str,
+    ledgers: int,
+    in_flight: int = BASELINE_IN_FLIGHT,
+    reads_percentage: float | None = None,
+) -> dict[str, Any]:
+    """(b), in a fresh process: the baseline over ledgers 0..ledgers-1 (replicas-check shaped, or
+    checkAllLedgers shaped with `reads_percentage`, as bench/checker_reads.py runs it)."""
+    out = baseline(zk, root, list(range(ledgers)), in_flight=in_flight, reads_percentage=reads_percentage)
     out["found"] = _found_json(out["found"])
     return out
 
@@ -331,11 +338,9 @@ def found_from_json(rows: list[Any]) -> dict[int, tuple[str, list[tuple[int, int
 def restart_bookies(cluster: Any) -> float:
     """Restart every bookie (untimed): each run starts on cold bookies, no side inherits the listing cache
     the run before it filled. Returns seconds."""
-    from concurrent.futures import ThreadPoolExecutor
-
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(len(cluster.bookies)) as pool:  # all at once: each stop waits for its drain
-        list(pool.map(lambda b: cluster.stop_bookie(b.id), cluster.bookies))
+    for b in cluster.bookies:  # one at a time: LocalCluster's state file is not thread-safe
+        cluster.stop_bookie(b.id)
     for b in cluster.bookies:
         cluster.start_bookie(b.id, wait=False)
     _wait_registered(cluster)
@@ -438,10 +443,6 @@ def baseline(
     return {"seconds": elapsed, "ledgers": done, "found": found}
 
 
-def _baseline_to(conn: Any, *args: Any, **options: Any) -> None:
-    conn.send(baseline(*args, **options))
-
-
 def _read_evidence(shape: Any, digest_type: str, answers: dict[tuple[str, int], Any]) -> list[Any]:
     """One BookieEvidence per bookie from its entry reads: failures by status, bodies by their digest."""
     from bkaudit.audit.reads import read_evidence, summarise_reads, verify_entry
@@ -459,20 +460,6 @@ def _read_evidence(shape: Any, digest_type: str, answers: dict[tuple[str, int], 
             problem = verify_entry(shape.ledger_id, entry, bytes(value), digest_type)
             mine[entry] = STATUS_OK if problem is None else STATUS_CORRUPT
     return [read_evidence(shape, b, summarise_reads(o, errors.get(b))) for b, o in outcomes.items()]
-
-
-def run_baseline(cluster: Any, n: int, **options: Any) -> dict[str, Any]:
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(
-        target=_baseline_to, args=(child, cluster.zk, cluster.root, list(range(n))), kwargs=options
-    )
-    proc.start()
-    out = parent.recv()
-    proc.join()
-    return dict(out)
 
 
 # -- report --------------------------------------------------------------------------------------------------
