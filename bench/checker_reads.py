@@ -1,6 +1,6 @@
 """Benchmark of read-evidence checking (no bookie can list) against a BookKeeper checkAllLedgers-style check.
 
-    .venv/bin/python bench/checker_reads.py [--ledgers N | --quick] [--runs R] [--no-append]
+    .venv/bin/python bench/checker_reads.py [--ledgers N | --quick] [--runs R] [--no-append] [--json PATH]
 
 1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper), every bookie DbLedgerStorage-like
    (`no_listing`: listing requests are never answered); N closed ledgers with the layouts of bench/checker.py
@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-append", action="store_true", help="print only; leave docs/performance.md alone"
     )
+    parser.add_argument("--json", help="result file (default bench/results/checker-reads-<stamp>.json)")
     args = parser.parse_args(argv)
     n = 2_000 if args.quick else args.ledgers
     runs = 2 if args.quick else args.runs
@@ -319,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             cluster.down()
     m["load_end"] = os.getloadavg()
+    payload = {k: v for k, v in m.items() if k != "expected"}
+    for side in ("spark", "baseline"):
+        payload[side] = [{k: v for k, v in r.items() if k not in ("found", "violations")} for r in m[side]]
+    print("results:", harness.write_json(f"checker-reads-{n}", payload, args.json), flush=True)
     text = report(m)
     print(text)
     if not args.no_append:
