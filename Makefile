@@ -7,7 +7,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench airflow prereqs browser clean dist dist-env
+.PHONY: demo test test-fast lint bench bench-quick airflow prereqs browser clean dist dist-env
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -51,6 +51,15 @@ test-fast: $(STAMP) lint
 
 bench: $(STAMP)
 	$(PY) bench/formats.py
+
+# The smaller rows of docs/performance.md through bench/harness.py (fresh processes, alternated sides, 3 runs
+# each, medians): formats, the checker at 10,000 ledgers, the snapshot at 10,000. Under 10 minutes on 2 cores.
+# The 100,000 and 1,000,000 rows: see docs/performance.md ("Reproducing").
+BENCH_OUT ?= bench/results/quick
+bench-quick: $(STAMP)
+	$(PY) bench/formats.py --json $(BENCH_OUT)/formats.json
+	$(PY) bench/checker.py --quick --json $(BENCH_OUT)/checker-10000.json
+	$(PY) bench/snapshot.py --quick --sides a,a2,b,c --json $(BENCH_OUT)/snapshot-10000.json
 
 # The wheel (core; `bkaudit[spark]` adds pyspark) and dist/bkaudit-pyfiles.zip for `spark-submit --py-files`.
 dist: $(STAMP)

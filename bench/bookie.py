@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import harness  # noqa: E402
 
 ENTRY = 1024
 WINDOW = 500
@@ -245,8 +247,8 @@ METRICS = [
 
 
 def _cell(values: list[float], digits: int) -> str:
-    low, mid, high = min(values), statistics.median(values), max(values)
-    return f"**{mid:,.{digits}f}** ({low:,.{digits}f}-{high:,.{digits}f})"
+    s = harness.Spread.of(values)
+    return f"**{s.median:,.{digits}f}** ({s.low:,.{digits}f}-{s.high:,.{digits}f})"
 
 
 def report(results: dict[str, list[dict[str, float]]], meta: dict[str, Any]) -> str:
@@ -272,11 +274,11 @@ def report(results: dict[str, list[dict[str, float]]], meta: dict[str, Any]) -> 
         nat = [r[key] for r in results["native"]]
         grp = [r[key] for r in results["grpc"]]
         digits = 1 if key.endswith(("_ms", "_us")) else 0
-        ratio = statistics.median(nat) / statistics.median(grp)
+        ratio = harness.Spread.of(nat).median / harness.Spread.of(grp).median
         lines.append(f"| {label} | {_cell(nat, digits)} | {_cell(grp, digits)} | {ratio:.2f}x"
                      f"{'' if higher else ' (lower is better)'} |")
-    adds = statistics.median(r["adds_per_s"] for r in results["native"])
-    single = statistics.median(r["list_single_per_s"] for r in results["native"])
+    adds = harness.Spread.of(r["adds_per_s"] for r in results["native"]).median
+    single = harness.Spread.of(r["list_single_per_s"] for r in results["native"]).median
     lines += [
         "",
         f"Aims: >= 10,000 acked adds/s pipelined over native: {'met' if adds >= 10_000 else 'not met'} "
@@ -317,13 +319,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(f"populating {list_ledgers:,} ledgers per bookie ...", flush=True)
             populate(cluster, list_ledgers)
-            for run in range(args.runs):
-                for transport in TRANSPORTS if run % 2 == 0 else TRANSPORTS[::-1]:
-                    pids = [b.pid for b in cluster.bookies if b.pid]
-                    r = run_client(transport, cluster.zk, cluster.root, adds, list_ledgers, pids)
-                    results[transport].append(r)
-                    print(f"run {run + 1} {transport}: " + ", ".join(f"{k} {v:,.1f}" for k, v in r.items()),
-                          flush=True)
+            for run, transport in harness.alternation(TRANSPORTS, args.runs):
+                pids = [b.pid for b in cluster.bookies if b.pid]
+                r = run_client(transport, cluster.zk, cluster.root, adds, list_ledgers, pids)
+                results[transport].append(r)
+                print(f"run {run + 1} {transport}: " + ", ".join(f"{k} {v:,.1f}" for k, v in r.items()),
+                      flush=True)
         finally:
             cluster.down()
     meta = {"quick": args.quick, "runs": args.runs, "adds": adds, "list_ledgers": list_ledgers,

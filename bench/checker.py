@@ -1,6 +1,6 @@
-"""Benchmark of the metadata checker (Spark job 2) against a BookKeeper-Auditor-style sequential checker.
+"""Benchmark of the metadata checker (Spark jobs 1 + 2) against a BookKeeper-Auditor-style sequential checker.
 
-    .venv/bin/python bench/checker.py [--ledgers N | --quick] [--entries E] [--no-append]
+    .venv/bin/python bench/checker.py [--ledgers N | --quick] [--entries E] [--runs R] [--json PATH]
 
 1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper); N closed ledgers (ids 0..N-1),
    E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, ensembles rotating over the 9 bookies (rack-aware placement holds);
@@ -9,24 +9,25 @@
    entries lost, an entry lost on two of its bookies, ...); the expected category of every damaged ledger
    comes from a naive per-entry model of those holes;
 3. ledger metadata bulk-loaded into ZooKeeper (BookKeeper v3 bytes, multi() transactions);
-4. (a) the Spark checker end to end on local[2] over a snapshot of that metadata (snapshot timed separately,
-   and the sum reported): the first run in the new session (what a spark-submit pays) and the steady state
-   (best of two more runs); every run must find every hole, with the exact missing entries, and nothing
-   else;
-5. (b) the baseline, in one process, as BookKeeper's replicas check works (AuditorReplicasCheckTask): at most
-   100 ledgers in flight, each: read its metadata from ZooKeeper, send ONE GetListOfEntriesOfLedger message
-   per (ledger, bookie), decode and compare every answer, classify; same decoding and comparison code;
-6. print ledgers/s of both, the ratio, and append a dated section to docs/performance.md.
+4. through bench/harness.py, alternated, R runs each, every run in a fresh process and on freshly
+   restarted bookies (no warm listing cache on either side):
+   (a) bkaudit like for like: a new Spark session (timed apart), a snapshot of the metadata, then the check
+       over it (what `bkaudit check --fresh` runs), every setting at its default;
+   (b) the baseline, shaped as BookKeeper's AuditorReplicasCheckTask.replicasCheck (see `baseline`);
+   both must find every hole with the exact missing entries, and nothing else (asserted after every run);
+5. a markdown table (medians with min-max, with and without start-up, ratio median/median) on stdout and
+   the raw results as JSON (bench/results/checker-N-<stamp>.json or --json).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import os
-import platform
+import dataclasses
+import itertools
 import queue
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -37,15 +38,18 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+import harness  # noqa: E402
 
 BOOKIES = 9
 RACKS = 3
 QUORUMS = ((3, 2, 2), (5, 3, 2))
 HOLE_FRACTION = 0.01
 CREATE_BATCH = 200
-BASELINE_IN_FLIGHT = 100  # BookKeeper's MAX_CONCURRENT_REPLICAS_CHECK_LEDGER_REQUESTS
+BASELINE_IN_FLIGHT = 100  # AuditorReplicasCheckTask.MAX_CONCURRENT_REPLICAS_CHECK_LEDGER_REQUESTS
 SEED = 34
+DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 
 
 # -- the synthetic cluster ---------------------------------------------------------------------------------
@@ -174,26 +178,6 @@ def load_bookies(
     return total
 
 
-def warm_bookies(cluster: Any, layouts: dict[int, tuple[int, int, int, tuple[str, ...]]]) -> float:
-    """Have every bookie list each of its ledgers once (batch calls); returns seconds.
-
-    A bookie caches a ledger's encoded entry list after the first listing (bookie/runs.py), as any bookie
-    audited before would have. Without this the first measured run would also pay every bookie's first
-    encoding and the runs after it would not: both the job and the baseline are measured on warm bookies.
-    """
-    from bkaudit.job.fanout import ask
-
-    pool = cluster.client_pool()
-    t0 = time.perf_counter()
-    for b in cluster.bookies:
-        ids = [lid for lid, (_e, _w, _a, ens) in layouts.items() if b.id in ens]
-        for _p, value, _c in ask(pool.get(b.id), b.id, ids, batch_size=1000, max_in_flight=4,
-                                 failure_threshold=3):
-            if not isinstance(value, bytes):
-                raise RuntimeError(f"warming {b.id}: {value!r}")
-    return time.perf_counter() - t0
-
-
 def _wait_registered(cluster: Any, timeout_s: float = 120.0) -> None:
     from bkaudit.zk import registry
 
@@ -269,57 +253,98 @@ def _ok(results: list[Any]) -> None:
 # -- (a) the Spark checker -----------------------------------------------------------------------------------
 
 
-def settings_for(cluster: Any, warehouse: str, root: str | None = None) -> Any:
+def settings_for(cluster: Any, warehouse: str, root: str | None = None, *, tuned: bool = False) -> Any:
+    """Every key at its default (zk.connect, zk.root and the warehouse aside); `tuned` = the settings
+    bench/checker_reads.py states in its rows (validation and ZooKeeper throttles off, batches of 1000)."""
     import bkaudit.audit.settings
     import bkaudit.spark.settings  # noqa: F401
     from bkaudit import config
 
-    return config.load(
-        environ={},
-        overrides={
-            "zk.connect": cluster.zk,
-            "zk.root": root or cluster.root,
-            "snapshot.warehouse": warehouse,
-            "snapshot.validate": False,
-            "snapshot.max_zk_sessions": 2,
-            "snapshot.reads_per_second_per_task": 0,
-            "checker.batch_size": 1000,
-            "checker.max_in_flight_per_bookie": 4,
-            "checker.zk_reads_per_s": 0,
-        },
-    )
+    overrides: dict[str, Any] = {
+        "zk.connect": cluster.zk,
+        "zk.root": root or cluster.root,
+        "snapshot.warehouse": warehouse,
+    }
+    if tuned:
+        overrides.update(
+            {
+                "snapshot.validate": False,
+                "snapshot.max_zk_sessions": 2,
+                "snapshot.reads_per_second_per_task": 0,
+                "checker.batch_size": 1000,
+                "checker.max_in_flight_per_bookie": 4,
+                "checker.zk_reads_per_s": 0,
+            }
+        )
+    return config.load(environ={}, overrides=overrides)
 
 
-RUNS = 3
+def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
+    """(a), in a fresh process (bench/harness.py): a new Spark session (timed apart), then what
+    `bkaudit check --fresh` runs: a snapshot and the check over it, at default settings."""
+    from types import SimpleNamespace
 
-
-def spark_check(
-    spark: Any, cluster: Any, warehouse: str, root: str | None = None, runs: int = 1
-) -> dict[str, Any]:
-    """Snapshot once, then check `runs` times: the first run pays the session's one-time warm-up."""
     from bkaudit.spark.checker import CheckOptions, run_check
+    from bkaudit.spark.session import get_session
     from bkaudit.spark.snapshot import run_snapshot
 
-    settings = settings_for(cluster, warehouse, root)
+    t0 = time.perf_counter()
+    spark = get_session("local[2]", app_name="bkaudit-bench-checker")
+    spark.range(1).count()
+    session_s = time.perf_counter() - t0
+    settings = settings_for(SimpleNamespace(zk=zk, root=root), warehouse)
     t0 = time.perf_counter()
     snap = run_snapshot(spark, settings, warehouse=warehouse)
-    t_snap = time.perf_counter() - t0
-    times, results = [], []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        results.append(
-            run_check(spark, settings, CheckOptions(warehouse=warehouse, snapshot_id=snap.snapshot_id))
-        )
-        times.append(time.perf_counter() - t0)
-    best = min(range(1, runs), key=lambda i: times[i]) if runs > 1 else 0
+    snapshot_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = run_check(spark, settings, CheckOptions(warehouse=warehouse, snapshot_id=snap.snapshot_id))
+    check_s = time.perf_counter() - t0
+    spark.stop()
     return {
-        "snapshot_s": t_snap,
-        "cold_s": times[0],
-        "check_s": times[best],
-        "runs": times,
-        "result": results[best],
-        "cold_result": results[0],
+        "seconds": snapshot_s + check_s,
+        "session_s": session_s,
+        "snapshot_s": snapshot_s,
+        "check_s": check_s,
+        "ledgers": result.ledgers_checked,
+        "found": _found_json(spark_found(result)),
+        "violations": [(v.ledger_id, v.category) for v in result.violations],
+        "phases": result.phase_seconds,
+        "calls": sum(b.calls for b in result.bookies),
     }
+
+
+def baseline_side(
+    zk: str,
+    root: str,
+    ledgers: int,
+    in_flight: int = BASELINE_IN_FLIGHT,
+    reads_percentage: float | None = None,
+) -> dict[str, Any]:
+    """(b), in a fresh process: the baseline over ledgers 0..ledgers-1 (replicas-check shaped, or
+    checkAllLedgers shaped with `reads_percentage`, as bench/checker_reads.py runs it)."""
+    out = baseline(zk, root, list(range(ledgers)), in_flight=in_flight, reads_percentage=reads_percentage)
+    out["found"] = _found_json(out["found"])
+    return out
+
+
+def _found_json(found: dict[int, tuple[str, list[tuple[int, int]]]]) -> list[Any]:
+    return [[lid, cat, [list(r) for r in runs]] for lid, (cat, runs) in sorted(found.items())]
+
+
+def found_from_json(rows: list[Any]) -> dict[int, tuple[str, list[tuple[int, int]]]]:
+    return {int(lid): (cat, [(lo, hi) for lo, hi in runs]) for lid, cat, runs in rows}
+
+
+def restart_bookies(cluster: Any) -> float:
+    """Restart every bookie (untimed): each run starts on cold bookies, no side inherits the listing cache
+    the run before it filled. Returns seconds."""
+    t0 = time.perf_counter()
+    for b in cluster.bookies:  # one at a time: LocalCluster's state file is not thread-safe
+        cluster.stop_bookie(b.id)
+    for b in cluster.bookies:
+        cluster.start_bookie(b.id, wait=False)
+    _wait_registered(cluster)
+    return time.perf_counter() - t0
 
 
 # -- (b) the sequential, BookKeeper-style baseline -----------------------------------------------------------
@@ -329,13 +354,15 @@ def baseline(
     zk_connect: str,
     root: str,
     ledger_ids: list[int],
-    conn: Any,
     in_flight: int = BASELINE_IN_FLIGHT,
     reads_percentage: float | None = None,
-) -> None:
-    """BookKeeper's replicas check shape, in one process: <= `in_flight` ledgers in flight, one message per
-    (ledger, bookie); metadata read per ledger; answers decoded and compared with the same code as the Spark
-    job.
+) -> dict[str, Any]:
+    """BookKeeper's replicas check, in one process (AuditorReplicasCheckTask.replicasCheck): a semaphore of
+    MAX_CONCURRENT_REPLICAS_CHECK_LEDGER_REQUESTS = 100 ledgers in flight; per ledger
+    `ledgerManager.readLedgerMetadata` (one ZooKeeper read), then, in
+    ReadLedgerMetadataCallbackForReplicasCheck, one `asyncGetListOfEntriesOfLedger` per (ledger, bookie) of
+    its ensembles; each answer decoded and compared with the bookie's expected entries (the Java side walks
+    AvailabilityOfEntriesOfLedger per segment); here the same decoding and comparison code as the Spark job.
 
     With `reads_percentage`, checkAllLedgers' shape instead (LedgerChecker): per (ledger, bookie) one read per
     entry `bkaudit.audit.reads.plan_reads` picks (first and last stored per segment, plus that percentage),
@@ -413,7 +440,7 @@ def baseline(
     elapsed = time.perf_counter() - t0
     pool.close()
     close(zk)
-    conn.send({"seconds": elapsed, "ledgers": done, "found": found})
+    return {"seconds": elapsed, "ledgers": done, "found": found}
 
 
 def _read_evidence(shape: Any, digest_type: str, answers: dict[tuple[str, int], Any]) -> list[Any]:
@@ -433,20 +460,6 @@ def _read_evidence(shape: Any, digest_type: str, answers: dict[tuple[str, int], 
             problem = verify_entry(shape.ledger_id, entry, bytes(value), digest_type)
             mine[entry] = STATUS_OK if problem is None else STATUS_CORRUPT
     return [read_evidence(shape, b, summarise_reads(o, errors.get(b))) for b, o in outcomes.items()]
-
-
-def run_baseline(cluster: Any, n: int, **options: Any) -> dict[str, Any]:
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(
-        target=baseline, args=(cluster.zk, cluster.root, list(range(n)), child), kwargs=options
-    )
-    proc.start()
-    out = parent.recv()
-    proc.join()
-    return dict(out)
 
 
 # -- report --------------------------------------------------------------------------------------------------
@@ -472,70 +485,61 @@ def spark_found(result: Any) -> dict[int, tuple[str, list[tuple[int, int]]]]:
 
 
 def report(m: dict[str, Any]) -> str:
+    """Markdown: the conditions, one table (medians with min-max), the ratios."""
     n = m["ledgers"]
-    check_rate = n / m["check_s"]
-    cold_rate = n / m["cold_s"]
-    total_rate = n / (m["cold_s"] + m["snapshot_s"])
-    base = m["baseline"]
-    base_rate = base["ledgers"] / base["seconds"]
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    expected = len(m["expected"])
-    sv, bv = m["spark_verify"], m["base_verify"]
-    aim = "n/a at this size" if n < 100_000 else "met" if m["cold_s"] < 120 else "not met"
+    a, b = m["results"]["bkaudit"], m["results"]["baseline"]
+    a_in, a_wall = harness.spreads(a, "seconds"), harness.spreads(a, "wall_s")
+    b_in, b_wall = harness.spreads(b, "seconds"), harness.spreads(b, "wall_s")
+    snap, check, session = (harness.spreads(a, k) for k in ("snapshot_s", "check_s", "session_s"))
+    median_run = sorted(a, key=lambda r: r["seconds"])[len(a) // 2]
+    phases = ", ".join(f"{k} {v:.2f}" for k, v in median_run["phases"].items())
     setup = m["setup"]
-    phases = ", ".join(f"{k} {v:.2f}" for k, v in m["phases"].items())
+    row = harness.markdown_row
     lines = [
-        f"## Metadata checker, {n:,} ledgers ({when}, bench/checker.py)",
+        f"### Metadata checker, {n:,} ledgers ({m['when']}, `bench/checker.py --ledgers {n}`)",
         "",
-        f"Machine: {os.cpu_count()} CPUs (load average {load} at the end: shared machine), "
-        f"{platform.python_implementation()} {platform.python_version()}, Spark local[2]; a LocalCluster "
-        f"of {BOOKIES} bookie processes on {RACKS} racks and the embedded ZooKeeper on the same machine. "
-        f"Ledgers: closed, {m['entries']} entries each, E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating "
-        f"({m['pairs']:,} (ledger, bookie) pairs to verify); bookie indexes bulk-loaded "
-        f"({m['loaded']:,} entries) with holes in {expected:,} ledgers.",
+        harness.machine_line(m["machine_start"], m["machine_end"]),
+        f"Spark local[2]; a LocalCluster of {BOOKIES} bookie processes on {RACKS} racks and the embedded "
+        f"ZooKeeper on the same machine. Ledgers: closed, {m['entries']} entries each (one length for all), "
+        f"E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, one segment ({m['pairs']:,} (ledger, bookie) pairs); bookie "
+        f"indexes bulk-loaded with holes in {len(m['expected']):,} ledgers. {m['runs']} runs of each side, "
+        "alternated, each in a fresh process; every bookie restarted before every run (no side inherits a "
+        "warm listing cache); bkaudit at default settings (`[snapshot]` and `[checker]` untouched: "
+        "validation on, ZooKeeper read rate limits on, listing batches sized by bytes).",
         "",
-        "| measure | seconds | ledgers/s |",
-        "|---|---:|---:|",
-        f"| (a) Spark checker from a snapshot (`bkaudit check --snapshot-id`), first run in a new Spark "
-        f"session (what a spark-submit pays) | {m['cold_s']:.2f} | {cold_rate:,.0f} |",
-        f"| (a) the same, steady state (best of runs 2-{len(m['runs'])} in that session) | "
-        f"{m['check_s']:.2f} | {check_rate:,.0f} |",
-        f"| snapshot of the same metadata (job 1, validation off) | {m['snapshot_s']:.2f} "
-        f"| {n / m['snapshot_s']:,.0f} |",
-        f"| (a') snapshot + first check (`bkaudit check --fresh`) | {m['cold_s'] + m['snapshot_s']:.2f} "
-        f"| {total_rate:,.0f} |",
-        f"| (b) BookKeeper-style sequential check: 1 process, 100 ledgers in flight, one message per "
-        f"(ledger, bookie), metadata read per ledger | {base['seconds']:.2f} | {base_rate:,.0f} |",
+        row(["measure", "seconds, median (min-max)", "ledgers/s, median (min-max)"]),
+        row(["---", "---:", "---:"]),
+        row(["(a) bkaudit: snapshot + check (what `bkaudit check --fresh` runs), timed inside its process "
+             "(no start-up)", a_in.cell(), a_in.rate_cell(n)]),
+        row(["  of which the snapshot (job 1)", snap.cell(), snap.rate_cell(n)]),
+        row(["  of which the check (job 2)", check.cell(), check.rate_cell(n)]),
+        row(["(a) with start-up: process spawn to exit (interpreter, imports, new Spark session, snapshot, "
+             "check)", a_wall.cell(), a_wall.rate_cell(n)]),
+        row(["  Spark session start inside (a)", session.cell(), ""]),
+        row([f"(b) BookKeeper-style replicas check: 1 process, {BASELINE_IN_FLIGHT} ledgers in flight, "
+             "metadata read per ledger, one GetListOfEntriesOfLedger per (ledger, bookie); timed inside "
+             "its process (no start-up)", b_in.cell(), b_in.rate_cell(n)]),
+        row(["(b) with start-up: process spawn to exit (interpreter, imports, ZooKeeper connect, check)",
+             b_wall.cell(), b_wall.rate_cell(n)]),
         "",
-        f"Ratio (a)/(b): **{cold_rate / base_rate:.1f}x** for a first run, **{check_rate / base_rate:.1f}x** "
-        f"steady state (aim >= 10x); (a')/(b) = {total_rate / base_rate:.1f}x. 100,000 ledgers in < 120 s: "
-        f"{aim} ({m['cold_s']:.1f} s first run). All check runs: "
-        f"{', '.join(f'{x:.1f} s' for x in m['runs'])}.",
-        "",
-        f"Holes (first and steady-state run alike): the Spark checker found {sv[0]:,}/{expected:,} damaged "
-        f"ledgers with the exact category and missing entries ({sv[1]} missed or wrong, {sv[2]} false "
-        f"positives, {m['other_findings']} findings of other categories); the baseline {bv[0]:,}/"
-        f"{expected:,} ({bv[1]} wrong, {bv[2]} false positives).",
-        "",
-        f"Checker phases of the steady-state run (s): {phases}. The first run's extra seconds are the "
-        "session's one-time warm-up (JVM code generation and JIT for the job's operators, Python workers "
-        "importing the checker); they do not grow with the number of ledgers. "
-        f"Bookie calls: {m['calls']:,} batch messages of up to 1,000 ledgers, 4 in flight per bookie. Setup "
-        f"(not timed above): cluster {setup['cluster']:.1f} s, bulk load {setup['bookies']:.1f} s, metadata "
-        f"{setup['metadata']:.1f} s, Spark session {setup['spark']:.1f} s, one listing of every ledger by "
-        f"every bookie before any measurement {setup['warm']:.1f} s (bookies cache a ledger's encoded entry "
-        "list once listed, as after any earlier audit; all runs measured on warm bookies).",
-        "",
-        "Why the gap: the baseline pays one RPC message, one metadata read and one decode per (ledger, "
-        "bookie) in one Python process; the job sends one batch message per 1,000 ledgers per bookie, "
-        "compares each answer with a digest of the expected encoding (decoding only answers that differ) "
-        "and runs the ledger pass and the fan-out as one Spark job over both cores. The synthetic ledgers "
-        "share a few layouts (same length), so the expected-encoding digests are computed once per layout; "
-        "ledgers of varied lengths add one encoding per distinct layout.",
+        f"Ratio (b)/(a), median/median: **{harness.ratio(b_in, a_in):.2f}x** without start-up, "
+        f"**{harness.ratio(b_wall, a_wall):.2f}x** with start-up (aim >= 10x). Every run of both sides "
+        "found every injected hole with its exact category and missing entries and nothing else (asserted).",
+        f"Checker phases of the median (a) run (s): {phases}. Setup, not timed: cluster "
+        f"{setup['cluster']:.1f} s, bulk load {setup['bookies']:.1f} s, metadata {setup['metadata']:.1f} s, "
+        f"bookie restarts {setup['restarts']:.1f} s in all. Raw results: `{m['json']}`.",
         "",
     ]
     return "\n".join(lines)
+
+
+def check_side(name: str, found: dict[int, Any], expected: dict[int, Any], extra: int) -> None:
+    right, wrong, false_pos = verify(found, expected)
+    if wrong or false_pos or extra:
+        raise AssertionError(
+            f"{name}: {right}/{len(expected)} holes right, {wrong} missed or wrong, {false_pos} false "
+            f"positives, {extra} other findings"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -543,15 +547,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledgers", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="10,000 ledgers")
     parser.add_argument("--entries", type=int, default=10, help="entries per ledger")
-    parser.add_argument(
-        "--no-append", action="store_true", help="print only; leave docs/performance.md alone"
-    )
+    parser.add_argument("--runs", type=int, default=harness.DEFAULT_RUNS, help="runs of each side")
+    parser.add_argument("--json", help="result file (default bench/results/checker-<stamp>.json)")
     args = parser.parse_args(argv)
     n = 10_000 if args.quick else args.ledgers
     from bkaudit.cluster.local import LocalCluster
-    from bkaudit.spark.session import get_session
 
-    m: dict[str, Any] = {"ledgers": n, "entries": args.entries, "setup": {}}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its cluster down
+    m: dict[str, Any] = {
+        "ledgers": n, "entries": args.entries, "runs": args.runs, "setup": {"restarts": 0.0},
+        "machine_start": harness.machine(),
+    }
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-checker-") as tmp:
         t0 = time.perf_counter()
         cluster = LocalCluster.up(Path(tmp) / "cluster", bookies=BOOKIES, racks=RACKS)
@@ -566,61 +572,45 @@ def main(argv: list[str] | None = None) -> int:
             m["loaded"] = load_bookies(cluster, layouts, holes, args.entries)
             m["setup"]["bookies"] = time.perf_counter() - t0
             m["setup"]["metadata"] = load_metadata(cluster, layouts, args.entries)
-            m["setup"]["warm"] = warm_bookies(cluster, layouts)
-            t0 = time.perf_counter()
-            spark = get_session("local[2]", app_name="bkaudit-bench-checker")
-            spark.range(1).count()
-            m["setup"]["spark"] = time.perf_counter() - t0
-            print(
-                "Spark checker (snapshot, then the check: a first run in the new session and 2 more) ...",
-                flush=True,
-            )
-            a = spark_check(spark, cluster, str(Path(tmp) / "warehouse"), runs=RUNS)
-            result = a["result"]
-            m.update(
-                check_s=a["check_s"],
-                cold_s=a["cold_s"],
-                snapshot_s=a["snapshot_s"],
-                runs=a["runs"],
-                phases=result.phase_seconds,
-                calls=sum(b.calls for b in result.bookies),
-            )
-            found = spark_found(result)
-            m["spark_verify"] = verify(found, m["expected"])
-            m["other_findings"] = sum(
-                1
-                for v in result.violations
-                if v.ledger_id not in m["expected"]
-                or v.category not in ("no_replica", "below_ack_quorum", "below_write_quorum")
-            )
-            m["cold_verify"] = verify(spark_found(a["cold_result"]), m["expected"])
-            print(
-                f"  runs {', '.join(f'{x:.1f}s' for x in a['runs'])}; snapshot {a['snapshot_s']:.1f}s; "
-                f"holes {m['spark_verify']} (first run {m['cold_verify']})",
-                flush=True,
-            )
-            print("BookKeeper-style sequential baseline ...", flush=True)
-            m["baseline"] = run_baseline(cluster, n)
-            m["base_verify"] = verify(m["baseline"]["found"], m["expected"])
-            print(
-                f"  {m['baseline']['seconds']:.1f}s ({n / m['baseline']['seconds']:,.0f} ledgers/s);"
-                f" holes {m['base_verify']}",
-                flush=True,
-            )
+            sides = [
+                harness.Side("bkaudit", "checker:spark_side",
+                             {"zk": cluster.zk, "root": cluster.root, "warehouse": ""},
+                             "snapshot + check"),
+                harness.Side("baseline", "checker:baseline_side",
+                             {"zk": cluster.zk, "root": cluster.root, "ledgers": n},
+                             "BookKeeper-style replicas check"),
+            ]
+            warehouses = itertools.count()
+
+            def before(side: harness.Side) -> harness.Side:
+                m["setup"]["restarts"] += restart_bookies(cluster)
+                if side.name != "bkaudit":
+                    return side
+                fresh = f"{tmp}/warehouse-{next(warehouses)}"  # every bkaudit run writes an empty warehouse
+                return dataclasses.replace(side, kwargs={**side.kwargs, "warehouse": fresh})
+
+            def after(name: str, r: dict[str, Any]) -> None:
+                extra = 0
+                if name == "bkaudit":
+                    extra = sum(1 for lid, cat in r["violations"]
+                                if lid not in m["expected"] or cat not in DURABILITY)
+                check_side(name, found_from_json(r["found"]), m["expected"], extra)
+
+            m["results"] = harness.compare(sides, runs=args.runs, before_run=before, after_run=after)
         finally:
             cluster.down()
+    m["machine_end"] = harness.machine()
+    m["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    payload = {k: v for k, v in m.items() if k != "expected"}
+    payload["holes"] = len(m["expected"])
+    for runs in payload["results"].values():
+        for r in runs:
+            r.pop("found", None)
+            r.pop("violations", None)
+    m["json"] = str(harness.write_json(f"checker-{n}", payload, args.json))
     text = report(m)
     print(text)
-    if not args.no_append:
-        with (REPO / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write("\n" + text)
-    ok = (
-        m["spark_verify"][1] == 0
-        and m["spark_verify"][2] == 0
-        and m["other_findings"] == 0
-        and m["cold_verify"] == m["spark_verify"]
-    )
-    return 0 if ok else 1
+    return 0
 
 
 if __name__ == "__main__":

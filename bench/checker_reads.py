@@ -1,6 +1,6 @@
 """Benchmark of read-evidence checking (no bookie can list) against a BookKeeper checkAllLedgers-style check.
 
-    .venv/bin/python bench/checker_reads.py [--ledgers N | --quick] [--runs R] [--no-append]
+    .venv/bin/python bench/checker_reads.py [--ledgers N | --quick] [--runs R] [--no-append] [--json PATH]
 
 1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper), every bookie DbLedgerStorage-like
    (`no_listing`: listing requests are never answered); N closed ledgers with the layouts of bench/checker.py
@@ -11,7 +11,7 @@
    or last stored entry lost, or the ledger's first or last entry lost on two of its bookies. The expected
    category and missing entries come from bench/checker.py's naive per-entry model of what was deleted;
 3. ledger metadata bulk-loaded into ZooKeeper (BookKeeper v3 bytes, digest CRC32C);
-4. alternating, R times each, every run in a fresh process:
+4. through bench/harness.py: alternated, R times each, every run in a fresh process:
    (a) bkaudit: a new Spark session (local[2], timed apart), the snapshot, then the check (default `[checker]`
        read settings: listing probe, verification_percentage 0, read_max_in_flight_per_bookie 64);
    (b) the baseline, shaped as BookKeeper's Auditor.checkAllLedgers (AuditorCheckAllLedgersTask): at most 500
@@ -26,11 +26,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import os
 import platform
 import random
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -43,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import checker as listing_bench
+import harness
 
 REPO = listing_bench.REPO
 BOOKIES, RACKS, SEED = listing_bench.BOOKIES, listing_bench.RACKS, listing_bench.SEED
@@ -119,8 +121,8 @@ def _bookie_bodies(
 # -- the two sides, each in a fresh process ----------------------------------------------------------------
 
 
-def spark_side(zk: str, root: str, warehouse: str, conn: Any) -> None:
-    """(a) in a fresh process: new Spark session, snapshot, check; sends times and findings."""
+def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
+    """(a) in a fresh process (bench/harness.py): new Spark session, snapshot, check; times and findings."""
     from bkaudit.spark.checker import CheckOptions, run_check
     from bkaudit.spark.session import get_session
     from bkaudit.spark.snapshot import run_snapshot
@@ -129,46 +131,34 @@ def spark_side(zk: str, root: str, warehouse: str, conn: Any) -> None:
     spark = get_session("local[2]", app_name="bkaudit-bench-checker-reads")
     spark.range(1).count()
     session_s = time.perf_counter() - t0
-    settings = listing_bench.settings_for(SimpleNamespace(zk=zk, root=root), warehouse)
+    settings = listing_bench.settings_for(SimpleNamespace(zk=zk, root=root), warehouse, tuned=True)
     t0 = time.perf_counter()
     snap = run_snapshot(spark, settings, warehouse=warehouse)
     snapshot_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = run_check(spark, settings, CheckOptions(warehouse=warehouse, snapshot_id=snap.snapshot_id))
     check_s = time.perf_counter() - t0
-    conn.send(
-        {
-            "session_s": session_s,
-            "snapshot_s": snapshot_s,
-            "check_s": check_s,
-            "seconds": snapshot_s + check_s,
-            "ledgers": result.ledgers_checked,
-            "found": listing_bench.spark_found(result),
-            "violations": [(v.ledger_id, v.category, v.detail.get("evidence")) for v in result.violations],
-            "evidence": sorted({b.evidence for b in result.bookies}),
-            "phases": result.phase_seconds,
-        }
-    )
+    out = {
+        "session_s": session_s,
+        "snapshot_s": snapshot_s,
+        "check_s": check_s,
+        "seconds": snapshot_s + check_s,
+        "ledgers": result.ledgers_checked,
+        "found": listing_bench._found_json(listing_bench.spark_found(result)),
+        "violations": [(v.ledger_id, v.category, v.detail.get("evidence")) for v in result.violations],
+        "evidence": sorted({b.evidence for b in result.bookies}),
+        "phases": result.phase_seconds,
+    }
     spark.stop()
-
-
-def run_spark(cluster: Any, warehouse: str) -> dict[str, Any]:
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=spark_side, args=(cluster.zk, cluster.root, warehouse, child))
-    proc.start()
-    out = parent.recv()
-    proc.join()
-    return dict(out)
+    return out
 
 
 # -- report ------------------------------------------------------------------------------------------------
 
 
 def spread(xs: list[float]) -> tuple[float, float, float]:
-    return statistics.median(xs), min(xs), max(xs)
+    s = harness.Spread.of(xs)
+    return s.median, s.low, s.high
 
 
 def report(m: dict[str, Any]) -> str:
@@ -202,7 +192,8 @@ def report(m: dict[str, Any]) -> str:
         f"alternating ({m['pairs']:,} (ledger, bookie) pairs); {m['loaded']:,} entry bodies "
         f"({m['bytes'] / 2**30:.1f} GiB) bulk-loaded into the bookies with holes in {expected:,} ledgers "
         "(a bookie's first or last stored entry, or the ledger's first or last entry on two bookies). "
-        f"{m['runs']} runs of each side, alternating, every run in a fresh process; medians (min-max).",
+        f"{m['runs']} runs of each side, alternated, every run in a fresh process (bench/harness.py); "
+        "medians (min-max).",
         "",
         "| measure | seconds | ledgers/s |",
         "|---|---:|---:|",
@@ -213,10 +204,14 @@ def report(m: dict[str, Any]) -> str:
         f"| of which the snapshot | {snap[0]:.1f} ({snap[1]:.1f}-{snap[2]:.1f}) | |",
         f"| of which the check | {check[0]:.1f} ({check[1]:.1f}-{check[2]:.1f}) | "
         f"{rate(*check)} |",
+        "| (a) with start-up (process spawn to exit: interpreter, imports, Spark session, snapshot, "
+        f"check) | {harness.spreads(a, 'wall_s').cell(1)} | {harness.spreads(a, 'wall_s').rate_cell(n)} |",
         f"| (b) BookKeeper-style checkAllLedgers: 1 process, {CHECK_ALL_LEDGERS_IN_FLIGHT} ledgers in "
         "flight, metadata read per ledger, first + last stored entry per (segment, bookie), reads "
         f"unthrottled, digests verified | {b_med:.1f} ({b_min:.1f}-{b_max:.1f}) | "
         f"{rate(b_med, b_min, b_max)} |",
+        f"| (b) with start-up (process spawn to exit) | {harness.spreads(b, 'wall_s').cell(1)} | "
+        f"{harness.spreads(b, 'wall_s').rate_cell(n)} |",
         "",
         f"Ratio (a)/(b) of the medians: **{b_med / a_med:.1f}x** (snapshot + check against the baseline); "
         f"the check alone {b_med / check[0]:.1f}x. Runs (a): {runs_a}; (b): {runs_b}. Spark session "
@@ -261,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-append", action="store_true", help="print only; leave docs/performance.md alone"
     )
+    parser.add_argument("--json", help="result file (default bench/results/checker-reads-<stamp>.json)")
     args = parser.parse_args(argv)
     n = 2_000 if args.quick else args.ledgers
     runs = 2 if args.quick else args.runs
@@ -291,33 +287,43 @@ def main(argv: list[str] | None = None) -> int:
                 (Path(b.data_dir) / "current" / "ledgers.db").stat().st_size for b in cluster.bookies
             )
             m["setup"]["metadata"] = listing_bench.load_metadata(cluster, layouts, lengths, digest="CRC32C")
-            m["spark"], m["baseline"] = [], []
-            for i in range(runs):
-                sides = ("spark", "baseline") if i % 2 == 0 else ("baseline", "spark")
-                for side in sides:
-                    if side == "spark":
-                        r = run_spark(cluster, str(Path(tmp) / f"warehouse-{i}"))
-                        extra = sum(
-                            1 for lid, cat, _ev in r["violations"]
-                            if lid not in m["expected"] or cat not in DURABILITY
-                        )
-                        check_side(f"bkaudit run {i + 1}", r["found"], m["expected"], extra)
-                        not_reads = [v for v in r["violations"] if v[2] != "reads"]
-                        if not_reads or r["evidence"] != ["reads"]:
-                            raise AssertionError(
-                                f"not all evidence from reads: {not_reads[:3]} {r['evidence']}"
-                            )
-                    else:
-                        r = listing_bench.run_baseline(
-                            cluster, n, in_flight=CHECK_ALL_LEDGERS_IN_FLIGHT, reads_percentage=0.0
-                        )
-                        check_side(f"baseline run {i + 1}", r["found"], m["expected"], 0)
-                    m[side].append(r)
-                    print(f"  run {i + 1} {side}: {r['seconds']:.1f}s ({n / r['seconds']:,.0f} ledgers/s)",
-                          flush=True)
+            sides = [
+                harness.Side("spark", "checker_reads:spark_side",
+                             {"zk": cluster.zk, "root": cluster.root, "warehouse": ""}, "snapshot + check"),
+                harness.Side("baseline", "checker:baseline_side",
+                             {"zk": cluster.zk, "root": cluster.root, "ledgers": n,
+                              "in_flight": CHECK_ALL_LEDGERS_IN_FLIGHT, "reads_percentage": 0.0},
+                             "checkAllLedgers-style"),
+            ]
+            warehouses = itertools.count()
+
+            def before(side: harness.Side) -> harness.Side:
+                if side.name != "spark":
+                    return side
+                fresh = f"{tmp}/warehouse-{next(warehouses)}"
+                return dataclasses.replace(side, kwargs={**side.kwargs, "warehouse": fresh})
+
+            def after(side: str, r: dict[str, Any]) -> None:
+                found = listing_bench.found_from_json(r["found"])
+                if side == "baseline":
+                    check_side("baseline", found, m["expected"], 0)
+                    return
+                extra = sum(1 for lid, cat, _ev in r["violations"]
+                            if lid not in m["expected"] or cat not in DURABILITY)
+                check_side("bkaudit", found, m["expected"], extra)
+                not_reads = [v for v in r["violations"] if v[2] != "reads"]
+                if not_reads or r["evidence"] != ["reads"]:
+                    raise AssertionError(f"not all evidence from reads: {not_reads[:3]} {r['evidence']}")
+
+            results = harness.compare(sides, runs=runs, before_run=before, after_run=after)
+            m["spark"], m["baseline"] = results["spark"], results["baseline"]
         finally:
             cluster.down()
     m["load_end"] = os.getloadavg()
+    payload = {k: v for k, v in m.items() if k != "expected"}
+    for side in ("spark", "baseline"):
+        payload[side] = [{k: v for k, v in r.items() if k not in ("found", "violations")} for r in m[side]]
+    print("results:", harness.write_json(f"checker-reads-{n}", payload, args.json), flush=True)
     text = report(m)
     print(text)
     if not args.no_append:

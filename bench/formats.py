@@ -1,6 +1,6 @@
 """Pure-codec benchmark: BP-34 availability, missing-entry arithmetic, entry digests, ledger metadata parsing.
 
-    .venv/bin/python bench/formats.py [--quick] [--no-append]
+    .venv/bin/python bench/formats.py [--quick] [--runs R] [--json PATH]
 
 Every row is measured against an in-run baseline on the same machine and data, and the ratio is reported:
 
@@ -18,7 +18,9 @@ Every row is measured against an in-run baseline on the same machine and data, a
 5. ledger metadata v3 parses/s (`bkaudit.formats.ledger_metadata.parse`) vs the bare protobuf decode of the
    same bytes, when that module exists (the hook below skips the section otherwise).
 
-Appends a dated section to docs/performance.md (append only) unless --no-append. A default run takes ~20 s.
+Every row runs both sides through bench/harness.py's alternation (3 timed loops each by default) and reports
+medians with min-max and the ratio median/median; prints a markdown table and writes the raw results as
+JSON (bench/results/formats-<stamp>.json or --json). A default run takes ~30 s.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import hashlib
 import hmac
 import importlib.util
 import os
-import platform
 import struct
 import sys
 import time
@@ -38,9 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import google_crc32c  # noqa: E402
+import harness  # noqa: E402
 
 from bkaudit.formats.availability import decode, encode, encode_runs  # noqa: E402
 from bkaudit.formats.entry import DigestManager, Entry  # noqa: E402
@@ -52,34 +54,43 @@ from bkaudit.model.quorum import Striping, entries_of_bookie  # noqa: E402
 class Row:
     section: str
     case: str
-    ours: float  # operations per second
-    baseline: float
+    ours: harness.Spread  # seconds per operation over the timed loops
+    baseline: harness.Spread
     baseline_name: str
 
     @property
     def ratio(self) -> float:
-        return self.ours / self.baseline if self.baseline else float("inf")
+        return harness.ratio(self.baseline, self.ours)
 
 
-def rate(fn: Callable[[], object], budget: float, repeats: int) -> float:
-    """Best-of-`repeats` operations per second, each repeat running for about `budget` seconds."""
-    fn()  # warm up (and fail early)
-    loops, elapsed = 1, 0.0
+def _loops(fn: Callable[[], object], budget: float) -> int:
+    """Calls per timed loop so that a loop takes about `budget` seconds (after one call that fails early)."""
+    fn()
+    loops = 1
     while True:
         started = time.perf_counter()
         for _ in range(loops):
             fn()
-        elapsed = time.perf_counter() - started
-        if elapsed >= budget / 4:
-            break
+        if time.perf_counter() - started >= budget / 4:
+            return max(1, int(loops * budget / max(time.perf_counter() - started, 1e-9)))
         loops *= 4
-    best = loops / elapsed
-    for _ in range(repeats - 1):
+
+
+def measure(
+    ours: Callable[[], object], baseline: Callable[[], object], budget: float, runs: int
+) -> tuple[harness.Spread, harness.Spread]:
+    """Seconds per call of both sides: `runs` timed loops each, alternated (bench/harness.py's order), in
+    this process: a per-call cost has no start-up to include, and both sides are equally warm."""
+    fns = {"ours": ours, "baseline": baseline}
+    loops = {k: _loops(f, budget) for k, f in fns.items()}
+    per_call: dict[str, list[float]] = {k: [] for k in fns}
+    for _run, side in harness.alternation(list(fns), runs):
+        fn, n = fns[side], loops[side]
         started = time.perf_counter()
-        for _ in range(loops):
+        for _ in range(n):
             fn()
-        best = max(best, loops / (time.perf_counter() - started))
-    return best
+        per_call[side].append((time.perf_counter() - started) / n)
+    return harness.Spread.of(per_call["ours"]), harness.Spread.of(per_call["baseline"])
 
 
 # -- availability --------------------------------------------------------------------------------------------
@@ -113,8 +124,12 @@ def bench_availability(budget: float, repeats: int, scale: int) -> list[Row]:
             Row(
                 "decode laziness (no ids materialised)",
                 f"{groups} group(s), {entries:,} entries",
-                rate(lambda data=data: decode(data), budget, repeats),
-                rate(lambda data=data: set(decode(data)), budget, repeats),
+                *measure(
+                    lambda data=data: decode(data),
+                    lambda data=data: set(decode(data)),
+                    budget,
+                    repeats,
+                ),
                 "set(decode(data)): every id materialised",
             )
         )
@@ -124,8 +139,12 @@ def bench_availability(budget: float, repeats: int, scale: int) -> list[Row]:
         Row(
             "encode laziness (runs, not ids)",
             f"encode_runs, 1000 runs, {len(ids):,} entries",
-            rate(lambda: encode_runs(runs), budget, repeats),
-            rate(lambda: encode(ids), budget, repeats),
+            *measure(
+                lambda: encode_runs(runs),
+                lambda: encode(ids),
+                budget,
+                repeats,
+            ),
             "encode(ids): every id materialised",
         )
     )
@@ -144,8 +163,12 @@ def bench_missing(budget: float, repeats: int, scale: int) -> list[Row]:
         Row(
             "decode + missing (Striping)",
             f"E3/WQ2, Java groups ({len(decode(data).groups):,}), {entries:,} entries",
-            rate(lambda: decode(data).missing(0, entries - 1, expected), budget, repeats),
-            rate(lambda: naive_missing(data, expected), budget, repeats),
+            *measure(
+                lambda: decode(data).missing(0, entries - 1, expected),
+                lambda: naive_missing(data, expected),
+                budget,
+                repeats,
+            ),
             "set difference",
         )
     )
@@ -196,8 +219,12 @@ def bench_entries(budget: float, repeats: int) -> list[Row]:
             Row(
                 "entry package",
                 case,
-                rate(lambda m=manager, p=payload: m.package(7, 6, 8 * 1024, p), budget, repeats),
-                rate(lambda t=digest_type, p=payload: naive_package(t, b"pwd", fields, p), budget, repeats),
+                *measure(
+                    lambda m=manager, p=payload: m.package(7, 6, 8 * 1024, p),
+                    lambda t=digest_type, p=payload: naive_package(t, b"pwd", fields, p),
+                    budget,
+                    repeats,
+                ),
                 "concatenate + digest",
             )
         )
@@ -205,8 +232,12 @@ def bench_entries(budget: float, repeats: int) -> list[Row]:
             Row(
                 "entry verify",
                 case,
-                rate(lambda m=manager, d=packaged: m.verify(d, 7), budget, repeats),
-                rate(lambda t=digest_type, d=packaged: naive_verify(t, b"pwd", d), budget, repeats),
+                *measure(
+                    lambda m=manager, d=packaged: m.verify(d, 7),
+                    lambda t=digest_type, d=packaged: naive_verify(t, b"pwd", d),
+                    budget,
+                    repeats,
+                ),
                 "slice + concatenate + digest",
             )
         )
@@ -259,8 +290,12 @@ def bench_metadata(budget: float, repeats: int) -> list[Row]:
             Row(
                 "ledger metadata parse",
                 f"v3, {segments} segment(s), {len(blob)} bytes",
-                rate(lambda b=blob: ledger_metadata.parse(b), budget, repeats),
-                rate(lambda b=body: DataFormats_pb2.LedgerMetadataFormat.FromString(b), budget, repeats),
+                *measure(
+                    lambda b=blob: ledger_metadata.parse(b),
+                    lambda b=body: DataFormats_pb2.LedgerMetadataFormat.FromString(b),
+                    budget,
+                    repeats,
+                ),
                 "bare protobuf decode",
             )
         )
@@ -271,68 +306,63 @@ def bench_metadata(budget: float, repeats: int) -> list[Row]:
 
 
 def table(rows: list[Row]) -> list[str]:
+    row = harness.markdown_row
     lines = [
-        "| what | case | ours, ops/s | baseline | baseline, ops/s | ratio |",
-        "|---|---|---|---|---|---|",
+        row(["what", "case", "ours, ops/s, median (min-max)", "baseline", "baseline, ops/s", "ratio"]),
+        row(["---", "---", "---:", "---", "---:", "---:"]),
     ]
     for r in rows:
-        lines.append(
-            f"| {r.section} | {r.case} | **{r.ours:,.0f}** | {r.baseline_name} | {r.baseline:,.0f} "
-            f"| {r.ratio:.2f}x |"
-        )
+        lines.append(row([r.section, r.case, f"**{_rate(r.ours)}**", r.baseline_name, _rate(r.baseline),
+                          f"{r.ratio:.2f}x"]))
     return lines
 
 
-def report(rows: list[Row], quick: bool, seconds: float, metadata_skipped: bool) -> str:
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+def _rate(per_call: harness.Spread) -> str:
+    return per_call.rate_cell(1.0)
+
+
+def report(rows: list[Row], quick: bool, runs: int, start: dict[str, object], end: dict[str, object]) -> str:
     lines = [
+        f"### Formats ({dt.date.today().isoformat()}, `bench/formats.py{' --quick' if quick else ''}`)",
         "",
-        f"## Formats ({dt.date.today().isoformat()}, bench/formats.py{' --quick' if quick else ''})",
-        "",
-        f"Machine: {platform.machine()}, nproc {cpus}, Python {platform.python_version()} "
-        f"({platform.python_implementation()}), {platform.system()} {platform.release()}; single thread, "
-        f"{seconds:.0f} s run, load average {os.getloadavg()[0]:.1f} at the end (other work shares the "
-        "machine). Best of several timed loops per row.",
+        harness.machine_line(start, end),
+        f"Single thread, one process; per row {runs} timed loops of each side, alternated; ops/s is the "
+        "median (min-max) over the loops and the ratio median/median.",
         "",
         *table(rows),
         "",
-        "Ratios above 1 mean ours is faster. The two laziness sections compare against materialising every "
-        "entry id: they measure what laziness saves, not a faster codec (Java does not materialise ids "
-        "either). The like-for-like availability row is decode + missing on a Java-encoded answer. The "
-        "metadata baseline is the protobuf decode alone (our parse adds header checks, validation and the "
+        "Ratios above 1 mean ours is faster. The laziness rows compare against materialising every entry "
+        "id: they measure what laziness saves, not a faster codec (Java does not materialise ids either). "
+        "The like-for-like availability row is decode + missing on a Java-encoded answer. The metadata "
+        "baseline is the protobuf decode alone (our parse adds header checks, validation and the "
         "LedgerMetadata value object, so it is below 1).",
+        "",
     ]
-    if metadata_skipped:
-        lines.append("Ledger metadata parses/s: skipped (bkaudit.formats.ledger_metadata not present).")
-    lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small run (CI smoke, a few seconds)")
-    parser.add_argument(
-        "--no-append", action="store_true", help="print only; leave docs/performance.md alone"
-    )
+    parser.add_argument("--runs", type=int, default=harness.DEFAULT_RUNS, help="timed loops of each side")
+    parser.add_argument("--json", help="result file (default bench/results/formats-<stamp>.json)")
     args = parser.parse_args(argv)
-    budget, repeats, scale = (0.05, 1, 1) if args.quick else (0.3, 3, 2)
-    started = time.perf_counter()
-    rows = bench_availability(budget, repeats, scale)
-    rows += bench_missing(budget, repeats, scale)
-    rows += bench_entries(budget, repeats)
-    metadata_rows = bench_metadata(budget, repeats)
-    rows += metadata_rows
-    text = report(rows, args.quick, time.perf_counter() - started, not metadata_rows)
-    print(text)
-    if not args.no_append:
-        path = ROOT / "docs" / "performance.md"
-        new_file = not path.exists()
-        with open(path, "a", encoding="utf-8") as out:
-            if new_file:
-                out.write(
-                    "# Performance\n\nBenchmark results, appended by the scripts in bench/ (newest last).\n"
-                )
-            out.write(text)
+    budget, scale = (0.05, 1) if args.quick else (0.3, 2)
+    start = harness.machine()
+    rows = bench_availability(budget, args.runs, scale)
+    rows += bench_missing(budget, args.runs, scale)
+    rows += bench_entries(budget, args.runs)
+    rows += bench_metadata(budget, args.runs)
+    end = harness.machine()
+    path = harness.write_json(
+        "formats",
+        {"quick": args.quick, "runs": args.runs, "machine_start": start, "machine_end": end,
+         "rows": [{"section": r.section, "case": r.case, "baseline_name": r.baseline_name,
+                   "ours_s_per_op": r.ours, "baseline_s_per_op": r.baseline, "ratio": r.ratio}
+                  for r in rows]},
+        args.json,
+    )
+    print(report(rows, args.quick, args.runs, start, end) + f"Raw results: `{path}`.")
     return 0
 
 

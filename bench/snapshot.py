@@ -1,27 +1,30 @@
-"""Benchmark of the snapshot job against the practical limit: a raw pipelined kazoo read of every znode.
+"""Benchmark of the snapshot job (Spark job 1) against raw reads of the same znodes, through bench/harness.py.
 
-    .venv/bin/python bench/snapshot.py [--ledgers N | --quick] [--no-append]
+    .venv/bin/python bench/snapshot.py [--ledgers N | --quick] [--runs R] [--sides a,a2,b,b2,c] [--json PATH]
 
-1. start an embedded ZooKeeper and bulk-populate N ledgers in BookKeeper's format (v3 metadata, short and
-   hierarchical paths, Pulsar custom metadata, 1-3 segments; pipelined multi() transactions of creates);
-2. (a) raw: one kazoo client reads every ledger znode with a bounded window of async gets (no decoding);
-   (a') the same with the job's own read path: pipelined ZooKeeper multiRead batches (no decoding);
-3. (b) the snapshot job end to end on local[2] (ZooKeeper scan, decoding, Parquet staging, bookies and
-   markers, Great Expectations, Delta commits), timed on a session that already ran a tiny warm-up snapshot
-   (JVM and Python workers started: paid once per spark-submit, not per ledger); the first, cold run's time
-   and the session start-up are reported too;
-4. print ledgers/s and the ratio (b)/(a), and append a dated section to docs/performance.md.
-
-The job runs with the rate limit off (`reads_per_second_per_task = 0`) and `max_zk_sessions = 2` (local[2]),
-so it is measured at full speed like the raw read; production keeps the default cap.
+1. start an embedded ZooKeeper and bulk-populate N ledgers in BookKeeper's format (v3 metadata, hierarchical
+   paths, Pulsar custom metadata, 1-3 segments; pipelined multi() transactions of creates);
+2. alternated, R runs each, every run in a fresh process (bench/harness.py), no process reused:
+   (a)  raw: one kazoo client reads every ledger znode, pipelined single getData, window 1000, no decoding;
+   (a2) raw: the job's own read path, pipelined ZooKeeper multiRead batches (`zk.multiread.read_batched`,
+        window 1000), one client, no decoding ((a') in docs/performance.md);
+   (b)  the snapshot job end to end on local[2] (ZooKeeper scan, decoding, Parquet staging, bookies and
+        markers, Great Expectations, Delta commits), every setting at its default (rate limit 2000
+        reads/s per task, 4 sessions);
+   (b2) the same with only the rate limit off (`reads_per_second_per_task = 0`);
+   (c)  the same as (b2) but on kazoo's single-read path (`multi_read = false`): the job on (a)'s read path;
+   each job side starts its own Spark session, timed apart; `seconds` is the job alone, `wall_s` includes
+   the interpreter, imports and the JVM;
+3. a markdown table (medians with min-max, ratio median/median) on stdout and the raw results as JSON
+   (bench/results/snapshot-N-<stamp>.json or --json).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import os
-import platform
+import dataclasses
+import itertools
 import shutil
 import sys
 import tempfile
@@ -31,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-WINDOW = 1000  # outstanding async requests, raw read and job alike
+import harness  # noqa: E402
+
+WINDOW = 1000  # outstanding async requests of the raw reads (the job keeps its default, 500)
 CREATE_BATCH = 200  # creates per multi() transaction when populating
 ROOT = "/bench/ledgers"
 
@@ -103,188 +108,188 @@ def _check(results: list[Any]) -> None:
         raise RuntimeError(f"populating failed: {failed[0]!r}")
 
 
-def raw_read(connect: str, leaf_paths: list[str]) -> float:
-    """Seconds for one kazoo client to get every znode with WINDOW reads outstanding."""
-    from bkaudit.zk.client import close
-    from bkaudit.zk.client import connect as zk_connect
+def leaf_paths_for(n: int) -> list[str]:
+    from bkaudit.zk import paths
 
-    zk = zk_connect(connect)
-    try:
-        t0 = time.perf_counter()
-        window: collections.deque[Any] = collections.deque()
-        for path in leaf_paths:
-            window.append(zk.get_async(path))
-            if len(window) >= WINDOW:
-                window.popleft().get()
-        while window:
-            window.popleft().get()
-        return time.perf_counter() - t0
-    finally:
-        close(zk)
+    return [paths.ledger_path(i, root=ROOT) for i in range(n)]
 
 
-def raw_multiread(connect: str, leaf_paths: list[str]) -> float:
-    """Seconds for one client to read every znode with the job's batched multiRead path (no decoding)."""
+def raw_side(connect: str, ledgers: int, multi_read: bool) -> dict[str, Any]:
+    """(a) or (a2), in a fresh process: seconds for one client to read every znode, no decoding."""
     from bkaudit.zk.client import close
     from bkaudit.zk.client import connect as zk_connect
     from bkaudit.zk.multiread import read_batched
 
+    leaf_paths = leaf_paths_for(ledgers)
     zk = zk_connect(connect)
     try:
         t0 = time.perf_counter()
-        count = sum(1 for _ in read_batched(zk, leaf_paths, max_in_flight=WINDOW))
-        assert count == len(leaf_paths)
-        return time.perf_counter() - t0
+        if multi_read:
+            count = sum(1 for _ in read_batched(zk, leaf_paths, max_in_flight=WINDOW))
+        else:
+            count = 0
+            window: collections.deque[Any] = collections.deque()
+            for path in leaf_paths:
+                window.append(zk.get_async(path))
+                if len(window) >= WINDOW:
+                    window.popleft().get()
+                    count += 1
+            while window:
+                window.popleft().get()
+                count += 1
+        seconds = time.perf_counter() - t0
     finally:
         close(zk)
+    if count != ledgers:
+        raise RuntimeError(f"read {count} znodes, expected {ledgers}")
+    return {"seconds": seconds, "ledgers": count}
 
 
-def snapshot(spark: Any, connect: str, root: str, warehouse: str, *, multi_read: bool = True) -> Any:
+def job_side(connect: str, warehouse: str, ledgers: int, overrides: dict[str, Any]) -> dict[str, Any]:
+    """(b), (b2) or (c), in a fresh process: a new Spark session (timed apart), then the snapshot job with
+    every setting at its default except `overrides`."""
     import bkaudit.spark.settings  # noqa: F401
     from bkaudit import config
+    from bkaudit.spark.session import get_session
     from bkaudit.spark.snapshot import run_snapshot
 
+    t0 = time.perf_counter()
+    spark = get_session("local[2]", app_name="bkaudit-bench-snapshot")
+    spark.range(1).count()
+    session_s = time.perf_counter() - t0
     settings = config.load(
         environ={},
-        overrides={
-            "zk.connect": connect,
-            "zk.root": root,
-            "snapshot.warehouse": warehouse,
-            "snapshot.max_zk_sessions": 2,
-            "snapshot.reads_per_second_per_task": 0,
-            "snapshot.max_in_flight": WINDOW,
-            "snapshot.multi_read": multi_read,
-        },
+        overrides={"zk.connect": connect, "zk.root": ROOT, "snapshot.warehouse": warehouse, **overrides},
     )
-    return run_snapshot(spark, settings)
+    t0 = time.perf_counter()
+    result = run_snapshot(spark, settings)
+    seconds = time.perf_counter() - t0
+    spark.stop()
+    if result.ledgers != ledgers:
+        raise RuntimeError(f"the job saw {result.ledgers} ledgers, expected {ledgers}")
+    return {"seconds": seconds, "session_s": session_s, "ledgers": result.ledgers, "steps": result.timings}
+
+
+SIDES: dict[str, tuple[str, str]] = {  # name: (row label, what it runs)
+    "a": ("(a) raw pipelined kazoo getData, 1 client, window 1000, no decoding", "raw"),
+    "a2": ("(a') raw batched multiRead (the job's read path), 1 client, window 1000, no decoding", "raw"),
+    "b": ("(b) snapshot job end to end, default settings (rate limit 2000 reads/s per task)", "job"),
+    "b2": ("(b') snapshot job, default settings but `reads_per_second_per_task = 0`", "job"),
+    "c": ("(c) snapshot job, rate limit off and `multi_read = false` (single getData, (a)'s path)", "job"),
+}
+JOB_OVERRIDES: dict[str, dict[str, Any]] = {
+    "b": {},
+    "b2": {"snapshot.reads_per_second_per_task": 0},
+    "c": {"snapshot.reads_per_second_per_task": 0, "snapshot.multi_read": False},
+}
+
+
+def side_for(name: str, connect: str, n: int) -> harness.Side:
+    label, kind = SIDES[name]
+    if kind == "raw":
+        return harness.Side(name, "snapshot:raw_side",
+                            {"connect": connect, "ledgers": n, "multi_read": name == "a2"}, label)
+    return harness.Side(name, "snapshot:job_side",
+                        {"connect": connect, "warehouse": "", "ledgers": n, "overrides": JOB_OVERRIDES[name]},
+                        label)
+
+
+def report(m: dict[str, Any]) -> str:
+    n = m["ledgers"]
+    res = m["results"]
+    inside = {k: harness.spreads(v, "seconds") for k, v in res.items()}
+    wall = {k: harness.spreads(v, "wall_s") for k, v in res.items()}
+    row = harness.markdown_row
+    lines = [
+        f"### Snapshot job, {n:,} ledgers ({m['when']}, `bench/snapshot.py --ledgers {n}`)",
+        "",
+        harness.machine_line(m["machine_start"], m["machine_end"]),
+        f"Spark local[2] and the embedded ZooKeeper on the same machine. {m['runs']} runs of each side, "
+        "alternated, each in a fresh process; no side warmed (each job run starts its own JVM and Spark "
+        f"session). Populate, not timed: {m['populate_s']:.1f} s.",
+        "",
+        row(["measure", "seconds, no start-up", "ledgers/s, no start-up", "seconds with start-up"]),
+        row(["---", "---:", "---:", "---:"]),
+    ]
+    for name in res:
+        lines.append(row([SIDES[name][0], inside[name].cell(), inside[name].rate_cell(n),
+                          wall[name].cell()]))
+    for name in ("b", "b2", "c"):
+        if name in res:
+            lines.append(row([f"  Spark session start inside {SIDES[name][0].split()[0]}",
+                              harness.spreads(res[name], "session_s").cell(), "", ""]))
+    lines.append("")
+    ratios = []
+
+    def rate_ratio(ours: str, base: str, what: str) -> None:
+        if ours in res and base in res:  # our rate / the base's rate = base seconds / our seconds
+            ratios.append(f"{what} = **{harness.ratio(inside[base], inside[ours]):.3g}**")
+
+    rate_ratio("b", "a2", "(b)/(a') rate")
+    rate_ratio("b2", "a2", "(b')/(a') rate (aim >= 0.5 at 1M)")
+    rate_ratio("b", "a", "(b)/(a) rate")
+    rate_ratio("c", "a", "(c)/(a) rate")
+    lines.append("Ratios of rates, median/median, no start-up: " + "; ".join(ratios) + ".")
+    if "b" in res:
+        steps = {k: harness.Spread.of(r["steps"][k] for r in res["b"]) for k in res["b"][0]["steps"]}
+        lines.append("Job steps of (b), median (s): "
+                     + ", ".join(f"{k} {v.median:.2f}" for k, v in steps.items()) + ".")
+    lines.append(f"Raw results: `{m['json']}`.")
+    lines.append("")
+    return "\n".join(lines)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--ledgers", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="10,000 ledgers")
-    parser.add_argument("--no-append", action="store_true", help="do not append to docs/performance.md")
+    parser.add_argument("--runs", type=int, default=harness.DEFAULT_RUNS, help="runs of each side")
+    parser.add_argument("--sides", default="a,a2,b,b2,c", help=f"comma-separated, of {','.join(SIDES)}")
+    parser.add_argument("--json", help="result file (default bench/results/snapshot-<stamp>.json)")
     args = parser.parse_args()
     n = 10_000 if args.quick else args.ledgers
+    names = [s for s in args.sides.split(",") if s]
+    unknown = [s for s in names if s not in SIDES]
+    if unknown or not names:
+        parser.error(f"unknown sides {unknown}; choose from {','.join(SIDES)}")
 
     from bkaudit.zk.client import close
     from bkaudit.zk.client import connect as zk_connect
-    from bkaudit.zk.ledgers import init_cluster
     from bkaudit.zk.server import ZooKeeperServer
 
     if n > 200_000:  # the embedded server's default heap (512 MB) does not hold a million znodes
         import bkaudit.zk.server as zk_server
 
         zk_server.JVM_OPTS = tuple("-Xmx4g" if o.startswith("-Xmx") else o for o in zk_server.JVM_OPTS)
+    m: dict[str, Any] = {"ledgers": n, "runs": args.runs, "machine_start": harness.machine()}
     work = Path(tempfile.mkdtemp(prefix="bkaudit-bench-"))
     server = ZooKeeperServer(data_dir=work / "zk", log_level="WARN").start(timeout_s=60)
     try:
         zk = zk_connect(server.connect_string)
         t0 = time.perf_counter()
-        leaf_paths = populate(zk, n)
-        populate_s = time.perf_counter() - t0
-        init_cluster(zk, root="/warmup/ledgers")
+        populate(zk, n)
+        m["populate_s"] = time.perf_counter() - t0
         close(zk)
-        print(f"populated {n:,} ledgers in {populate_s:.1f}s ({n / populate_s:,.0f}/s)", flush=True)
+        print(f"populated {n:,} ledgers in {m['populate_s']:.1f}s", flush=True)
+        warehouses = itertools.count()
 
-        repeats = 2 if n <= 200_000 else 1  # best of two where it is cheap
-        raw_s = min(raw_read(server.connect_string, leaf_paths) for _ in range(repeats))
-        print(f"(a) raw pipelined kazoo read: {raw_s:.2f}s = {n / raw_s:,.0f} reads/s", flush=True)
-        multi_s = min(raw_multiread(server.connect_string, leaf_paths) for _ in range(repeats))
-        print(
-            f"(a') raw multiRead read (the job's read path, no decoding): {multi_s:.2f}s = "
-            f"{n / multi_s:,.0f} reads/s",
-            flush=True,
-        )
+        def before(side: harness.Side) -> harness.Side:
+            if "warehouse" not in side.kwargs:
+                return side
+            fresh = str(work / f"warehouse-{next(warehouses)}")  # every job run writes an empty warehouse
+            return dataclasses.replace(side, kwargs={**side.kwargs, "warehouse": fresh})
 
-        from bkaudit.spark.session import get_session
-
-        t0 = time.perf_counter()
-        spark = get_session("local[2]", app_name="bkaudit-bench")
-        session_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        snapshot(spark, server.connect_string, ROOT, str(work / "wh-cold"))
-        cold_s = time.perf_counter() - t0
-        snapshot(spark, server.connect_string, "/warmup/ledgers", str(work / "wh-warmup"))
-        t0 = time.perf_counter()
-        result = snapshot(spark, server.connect_string, ROOT, str(work / "wh"))
-        job_s = time.perf_counter() - t0
-        if result.ledgers != n:
-            raise SystemExit(f"job saw {result.ledgers} ledgers, expected {n}")
-        ratio = job_s / raw_s
-        print(
-            f"(b) snapshot job: {job_s:.2f}s = {n / job_s:,.0f} ledgers/s  ratio (b)/(a) = {ratio:.2f}  "
-            f"steps {result.timings}",
-            flush=True,
-        )
-        print(
-            f"    cold first run {cold_s:.2f}s (ratio {cold_s / raw_s:.2f}), "
-            f"session start-up {session_s:.1f}s"
-        )
-        single_s = None
-        if n <= 200_000:  # (c) the job on kazoo's single-read path: what Spark, decoding and Delta add to (a)
-            t0 = time.perf_counter()
-            snapshot(spark, server.connect_string, ROOT, str(work / "wh-single"), multi_read=False)
-            single_s = time.perf_counter() - t0
-            print(f"(c) job with multi_read off: {single_s:.2f}s  ratio (c)/(a) = {single_s / raw_s:.2f}")
-        spark.stop()
-        if not args.no_append:
-            append_report(
-                n,
-                {
-                    "populate_s": populate_s,
-                    "raw_s": raw_s,
-                    "multi_s": multi_s,
-                    "job_s": job_s,
-                    "cold_s": cold_s,
-                    "session_s": session_s,
-                    "timings": result.timings,
-                },
-            )
+        sides = [side_for(name, server.connect_string, n) for name in names]
+        m["results"] = harness.compare(sides, runs=args.runs, before_run=before)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
+    m["machine_end"] = harness.machine()
+    m["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    m["labels"] = {name: SIDES[name][0] for name in names}
+    m["json"] = str(harness.write_json(f"snapshot-{n}", m, args.json))
+    print(report(m))
     return 0
-
-
-def append_report(n: int, m: dict[str, Any]) -> None:
-    """Append a dated section to docs/performance.md (append only: earlier results stay for comparison)."""
-    path = REPO / "docs" / "performance.md"
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    raw, multi, job, cold = m["raw_s"], m["multi_s"], m["job_s"], m["cold_s"]
-    text = (
-        f"\n## Snapshot job, {n:,} ledgers ({stamp})\n\n"
-        f"Machine: {os.cpu_count()} CPUs (load average {load} at the end: shared machine), "
-        f"{platform.python_implementation()} {platform.python_version()}, Spark local[2], embedded ZooKeeper "
-        f"on the same machine; `bench/snapshot.py --ledgers {n}`. Job settings: max_zk_sessions 2, "
-        f"rate limit off, max_in_flight {WINDOW}.\n\n"
-        "| measure | seconds | ledgers/s |\n|---|---:|---:|\n"
-        f"| populate (multi() transactions of {CREATE_BATCH} creates) | {m['populate_s']:.1f} | "
-        f"{n / m['populate_s']:,.0f} |\n"
-        f"| (a) raw pipelined kazoo getData, 1 client, window {WINDOW} | {raw:.2f} | {n / raw:,.0f} |\n"
-        f"| (a') raw batched multiRead, 1 client (the job's read path, no decoding) | {multi:.2f} | "
-        f"{n / multi:,.0f} |\n"
-        f"| (b) snapshot job end to end, warm session | {job:.2f} | {n / job:,.0f} |\n"
-        f"| (b) first (cold) run in a new session | {cold:.2f} | {n / cold:,.0f} |\n"
-        + (
-            f"| (c) job with `multi_read = false` (kazoo single reads, as (a)), warm | {m['single_s']:.2f} | "
-            f"{n / m['single_s']:,.0f} |\n"
-            if m.get("single_s")
-            else ""
-        )
-        + f"| Spark session start-up (not in (b)) | {m['session_s']:.1f} | |\n\n"
-        f"Ratio (b)/(a) = **{job / raw:.2f}** (aim <= 1.5; cold run {cold / raw:.2f}); "
-        f"(b)/(a') = {job / multi:.2f}"
-        + (f"; (c)/(a) = **{m['single_s'] / raw:.2f}**" if m.get("single_s") else "")
-        + ". Job steps (s): "
-        f"{', '.join(f'{k} {v}' for k, v in m['timings'].items())}.\n"
-    )
-    if not path.exists():
-        path.write_text("# Performance\n\nResults appended by the benchmarks in bench/ (newest last).\n")
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(text)
-    print(f"appended to {path}")
 
 
 if __name__ == "__main__":

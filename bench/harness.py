@@ -1,0 +1,236 @@
+"""The one benchmark harness (issue 15): fresh processes, alternated sides, medians with min and max.
+
+Every benchmark in bench/ that compares bkaudit with a baseline runs its sides through `compare`:
+
+- each run of each side is a FRESH Python process (`python bench/harness.py --call module:function ...`), so
+  nothing is warmed by an earlier run in the same process (JVM, Spark session, Python imports, caches);
+- two times per run: `wall_s`, spawn to exit as the parent sees it (start-up included: interpreter, imports,
+  Spark session), and `seconds`, the work alone as the side timed it inside its process (no start-up);
+- sides alternate: A B, B A, A B, ... (`alternation`), so machine load drifts over both alike;
+- `runs` runs of each side (default 3); each measure is reported as median with min and max (`Spread`);
+- a ratio is median / median (`ratio`), never best of one side against one run of the other;
+- a `before_run` hook lets a bench reset shared state (restart bookies: no side inherits warm caches).
+
+Results go to JSON (`write_json`, default bench/results/<name>-<UTC stamp>.json) and to markdown table
+rows (`markdown_row`). The pure parts (Spread, alternation, ratio) are tested in
+tests/unit/test_bench_harness.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS = BENCH / "results"
+DEFAULT_RUNS = 3
+
+
+# -- pure ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median, min and max of one measure over the runs of one side."""
+
+    median: float
+    low: float
+    high: float
+    values: tuple[float, ...]
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Spread:
+        xs = tuple(float(v) for v in values)
+        if not xs:
+            raise ValueError("a spread needs at least one value")
+        return cls(statistics.median(xs), min(xs), max(xs), xs)
+
+    def cell(self, digits: int = 2) -> str:
+        """`median (min-max)`, as every table in docs/performance.md shows a measure."""
+        return f"{self.median:,.{digits}f} ({self.low:,.{digits}f}-{self.high:,.{digits}f})"
+
+    def rate_cell(self, work: float) -> str:
+        """`work / seconds` as median (min-max); the fastest run gives the max rate."""
+        return f"{work / self.median:,.0f} ({work / self.high:,.0f}-{work / self.low:,.0f})"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"median": self.median, "min": self.low, "max": self.high, "values": list(self.values)}
+
+
+def alternation(sides: Sequence[str], runs: int) -> list[tuple[int, str]]:
+    """(run, side) in execution order: the side order reverses every run (A B, B A, A B, ...)."""
+    if runs < 1:
+        raise ValueError("runs must be >= 1")
+    if len(set(sides)) != len(sides) or not sides:
+        raise ValueError(f"sides must be distinct and non-empty: {list(sides)}")
+    order: list[tuple[int, str]] = []
+    for run in range(runs):
+        for side in sides if run % 2 == 0 else tuple(reversed(sides)):
+            order.append((run, side))
+    return order
+
+
+def ratio(baseline: Spread, ours: Spread) -> float:
+    """How many times faster `ours` is than `baseline`, from seconds: median / median (> 1: ours faster)."""
+    return baseline.median / ours.median
+
+
+def markdown_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+# -- running sides -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: `function` (`module:function` in bench/) called with `kwargs` in a fresh
+    process; it returns a JSON-able dict with at least `seconds` (its work, timed inside the process)."""
+
+    name: str
+    function: str
+    kwargs: Mapping[str, Any]
+    label: str
+
+
+def run_fresh(side: Side, *, timeout_s: float = 3600.0) -> dict[str, Any]:
+    """One run of `side` in a new interpreter; adds `wall_s` (spawn to exit, start-up included)."""
+    with tempfile.TemporaryDirectory(prefix="bkaudit-bench-run-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [
+            sys.executable,
+            str(BENCH / "harness.py"),
+            "--call",
+            side.function,
+            "--kwargs",
+            json.dumps(dict(side.kwargs)),
+            "--out",
+            str(out),
+        ]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"side {side.name} failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
+            )
+        result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    result["wall_s"] = wall
+    return result
+
+
+def compare(
+    sides: Sequence[Side],
+    *,
+    runs: int = DEFAULT_RUNS,
+    before_run: Callable[[Side], Side] | None = None,
+    after_run: Callable[[str, dict[str, Any]], None] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Every side `runs` times, alternated, each in a fresh process: {side name: [result per run]}.
+
+    `before_run` (untimed) resets shared state and returns the side to run, e.g. with a fresh warehouse;
+    `after_run` checks a result (raise to stop: a wrong answer is not a measurement)."""
+    by_name = {s.name: s for s in sides}
+    results: dict[str, list[dict[str, Any]]] = {s.name: [] for s in sides}
+    for run, name in alternation([s.name for s in sides], runs):
+        side = by_name[name] if before_run is None else before_run(by_name[name])
+        r = run_fresh(side)
+        if after_run is not None:
+            after_run(name, r)
+        results[name].append(r)
+        print(
+            f"  run {run + 1} {name}: {r['seconds']:.2f}s inside, {r['wall_s']:.2f}s with start-up",
+            flush=True,
+        )
+    return results
+
+
+def spreads(results: list[dict[str, Any]], key: str) -> Spread:
+    return Spread.of(r[key] for r in results)
+
+
+# -- reporting -----------------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "kernel": f"{platform.system()} {platform.release()}",
+        "load_average": list(os.getloadavg()),
+    }
+
+
+def machine_line(start: Mapping[str, Any], end: Mapping[str, Any]) -> str:
+    def load(m: Mapping[str, Any]) -> str:
+        return ", ".join(f"{x:.1f}" for x in m["load_average"])
+
+    return (
+        f"Machine: {start['cpus']} CPUs, {start['python']}, {start['kernel']}; load average {load(start)} at "
+        f"the start, {load(end)} at the end (a shared, loaded machine: compare ratios within one run)."
+    )
+
+
+def write_json(name: str, payload: Mapping[str, Any], path: str | None = None) -> Path:
+    """`payload` to `path`, or bench/results/<name>-<UTC stamp>.json; returns the path written."""
+    if path:
+        target = Path(path)
+    else:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        target = RESULTS / f"{name}-{stamp}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(payload, indent=2, sort_keys=True, default=_jsonable)
+    target.write_text(text + "\n", encoding="utf-8")
+    return target
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Spread):
+        return value.as_json()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"not JSON-able: {type(value).__name__}")
+
+
+def _probe(note: str) -> dict[str, Any]:
+    """A trivial side for the harness's own test: which process ran it."""
+    t0 = time.perf_counter()
+    return {"pid": os.getpid(), "note": note, "seconds": time.perf_counter() - t0}
+
+
+def _call(function: str, kwargs: dict[str, Any], out: str) -> int:
+    """Child side of `run_fresh`: import bench/<module>, call the function, write its dict as JSON."""
+    sys.path[:0] = [str(BENCH), str(REPO)]
+    module_name, _, func_name = function.partition(":")
+    result = getattr(importlib.import_module(module_name), func_name)(**kwargs)
+    Path(out).write_text(json.dumps(result, default=_jsonable), encoding="utf-8")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="run one benchmark side in this (fresh) process")
+    parser.add_argument("--call", required=True, help="module:function, module in bench/")
+    parser.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments")
+    parser.add_argument("--out", required=True, help="where the side's JSON result goes")
+    args = parser.parse_args(argv)
+    return _call(args.call, json.loads(args.kwargs), args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

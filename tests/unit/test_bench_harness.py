@@ -1,0 +1,114 @@
+"""bench/harness.py's pure parts: medians with min and max, the alternation order, the median/median ratio.
+
+bench/ is not a package (its scripts run by path), so the module is loaded from its file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+HARNESS = Path(__file__).resolve().parents[2] / "bench" / "harness.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_harness", HARNESS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _load()
+
+
+def test_spread_odd_count_is_the_middle_value() -> None:
+    s = harness.Spread.of([3.0, 9.0, 1.0])
+    assert (s.median, s.low, s.high) == (3.0, 1.0, 9.0)
+    assert s.values == (3.0, 9.0, 1.0)  # run order kept for the JSON
+
+
+def test_spread_even_count_averages_the_middle_pair() -> None:
+    s = harness.Spread.of([4.0, 1.0, 3.0, 2.0])
+    assert (s.median, s.low, s.high) == (2.5, 1.0, 4.0)
+
+
+def test_spread_of_nothing_is_an_error() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        harness.Spread.of([])
+
+
+def test_spread_cells() -> None:
+    s = harness.Spread.of([2.0, 4.0, 5.0])
+    assert s.cell(1) == "4.0 (2.0-5.0)"
+    # rates: 100 units of work; the slowest run (5 s) gives the lowest rate
+    assert s.rate_cell(100) == "25 (20-50)"
+
+
+def test_alternation_reverses_the_side_order_every_run() -> None:
+    assert harness.alternation(["ours", "base"], 3) == [
+        (0, "ours"), (0, "base"), (1, "base"), (1, "ours"), (2, "ours"), (2, "base"),
+    ]
+    assert harness.alternation(["a", "b", "c"], 2) == [
+        (0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"), (1, "a"),
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sides=st.lists(st.text(min_size=1, max_size=3), min_size=1, max_size=5, unique=True),
+    runs=st.integers(1, 8),
+)
+def test_alternation_runs_every_side_equally_and_never_twice_in_a_row_across_runs(
+    sides: list[str], runs: int
+) -> None:
+    order = harness.alternation(sides, runs)
+    assert Counter(side for _run, side in order) == dict.fromkeys(sides, runs)
+    assert [run for run, _side in order] == sorted(run for run, _side in order)
+    firsts = Counter(order[i * len(sides)][1] for i in range(runs))
+    if len(sides) > 1:  # first and last place alternate between the two ends
+        assert firsts[sides[0]] == (runs + 1) // 2
+        assert firsts[sides[-1]] == runs // 2
+
+
+def test_alternation_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        harness.alternation(["a", "b"], 0)
+    with pytest.raises(ValueError):
+        harness.alternation(["a", "a"], 3)
+    with pytest.raises(ValueError):
+        harness.alternation([], 3)
+
+
+def test_ratio_is_median_over_median_not_best_of() -> None:
+    baseline = harness.Spread.of([10.0, 1.0, 12.0])  # one lucky fast run must not decide the ratio
+    ours = harness.Spread.of([2.0, 2.5, 1.5])
+    assert harness.ratio(baseline, ours) == pytest.approx(10.0 / 2.0)
+    assert harness.ratio(ours, baseline) == pytest.approx(2.0 / 10.0)
+
+
+def test_markdown_row() -> None:
+    assert harness.markdown_row(["a", "1.0 (0.5-2.0)", ""]) == "| a | 1.0 (0.5-2.0) |  |"
+
+
+def test_run_fresh_runs_the_side_in_a_new_process(tmp_path: Path) -> None:
+    """A real child interpreter: its result carries its own pid (not ours) and a wall time."""
+    side = harness.Side("probe", "harness:_probe", {"note": "x"}, "probe")
+    out = harness.run_fresh(side, timeout_s=120)
+    assert out["pid"] != os.getpid()
+    assert out["note"] == "x"
+    assert out["wall_s"] >= out["seconds"] >= 0
+
+
+def test_write_json_round_trips_spreads(tmp_path: Path) -> None:
+    path = harness.write_json("t", {"s": harness.Spread.of([1.0, 2.0, 3.0])}, str(tmp_path / "r.json"))
+    assert '"median": 2.0' in path.read_text(encoding="utf-8")
