@@ -27,6 +27,7 @@ from bkaudit.bookie.storage import current_dir
 from bkaudit.errors import BkAuditError, ClusterError, FormatError
 from bkaudit.formats import records
 from bkaudit.zk import paths, registry
+from bkaudit.zk.client import with_retries
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -100,9 +101,12 @@ def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[st
     docs/bookie.md), and, with `stamp_missing` (dataIntegrityStampMissingCookies), when the cookies in
     ZooKeeper and the directory are missing or differ, which are then re-stamped instead of refused.
     """
-    expected = expected_cookie(bookie_id, data_dir, instance_id(zk, root))
+    # reads retried across a lost connection (BookKeeper's ZooKeeperClient retries): a ZooKeeper restart
+    # during start-up must not kill the bookie
+    instance = with_retries(lambda: instance_id(zk, root), client=zk, what="cluster instance id")
+    expected = expected_cookie(bookie_id, data_dir, instance)
     local = read_local_cookie(data_dir)
-    remote = registry.read_cookie(zk, bookie_id, root)
+    remote = with_retries(lambda: registry.read_cookie(zk, bookie_id, root), client=zk, what="bookie cookie")
     format_hint = f"bkaudit bookie format --zk {connect} --root {root} --bookie {bookie_id}"
     if local is None and remote is None:
         if has_data:

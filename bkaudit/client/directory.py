@@ -51,17 +51,23 @@ class ZkBookieDirectory:
         return self._policy
 
     def writable(self) -> list[str]:
+        """Writable bookies, read through a lost connection (ensemble changes during a ZooKeeper restart)."""
         from bkaudit.zk import registry
+        from bkaudit.zk.client import with_retries
 
-        return sorted(registry.list_writable(self.zk, self.root))
+        return sorted(
+            with_retries(lambda: registry.list_writable(self.zk, self.root), client=self.zk,
+                         what="list of writable bookies")
+        )
 
     def topology(self) -> Any:
         """Bookie locations (`model.topology.resolve_topology`): Pulsar's /bookies rack map, else
         [placement] locations, else the policy's default location."""
         from bkaudit.model.topology import resolve_topology
         from bkaudit.zk import registry
+        from bkaudit.zk.client import with_retries
 
-        racks = registry.read_racks(self.zk)
+        racks = with_retries(lambda: registry.read_racks(self.zk), client=self.zk, what="rack map /bookies")
         if self._settings is not None:
             from bkaudit.audit.settings import topology_from_settings
 

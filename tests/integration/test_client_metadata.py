@@ -148,3 +148,48 @@ def test_chaos_seed_300_a_write_whose_answer_was_lost_is_retried_and_recognised(
     with pytest.raises(MetadataConflict):
         store.write(lid, changed.evolve(custom_metadata={"app": b"mine"}), version)
     assert real.read(lid) == (changed, new_version)
+
+
+class _DropsFirstRead:
+    """The real kazoo client, except that the first `get`/`get_children` loses its connection (a ZooKeeper
+    restart under the call, as chaos seed 402 hit; a live server cannot drop one chosen request)."""
+
+    def __init__(self, zk: object) -> None:
+        self._zk, self.dropped = zk, 0
+
+    def _once(self, name: str, *args: object, **kw: object) -> object:
+        from kazoo.exceptions import ConnectionLoss
+
+        if not self.dropped:
+            self.dropped += 1
+            raise ConnectionLoss()
+        return getattr(self._zk, name)(*args, **kw)
+
+    def get(self, *args: object, **kw: object) -> object:
+        return self._once("get", *args, **kw)
+
+    def get_children(self, *args: object, **kw: object) -> object:
+        return self._once("get_children", *args, **kw)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._zk, name)
+
+
+def test_chaos_seed_402_bookie_start_and_ensemble_change_read_through_a_lost_connection(zk, tmp_path) -> None:
+    from bkaudit.bookie.registration import check_cookie
+    from bkaudit.client.directory import ZkBookieDirectory
+    from bkaudit.zk import registry
+    from tests.helpers import unique_path
+
+    root = unique_path("t", "/ledgers")
+    for node in (paths.available_root(root=root), paths.cookies_root(root=root)):
+        zk.ensure_path(node)
+    zk.create(paths.instanceid_path(root=root), b"instance-402")
+    registry.register(zk, "127.0.0.1:3181", b"", root=root)
+    directory = _DropsFirstRead(zk)
+    assert ZkBookieDirectory(directory, root=root).writable() == ["127.0.0.1:3181"]
+    assert directory.dropped == 1
+    starting = _DropsFirstRead(zk)
+    cookie = check_cookie(starting, "127.0.0.1:3182", tmp_path, root=root, has_data=False)
+    assert starting.dropped == 1 and cookie.instance_id == "instance-402"
+    assert registry.read_cookie(zk, "127.0.0.1:3182", root) is not None  # stamped after the retried read
