@@ -71,13 +71,10 @@ class ListingCache:
 
     def get(self, ledger_id: int) -> bytes | None:
         """The cached availability encoding of a ledger (None: not cached)."""
-        entry = self._entries.get(ledger_id)
-        if entry is None:
-            self.misses += 1
+        item = self.item(ledger_id)
+        if item is None:
             return None
-        self.hits += 1
-        self._entries.move_to_end(ledger_id)
-        item, size = entry
+        size = self._entries[ledger_id][1]
         return item[len(item) - size :]
 
     def put(self, ledger_id: int, availability: bytes) -> bytes:

@@ -27,6 +27,7 @@ with EIO and is reported to the bookie, which shuts down as BookKeeper's Bookie 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -534,10 +535,7 @@ class Storage:
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 log.error("storage commit of %d operations failed: %s", len(ops), exc)
-                try:
-                    self._conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
+                _rollback(self._conn)
                 statuses = ["EIO" if s == "EOK" else s for s in statuses]
                 overlay, rows = {}, []
         # publish the committed state, then acknowledge
@@ -627,10 +625,7 @@ class Storage:
             removed = cur.rowcount
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+            _rollback(conn)
             op.future.set_exception(BookieError("EIO", str(exc), ledger_id=op.ledger_id))
         else:
             with self._index_lock:
@@ -666,10 +661,7 @@ class Storage:
                                               state.lac_body, int(state.limbo)))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+            _rollback(conn)
             op.future.set_exception(BookieError("EIO", str(exc), ledger_id=op.ledger_id))
         else:
             if op.flag is not None:
@@ -842,3 +834,9 @@ def bulk_load_entries(data_dir: str | os.PathLike[str],
         return total
     finally:
         os.close(fd)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Undo a failed transaction; a connection too broken to roll back has nothing to undo."""
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("ROLLBACK")

@@ -4,13 +4,14 @@ summary consistent with what the demo did, the report written, nothing left runn
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
+from bkaudit.processes import pid_alive
 
 DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 LEDGERS = 60
@@ -42,14 +43,6 @@ class _Sections(HTMLParser):
             self._in_cat = False
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 @pytest.mark.slow
@@ -98,5 +91,5 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert json.loads((work / "demo.json").read_text())["ok"] is True
 
     state = json.loads((work / "cluster" / "cluster.json").read_text())
-    assert not any(_alive(b["pid"]) for b in state["bookies"])
-    assert not _alive((state.get("zookeeper") or {}).get("pid"))
+    assert not any(pid_alive(b["pid"]) for b in state["bookies"])
+    assert not pid_alive((state.get("zookeeper") or {}).get("pid"))
