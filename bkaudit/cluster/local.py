@@ -277,8 +277,15 @@ class LocalCluster:
         self._signal_and_wait([b], signal.SIGKILL, 10)
 
     def pause_bookie(self, bookie_id: str) -> None:
-        """SIGSTOP: still registered (until its session expires) but unresponsive."""
-        self._signal(self.bookie(bookie_id), signal.SIGSTOP)
+        """SIGSTOP: still registered (until its session expires) but unresponsive. Returns once every thread
+        of the bookie is stopped: kill() only queues the stop, and a request sent at once could still be
+        served (seen on a loaded machine)."""
+        b = self.bookie(bookie_id)
+        self._signal(b, signal.SIGSTOP)
+        assert b.pid is not None
+        deadline = time.monotonic() + 10
+        while not _all_threads_stopped(b.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def resume_bookie(self, bookie_id: str) -> None:
         self._signal(self.bookie(bookie_id), signal.SIGCONT)
@@ -410,6 +417,22 @@ class LocalCluster:
             b.pid = None
         if running:
             self._save()
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of `pid` in the stopped state (T/t in /proc); True when the process is gone."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return True
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except FileNotFoundError:
+            continue  # that thread ended meanwhile
+        if state not in ("T", "t"):
+            return False
+    return True
 
 
 def _owner(zk: KazooClient, bookie_id: str, root: str) -> int | None:
