@@ -34,7 +34,13 @@ from bkaudit.errors import ClusterError
 from bkaudit.processes import pid_alive
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import registry
-from bkaudit.zk.server import ZooKeeperServer, die_with_parent_prefix, free_port, stop_background
+from bkaudit.zk.server import (
+    DEFAULT_HEAP_MB,
+    ZooKeeperServer,
+    die_with_parent_prefix,
+    free_port,
+    stop_background,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -81,8 +87,9 @@ class LocalCluster:
 
     def __init__(self, directory: Path, zk: str, root: str, bookies: list[BookieInfo],
                  zookeeper: dict[str, Any] | None, *, racks: int = 3, bookie_args: Sequence[str] = (),
-                 detach: bool = False, zk_auth: str = "") -> None:
+                 detach: bool = False, zk_auth: str = "", zk_heap_mb: int = DEFAULT_HEAP_MB) -> None:
         self.directory = directory
+        self.zk_heap_mb = zk_heap_mb
         self.zk = zk
         self.root = root
         self.bookies = bookies
@@ -102,26 +109,30 @@ class LocalCluster:
     def up(cls, directory: str | os.PathLike[str], *, bookies: int = 3, racks: int = 3,
            zk_port: int | None = None, zk_connect: str | None = None, root: str = "/ledgers",
            bookie_args: Sequence[str] = (), detach: bool = False,
-           no_listing: Sequence[int] = (), zk_auth: str = "") -> LocalCluster:
+           no_listing: Sequence[int] = (), zk_auth: str = "",
+           zk_heap_mb: int = DEFAULT_HEAP_MB) -> LocalCluster:
         """Start ZooKeeper (unless `zk_connect`), initialise the cluster, start `bookies` bookies on racks
         /rack-1../rack-N round robin; return once every bookie is registered. Bookies whose index (0-based)
         is in `no_listing` never answer listing requests (DbLedgerStorage-like, `bookie run --no-listing`).
         `detach` lets the processes outlive this Python process (the CLI); otherwise they die with it.
-        `zk_auth` ("user:password") is the digest the harness's own ZooKeeper session authenticates with."""
+        `zk_auth` ("user:password") is the digest the harness's own ZooKeeper session authenticates with.
+        `zk_heap_mb` sizes the ZooKeeper server (bkaudit.zk.server.jvm_opts) for benchmarks of 1M ledgers."""
         path = Path(directory).resolve()
         if (path / STATE_FILE).exists():
             raise ClusterError(f"{path} already holds a cluster ({STATE_FILE}); run `bkaudit cluster down "
                                f"--dir {path} --purge` first or choose another directory")
         path.mkdir(parents=True, exist_ok=True)
         cluster = cls(path, zk_connect or "", root, [], None, racks=max(1, racks), bookie_args=bookie_args,
-                      detach=detach, zk_auth=zk_auth)
+                      detach=detach, zk_auth=zk_auth, zk_heap_mb=zk_heap_mb)
         try:
             if zk_connect is None:
-                server = ZooKeeperServer(port=zk_port, data_dir=path / "zookeeper", detach=detach)
+                server = ZooKeeperServer(port=zk_port, data_dir=path / "zookeeper", detach=detach,
+                                         heap_mb=zk_heap_mb)
                 server.start(timeout_s=START_TIMEOUT_S)
                 cluster._zk_server = server
                 cluster.zk = server.connect_string
-                cluster.zookeeper = {"pid": server.pid, "port": server.port, "data_dir": str(server.data_dir)}
+                cluster.zookeeper = {"pid": server.pid, "port": server.port, "data_dir": str(server.data_dir),
+                                     "heap_mb": zk_heap_mb}
             cluster._init_metadata()
             for i in range(bookies):
                 cluster.bookies.append(cluster._new_bookie(i, None, listing=i not in no_listing))
@@ -162,9 +173,10 @@ class LocalCluster:
         try:
             state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
             bookies = [BookieInfo(**b) for b in state["bookies"]]
+            heap_mb = int((state.get("zookeeper") or {}).get("heap_mb", DEFAULT_HEAP_MB))
             return cls(path, state["zk"], state["root"], bookies, state.get("zookeeper"),
                        racks=int(state.get("racks", 3)), bookie_args=state.get("bookie_args", ()),
-                       detach=True)
+                       detach=True, zk_heap_mb=heap_mb)
         except FileNotFoundError:
             raise ClusterError(f"no cluster in {path} (no {STATE_FILE}); start one with `bkaudit cluster "
                                "up`") from None
@@ -322,7 +334,8 @@ class LocalCluster:
         if old.is_running():
             return
         # a new server on the same port and data: the connect string every client holds stays valid
-        server = ZooKeeperServer(port=old.port, data_dir=old.data_dir, detach=self.detach)
+        server = ZooKeeperServer(port=old.port, data_dir=old.data_dir, detach=self.detach,
+                                 heap_mb=self.zk_heap_mb)
         server.start(timeout_s=START_TIMEOUT_S)
         self._zk_server = server
         if self.zookeeper is not None:

@@ -41,6 +41,19 @@ OUT_FILE = "zookeeper.out"
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # Small heap and fast JIT start: an audit-scale test server needs little, and start-up time matters in tests.
 JVM_OPTS = ("-Xms32m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+DEFAULT_HEAP_MB = 512
+
+
+def jvm_opts(heap_mb: int = DEFAULT_HEAP_MB) -> tuple[str, ...]:
+    """The server JVM's flags. Above the small default the server is sized for load (a benchmark's million
+    ledger znodes, ~1 KiB of heap each): then it runs as ZooKeeper is run in production, G1 and the full JIT.
+    A 512 MiB serial-GC heap holding a million znodes spends its time collecting, and the sessions of every
+    client expire (measured: the 1M-ledger populate lost its connection after 2 minutes)."""
+    if heap_mb < 64:
+        raise ValueError(f"ZooKeeper heap_mb={heap_mb}: at least 64 MiB")
+    if heap_mb <= DEFAULT_HEAP_MB:
+        return ("-Xms32m", f"-Xmx{heap_mb}m", *JVM_OPTS[2:])
+    return (f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
 
 _LOG4J2 = """\
 status = error
@@ -129,8 +142,10 @@ class ZooKeeperServer:
         host: str = "127.0.0.1",
         detach: bool = False,
         log_level: str = "INFO",
+        heap_mb: int = DEFAULT_HEAP_MB,
     ) -> None:
         self.host = host
+        self.jvm_opts = jvm_opts(heap_mb)
         self.data_dir = Path(data_dir).resolve()
         self.detach = detach
         self.log_level = log_level
@@ -214,7 +229,7 @@ class ZooKeeperServer:
         cmd = [
             *([] if self.detach else die_with_parent_prefix()),
             java,
-            *JVM_OPTS,
+            *self.jvm_opts,
             f"-Dlog4j2.configurationFile={log4j}",
             "-Dzookeeper.jmx.log4j.disable=true",
             "-cp",
