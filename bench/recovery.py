@@ -84,6 +84,7 @@ PASSWORD = b""
 POOL_BYTES = 1 << 20  # payloads are slices of one seeded random megabyte
 LOAD_CHUNK = 20_000  # rows per bulk-load transaction (~50 MB of bodies in memory)
 VERIFY_WINDOW = 500  # reads in flight while verifying
+STORAGE_OVERHEAD = 1.5  # bookie storage bytes per payload byte (SQLite pages; 1.37 measured at 1-4 KiB)
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,13 @@ def rates(*, bytes_copied: int, ledgers: int, seconds: float, workers: int) -> R
     mb_s = bytes_copied / 1e6 / seconds
     per_min = 60.0 * ledgers / seconds
     return Rates(mb_s, mb_s / workers, per_min, per_min / workers)
+
+
+def disk_needed(plan: Sequence[LedgerSpec]) -> int:
+    """Bytes of disk a run needs at most: the sources' copies (WQ of every E entries, minus the lost
+    bookie's share) plus the targets after a BookKeeper-style run (every id of every ledger)."""
+    payload = sum(s.payload_bytes() for s in plan)
+    return int(payload * STORAGE_OVERHEAD * ((WQ * E - WQ) / E + 1))
 
 
 # -- entry bodies (the ground truth) -----------------------------------------------------------------------
@@ -731,6 +739,12 @@ def main(argv: list[str] | None = None) -> int:
             workdir.mkdir(parents=True, exist_ok=True)
         else:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bkaudit-bench-recovery-")))
+        need, free = disk_needed(plan), shutil.disk_usage(workdir).free
+        if need > free:
+            parser.error(
+                f"{len(plan)} ledgers need about {need / 1e9:.1f} GB of disk under {workdir}, "
+                f"{free / 1e9:.1f} GB are free: use fewer --ledgers or a --workdir on a larger disk"
+            )
         payload = run(plan=plan, names=names, runs=args.runs, seed=args.seed, workdir=workdir)
     summary = summarize(payload)
     payload["summary"] = summary

@@ -195,3 +195,10 @@ def test_bookkeeper_style_copies_every_id_first_to_last_in_sequential_batches_of
     assert [ids for ids, _ in copier.calls] == [list(range(0, 10)), list(range(10, 20)), [20, 21, 22]]
     assert {window for _, window in copier.calls} == {10}
     assert result.copied == 23
+
+
+def test_disk_needed_counts_the_sources_and_a_full_baseline_copy() -> None:
+    plan = recovery.ledger_plan(ledgers=4, seed=2, entries=(100, 200))
+    payload = sum(s.payload_bytes() for s in plan)
+    # sources: each entry on WQ=2 of 3 bookies, the lost one's 2/3 not loaded -> 4/3; targets: all ids -> 1
+    assert recovery.disk_needed(plan) == int(payload * recovery.STORAGE_OVERHEAD * (4 / 3 + 1))
