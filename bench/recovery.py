@@ -84,6 +84,7 @@ PASSWORD = b""
 POOL_BYTES = 1 << 20  # payloads are slices of one seeded random megabyte
 LOAD_CHUNK = 20_000  # rows per bulk-load transaction (~50 MB of bodies in memory)
 VERIFY_WINDOW = 500  # reads in flight while verifying
+RUN_TIMEOUT_S = 8 * 3600.0  # one run of a side (the baseline at 200 ledgers takes ~80 min here)
 STORAGE_OVERHEAD = 1.5  # bookie storage bytes per payload byte (SQLite pages; 1.37 measured at 1-4 KiB)
 
 
@@ -460,7 +461,7 @@ def _in_process(zk: str, root: str, events: Path, *, bk_style: bool) -> dict[str
         worker = ReplicationWorker(svc.shared, f"{events.stem}/w0", copier=copier)
         svc.workers.append(worker)
         threading.Thread(target=worker.run, daemon=True).start()
-        summary = svc.drain(timeout_s=6 * 3600)
+        summary = svc.drain(timeout_s=RUN_TIMEOUT_S)
         if summary.exit_code != 0:
             raise RuntimeError(f"the worker did not drain the queue: {summary.data['left'][:5]}")
         return {k: int(summary.data[k]) for k in ("entries_written", "bytes_written")}
@@ -482,7 +483,7 @@ def _processes(zk: str, root: str, events: list[Path]) -> dict[str, int]:
         )
         for p in events
     ]
-    outputs = [p.communicate(timeout=6 * 3600)[0] for p in procs]
+    outputs = [p.communicate(timeout=RUN_TIMEOUT_S)[0] for p in procs]
     if any(p.returncode != 0 for p in procs):
         raise RuntimeError(f"autorecovery processes exited {[p.returncode for p in procs]}")
     docs = [json.loads(out.decode().strip().splitlines()[-1]) for out in outputs]
@@ -614,7 +615,9 @@ def run(
     ]
     start = harness.machine()
     try:
-        results = harness.compare(sides, runs=runs, before_run=before, after_run=after)
+        results = harness.compare(
+            sides, runs=runs, before_run=before, after_run=after, timeout_s=RUN_TIMEOUT_S
+        )
     finally:
         if "fresh" in current:  # a side failed: its cluster still runs
             current.pop("fresh").stop()
