@@ -7,7 +7,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench bench-quick airflow prereqs browser clean dist dist-env
+.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser clean dist dist-env
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -60,6 +60,11 @@ bench-quick: $(STAMP)
 	$(PY) bench/formats.py --json $(BENCH_OUT)/formats.json
 	$(PY) bench/checker.py --quick --json $(BENCH_OUT)/checker-10000.json
 	$(PY) bench/snapshot.py --quick --sides a,a2,b,c --json $(BENCH_OUT)/snapshot-10000.json
+
+# AutoRecovery's quick row: 5 realistic ledgers (10k-50k entries of 1-4 KiB), 3 alternated runs of each scenario,
+# ~10 minutes. The 200-ledger row (hours, ~50 GB of disk): see docs/performance.md.
+bench-recovery: $(STAMP)
+	$(PY) bench/recovery.py --quick --json $(BENCH_OUT)/recovery-quick.json
 
 # The wheel (core; `bkaudit[spark]` adds pyspark) and dist/bkaudit-pyfiles.zip for `spark-submit --py-files`.
 dist: $(STAMP)

@@ -141,16 +141,18 @@ def compare(
     runs: int = DEFAULT_RUNS,
     before_run: Callable[[Side], Side] | None = None,
     after_run: Callable[[str, dict[str, Any]], None] | None = None,
+    timeout_s: float = 3600.0,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every side `runs` times, alternated, each in a fresh process: {side name: [result per run]}.
 
     `before_run` (untimed) resets shared state and returns the side to run, e.g. with a fresh warehouse;
-    `after_run` checks a result (raise to stop: a wrong answer is not a measurement)."""
+    `after_run` checks a result (raise to stop: a wrong answer is not a measurement); `timeout_s` bounds
+    one run of a side."""
     by_name = {s.name: s for s in sides}
     results: dict[str, list[dict[str, Any]]] = {s.name: [] for s in sides}
     for run, name in alternation([s.name for s in sides], runs):
         side = by_name[name] if before_run is None else before_run(by_name[name])
-        r = run_fresh(side)
+        r = run_fresh(side, timeout_s=timeout_s)
         if after_run is not None:
             after_run(name, r)
         results[name].append(r)

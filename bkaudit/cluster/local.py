@@ -4,7 +4,7 @@ Used by the demo, the tests and the benchmarks. Every process runs in the backgr
 `<directory>/cluster.json`, so any later command (`bkaudit bookie kill --dir D ...`) can act on it:
 
     {"zk": "127.0.0.1:P", "root": "/ledgers", "racks": 3, "bookie_args": [],
-     "bookies": [{"id", "rack", "port", "pid", "data_dir", "host"}],
+     "bookies": [{"id", "rack", "port", "pid", "data_dir", "host", "listing", "readonly"}],
      "zookeeper": {"pid", "port", "data_dir"} | null}
 
 Each bookie has a loopback address of its own (127.0.0.2, 127.0.0.3, ...), binds and advertises it, and its id
@@ -76,6 +76,8 @@ class BookieInfo:
     host: str = ""  # listen + advertised address; "" in clusters made before per-bookie addresses: the id's
     listing: bool = True
     """False: started with --no-listing (never answers listing requests, like DbLedgerStorage)."""
+    readonly: bool = False
+    """True: started with --readonly (serves reads, registered under available/readonly, never a target)."""
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -247,7 +249,8 @@ class LocalCluster:
         cmd = [*prefix, sys.executable, "-m", "bkaudit.cli", "bookie", "run", "--zk", self.zk,
                "--root", self.root,
                "--port", str(b.port), "--data-dir", b.data_dir, *(["--rack", b.rack] if b.rack else []),
-               *([] if b.listing else ["--no-listing"]), *self.bookie_args]
+               *([] if b.listing else ["--no-listing"]), *(["--readonly"] if b.readonly else []),
+               *self.bookie_args]
         env = dict(os.environ)
         env.setdefault("BKAUDIT_ZK__SESSION_TIMEOUT_S", str(BOOKIE_SESSION_TIMEOUT_S))
         env["BKAUDIT_BOOKIE__LISTEN_ADDRESS"] = env["BKAUDIT_BOOKIE__ADVERTISED_ADDRESS"] = b.host
