@@ -219,3 +219,20 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(pid)
+
+
+def test_a_server_sized_for_load_runs_with_that_heap(tmp_path: Path) -> None:
+    """heap_mb reaches the JVM (read back from the live process's command line), and a heap above the small
+    default switches to G1 and the full JIT; a nonsense heap is refused before anything starts."""
+    with ZooKeeperServer(data_dir=tmp_path / "big", heap_mb=768) as server:
+        assert server.pid is not None
+        argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"-Xmx768m" in argv and b"-XX:+UseG1GC" in argv
+        assert b"-XX:TieredStopAtLevel=1" not in argv and b"-XX:+UseSerialGC" not in argv
+        client = connect(server.connect_string)
+        client.create("/sized", b"v")
+        close(client)
+    small = zkserver.jvm_opts()
+    assert "-Xmx512m" in small and "-XX:+UseSerialGC" in small
+    with pytest.raises(ValueError, match="heap_mb"):
+        ZooKeeperServer(data_dir=tmp_path / "bad", heap_mb=8)
