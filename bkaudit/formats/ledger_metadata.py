@@ -34,7 +34,7 @@ from google.protobuf.message import DecodeError
 
 from bkaudit.errors import FormatError
 from bkaudit.formats import textformat
-from bkaudit.formats.bookie_id import invalid_bookie_id_reason
+from bkaudit.formats.bookie_id import first_invalid_reason
 from bkaudit.formats.proto import DataFormats_pb2
 from bkaudit.formats.textformat import Field, Kind, Symbol
 from bkaudit.formats.wire import varint
@@ -367,12 +367,11 @@ def _problem(md: LedgerMetadata) -> tuple[str, str] | None:
             return f"segment[{i}].firstEntryId", f"first entry id {seg.first_entry_id} not above {previous}"
         if len(seg.ensemble) != e:
             return f"segment[{i}].ensembleMember", f"{len(seg.ensemble)} bookies but ensembleSize {e}"
-        if not all(type(b) is str for b in seg.ensemble):
-            return f"segment[{i}].ensembleMember", "bookie id is not valid UTF-8"
-        for bookie in seg.ensemble:
-            reason = invalid_bookie_id_reason(bookie)
-            if reason is not None:  # BookieId.parse throws: BookKeeper cannot open this ledger
-                return f"segment[{i}].ensembleMember", reason
+        reason = first_invalid_reason(seg.ensemble)
+        if reason is not None:  # BookieId.parse throws: BookKeeper cannot open this ledger
+            if not all(type(b) is str for b in seg.ensemble):
+                return f"segment[{i}].ensembleMember", "bookie id is not valid UTF-8"
+            return f"segment[{i}].ensembleMember", reason
         previous = seg.first_entry_id
     if not all(type(k) is str for k in md.custom_metadata):
         return "customMetadata.key", "key is not valid UTF-8"

@@ -443,3 +443,25 @@ def test_a_row_for_an_unopenable_ledger_carries_its_parse_error() -> None:
     builder = LedgerBatchBuilder()
     builder.add(7, _v3_with_members(["a:1", "readonly", "c:3"]), 0, 1, 0)
     assert builder.unparseable == 1
+
+
+def test_accepted_bookie_ids_are_remembered_but_bad_ones_never_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo of accepted ids (a snapshot decodes millions of ensembles naming a few hundred bookies) must
+    not change any verdict: a bad id next to remembered good ones is still refused, every time, and once the
+    memo is full new ids are still checked one by one."""
+    from bkaudit.formats import bookie_id
+
+    monkeypatch.setattr(bookie_id, "_ACCEPTED", set())
+    monkeypatch.setattr(bookie_id, "_ACCEPTED_MAX", 4)
+    lm.parse(_v3_with_members(["a:1", "b:2", "c:3"]))
+    assert bookie_id._ACCEPTED == {"a:1", "b:2", "c:3"}
+    for _ in range(2):
+        with pytest.raises(FormatError, match="BookieId"):
+            lm.parse(_v3_with_members(["a:1", "b:2", "bad id"]))
+    assert "bad id" not in bookie_id._ACCEPTED
+    lm.parse(_v3_with_members(["d:4", "e:5", "f:6"]))  # the memo is full past 4: still accepted, checked
+    assert len(bookie_id._ACCEPTED) <= 6
+    lm.parse(_v3_with_members(["g:7", "h:8", "i:9"]))
+    assert not {"g:7", "h:8", "i:9"} & bookie_id._ACCEPTED
+    with pytest.raises(FormatError, match="BookieId"):
+        lm.parse(_v3_with_members(["g:7", "readonly", "i:9"]))
