@@ -210,6 +210,13 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON-able: {type(value).__name__}")
 
 
+def zookeeper_heap_mb(ledgers: int) -> int:
+    """The embedded ZooKeeper's heap for a benchmark of `ledgers` ledger znodes: the 512 MiB default up to
+    100,000, then ~2 KiB per znode (1M bench znodes hold ~310 MB of data, `mntr`'s approximate_data_size, plus
+    the DataTree's per-node objects). The default server collects garbage until sessions expire at 1M."""
+    return 512 if ledgers <= 100_000 else 512 + ledgers // 500
+
+
 def _probe(note: str) -> dict[str, Any]:
     """A trivial side for the harness's own test: which process ran it."""
     t0 = time.perf_counter()

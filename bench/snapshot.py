@@ -257,13 +257,10 @@ def main() -> int:
     from bkaudit.zk.client import connect as zk_connect
     from bkaudit.zk.server import ZooKeeperServer
 
-    if n > 200_000:  # the embedded server's default heap (512 MB) does not hold a million znodes
-        import bkaudit.zk.server as zk_server
-
-        zk_server.JVM_OPTS = tuple("-Xmx4g" if o.startswith("-Xmx") else o for o in zk_server.JVM_OPTS)
     m: dict[str, Any] = {"ledgers": n, "runs": args.runs, "machine_start": harness.machine()}
     work = Path(tempfile.mkdtemp(prefix="bkaudit-bench-"))
-    server = ZooKeeperServer(data_dir=work / "zk", log_level="WARN").start(timeout_s=60)
+    server = ZooKeeperServer(data_dir=work / "zk", log_level="WARN", heap_mb=harness.zookeeper_heap_mb(n))
+    server.start(timeout_s=60)
     try:
         zk = zk_connect(server.connect_string)
         t0 = time.perf_counter()
