@@ -102,11 +102,7 @@ def ledger_input(
     if wanted is not None:
         ledgers = ledgers.filter(pc.is_in(ledgers.column("ledger_id"), wanted))
         segments = segments.filter(pc.is_in(segments.column("ledger_id"), wanted))
-    raw = ledgers.column("raw_metadata")
-    ledgers = ledgers.drop_columns(["raw_metadata"]).append_column(
-        "raw_size", pc.cast(pc.utf8_length(raw), pa.int32())
-    )
-    return join_segments(ledgers, segments)
+    return join_segments(_sized(ledgers), segments)
 
 
 def _sized(ledgers: pa.Table) -> pa.Table:
