@@ -112,7 +112,6 @@ def load_metadata(
     """Every ledger's metadata (BookKeeper v3 bytes, every segment) in pipelined multi() transactions;
     returns seconds."""
     from bkaudit.formats.ledger_metadata import serialize
-    from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
     from bkaudit.zk import paths
     from bkaudit.zk.ledgers import init_cluster
 
@@ -132,20 +131,7 @@ def load_metadata(
             lay = plan[lid]
             blob = blobs.get(lay)
             if blob is None:
-                blob = serialize(
-                    LedgerMetadata(
-                        lay.e,
-                        lay.wq,
-                        lay.aq,
-                        LedgerState.CLOSED,
-                        lay.last,
-                        lay.length * 100,
-                        DigestType[digest],
-                        b"",
-                        tuple(Segment(first, ens) for first, ens in lay.segments),
-                        ctime=1_795_000_000_000,
-                    )
-                )
+                blob = serialize(metadata_for(lay, digest))
                 if len(blobs) < BLOB_CACHE:
                     blobs[lay] = blob
             txn.create(paths.ledger_path(lid, root=root), blob)
@@ -155,6 +141,24 @@ def load_metadata(
     while window:
         _ok(window.popleft().get())
     return time.perf_counter() - t0
+
+
+def metadata_for(lay: layouts.Layout, digest: str = "DUMMY") -> Any:
+    """The closed ledger's LedgerMetadata, one Segment per (first entry id, ensemble) of its layout."""
+    from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+
+    return LedgerMetadata(
+        lay.e,
+        lay.wq,
+        lay.aq,
+        LedgerState.CLOSED,
+        lay.last,
+        lay.length * 100,
+        DigestType[digest],
+        b"",
+        tuple(Segment(first, ens) for first, ens in lay.segments),
+        ctime=1_795_000_000_000,
+    )
 
 
 def _ok(results: list[Any]) -> None:
