@@ -31,6 +31,7 @@ import collections
 import dataclasses
 import itertools
 import queue
+import shutil
 import signal
 import sys
 import tempfile
@@ -466,12 +467,39 @@ def setup(cluster: Any, layout: str, n: int, entries: int, m: dict[str, Any]) ->
     m["described"] = layouts.describe(layout, plan)
     m["entries_total"] = sum(lay.length for lay in plan.values())
     m["pairs"] = layouts.pairs(plan)
+    fits(layouts.footprint(plan), cluster.directory)
     print(f"bulk-loading {n:,} ledgers ({m['entries_total']:,} entries) into {BOOKIES} bookies ...",
           flush=True)
     t0 = time.perf_counter()
     m["loaded"] = load_bookies(cluster, plan, holes)
     m["setup"]["bookies"] = time.perf_counter() - t0
     m["setup"]["metadata"] = load_metadata(cluster, plan)
+
+
+def fits(need: layouts.Footprint, directory: Any) -> None:
+    """Refuse, before loading anything, a plan the disk or the memory of this machine cannot hold."""
+    free_disk = shutil.disk_usage(directory).free
+    free_memory = _available_memory()
+    problems = []
+    if need.disk_bytes > 0.8 * free_disk:
+        problems.append(f"~{need.disk_bytes / 1e9:.1f} GB of bookie storage ({need.copies:,} entry copies) "
+                        f"against {free_disk / 1e9:.1f} GB free")
+    if free_memory is not None and need.memory_bytes > 0.6 * free_memory:
+        problems.append(f"~{need.memory_bytes / 1e9:.1f} GB of bookie index memory ({need.runs:,} runs) "
+                        f"against {free_memory / 1e9:.1f} GB available")
+    if problems:
+        raise SystemExit("this layout does not fit this machine: " + "; ".join(problems)
+                         + " (see docs/performance.md, Reproducing)")
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

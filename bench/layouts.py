@@ -276,3 +276,36 @@ def describe(layout: str, plan: dict[int, Layout]) -> str:
             f"({total:,} entries in all); {quorums}; {multi:,} ledgers ({multi / n:.1%}) with 2-3 segments, "
             f"one bookie replaced by one of its rack at each boundary; rack-aware ensembles "
             f"({pairs(plan):,} (ledger, bookie) pairs)")
+
+
+ROW_BYTES = 63
+"""SQLite bytes per bulk-loaded entry copy with its index (measured: 4,754,998 copies in 284 MB)."""
+RUN_BYTES = 72
+"""Bookie memory per in-memory run (`bookie/runs.py`: two list slots and two int objects), estimated."""
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    """What loading a plan into the bookies costs: entry copies (SQLite rows) and in-memory index runs."""
+
+    copies: int
+    runs: int
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.copies * ROW_BYTES
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.runs * RUN_BYTES
+
+
+def footprint(plan: dict[int, Layout]) -> Footprint:
+    """Copies and index runs of a plan, from the stripings alone (O(segments x bookies), no expansion)."""
+    copies = runs = 0
+    for lay in plan.values():
+        copies += lay.length * lay.wq
+        for first, last, _ens in lay.spans():
+            for idx in range(lay.e):
+                runs += entries_of_bookie(idx, first, last, lay.e, lay.wq).run_count()
+    return Footprint(copies, runs)

@@ -189,3 +189,12 @@ def test_multi_segment_metadata_round_trips_as_bookkeeper_v3() -> None:
     assert [(s.first_entry_id, s.ensemble) for s in md.segments] == list(lay.segments)
     assert (md.ensemble_size, md.write_quorum, md.ack_quorum, md.last_entry_id) == (lay.e, lay.wq, lay.aq,
                                                                                      lay.last)
+
+
+def test_footprint_counts_the_loaded_copies_and_runs() -> None:
+    plan = layouts.realistic(300, BOOKIES, RACKS)
+    need = layouts.footprint(plan)
+    shares = [layouts.bookie_runs(lay, b) for lay in plan.values() for b in lay.bookies()]
+    assert need.copies == sum(hi - lo + 1 for runs in shares for lo, hi in runs)
+    assert need.runs == sum(len(runs) for runs in shares)
+    assert need.disk_bytes == need.copies * layouts.ROW_BYTES
