@@ -1,14 +1,19 @@
 """Benchmark of the metadata checker (Spark jobs 1 + 2) against a BookKeeper-Auditor-style sequential checker.
 
-    .venv/bin/python bench/checker.py [--ledgers N | --quick] [--entries E] [--runs R] [--json PATH]
+    .venv/bin/python bench/checker.py [--ledgers N | --quick] [--layout uniform|realistic] [--entries E]
+                                      [--runs R] [--json PATH]
 
-1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper); N closed ledgers (ids 0..N-1),
-   E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, ensembles rotating over the 9 bookies (rack-aware placement holds);
+1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper); N closed ledgers (ids 0..N-1) laid
+   out by bench/layouts.py: `uniform` (default; E entries each, E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, one
+   segment, ensembles rotating) or `realistic` (98% of 10-1,000 entries, 2% of 13,000-50,000; E2/WQ2,
+   E3/WQ2 and E5/WQ3 mixed; 10% with 2-3 segments; rack-aware ensembles);
 2. bookie indexes bulk-loaded (`bookie.storage.bulk_load_index`, each bookie stopped while loading) with
    every entry each bookie must hold, minus a known set of holes in ~1% of the ledgers (one copy of a run of
-   entries lost, an entry lost on two of its bookies, ...); the expected category of every damaged ledger
-   comes from a naive per-entry model of those holes;
-3. ledger metadata bulk-loaded into ZooKeeper (BookKeeper v3 bytes, multi() transactions);
+   entries lost, an entry lost on two of its bookies, in any segment); the expected category and missing
+   entries of every damaged ledger come from a naive per-entry model of those holes (`layouts.truth`);
+   shares are produced as runs per (ledger, bookie), only ledgers with holes are expanded entry by entry
+   (the storage itself still writes one row per entry copy: see docs/performance.md for the size limit);
+3. ledger metadata bulk-loaded into ZooKeeper (BookKeeper v3 bytes with every segment, multi() transactions);
 4. through bench/harness.py, alternated, R runs each, every run in a fresh process and on freshly
    restarted bookies (no warm listing cache on either side):
    (a) bkaudit like for like: a new Spark session (timed apart), a snapshot of the metadata, then the check
@@ -26,12 +31,11 @@ import collections
 import dataclasses
 import itertools
 import queue
-import random
+import shutil
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,133 +45,42 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import harness  # noqa: E402
+import layouts  # noqa: E402
 
 BOOKIES = 9
 RACKS = 3
-QUORUMS = ((3, 2, 2), (5, 3, 2))
-HOLE_FRACTION = 0.01
 CREATE_BATCH = 200
+BLOB_CACHE = 10_000
 BASELINE_IN_FLIGHT = 100  # AuditorReplicasCheckTask.MAX_CONCURRENT_REPLICAS_CHECK_LEDGER_REQUESTS
-SEED = 34
+SEED = layouts.SEED
 DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 
 
-# -- the synthetic cluster ---------------------------------------------------------------------------------
+# -- the synthetic cluster (layouts and holes: bench/layouts.py) ---------------------------------------------
 
 
-def plan(
-    n: int, entries: int, bookies: list[str]
-) -> tuple[dict[int, tuple[int, int, int, tuple[str, ...]]], dict[int, dict[str, set[int]]]]:
-    """Ledger layouts and the holes: {ledger: (E, WQ, AQ, ensemble)}, {ledger: {bookie: lost entries}}."""
-    from bkaudit.model.quorum import write_set
-
-    rng = random.Random(SEED)
-    layouts = layouts_for(n, bookies)
-    holes: dict[int, dict[str, set[int]]] = {}
-    for lid in rng.sample(range(n), max(3, int(n * HOLE_FRACTION))):
-        e, wq, _aq, ens = layouts[lid]
-        entry = rng.randrange(entries)
-        copies = [ens[i] for i in write_set(entry, e, wq)]
-        kind = rng.choice(("one", "one", "run", "two"))
-        if kind == "two":  # the same entry lost on two of its bookies
-            for b in copies[:2]:
-                holes.setdefault(lid, {}).setdefault(b, set()).add(entry)
-        elif kind == "run":  # a run of a bookie's entries
-            b = copies[0]
-            idx = ens.index(b)
-            mine = [x for x in range(entries) if idx in write_set(x, e, wq)]
-            start = rng.randrange(len(mine))
-            holes.setdefault(lid, {}).setdefault(b, set()).update(mine[start : start + 3])
-        else:
-            holes.setdefault(lid, {}).setdefault(copies[-1], set()).add(entry)
-    return layouts, holes
-
-
-def layouts_for(n: int, bookies: list[str]) -> dict[int, tuple[int, int, int, tuple[str, ...]]]:
-    """{ledger: (E, WQ, AQ, ensemble)}: E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, ensembles rotating."""
-    layouts: dict[int, tuple[int, int, int, tuple[str, ...]]] = {}
-    for i in range(n):
-        e, wq, aq = QUORUMS[i % 2]
-        k = (i // 2) % len(bookies)
-        layouts[i] = (e, wq, aq, tuple(bookies[(k + j) % len(bookies)] for j in range(e)))
-    return layouts
-
-
-def length_of(entries: int | Mapping[int, int], lid: int) -> int:
-    """Entries of ledger `lid`: one length for all, or one per ledger."""
-    return entries if isinstance(entries, int) else entries[lid]
-
-
-def truth(
-    layouts: dict[int, tuple[int, int, int, tuple[str, ...]]],
-    holes: dict[int, dict[str, set[int]]],
-    entries: int | Mapping[int, int],
-) -> dict[int, tuple[str, list[tuple[int, int]]]]:
-    """Expected category and entries below WQ of every damaged ledger (naive, per entry)."""
-    from bkaudit.model.quorum import write_set
-
-    out: dict[int, tuple[str, list[tuple[int, int]]]] = {}
-    for lid, lost in holes.items():
-        e, wq, aq, ens = layouts[lid]
-        least, under = wq, []
-        for x in range(length_of(entries, lid)):
-            copies = sum(1 for i in write_set(x, e, wq) if x not in lost.get(ens[i], ()))
-            least = min(least, copies)
-            if copies < wq:
-                under.append(x)
-        if least < wq:
-            category = (
-                "no_replica" if least == 0 else "below_ack_quorum" if least < aq else "below_write_quorum"
-            )
-            out[lid] = (category, _runs(under))
-    return out
-
-
-def _runs(ids: list[int]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for x in sorted(ids):
-        if out and out[-1][1] + 1 == x:
-            out[-1] = (out[-1][0], x)
-        else:
-            out.append((x, x))
-    return out
-
-
-def _bookie_share(
-    args: tuple[str, str, list[tuple[int, int, int, tuple[str, ...]]], dict[int, set[int]], int],
-) -> int:
-    """Bulk-load one bookie (runs in a worker process)."""
+def _bookie_share(args: tuple[str, str, list[tuple[int, layouts.Layout]], dict[int, set[int]]]) -> int:
+    """Bulk-load one bookie (runs in a worker process): its runs of every ledger, holes removed."""
     from bkaudit.bookie.storage import bulk_load_index
-    from bkaudit.model.quorum import entries_of_bookie
 
-    bookie, data_dir, layouts, lost, entries = args
-
-    def ledgers():
-        for lid, e, wq, ens in layouts:
-            idx = ens.index(bookie)
-            mine = entries_of_bookie(idx, 0, length_of(entries, lid) - 1, e, wq)
-            gone = lost.get(lid)
-            if not gone:
-                yield lid, list(mine.runs())
-            else:
-                yield lid, _runs([x for x in mine if x not in gone])
-
-    return bulk_load_index(data_dir, ledgers())
+    bookie, data_dir, mine, lost = args
+    return bulk_load_index(
+        data_dir, ((lid, layouts.bookie_runs(lay, bookie, lost.get(lid))) for lid, lay in mine)
+    )
 
 
 def load_bookies(
     cluster: Any,
-    layouts: dict[int, tuple[int, int, int, tuple[str, ...]]],
-    holes: dict[int, dict[str, set[int]]],
-    entries: int | Mapping[int, int],
+    plan: dict[int, layouts.Layout],
+    holes: layouts.Holes,
     worker: Any = None,
 ) -> int:
     """Stop every bookie, load its share (`worker`, default `_bookie_share`, 2 processes), restart it."""
     jobs = []
     for b in cluster.bookies:
-        mine = [(lid, e, wq, ens) for lid, (e, wq, _aq, ens) in layouts.items() if b.id in ens]
+        mine = [(lid, lay) for lid, lay in plan.items() if b.id in lay.bookies()]
         lost = {lid: h[b.id] for lid, h in holes.items() if b.id in h}
-        jobs.append((b.id, b.data_dir, mine, lost, entries))
+        jobs.append((b.id, b.data_dir, mine, lost))
     for b in cluster.bookies:
         cluster.stop_bookie(b.id)
     with ProcessPoolExecutor(2) as pool:
@@ -193,14 +106,13 @@ def _wait_registered(cluster: Any, timeout_s: float = 120.0) -> None:
 
 def load_metadata(
     cluster: Any,
-    layouts: dict[int, tuple[int, int, int, tuple[str, ...]]],
-    entries: int | Mapping[int, int],
+    plan: dict[int, layouts.Layout],
     root: str | None = None,
     digest: str = "DUMMY",
 ) -> float:
-    """Every ledger's metadata (BookKeeper v3) in pipelined multi() transactions; returns seconds."""
+    """Every ledger's metadata (BookKeeper v3 bytes, every segment) in pipelined multi() transactions;
+    returns seconds."""
     from bkaudit.formats.ledger_metadata import serialize
-    from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
     from bkaudit.zk import paths
     from bkaudit.zk.ledgers import init_cluster
 
@@ -208,40 +120,46 @@ def load_metadata(
     root = root or cluster.root
     if root != cluster.root:
         init_cluster(zk, root=root)
-    blobs: dict[tuple[int, int, int, tuple[str, ...], int], bytes] = {}
+    blobs: dict[layouts.Layout, bytes] = {}  # uniform layouts repeat: serialize each once
     t0 = time.perf_counter()
-    leaf = {lid: paths.ledger_path(lid, root=root) for lid in layouts}
-    for parent in sorted({p.rsplit("/", 1)[0] for p in leaf.values()}):
+    ids = sorted(plan)
+    for parent in sorted({paths.ledger_path(lid, root=root).rsplit("/", 1)[0] for lid in ids}):
         zk.ensure_path(parent)
     window: collections.deque[Any] = collections.deque()
-    ids = sorted(layouts)
     for start in range(0, len(ids), CREATE_BATCH):
         txn = zk.transaction()
         for lid in ids[start : start + CREATE_BATCH]:
-            key = (*layouts[lid], length_of(entries, lid))
-            if key not in blobs:
-                e, wq, aq, ens, length = key
-                blobs[key] = serialize(
-                    LedgerMetadata(
-                        e,
-                        wq,
-                        aq,
-                        LedgerState.CLOSED,
-                        length - 1,
-                        length * 100,
-                        DigestType[digest],
-                        b"",
-                        (Segment(0, ens),),
-                        ctime=1_795_000_000_000,
-                    )
-                )
-            txn.create(leaf[lid], blobs[key])
+            lay = plan[lid]
+            blob = blobs.get(lay)
+            if blob is None:
+                blob = serialize(metadata_for(lay, digest))
+                if len(blobs) < BLOB_CACHE:
+                    blobs[lay] = blob
+            txn.create(paths.ledger_path(lid, root=root), blob)
         window.append(txn.commit_async())
         if len(window) >= 5:
             _ok(window.popleft().get())
     while window:
         _ok(window.popleft().get())
     return time.perf_counter() - t0
+
+
+def metadata_for(lay: layouts.Layout, digest: str = "DUMMY") -> Any:
+    """The closed ledger's LedgerMetadata, one Segment per (first entry id, ensemble) of its layout."""
+    from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+
+    return LedgerMetadata(
+        lay.e,
+        lay.wq,
+        lay.aq,
+        LedgerState.CLOSED,
+        lay.last,
+        lay.length * 100,
+        DigestType[digest],
+        b"",
+        tuple(Segment(first, ens) for first, ens in lay.segments),
+        ctime=1_795_000_000_000,
+    )
 
 
 def _ok(results: list[Any]) -> None:
@@ -253,9 +171,8 @@ def _ok(results: list[Any]) -> None:
 # -- (a) the Spark checker -----------------------------------------------------------------------------------
 
 
-def settings_for(cluster: Any, warehouse: str, root: str | None = None, *, tuned: bool = False) -> Any:
-    """Every key at its default (zk.connect, zk.root and the warehouse aside); `tuned` = the settings
-    bench/checker_reads.py states in its rows (validation and ZooKeeper throttles off, batches of 1000)."""
+def settings_for(cluster: Any, warehouse: str, root: str | None = None) -> Any:
+    """Every key at its default (zk.connect, zk.root and the warehouse aside)."""
     import bkaudit.audit.settings
     import bkaudit.spark.settings  # noqa: F401
     from bkaudit import config
@@ -265,17 +182,6 @@ def settings_for(cluster: Any, warehouse: str, root: str | None = None, *, tuned
         "zk.root": root or cluster.root,
         "snapshot.warehouse": warehouse,
     }
-    if tuned:
-        overrides.update(
-            {
-                "snapshot.validate": False,
-                "snapshot.max_zk_sessions": 2,
-                "snapshot.reads_per_second_per_task": 0,
-                "checker.batch_size": 1000,
-                "checker.max_in_flight_per_bookie": 4,
-                "checker.zk_reads_per_s": 0,
-            }
-        )
     return config.load(environ={}, overrides=overrides)
 
 
@@ -307,8 +213,10 @@ def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
         "check_s": check_s,
         "ledgers": result.ledgers_checked,
         "found": _found_json(spark_found(result)),
-        "violations": [(v.ledger_id, v.category) for v in result.violations],
+        "violations": [(v.ledger_id, v.category, v.detail.get("evidence")) for v in result.violations],
+        "evidence": sorted({b.evidence for b in result.bookies}),
         "phases": result.phase_seconds,
+        "snapshot_steps": snap.timings,
         "calls": sum(b.calls for b in result.bookies),
     }
 
@@ -360,9 +268,15 @@ def baseline(
     """BookKeeper's replicas check, in one process (AuditorReplicasCheckTask.replicasCheck): a semaphore of
     MAX_CONCURRENT_REPLICAS_CHECK_LEDGER_REQUESTS = 100 ledgers in flight; per ledger
     `ledgerManager.readLedgerMetadata` (one ZooKeeper read), then, in
-    ReadLedgerMetadataCallbackForReplicasCheck, one `asyncGetListOfEntriesOfLedger` per (ledger, bookie) of
-    its ensembles; each answer decoded and compared with the bookie's expected entries (the Java side walks
-    AvailabilityOfEntriesOfLedger per segment); here the same decoding and comparison code as the Spark job.
+    ReadLedgerMetadataCallbackForReplicasCheck.accept, the entries striped to each bookie are collected per
+    segment of `metadata.getAllEnsembles()` into one list per bookie (bookiesSegmentInfoMap; a bookie with
+    no entry striped to it in a segment is skipped for that segment) and ONE
+    `admin.asyncGetListOfEntriesOfLedger` is sent per (ledger, bookie), covering all its segments;
+    GetListOfEntriesOfLedgerCallbackForReplicasCheck then compares the answer with each segment's striped
+    entries (getUnavailableEntries). A multi-segment ledger thus costs one request per distinct bookie of
+    all its ensembles, which is what `bkaudit.audit.durability.expected_by_bookie` yields (apache/bookkeeper,
+    bookkeeper-server/src/main/java/org/apache/bookkeeper/replication/AuditorReplicasCheckTask.java). The
+    decoding and comparison are the Spark job's own code.
 
     With `reads_percentage`, checkAllLedgers' shape instead (LedgerChecker): per (ledger, bookie) one read per
     entry `bkaudit.audit.reads.plan_reads` picks (first and last stored per segment, plus that percentage),
@@ -496,13 +410,13 @@ def report(m: dict[str, Any]) -> str:
     setup = m["setup"]
     row = harness.markdown_row
     lines = [
-        f"### Metadata checker, {n:,} ledgers ({m['when']}, `bench/checker.py --ledgers {n}`)",
+        f"### Metadata checker, {n:,} ledgers, {m['layout']} layout ({m['when']}, `bench/checker.py "
+        f"--layout {m['layout']} --ledgers {n}`)",
         "",
         harness.machine_line(m["machine_start"], m["machine_end"]),
         f"Spark local[2]; a LocalCluster of {BOOKIES} bookie processes on {RACKS} racks and the embedded "
-        f"ZooKeeper on the same machine. Ledgers: closed, {m['entries']} entries each (one length for all), "
-        f"E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, one segment ({m['pairs']:,} (ledger, bookie) pairs); bookie "
-        f"indexes bulk-loaded with holes in {len(m['expected']):,} ledgers. {m['runs']} runs of each side, "
+        f"ZooKeeper on the same machine. Ledgers: {m['described']}; bookie indexes bulk-loaded with holes "
+        f"in {len(m['expected']):,} ledgers. {m['runs']} runs of each side, "
         "alternated, each in a fresh process; every bookie restarted before every run (no side inherits a "
         "warm listing cache); bkaudit at default settings (`[snapshot]` and `[checker]` untouched: "
         "validation on, ZooKeeper read rate limits on, listing batches sized by bytes).",
@@ -527,7 +441,8 @@ def report(m: dict[str, Any]) -> str:
         "found every injected hole with its exact category and missing entries and nothing else (asserted).",
         f"Checker phases of the median (a) run (s): {phases}. Setup, not timed: cluster "
         f"{setup['cluster']:.1f} s, bulk load {setup['bookies']:.1f} s, metadata {setup['metadata']:.1f} s, "
-        f"bookie restarts {setup['restarts']:.1f} s in all. Raw results: `{m['json']}`.",
+        f"bookie restarts {setup['restarts']:.1f} s in all ({m['loaded']:,} entry copies loaded). "
+        f"Raw results: `{m['json']}`.",
         "",
     ]
     return "\n".join(lines)
@@ -542,11 +457,58 @@ def check_side(name: str, found: dict[int, Any], expected: dict[int, Any], extra
         )
 
 
+def setup(cluster: Any, layout: str, n: int, entries: int, m: dict[str, Any]) -> None:
+    """Plan, bulk-load the bookies and ZooKeeper; fills m["expected"] (ground truth), m["setup"] (seconds) and
+    what the report says about the ledgers. Shared by bench/scaling.py."""
+    t0 = time.perf_counter()
+    plan, holes = layouts.plan(layout, n, [b.id for b in cluster.bookies], RACKS, entries=entries)
+    m["expected"] = layouts.truth(plan, holes)
+    m["setup"]["plan"] = time.perf_counter() - t0
+    m["described"] = layouts.describe(layout, plan)
+    m["entries_total"] = sum(lay.length for lay in plan.values())
+    m["pairs"] = layouts.pairs(plan)
+    fits(layouts.footprint(plan), cluster.directory)
+    print(f"bulk-loading {n:,} ledgers ({m['entries_total']:,} entries) into {BOOKIES} bookies ...",
+          flush=True)
+    t0 = time.perf_counter()
+    m["loaded"] = load_bookies(cluster, plan, holes)
+    m["setup"]["bookies"] = time.perf_counter() - t0
+    m["setup"]["metadata"] = load_metadata(cluster, plan)
+
+
+def fits(need: layouts.Footprint, directory: Any) -> None:
+    """Refuse, before loading anything, a plan the disk or the memory of this machine cannot hold."""
+    free_disk = shutil.disk_usage(directory).free
+    free_memory = _available_memory()
+    problems = []
+    if need.disk_bytes > 0.8 * free_disk:
+        problems.append(f"~{need.disk_bytes / 1e9:.1f} GB of bookie storage ({need.copies:,} entry copies) "
+                        f"against {free_disk / 1e9:.1f} GB free")
+    if free_memory is not None and need.memory_bytes > 0.6 * free_memory:
+        problems.append(f"~{need.memory_bytes / 1e9:.1f} GB of bookie index memory ({need.runs:,} runs) "
+                        f"against {free_memory / 1e9:.1f} GB available")
+    if problems:
+        raise SystemExit("this layout does not fit this machine: " + "; ".join(problems)
+                         + " (see docs/performance.md, Reproducing)")
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--ledgers", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="10,000 ledgers")
-    parser.add_argument("--entries", type=int, default=10, help="entries per ledger")
+    parser.add_argument("--layout", choices=layouts.LAYOUTS, default="uniform",
+                        help="uniform (default, `make bench-quick`) or realistic (bench/layouts.py)")
+    parser.add_argument("--entries", type=int, default=10, help="entries per ledger (uniform layout)")
     parser.add_argument("--runs", type=int, default=harness.DEFAULT_RUNS, help="runs of each side")
     parser.add_argument("--json", help="result file (default bench/results/checker-<stamp>.json)")
     args = parser.parse_args(argv)
@@ -555,23 +517,15 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its cluster down
     m: dict[str, Any] = {
-        "ledgers": n, "entries": args.entries, "runs": args.runs, "setup": {"restarts": 0.0},
-        "machine_start": harness.machine(),
+        "ledgers": n, "layout": args.layout, "entries": args.entries, "runs": args.runs,
+        "setup": {"restarts": 0.0}, "machine_start": harness.machine(),
     }
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-checker-") as tmp:
         t0 = time.perf_counter()
         cluster = LocalCluster.up(Path(tmp) / "cluster", bookies=BOOKIES, racks=RACKS)
         m["setup"]["cluster"] = time.perf_counter() - t0
         try:
-            ids = [b.id for b in cluster.bookies]
-            layouts, holes = plan(n, args.entries, ids)
-            m["expected"] = truth(layouts, holes, args.entries)
-            m["pairs"] = sum(len(set(ens)) for _e, _w, _a, ens in layouts.values())
-            print(f"bulk-loading {n:,} ledgers into {BOOKIES} bookies ...", flush=True)
-            t0 = time.perf_counter()
-            m["loaded"] = load_bookies(cluster, layouts, holes, args.entries)
-            m["setup"]["bookies"] = time.perf_counter() - t0
-            m["setup"]["metadata"] = load_metadata(cluster, layouts, args.entries)
+            setup(cluster, args.layout, n, args.entries, m)
             sides = [
                 harness.Side("bkaudit", "checker:spark_side",
                              {"zk": cluster.zk, "root": cluster.root, "warehouse": ""},
@@ -592,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
             def after(name: str, r: dict[str, Any]) -> None:
                 extra = 0
                 if name == "bkaudit":
-                    extra = sum(1 for lid, cat in r["violations"]
+                    extra = sum(1 for lid, cat, _evidence in r["violations"]
                                 if lid not in m["expected"] or cat not in DURABILITY)
                 check_side(name, found_from_json(r["found"]), m["expected"], extra)
 
@@ -607,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in runs:
             r.pop("found", None)
             r.pop("violations", None)
-    m["json"] = str(harness.write_json(f"checker-{n}", payload, args.json))
+    suffix = "" if args.layout == "uniform" else f"-{args.layout}"
+    m["json"] = str(harness.write_json(f"checker-{n}{suffix}", payload, args.json))
     text = report(m)
     print(text)
     return 0

@@ -1,26 +1,38 @@
 """Benchmark of read-evidence checking (no bookie can list) against a BookKeeper checkAllLedgers-style check.
 
-    .venv/bin/python bench/checker_reads.py [--ledgers N | --quick] [--runs R] [--no-append] [--json PATH]
+    .venv/bin/python bench/checker_reads.py [--ledgers N | --quick] [--layout uniform|realistic] [--runs R]
+                                            [--json PATH]
 
 1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper), every bookie DbLedgerStorage-like
-   (`no_listing`: listing requests are never answered); N closed ledgers with the layouts of bench/checker.py
-   (E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, rotating ensembles), each 10-100 entries (seeded) of 100 B-1 KiB
-   payload, CRC32C digests, packaged by `formats.entry.DigestManager`;
+   (`no_listing`: listing requests are never answered); N closed ledgers laid out by bench/layouts.py:
+   `uniform` (default: bench/checker.py's rotation, E3/WQ2/AQ2 and E5/WQ3/AQ2, one segment, 10-100 entries
+   per ledger, seeded) or `realistic` (10-50,000 entries, E2/E3/E5, 10% multi-segment); payloads of
+   100 B-1 KiB, CRC32C digests, packaged by `formats.entry.DigestManager`;
 2. real entry bodies bulk-loaded into each stopped bookie (`bookie.storage.bulk_load_entries`), minus
-   holes in ~1% of the ledgers, each hole an entry the first/last-per-segment reads must see: a bookie's first
-   or last stored entry lost, or the ledger's first or last entry lost on two of its bookies. The expected
-   category and missing entries come from bench/checker.py's naive per-entry model of what was deleted;
-3. ledger metadata bulk-loaded into ZooKeeper (BookKeeper v3 bytes, digest CRC32C);
-4. through bench/harness.py: alternated, R times each, every run in a fresh process:
-   (a) bkaudit: a new Spark session (local[2], timed apart), the snapshot, then the check (default `[checker]`
-       read settings: listing probe, verification_percentage 0, read_max_in_flight_per_bookie 64);
+   holes in ~1% of the ledgers, each an entry the first/last-per-segment reads must see, in a random segment
+   (`layouts.read_holes`): a bookie's first or last stored entry lost, or the segment's first or last entry
+   lost on two of its bookies. The expected category and missing entries come from the naive per-entry
+   model of what was deleted (`layouts.truth`);
+3. ledger metadata bulk-loaded into ZooKeeper (BookKeeper v3 bytes with every segment, digest CRC32C);
+4. through bench/harness.py: alternated, R times each, every run in a fresh process on freshly restarted
+   bookies (neither side inherits a warm bookie):
+   (a) bkaudit at DEFAULT settings (bench/checker.py's `spark_side`: no key changed; snapshot validation
+       and ZooKeeper rate limits on; `[checker]` read defaults: listing probe, verification_percentage 0,
+       read_max_in_flight_per_bookie 64): a new Spark session (timed apart), the snapshot, then the check;
    (b) the baseline, shaped as BookKeeper's Auditor.checkAllLedgers (AuditorCheckAllLedgersTask): at most 500
        ledgers in flight (auditorMaxNumberOfConcurrentOpenLedgerOperations), each: its metadata read from
        ZooKeeper (openLedgerNoRecovery), then LedgerChecker.checkLedger: per segment and bookie index the
        first and last stored entry read (auditorLedgerVerificationPercentage 0), all at once
        (inFlightReadEntryNumInLedgerChecker = -1); digests verified with the same code as (a);
    both must find every injected hole with its exact category and entries, and nothing else (asserted);
-5. medians with min/max, ledgers/s of both and the ratio; a dated section appended to docs/performance.md.
+5. a markdown table on stdout (medians with min-max, with and without start-up, ledgers/s, the ratio of
+   medians) and the raw results as JSON (bench/results/checker-reads-N-<stamp>.json or --json).
+
+Size limit: read evidence needs real bodies, so every entry copy is a ~0.7 KiB row in the bookies' SQLite
+files. The uniform layout (~55 entries per ledger) takes ~0.1 GiB of bookie storage per 1,000 ledgers;
+the realistic layout (~1,100 entries per ledger) ~1.8 GiB and ~1.5 minutes of loading per 1,000 ledgers on
+this machine (measured: 500 ledgers, 1,363,567 bodies, 0.9 GiB, 49 s at load average 6-10), so
+`--layout realistic` is capped at MAX_REALISTIC = 10,000 ledgers (~18 GiB, ~15 minutes of loading).
 """
 
 from __future__ import annotations
@@ -29,7 +41,6 @@ import argparse
 import dataclasses
 import itertools
 import os
-import platform
 import random
 import signal
 import sys
@@ -38,31 +49,37 @@ import time
 from datetime import UTC, datetime
 from itertools import accumulate
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import checker as listing_bench
 import harness
+import layouts
 
 REPO = listing_bench.REPO
 BOOKIES, RACKS, SEED = listing_bench.BOOKIES, listing_bench.RACKS, listing_bench.SEED
 MIN_ENTRIES, MAX_ENTRIES = 10, 100
 MIN_PAYLOAD, MAX_PAYLOAD = 100, 1024
+MAX_REALISTIC = 10_000  # real bodies: ~1.8 GiB of bookie storage per 1,000 realistic ledgers
 CHECK_ALL_LEDGERS_IN_FLIGHT = 500  # auditorMaxNumberOfConcurrentOpenLedgerOperations (default)
 PAYLOAD = random.Random(SEED).randbytes(MAX_PAYLOAD)
 DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 
-Layouts = dict[int, tuple[int, int, int, tuple[str, ...]]]
-
-
 # -- the synthetic cluster ---------------------------------------------------------------------------------
 
 
-def lengths_for(n: int) -> dict[int, int]:
+def lengths_for(n: int) -> list[int]:
     rng = random.Random(f"{SEED}:lengths")
-    return {lid: rng.randint(MIN_ENTRIES, MAX_ENTRIES) for lid in range(n)}
+    return [rng.randint(MIN_ENTRIES, MAX_ENTRIES) for _ in range(n)]
+
+
+def plan_for(layout: str, n: int, bookies: list[str]) -> dict[int, layouts.Layout]:
+    """`uniform`: bench/checker.py's rotation with 10-100 entries per ledger; `realistic`: bench/layouts.py's
+    mix (lengths up to 50,000 entries: see the module docstring for the size this fits)."""
+    if layout == "uniform":
+        return layouts.uniform(n, bookies, lengths_for(n))
+    return layouts.realistic(n, bookies, RACKS)
 
 
 def payload_sizes(lid: int, length: int) -> list[int]:
@@ -70,50 +87,23 @@ def payload_sizes(lid: int, length: int) -> list[int]:
     return [rng.randint(MIN_PAYLOAD, MAX_PAYLOAD) for _ in range(length)]
 
 
-def read_holes(layouts: Layouts, lengths: dict[int, int]) -> dict[int, dict[str, set[int]]]:
-    """{ledger: {bookie: lost entries}}: in ~1% of the ledgers, entries that first/last reads must see."""
-    from bkaudit.model.quorum import entries_of_bookie, write_set
-
-    rng = random.Random(f"{SEED}:read-holes")
-    holes: dict[int, dict[str, set[int]]] = {}
-    n = len(layouts)
-    for lid in rng.sample(range(n), max(3, int(n * listing_bench.HOLE_FRACTION))):
-        e, wq, _aq, ens = layouts[lid]
-        last = lengths[lid] - 1
-        kind = rng.choice(("first", "last", "two"))
-        if kind == "two":  # the ledger's first or last entry lost on two of its bookies
-            x = rng.choice((0, last))
-            for i in rng.sample(list(write_set(x, e, wq)), 2):
-                holes.setdefault(lid, {}).setdefault(ens[i], set()).add(x)
-        else:  # one bookie's first or last stored entry
-            i = rng.randrange(e)
-            mine = list(entries_of_bookie(i, 0, last, e, wq))
-            holes.setdefault(lid, {}).setdefault(ens[i], set()).add(mine[0] if kind == "first" else mine[-1])
-    return holes
-
-
-def _bookie_bodies(
-    args: tuple[str, str, list[tuple[int, int, int, tuple[str, ...]]], dict[int, set[int]], dict[int, int]],
-) -> int:
+def _bookie_bodies(args: tuple[str, str, list[tuple[int, layouts.Layout]], dict[int, set[int]]]) -> int:
     """Bulk-load one bookie with packaged CRC32C entries (runs in a worker process)."""
     from bkaudit.bookie.storage import bulk_load_entries
     from bkaudit.formats.entry import DigestManager
     from bkaudit.model.ledger import DigestType
-    from bkaudit.model.quorum import entries_of_bookie
 
-    bookie, data_dir, layouts, lost, lengths = args
+    bookie, data_dir, mine, lost = args
 
     def ledgers():
-        for lid, e, wq, ens in layouts:
-            length = lengths[lid]
-            sizes = payload_sizes(lid, length)
+        for lid, lay in mine:
+            sizes = payload_sizes(lid, lay.length)
             ends = list(accumulate(sizes))
             dm = DigestManager(lid, b"", DigestType.CRC32C)
-            gone = lost.get(lid, ())
-            mine = entries_of_bookie(ens.index(bookie), 0, length - 1, e, wq)
-            yield lid, [
-                (x, dm.package(x, x - 1, ends[x], PAYLOAD[: sizes[x]])) for x in mine if x not in gone
-            ]
+            yield lid, (
+                (x, dm.package(x, x - 1, ends[x], PAYLOAD[: sizes[x]]))
+                for x in layouts.bookie_entries(lay, bookie, lost.get(lid))
+            )
 
     return bulk_load_entries(data_dir, ledgers())
 
@@ -121,116 +111,69 @@ def _bookie_bodies(
 # -- the two sides, each in a fresh process ----------------------------------------------------------------
 
 
-def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
-    """(a) in a fresh process (bench/harness.py): new Spark session, snapshot, check; times and findings."""
-    from bkaudit.spark.checker import CheckOptions, run_check
-    from bkaudit.spark.session import get_session
-    from bkaudit.spark.snapshot import run_snapshot
-
-    t0 = time.perf_counter()
-    spark = get_session("local[2]", app_name="bkaudit-bench-checker-reads")
-    spark.range(1).count()
-    session_s = time.perf_counter() - t0
-    settings = listing_bench.settings_for(SimpleNamespace(zk=zk, root=root), warehouse, tuned=True)
-    t0 = time.perf_counter()
-    snap = run_snapshot(spark, settings, warehouse=warehouse)
-    snapshot_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    result = run_check(spark, settings, CheckOptions(warehouse=warehouse, snapshot_id=snap.snapshot_id))
-    check_s = time.perf_counter() - t0
-    out = {
-        "session_s": session_s,
-        "snapshot_s": snapshot_s,
-        "check_s": check_s,
-        "seconds": snapshot_s + check_s,
-        "ledgers": result.ledgers_checked,
-        "found": listing_bench._found_json(listing_bench.spark_found(result)),
-        "violations": [(v.ledger_id, v.category, v.detail.get("evidence")) for v in result.violations],
-        "evidence": sorted({b.evidence for b in result.bookies}),
-        "phases": result.phase_seconds,
-    }
-    spark.stop()
-    return out
-
-
 # -- report ------------------------------------------------------------------------------------------------
 
 
-def spread(xs: list[float]) -> tuple[float, float, float]:
-    s = harness.Spread.of(xs)
-    return s.median, s.low, s.high
-
-
 def report(m: dict[str, Any]) -> str:
+    """Markdown: the conditions, one table (medians with min-max, with and without start-up), the ratio."""
     n = m["ledgers"]
     a, b = m["spark"], m["baseline"]
-    a_med, a_min, a_max = spread([r["seconds"] for r in a])
-    b_med, b_min, b_max = spread([r["seconds"] for r in b])
-    snap, check, session = (spread([r[k] for r in a]) for k in ("snapshot_s", "check_s", "session_s"))
+    a_in, a_wall = harness.spreads(a, "seconds"), harness.spreads(a, "wall_s")
+    b_in, b_wall = harness.spreads(b, "seconds"), harness.spreads(b, "wall_s")
+    snap, check, session = (harness.spreads(a, k) for k in ("snapshot_s", "check_s", "session_s"))
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    load0 = ", ".join(f"{x:.1f}" for x in m["load_start"])
-    load1 = ", ".join(f"{x:.1f}" for x in m["load_end"])
+    machine = harness.machine_line(
+        {**harness.machine(), "load_average": list(m["load_start"])},
+        {**harness.machine(), "load_average": list(m["load_end"])},
+    )
     median_run = sorted(a, key=lambda r: r["seconds"])[len(a) // 2]
     phases = ", ".join(f"{k} {v:.2f}" for k, v in median_run["phases"].items())
     expected = len(m["expected"])
     setup = m["setup"]
-    runs_a = ", ".join(f"{r['seconds']:.1f} s" for r in a)
-    runs_b = ", ".join(f"{r['seconds']:.1f} s" for r in b)
-
-    def rate(med: float, lo: float, hi: float) -> str:
-        return f"{n / med:,.0f} ({n / hi:,.0f}-{n / lo:,.0f})"
-
+    row = harness.markdown_row
     lines = [
-        f"## Read-evidence checking, {n:,} ledgers, no bookie lists ({when}, bench/checker_reads.py)",
+        f"### Read-evidence checking, {n:,} ledgers, {m['layout']} layout, no bookie lists ({when}, "
+        f"`bench/checker_reads.py --layout {m['layout']} --ledgers {n}`)",
         "",
-        f"Machine: {os.cpu_count()} CPUs (load average {load0} at the start, {load1} at the end: shared "
-        f"machine), {platform.python_implementation()} {platform.python_version()}, Spark local[2]; a "
-        f"LocalCluster of {BOOKIES} bookie processes on {RACKS} racks, **all DbLedgerStorage-like** "
-        "(`no_listing`: listing requests never answered), and the embedded ZooKeeper, on the same machine. "
-        f"Ledgers: closed, {MIN_ENTRIES}-{MAX_ENTRIES} entries each ({m['entries']:,} in all), payloads "
-        f"{MIN_PAYLOAD} B-{MAX_PAYLOAD / 1024:.0f} KiB, CRC32C digests, E3/WQ2/AQ2 and E5/WQ3/AQ2 "
-        f"alternating ({m['pairs']:,} (ledger, bookie) pairs); {m['loaded']:,} entry bodies "
-        f"({m['bytes'] / 2**30:.1f} GiB) bulk-loaded into the bookies with holes in {expected:,} ledgers "
-        "(a bookie's first or last stored entry, or the ledger's first or last entry on two bookies). "
-        f"{m['runs']} runs of each side, alternated, every run in a fresh process (bench/harness.py); "
-        "medians (min-max).",
+        machine,
+        f"Spark local[2]; a LocalCluster of {BOOKIES} bookie processes on {RACKS} racks, **all "
+        "DbLedgerStorage-like** (`no_listing`: listing requests never answered), and the embedded ZooKeeper, "
+        f"on the same machine. Ledgers: {m['described']}; payloads {MIN_PAYLOAD} B-{MAX_PAYLOAD / 1024:.0f} "
+        f"KiB, CRC32C digests; {m['loaded']:,} entry bodies ({m['bytes'] / 2**30:.1f} GiB) bulk-loaded with "
+        f"holes in {expected:,} ledgers (a bookie's first or last stored entry of a segment, or a segment's "
+        f"first or last entry on two bookies). {m['runs']} runs of each side, alternated, each in a fresh "
+        "process on freshly restarted bookies; bkaudit at **default settings** (no key changed: snapshot "
+        "validation on, ZooKeeper read rate limits on, `[checker]` read defaults: listing probe, "
+        "verification_percentage 0, 64 reads in flight per bookie).",
         "",
-        "| measure | seconds | ledgers/s |",
-        "|---|---:|---:|",
-        "| (a) bkaudit: snapshot + check (what `bkaudit check --fresh` runs), read evidence with default "
-        "`[checker]` read settings (listing probe 5 s, verification_percentage 0, 64 reads in flight per "
-        "bookie) | "
-        f"{a_med:.1f} ({a_min:.1f}-{a_max:.1f}) | {rate(a_med, a_min, a_max)} |",
-        f"| of which the snapshot | {snap[0]:.1f} ({snap[1]:.1f}-{snap[2]:.1f}) | |",
-        f"| of which the check | {check[0]:.1f} ({check[1]:.1f}-{check[2]:.1f}) | "
-        f"{rate(*check)} |",
-        "| (a) with start-up (process spawn to exit: interpreter, imports, Spark session, snapshot, "
-        f"check) | {harness.spreads(a, 'wall_s').cell(1)} | {harness.spreads(a, 'wall_s').rate_cell(n)} |",
-        f"| (b) BookKeeper-style checkAllLedgers: 1 process, {CHECK_ALL_LEDGERS_IN_FLIGHT} ledgers in "
-        "flight, metadata read per ledger, first + last stored entry per (segment, bookie), reads "
-        f"unthrottled, digests verified | {b_med:.1f} ({b_min:.1f}-{b_max:.1f}) | "
-        f"{rate(b_med, b_min, b_max)} |",
-        f"| (b) with start-up (process spawn to exit) | {harness.spreads(b, 'wall_s').cell(1)} | "
-        f"{harness.spreads(b, 'wall_s').rate_cell(n)} |",
+        row(["measure", "seconds, median (min-max)", "ledgers/s, median (min-max)"]),
+        row(["---", "---:", "---:"]),
+        row(["(a) bkaudit: snapshot + check, read evidence, timed inside its process (no start-up)",
+             a_in.cell(), a_in.rate_cell(n)]),
+        row(["  of which the snapshot (job 1)", snap.cell(), snap.rate_cell(n)]),
+        row(["  of which the check (job 2)", check.cell(), check.rate_cell(n)]),
+        row(["(a) with start-up: process spawn to exit (interpreter, imports, new Spark session, snapshot, "
+             "check)", a_wall.cell(), a_wall.rate_cell(n)]),
+        row(["  Spark session start inside (a)", session.cell(), ""]),
+        row([f"(b) BookKeeper-style checkAllLedgers: 1 process, {CHECK_ALL_LEDGERS_IN_FLIGHT} ledgers in "
+             "flight, metadata read per ledger, first + last stored entry per (segment, bookie), reads "
+             "unthrottled, digests verified; no start-up", b_in.cell(), b_in.rate_cell(n)]),
+        row(["(b) with start-up: process spawn to exit", b_wall.cell(), b_wall.rate_cell(n)]),
         "",
-        f"Ratio (a)/(b) of the medians: **{b_med / a_med:.1f}x** (snapshot + check against the baseline); "
-        f"the check alone {b_med / check[0]:.1f}x. Runs (a): {runs_a}; (b): {runs_b}. Spark session "
-        f"start, not in (a): "
-        f"{session[0]:.1f} s median.",
-        "",
-        f"Holes: every run of both sides found all {expected:,} damaged ledgers with the exact category and "
-        "missing entries and no other finding (asserted); every bkaudit finding rests on `evidence = reads` "
-        "and every bookie was verified by reads (the probe found no listing).",
-        "",
-        f"Checker phases of the median (a) run (s): {phases}. Setup (not timed above): cluster "
+        f"Ratio (b)/(a), median/median: **{harness.ratio(b_in, a_in):.2f}x** without start-up, "
+        f"**{harness.ratio(b_wall, a_wall):.2f}x** with start-up. Every run of both sides found all "
+        f"{expected:,} damaged ledgers with the exact category and missing entries and no other finding "
+        "(asserted); every bkaudit finding rests on `evidence = reads` and every bookie was verified by "
+        "reads (the probe found no listing).",
+        f"Checker phases of the median (a) run (s): {phases}. Setup, not timed: cluster "
         f"{setup['cluster']:.1f} s, bulk load of the bodies {setup['bookies']:.1f} s, metadata "
-        f"{setup['metadata']:.1f} s. Settings as the listing row (bench/checker.py): snapshot validation "
-        "off, ZooKeeper read throttles off, 2 snapshot ZooKeeper sessions; every other key at its default.",
+        f"{setup['metadata']:.1f} s, bookie restarts {setup['restarts']:.1f} s in all. Raw results: "
+        f"`{m['json']}`.",
         "",
         "What differs: the baseline models one Auditor doing checkAllLedgers, reads from one process with "
         "the same client, the same read selection (`bkaudit.audit.reads.plan_reads`) and the same digest "
         "check; bkaudit spreads the ledger pass and the reads over Spark's two cores, reads ids from the "
-        "snapshot instead of one ZooKeeper read per ledger, and pays the 5 s listing probe once per run.",
+        "snapshot instead of one ZooKeeper read per ledger, and pays the listing probe once per run.",
         "",
     ]
     return "\n".join(lines)
@@ -251,19 +194,22 @@ def check_side(name: str, found: dict[int, Any], expected: dict[int, Any], extra
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--ledgers", type=int, default=100_000)
-    parser.add_argument("--quick", action="store_true", help="2,000 ledgers, 2 runs each (< 3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="2,000 ledgers, 2 runs each")
+    parser.add_argument("--layout", choices=layouts.LAYOUTS, default="uniform",
+                        help=f"uniform (default) or realistic (at most {MAX_REALISTIC:,} ledgers)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each side")
-    parser.add_argument(
-        "--no-append", action="store_true", help="print only; leave docs/performance.md alone"
-    )
     parser.add_argument("--json", help="result file (default bench/results/checker-reads-<stamp>.json)")
     args = parser.parse_args(argv)
     n = 2_000 if args.quick else args.ledgers
     runs = 2 if args.quick else args.runs
+    if args.layout == "realistic" and n > MAX_REALISTIC:
+        parser.error(f"--layout realistic loads real bodies (~1.8 GiB per 1,000 ledgers): at most "
+                     f"{MAX_REALISTIC:,} ledgers")
     from bkaudit.cluster.local import LocalCluster
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its cluster down
-    m: dict[str, Any] = {"ledgers": n, "runs": runs, "setup": {}, "load_start": os.getloadavg()}
+    m: dict[str, Any] = {"ledgers": n, "layout": args.layout, "runs": runs, "setup": {"restarts": 0.0},
+                         "load_start": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-reads-") as tmp:
         t0 = time.perf_counter()
         cluster = LocalCluster.up(
@@ -271,24 +217,23 @@ def main(argv: list[str] | None = None) -> int:
         )
         m["setup"]["cluster"] = time.perf_counter() - t0
         try:
-            ids = [b.id for b in cluster.bookies]
-            layouts = listing_bench.layouts_for(n, ids)
-            lengths = lengths_for(n)
-            holes = read_holes(layouts, lengths)
-            m["expected"] = listing_bench.truth(layouts, holes, lengths)
-            m["entries"] = sum(lengths.values())
-            m["pairs"] = sum(len(set(ens)) for _e, _w, _a, ens in layouts.values())
+            plan = plan_for(args.layout, n, [b.id for b in cluster.bookies])
+            holes = layouts.read_holes(plan)
+            m["expected"] = layouts.truth(plan, holes)
+            m["entries"] = sum(lay.length for lay in plan.values())
+            m["pairs"] = layouts.pairs(plan)
+            m["described"] = layouts.describe(args.layout, plan)
             print(f"bulk-loading {n:,} ledgers ({m['entries']:,} entries) into {BOOKIES} bookies ...",
                   flush=True)
             t0 = time.perf_counter()
-            m["loaded"] = listing_bench.load_bookies(cluster, layouts, holes, lengths, worker=_bookie_bodies)
+            m["loaded"] = listing_bench.load_bookies(cluster, plan, holes, worker=_bookie_bodies)
             m["setup"]["bookies"] = time.perf_counter() - t0
             m["bytes"] = sum(
                 (Path(b.data_dir) / "current" / "ledgers.db").stat().st_size for b in cluster.bookies
             )
-            m["setup"]["metadata"] = listing_bench.load_metadata(cluster, layouts, lengths, digest="CRC32C")
+            m["setup"]["metadata"] = listing_bench.load_metadata(cluster, plan, digest="CRC32C")
             sides = [
-                harness.Side("spark", "checker_reads:spark_side",
+                harness.Side("spark", "checker:spark_side",
                              {"zk": cluster.zk, "root": cluster.root, "warehouse": ""}, "snapshot + check"),
                 harness.Side("baseline", "checker:baseline_side",
                              {"zk": cluster.zk, "root": cluster.root, "ledgers": n,
@@ -298,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             warehouses = itertools.count()
 
             def before(side: harness.Side) -> harness.Side:
+                m["setup"]["restarts"] += listing_bench.restart_bookies(cluster)
                 if side.name != "spark":
                     return side
                 fresh = f"{tmp}/warehouse-{next(warehouses)}"
@@ -323,12 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     payload = {k: v for k, v in m.items() if k != "expected"}
     for side in ("spark", "baseline"):
         payload[side] = [{k: v for k, v in r.items() if k not in ("found", "violations")} for r in m[side]]
-    print("results:", harness.write_json(f"checker-reads-{n}", payload, args.json), flush=True)
-    text = report(m)
-    print(text)
-    if not args.no_append:
-        with (REPO / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write("\n" + text)
+    suffix = "" if args.layout == "uniform" else f"-{args.layout}"
+    m["json"] = str(harness.write_json(f"checker-reads-{n}{suffix}", payload, args.json))
+    print(report(m))
     return 0
 
 

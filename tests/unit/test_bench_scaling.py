@@ -1,0 +1,74 @@
+"""bench/scaling.py's pure parts: the per-phase table by size, the per-ledger view and its growth figure.
+
+The runs below are constructed so the expected figures are plain arithmetic on the inputs: one phase linear
+(20 µs per ledger at every size), one fixed (10 s whatever the size), one quadratic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load() -> ModuleType:
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # scaling.py imports checker, harness and layouts by name
+    spec = importlib.util.spec_from_file_location("bench_scaling", BENCH / "scaling.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+scaling = _load()
+SIZES = [10_000, 100_000]
+
+
+def _run(n: int, jitter: float = 0.0) -> dict:
+    linear, fixed, quadratic = 20e-6 * n + jitter, 10.0, (n / 10_000) ** 2
+    return {
+        "session_s": 15.0, "snapshot_s": linear + fixed, "check_s": quadratic,
+        "seconds": linear + fixed + quadratic, "wall_s": linear + fixed + quadratic + 15.0,
+        "snapshot_steps": {"ledgers": linear, "cluster_state": fixed, "validation": 0.0, "commit": 0.0},
+        "phases": {"ledger_pass_and_fanout": quadratic},
+    }
+
+
+def test_phase_table_medians_per_size_and_growth() -> None:
+    by_size = {n: [_run(n, -1.0), _run(n), _run(n, 5.0)] for n in SIZES}  # median = the middle run
+    rows = dict(scaling.phase_table(SIZES, by_size))
+    assert rows["snapshot: ledgers"] == {10_000: pytest.approx(0.2), 100_000: pytest.approx(2.0)}
+    assert rows["check: ledger_pass_and_fanout"] == {10_000: 1.0, 100_000: 100.0}
+    per = {name: {n: secs[n] / n * 1e6 for n in SIZES} for name, secs in rows.items()}
+    assert scaling.growth(per["snapshot: ledgers"], SIZES) == "1.00x"  # linear
+    assert scaling.growth(per["snapshot: cluster_state"], SIZES) == "0.10x"  # fixed cost amortised
+    assert scaling.growth(per["check: ledger_pass_and_fanout"], SIZES) == "10.00x"  # super-linear
+    assert scaling.growth(per["snapshot: validation"], SIZES) == "-"
+
+
+def test_report_has_a_column_per_size_and_the_per_ledger_view() -> None:
+    m = {
+        "sizes": SIZES, "layout": "uniform", "runs": 1, "when": "now", "json": "x.json",
+        "machine_start": {"cpus": 2, "python": "CPython", "kernel": "Linux", "load_average": [1.0, 1.0, 1.0]},
+        "machine_end": {"cpus": 2, "python": "CPython", "kernel": "Linux", "load_average": [1.0, 1.0, 1.0]},
+        "results": {str(n): [_run(n)] for n in SIZES},
+        "setup": {str(n): {"bookies": 1.0} for n in SIZES},
+        "described": {str(n): "closed" for n in SIZES},
+    }
+    text = scaling.report(m)
+    assert "| phase | 10,000 ledgers | 100,000 ledgers |" in text
+    assert "| check: ledger_pass_and_fanout | 100.0 | 1,000.0 | 10.00x |" in text
+
+
+def test_sizes_are_parsed_sorted_and_checked() -> None:
+    assert scaling.parse_sizes("100000,10_000,10000") == [10_000, 100_000]
+    with pytest.raises(argparse.ArgumentTypeError):
+        scaling.parse_sizes("10,100000")  # a ledger count below 100 is a typo
