@@ -522,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-checker-") as tmp:
         t0 = time.perf_counter()
-        cluster = LocalCluster.up(Path(tmp) / "cluster", bookies=BOOKIES, racks=RACKS)
+        cluster = LocalCluster.up(Path(tmp) / "cluster", bookies=BOOKIES, racks=RACKS,
+                                  zk_heap_mb=harness.zookeeper_heap_mb(n))
         m["setup"]["cluster"] = time.perf_counter() - t0
         try:
             setup(cluster, args.layout, n, args.entries, m)

@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-reads-") as tmp:
         t0 = time.perf_counter()
         cluster = LocalCluster.up(
-            Path(tmp) / "cluster", bookies=BOOKIES, racks=RACKS, no_listing=list(range(BOOKIES))
+            Path(tmp) / "cluster", bookies=BOOKIES, racks=RACKS, no_listing=list(range(BOOKIES)),
+            zk_heap_mb=harness.zookeeper_heap_mb(n),
         )
         m["setup"]["cluster"] = time.perf_counter() - t0
         try:

@@ -130,7 +130,8 @@ def run_size(n: int, layout: str, entries: int, runs: int, tmp: str) -> dict[str
 
     m: dict[str, Any] = {"setup": {"restarts": 0.0}}
     t0 = time.perf_counter()
-    cluster = LocalCluster.up(Path(tmp) / f"cluster-{n}", bookies=checker.BOOKIES, racks=checker.RACKS)
+    cluster = LocalCluster.up(Path(tmp) / f"cluster-{n}", bookies=checker.BOOKIES, racks=checker.RACKS,
+                              zk_heap_mb=harness.zookeeper_heap_mb(n))
     m["setup"]["cluster"] = time.perf_counter() - t0
     try:
         checker.setup(cluster, layout, n, entries, m)
