@@ -147,15 +147,22 @@ def plan(
 # -- holes ---------------------------------------------------------------------------------------------------
 
 
+def _damaged(
+    layouts: dict[int, Layout], rng: random.Random
+) -> Iterator[tuple[int, Layout, tuple[int, int, tuple[str, ...]]]]:
+    """The ~1% of ledgers (at least 3) that get a hole, each with the segment span it goes in."""
+    ids = sorted(layouts)
+    for lid in rng.sample(ids, min(len(ids), max(3, int(len(ids) * HOLE_FRACTION)))):
+        lay = layouts[lid]
+        yield lid, lay, rng.choice(list(lay.spans()))
+
+
 def listing_holes(layouts: dict[int, Layout], *, seed: int | str = SEED) -> Holes:
     """Holes in ~1% of the ledgers (at least 3), each in a random segment: one copy of an entry lost, a run of
     three of one bookie's entries lost, or one entry lost on two of its bookies."""
     rng = random.Random(seed)
     holes: Holes = {}
-    ids = sorted(layouts)
-    for lid in rng.sample(ids, min(len(ids), max(3, int(len(ids) * HOLE_FRACTION)))):
-        lay = layouts[lid]
-        first, last, ens = rng.choice(list(lay.spans()))
+    for lid, lay, (first, last, ens) in _damaged(layouts, rng):
         entry = rng.randint(first, last)
         copies = [ens[i] for i in write_set(entry, lay.e, lay.wq)]
         kind = rng.choice(HOLE_KINDS)
@@ -178,10 +185,7 @@ def read_holes(layouts: dict[int, Layout], *, seed: int | str = f"{SEED}:read-ho
     bookie's first or last stored entry lost, or the segment's first or last entry lost on two bookies."""
     rng = random.Random(seed)
     holes: Holes = {}
-    ids = sorted(layouts)
-    for lid in rng.sample(ids, min(len(ids), max(3, int(len(ids) * HOLE_FRACTION)))):
-        lay = layouts[lid]
-        first, last, ens = rng.choice(list(lay.spans()))
+    for lid, lay, (first, last, ens) in _damaged(layouts, rng):
         kind = rng.choice(("first", "last", "two"))
         mine = holes.setdefault(lid, {})
         if kind == "two":

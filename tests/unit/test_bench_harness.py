@@ -5,30 +5,17 @@ bench/ is not a package (its scripts run by path), so the module is loaded from 
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-HARNESS = Path(__file__).resolve().parents[2] / "bench" / "harness.py"
+from tests.helpers import load_bench
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_harness", HARNESS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load()
+harness = load_bench("harness")
 
 
 def test_spread_odd_count_is_the_middle_value() -> None:

@@ -10,32 +10,20 @@ bench/ is not a package (its scripts run by path), so the modules are loaded fro
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
 from collections import Counter
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.helpers import load_bench
+
 BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 10)]
 RACKS = 3
 
 
-def _load(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # checker.py imports harness and layouts by name
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
-layouts = _load("layouts")
+layouts = load_bench("layouts")
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +168,7 @@ def test_uniform_layout_is_the_quick_bench_layout() -> None:
 def test_multi_segment_metadata_round_trips_as_bookkeeper_v3() -> None:
     from bkaudit.formats.ledger_metadata import parse, serialize
 
-    checker = _load("checker")
+    checker = load_bench("checker")
     plan = layouts.realistic(500, BOOKIES, RACKS)
     lay = next(v for v in plan.values() if len(v.segments) == 3)
     blob = serialize(checker.metadata_for(lay))

@@ -7,32 +7,17 @@ bench/ is not a package (its scripts run by path), so the module is loaded from 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from concurrent.futures import Future
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from bkaudit.formats.entry import DigestManager
 from bkaudit.model.ledger import DigestType
+from tests.helpers import load_bench
 
-RECOVERY = Path(__file__).resolve().parents[2] / "bench" / "recovery.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_recovery", RECOVERY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-recovery = _load()
+recovery = load_bench("recovery")
 
 
 # -- the ledger size plan ------------------------------------------------------------------------------------

@@ -7,28 +7,12 @@ The runs below are constructed so the expected figures are plain arithmetic on t
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.helpers import load_bench
 
-
-def _load() -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # scaling.py imports checker, harness and layouts by name
-    spec = importlib.util.spec_from_file_location("bench_scaling", BENCH / "scaling.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-scaling = _load()
+scaling = load_bench("scaling")
 SIZES = [10_000, 100_000]
 
 

@@ -454,7 +454,7 @@ def test_accepted_bookie_ids_are_remembered_but_bad_ones_never_are(monkeypatch: 
     monkeypatch.setattr(bookie_id, "_ACCEPTED", set())
     monkeypatch.setattr(bookie_id, "_ACCEPTED_MAX", 4)
     lm.parse(_v3_with_members(["a:1", "b:2", "c:3"]))
-    assert bookie_id._ACCEPTED == {"a:1", "b:2", "c:3"}
+    assert {"a:1", "b:2", "c:3"} == bookie_id._ACCEPTED
     for _ in range(2):
         with pytest.raises(FormatError, match="BookieId"):
             lm.parse(_v3_with_members(["a:1", "b:2", "bad id"]))
