@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -96,6 +96,12 @@ def markdown_row(cells: Sequence[str]) -> str:
 # -- running sides -------------------------------------------------------------------------------------------
 
 
+class Monitoring(Protocol):
+    """A watcher started around one run (bench/monitor.py's Monitor): `stop` returns its JSON summary."""
+
+    def stop(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Side:
     """One side of a comparison: `function` (`module:function` in bench/) called with `kwargs` in a fresh
@@ -141,16 +147,27 @@ def compare(
     runs: int = DEFAULT_RUNS,
     before_run: Callable[[Side], Side] | None = None,
     after_run: Callable[[str, dict[str, Any]], None] | None = None,
+    monitor: Callable[[Side], Monitoring] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every side `runs` times, alternated, each in a fresh process: {side name: [result per run]}.
 
     `before_run` (untimed) resets shared state and returns the side to run, e.g. with a fresh warehouse;
-    `after_run` checks a result (raise to stop: a wrong answer is not a measurement)."""
+    `after_run` checks a result (raise to stop: a wrong answer is not a measurement); `monitor` starts a
+    watcher in this (parent) process just before the side's process and stops it when that exits, its
+    summary going into the result as `monitor` (bench/monitor.py: memory per process role, ZooKeeper load)."""
     by_name = {s.name: s for s in sides}
     results: dict[str, list[dict[str, Any]]] = {s.name: [] for s in sides}
     for run, name in alternation([s.name for s in sides], runs):
         side = by_name[name] if before_run is None else before_run(by_name[name])
-        r = run_fresh(side)
+        if monitor is None:
+            r = run_fresh(side)
+        else:
+            watching = monitor(side)
+            try:
+                r = run_fresh(side)
+            finally:
+                summary = watching.stop()
+            r["monitor"] = summary
         if after_run is not None:
             after_run(name, r)
         results[name].append(r)
