@@ -1,6 +1,7 @@
 """Benchmark of the metadata checker (Spark jobs 1 + 2) against a BookKeeper-Auditor-style sequential checker.
 
-    .venv/bin/python bench/checker.py [--ledgers N | --quick] [--entries E] [--runs R] [--json PATH]
+    .venv/bin/python bench/checker.py [--ledgers N | --quick] [--entries E] [--runs R] [--monitor]
+                                      [--json PATH]
 
 1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper); N closed ledgers (ids 0..N-1),
    E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, ensembles rotating over the 9 bookies (rack-aware placement holds);
@@ -16,7 +17,10 @@
    (b) the baseline, shaped as BookKeeper's AuditorReplicasCheckTask.replicasCheck (see `baseline`);
    both must find every hole with the exact missing entries, and nothing else (asserted after every run);
 5. a markdown table (medians with min-max, with and without start-up, ratio median/median) on stdout and
-   the raw results as JSON (bench/results/checker-N-<stamp>.json or --json).
+   the raw results as JSON (bench/results/checker-N-<stamp>.json or --json);
+6. with `--monitor` (bench/monitor.py), every run watched from this process: peak RSS of the side's process,
+   Spark's JVM and Python workers, each bookie and the ZooKeeper JVM at 1 Hz, ZooKeeper's `mntr` each second
+   and a 100 getData/s open-loop probe; a memory table and a ZooKeeper table per side in the report.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import harness  # noqa: E402
+import monitor  # noqa: E402
 
 BOOKIES = 9
 RACKS = 3
@@ -530,7 +535,19 @@ def report(m: dict[str, Any]) -> str:
         f"bookie restarts {setup['restarts']:.1f} s in all. Raw results: `{m['json']}`.",
         "",
     ]
+    labels = {"bkaudit": "(a) bkaudit", "baseline": "(b) baseline"}
+    lines += monitor.memory_table(m["results"], labels)
+    lines += monitor.zookeeper_table(m["results"], labels)
     return "\n".join(lines)
+
+
+def cluster_targets(cluster: Any) -> Any:
+    """What `--monitor` watches: each bookie's current pid (they restart before every run), the ZooKeeper
+    JVM, and the probe's znode (the ledgers root, which always exists)."""
+    fixed = {f"bookie-{i}": b.pid for i, b in enumerate(cluster.bookies) if b.pid is not None}
+    if cluster.zookeeper and cluster.zookeeper.get("pid"):
+        fixed["zookeeper"] = cluster.zookeeper["pid"]
+    return monitor.zk_targets(cluster.zk, cluster.root, fixed)
 
 
 def check_side(name: str, found: dict[int, Any], expected: dict[int, Any], extra: int) -> None:
@@ -548,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="10,000 ledgers")
     parser.add_argument("--entries", type=int, default=10, help="entries per ledger")
     parser.add_argument("--runs", type=int, default=harness.DEFAULT_RUNS, help="runs of each side")
+    parser.add_argument("--monitor", action="store_true",
+                        help="memory per process role, ZooKeeper mntr and a 100 getData/s probe per run")
     parser.add_argument("--json", help="result file (default bench/results/checker-<stamp>.json)")
     args = parser.parse_args(argv)
     n = 10_000 if args.quick else args.ledgers
@@ -596,7 +615,9 @@ def main(argv: list[str] | None = None) -> int:
                                 if lid not in m["expected"] or cat not in DURABILITY)
                 check_side(name, found_from_json(r["found"]), m["expected"], extra)
 
-            m["results"] = harness.compare(sides, runs=args.runs, before_run=before, after_run=after)
+            watch = monitor.monitor_factory(lambda: cluster_targets(cluster)) if args.monitor else None
+            m["results"] = harness.compare(sides, runs=args.runs, before_run=before, after_run=after,
+                                           monitor=watch)
         finally:
             cluster.down()
     m["machine_end"] = harness.machine()
