@@ -4,12 +4,13 @@ Runs in the *parent* bench process, around each side's fresh process (bench/harn
 so it measures without touching the measured process. Three background threads:
 
 - `MemorySampler`: at 1 Hz, the resident set size (RSS, /proc/<pid>/statm) of every process of each *role*:
-  `driver` (the side's own Python process, a direct child of the bench process), `jvm` (a Java process under
-  the driver: Spark's JVM), `python_workers` (Python processes under that JVM: pyspark.daemon and the workers
-  it forks), `other` (anything else under the driver), and the fixed pids the bench names: `bookie-<i>` (each
-  LocalCluster bookie) and `zookeeper` (the embedded ZooKeeper JVM). Per role: the peak of the sum over its
-  processes and the peak of its largest single process. A 1 Hz sample misses a peak shorter than a second,
-  and the RSS of forked workers counts pages they share with pyspark.daemon once per process.
+  `driver` (the side's own Python process, `harness.py --call`, a direct child of the bench process),
+  `jvm` (a Java process under the driver: Spark's JVM), `python_workers` (Python processes under that JVM:
+  pyspark.daemon and the workers it forks), `other` (anything else under the driver), and the fixed pids
+  the bench names: `bookie-<i>` (each LocalCluster bookie) and `zookeeper` (the embedded ZooKeeper JVM).
+  Per role: the peak of the sum over its processes and the peak of its largest single process. A 1 Hz
+  sample misses a peak shorter than a second, and the RSS of forked workers counts the pages they share
+  with pyspark.daemon once per process.
 - `MntrPoller`: each second, ZooKeeper's `mntr` four-letter word, then `srst` to reset the server's
   statistics, so that each sample's packets and average/maximum latency cover the last interval alone
   (the requests in the millisecond between the two commands are not counted). Without `srst` on the
@@ -90,12 +91,23 @@ def is_python(p: Proc) -> bool:
     return _exe(p).startswith("python")
 
 
-def attribute(procs: Mapping[int, Proc], *, root: int, fixed: Mapping[str, int]) -> dict[str, list[int]]:
+def is_harness_side(p: Proc) -> bool:
+    """The side's fresh process, as bench/harness.py's `run_fresh` starts it (`harness.py --call ...`)."""
+    return is_python(p) and "--call" in p.argv
+
+
+def attribute(
+    procs: Mapping[int, Proc],
+    *,
+    root: int,
+    fixed: Mapping[str, int],
+    is_driver: Callable[[Proc], bool] = is_harness_side,
+) -> dict[str, list[int]]:
     """{role: pids} for one /proc snapshot.
 
-    `fixed` names pids the bench knows (bookie-<i>, zookeeper). Every other direct child of `root` (the
-    bench process) is a `driver`; under a driver, a Java process is `jvm`, a Python process under a JVM is
-    one of `python_workers`, anything else `other`. Processes outside `root`'s tree are ignored."""
+    `fixed` names pids the bench knows (bookie-<i>, zookeeper). A direct child of `root` (the bench process)
+    that `is_driver` accepts is a `driver`; under a driver, a Java process is `jvm`, a Python process under a
+    JVM is one of `python_workers`, anything else `other`. Processes outside those trees are ignored."""
     roles: dict[str, list[int]] = {}
     for role, pid in fixed.items():
         if pid in procs:
@@ -120,7 +132,7 @@ def attribute(procs: Mapping[int, Proc], *, root: int, fixed: Mapping[str, int])
             walk(child, under_jvm or role == "jvm")
 
     for pid in children.get(root, ()):
-        if pid in known:
+        if pid in known or not is_driver(procs[pid]):
             continue
         roles.setdefault("driver", []).append(pid)
         walk(pid, False)
@@ -354,9 +366,11 @@ class MemorySampler(_Ticker):
     """RSS per role at 1 Hz (see the module doc). `fixed` names known pids: {"bookie-0": pid, ...}."""
 
     def __init__(self, *, root: int | None = None, fixed: Mapping[str, int] | None = None,
-                 interval_s: float = INTERVAL_S, proc: Path = PROC) -> None:
+                 is_driver: Callable[[Proc], bool] = is_harness_side, interval_s: float = INTERVAL_S,
+                 proc: Path = PROC) -> None:
         super().__init__("bench-memory", interval_s)
         self.root = os.getpid() if root is None else root
+        self.is_driver = is_driver
         self.fixed = dict(fixed or {})
         self.proc = proc
         self.samples: list[dict[str, dict[int, int]]] = []
@@ -364,7 +378,7 @@ class MemorySampler(_Ticker):
 
     def tick(self) -> None:
         procs = read_procs(self.proc)
-        roles = attribute(procs, root=self.root, fixed=self.fixed)
+        roles = attribute(procs, root=self.root, fixed=self.fixed, is_driver=self.is_driver)
         self.times.append(time.monotonic() - self.started)
         self.samples.append({role: {pid: procs[pid].rss for pid in pids} for role, pids in roles.items()})
 

@@ -84,6 +84,7 @@ def test_attribute_follows_the_tree_under_the_bench_process() -> None:
         _p(110, 100, "/usr/bin/java", "org.apache.zookeeper.server.ZooKeeperServerMain"),
         _p(111, 100, "/venv/bin/python", "-m", "bkaudit.cli", "bookie", "run"),
         _p(112, 100, "/venv/bin/python", "-m", "bkaudit.cli", "bookie", "run"),
+        _p(113, 100, "/venv/bin/python", "-c", "from multiprocessing ..."),  # not a side: ignored
         _p(200, 1, "/venv/bin/python", "-m", "pyspark.daemon"),  # someone else's: not ours
         _p(201, 1, "/usr/bin/java"),
     ]}
@@ -96,8 +97,10 @@ def test_attribute_follows_the_tree_under_the_bench_process() -> None:
 
 
 def test_a_python_child_of_the_driver_is_not_a_spark_worker() -> None:
-    procs = {p.pid: p for p in [_p(10, 1, "python"), _p(11, 10, "python", "-c", "pass")]}
+    procs = {p.pid: p for p in [_p(10, 1, "python", "harness.py", "--call", "m:f"),
+                                _p(11, 10, "python", "-c", "pass")]}
     assert monitor.attribute(procs, root=1, fixed={}) == {"driver": [10], "other": [11]}
+    assert monitor.attribute(procs, root=1, fixed={}, is_driver=lambda p: False) == {}
 
 
 def test_summarise_memory_peaks_of_sum_and_of_largest_process() -> None:
