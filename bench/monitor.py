@@ -11,11 +11,12 @@ so it measures without touching the measured process. Three background threads:
   Per role: the peak of the sum over its processes and the peak of its largest single process. A 1 Hz
   sample misses a peak shorter than a second, and the RSS of forked workers counts the pages they share
   with pyspark.daemon once per process.
-- `MntrPoller`: each second, ZooKeeper's `mntr` four-letter word, then `srst` to reset the server's
-  statistics, so that each sample's packets and average/maximum latency cover the last interval alone
-  (the requests in the millisecond between the two commands are not counted). Without `srst` on the
-  server's whitelist it falls back to deltas of the cumulative packet counts, and the latencies are then
-  since the server started (`interval_stats: false` in the summary).
+- `MntrPoller`: `srst` once when the run starts (the server's statistics then cover this run alone), then
+  ZooKeeper's `mntr` four-letter word each second: packets received/sent per second (deltas of its
+  cumulative counts, exact), outstanding requests, znode count and approximate data size per sample, and
+  the run's average and maximum request latency (mntr's latencies are cumulative since the reset; resetting
+  every second instead would lose the requests served between the two commands). Without `srst` on the
+  server's whitelist the latencies are since the server started (`stats_reset: false` in the summary).
 - `Probe`: its own kazoo session issuing `rate` (100) getData/s on one existing znode, *open loop*: request
   i is sent at t0 + i/rate whatever happened to the earlier ones, and its latency is measured from that
   scheduled time, not from when it was actually sent, so a stalled server (or a stalled sender) shows up
@@ -24,11 +25,12 @@ so it measures without touching the measured process. Three background threads:
 
 The pure parts (percentiles, role attribution, mntr parsing, the summaries, the markdown tables) are tested
 in tests/unit/test_bench_monitor.py; the threads against real processes and the real embedded ZooKeeper in
-tests/integration/test_bench_monitor.py.
+tests/integration/test_bench_monitor_live.py.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import statistics
@@ -199,42 +201,26 @@ def parse_mntr(text: str) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class MntrSample:
-    """One poll: seconds since the poller started, the interval it covers, and mntr's kept values."""
+    """One poll: seconds since the poller started and mntr's kept values."""
 
     t: float
-    interval_s: float
     values: Mapping[str, float]
 
 
-def mntr_series(samples: Sequence[MntrSample], *, interval_stats: bool) -> list[dict[str, float]]:
-    """Per-poll rows: packets received/sent per second, avg/max latency (ms), outstanding, znodes, bytes.
-
-    With `interval_stats` (the server's stats were reset after every poll) a sample's packet counts are
-    the interval's own; otherwise they are cumulative and the rate is the delta to the previous sample (the
-    first sample then only serves as the base)."""
+def mntr_series(samples: Sequence[MntrSample]) -> list[dict[str, float]]:
+    """Per-poll rows from the second poll on: packets received/sent per second (the delta of mntr's
+    cumulative counts to the previous poll), outstanding requests, znodes, approximate data size."""
     rows: list[dict[str, float]] = []
-    prev: MntrSample | None = None
-    for s in samples:
-        v = s.values
-        if interval_stats:
-            received, sent = v.get("zk_packets_received", 0.0), v.get("zk_packets_sent", 0.0)
-            span = s.interval_s
-        elif prev is None:
-            prev = s
-            continue
-        else:
-            received = v.get("zk_packets_received", 0.0) - prev.values.get("zk_packets_received", 0.0)
-            sent = v.get("zk_packets_sent", 0.0) - prev.values.get("zk_packets_sent", 0.0)
-            span = s.t - prev.t
-            prev = s
+    for prev, s in itertools.pairwise(samples):
+        span = s.t - prev.t
         if span <= 0:
             continue
+        v, pv = s.values, prev.values
         rows.append({
             "t": round(s.t, 2),
-            "packets_received_per_s": received / span,
-            "packets_sent_per_s": sent / span,
-            "avg_latency_ms": v.get("zk_avg_latency", 0.0),
-            "max_latency_ms": v.get("zk_max_latency", 0.0),
+            "packets_received_per_s": (v.get("zk_packets_received", 0.0) - pv.get("zk_packets_received", 0.0))
+            / span,
+            "packets_sent_per_s": (v.get("zk_packets_sent", 0.0) - pv.get("zk_packets_sent", 0.0)) / span,
             "outstanding_requests": v.get("zk_outstanding_requests", 0.0),
             "znode_count": v.get("zk_znode_count", 0.0),
             "approximate_data_size": v.get("zk_approximate_data_size", 0.0),
@@ -251,6 +237,19 @@ def summarise_series(rows: Sequence[Mapping[str, float]]) -> dict[str, dict[str,
         for key in rows[0]
         if key != "t"
     }
+
+
+def summarise_mntr(samples: Sequence[MntrSample]) -> dict[str, dict[str, float]]:
+    """`summarise_series` of the rows, plus the latencies of the last poll: mntr's maximum and average since
+    the reset (the run so far), as `max_latency_ms.max` and `avg_latency_ms.run`."""
+    out = summarise_series(mntr_series(samples))
+    if samples:
+        last = samples[-1].values
+        if "zk_max_latency" in last:
+            out["max_latency_ms"] = {"max": last["zk_max_latency"]}
+        if "zk_avg_latency" in last:
+            out["avg_latency_ms"] = {"run": last["zk_avg_latency"]}
+    return out
 
 
 @dataclass(frozen=True)
@@ -406,8 +405,7 @@ class MntrPoller(_Ticker):
         self.host, self.port, self.timeout_s = host, port, timeout_s
         self.samples: list[MntrSample] = []
         self.unanswered = 0
-        self.interval_stats = False
-        self._last = 0.0
+        self.stats_reset = False
 
     def _word(self, word: str) -> str:
         from bkaudit.zk.server import four_letter_word
@@ -415,35 +413,28 @@ class MntrPoller(_Ticker):
         return four_letter_word(self.host, self.port, word, self.timeout_s)
 
     def start(self) -> None:
-        self.interval_stats = self._reset()
+        self.stats_reset = "reset" in self._word("srst").lower()
         super().start()
-        self._last = self.started
-
-    def _reset(self) -> bool:
-        return "reset" in self._word("srst").lower()
 
     def tick(self) -> None:
-        text = self._word("mntr")
-        now = time.monotonic()
-        if self.interval_stats:
-            self._reset()
-        values = parse_mntr(text)
+        values = parse_mntr(self._word("mntr"))
         if "zk_packets_received" not in values:  # a stalled or dead server: no answer within timeout_s
             self.unanswered += 1
             return
-        self.samples.append(MntrSample(t=now - self.started, interval_s=now - self._last,
+        self.samples.append(MntrSample(t=time.monotonic() - self.started,
                                        values={k: values[k] for k in MNTR_KEYS if k in values}))
-        self._last = now
 
     def stop(self) -> dict[str, Any]:
         self.halt()
-        rows = mntr_series(self.samples, interval_stats=self.interval_stats)
+        if self.error is None:
+            self.tick()  # the run's end: a run shorter than the interval still gets a delta
+        rows = mntr_series(self.samples)
         return {
             "interval_s": self.interval_s,
-            "interval_stats": self.interval_stats,
+            "stats_reset": self.stats_reset,
             "polls": len(self.samples),
             "unanswered": self.unanswered,
-            "summary": summarise_series(rows),
+            "summary": summarise_mntr(self.samples),
             "series": rows,
             "error": None if self.error is None else repr(self.error),
         }
@@ -646,8 +637,8 @@ def zookeeper_table(
         "request's scheduled time; `mntr` each second; median over runs (min-max)):",
         "",
         "| side | probe p50 ms | probe p99 ms | probe max ms | probe failures | mntr max latency ms | "
-        "mntr max outstanding | packets received/s, median | packets received/s, max |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "mntr avg latency ms | mntr max outstanding | packets received/s, median | packets received/s, max |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in sides:
         mons = [r["monitor"] for r in results[s] if "monitor" in r]
@@ -662,7 +653,8 @@ def zookeeper_table(
         lines.append(
             f"| {labels.get(s, s)} | {_spread(probe('p50_ms'), 1)} | {_spread(probe('p99_ms'), 1)} | "
             f"{_spread(probe('max_ms'), 0)} | {_spread(probe('failures'))} | "
-            f"{_spread(mntr('max_latency_ms', 'max'))} | {_spread(mntr('outstanding_requests', 'max'))} | "
+            f"{_spread(mntr('max_latency_ms', 'max'))} | {_spread(mntr('avg_latency_ms', 'run'), 1)} | "
+            f"{_spread(mntr('outstanding_requests', 'max'))} | "
             f"{_spread(mntr('packets_received_per_s', 'median'))} | "
             f"{_spread(mntr('packets_received_per_s', 'max'))} |"
         )

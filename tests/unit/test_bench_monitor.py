@@ -1,7 +1,8 @@
 """bench/monitor.py's pure parts: percentiles, role attribution, mntr parsing and rates, the summaries and
 tables, and bench/harness.py's `compare(monitor=)` plumbing (a real fresh process per run).
 
-The threads against real processes and the real embedded ZooKeeper: tests/integration/test_bench_monitor.py.
+The threads against real processes and the real embedded ZooKeeper:
+tests/integration/test_bench_monitor_live.py.
 bench/ is not a package (its scripts run by path), so the modules are loaded from their files.
 """
 
@@ -151,28 +152,26 @@ def test_parse_mntr_keeps_numbers_and_skips_the_rest() -> None:
     assert monitor.parse_mntr("") == {} and monitor.parse_mntr("\x00\xff garbage") == {}
 
 
-def _s(t: float, span: float, rec: float, sent: float, max_lat: float = 0.0) -> Any:
-    return monitor.MntrSample(t=t, interval_s=span, values={
+def _s(t: float, rec: float, sent: float, max_lat: float = 0.0, outstanding: float = 0.0) -> Any:
+    return monitor.MntrSample(t=t, values={
         "zk_packets_received": rec, "zk_packets_sent": sent, "zk_max_latency": max_lat,
-        "zk_avg_latency": 1.0, "zk_outstanding_requests": 0.0, "zk_znode_count": 7.0,
+        "zk_avg_latency": 1.5, "zk_outstanding_requests": outstanding, "zk_znode_count": 7.0,
         "zk_approximate_data_size": 100.0})
 
 
-def test_mntr_series_with_interval_stats_divides_each_sample_by_its_interval() -> None:
-    rows = monitor.mntr_series([_s(1.0, 1.0, 500, 400, 9), _s(3.0, 2.0, 1000, 800, 4)], interval_stats=True)
+def test_mntr_series_rates_are_deltas_of_the_cumulative_counts() -> None:
+    samples = [_s(0.0, 100, 90), _s(1.0, 600, 490, 9, 4), _s(3.0, 1600, 1290, 12, 0)]
+    rows = monitor.mntr_series(samples)
     assert [r["packets_received_per_s"] for r in rows] == [500.0, 500.0]
     assert [r["packets_sent_per_s"] for r in rows] == [400.0, 400.0]
-    summary = monitor.summarise_series(rows)
-    assert summary["max_latency_ms"] == {"median": 6.5, "max": 9.0}
+    assert [r["outstanding_requests"] for r in rows] == [4.0, 0.0]
+    summary = monitor.summarise_mntr(samples)
+    assert summary["outstanding_requests"] == {"median": 2.0, "max": 4.0}
+    # latencies: mntr's own since the reset, from the last poll
+    assert summary["max_latency_ms"] == {"max": 12.0} and summary["avg_latency_ms"] == {"run": 1.5}
     assert "t" not in summary
-
-
-def test_mntr_series_from_cumulative_counts_uses_deltas() -> None:
-    rows = monitor.mntr_series([_s(0.0, 0.0, 100, 90), _s(1.0, 1.0, 600, 490), _s(3.0, 2.0, 1600, 1290)],
-                               interval_stats=False)
-    assert [r["packets_received_per_s"] for r in rows] == [500.0, 500.0]
-    assert [r["packets_sent_per_s"] for r in rows] == [400.0, 400.0]
-    assert monitor.summarise_series([]) == {}
+    assert monitor.mntr_series(samples[:1]) == [] and monitor.summarise_series([]) == {}
+    assert monitor.summarise_mntr([]) == {}
 
 
 def test_probe_summary() -> None:
@@ -202,7 +201,7 @@ def _run(driver: float, workers: float, largest: float, p99: float, mntr_max: fl
                                "samples": 3},
         }},
         "probe": {"p50_ms": 1.0, "p99_ms": p99, "max_ms": p99 * 2, "failures": 0},
-        "mntr": {"summary": {"max_latency_ms": {"median": 1.0, "max": mntr_max},
+        "mntr": {"summary": {"max_latency_ms": {"max": mntr_max}, "avg_latency_ms": {"run": 2.0},
                              "outstanding_requests": {"median": 0.0, "max": 2.0},
                              "packets_received_per_s": {"median": 900.0, "max": 1500.0}}},
     }}
@@ -216,8 +215,8 @@ def test_tables_give_median_min_max_over_runs_per_side() -> None:
     assert "| driver | 310 (300-320) |" in mem
     assert "| python_workers | 700 (650-800); largest one 170 (160-180) |" in mem
     zk = "\n".join(monitor.zookeeper_table(results, {"b": "(b)"}))
-    assert ("| (b) | 1.0 (1.0-1.0) | 30.0 (20.0-40.0) | 60 (40-80) | 0 (0-0) | 60 (50-70) | 2 (2-2) | 900 "
-            in zk)
+    assert ("| (b) | 1.0 (1.0-1.0) | 30.0 (20.0-40.0) | 60 (40-80) | 0 (0-0) | 60 (50-70) | 2.0 (2.0-2.0) | "
+            "2 (2-2) | 900 (900-900) | 1,500 (1,500-1,500) |" in zk)
     assert monitor.memory_table({"a": [{"seconds": 1.0}]}, {}) == []
     assert monitor.zookeeper_table({"a": [{"seconds": 1.0}]}, {}) == []
 
