@@ -97,9 +97,11 @@ def markdown_row(cells: Sequence[str]) -> str:
 
 
 class Monitoring(Protocol):
-    """A watcher started around one run (bench/monitor.py's Monitor): `stop` returns its JSON summary."""
+    """A watcher started around one run (bench/monitor.py's Monitor): `stop` gets the side's result (None if
+    it failed; its `window`, [start, end] of the work on the wall clock, if it gives one) and returns the
+    watcher's JSON summary."""
 
-    def stop(self) -> dict[str, Any]: ...
+    def stop(self, result: Mapping[str, Any] | None) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -165,9 +167,10 @@ def compare(
             watching = monitor(side)
             try:
                 r = run_fresh(side)
-            finally:
-                summary = watching.stop()
-            r["monitor"] = summary
+            except BaseException:
+                watching.stop(None)
+                raise
+            r["monitor"] = watching.stop(r)
         if after_run is not None:
             after_run(name, r)
         results[name].append(r)

@@ -253,6 +253,15 @@ def summarise_mntr(samples: Sequence[MntrSample]) -> dict[str, dict[str, float]]
 
 
 @dataclass(frozen=True)
+class ProbeOutcome:
+    """One probe request: when it was scheduled (wall clock, s), and its latency from then or its error."""
+
+    due: float
+    latency_s: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class ProbeSummary:
     """The probe over one run: latencies in ms from each request's scheduled send time."""
 
@@ -281,6 +290,17 @@ class ProbeSummary:
             max_ms=max(ms) if ms else None,
             errors=dict(errors),
         )
+
+    @classmethod
+    def over(cls, outcomes: Iterable[ProbeOutcome], *, rate: float, start: float, end: float) -> ProbeSummary:
+        """The requests scheduled within [start, end] (wall-clock seconds)."""
+        mine = [o for o in outcomes if start <= o.due <= end]
+        errors: dict[str, int] = {}
+        for o in mine:
+            if o.error is not None:
+                errors[o.error] = errors.get(o.error, 0) + 1
+        return cls.of(rate=rate, scheduled=len(mine), errors=errors, seconds=end - start,
+                      latencies_s=[o.latency_s for o in mine if o.latency_s is not None])
 
     @property
     def answered_per_s(self) -> float:
@@ -406,6 +426,7 @@ class MntrPoller(_Ticker):
         self.samples: list[MntrSample] = []
         self.unanswered = 0
         self.stats_reset = False
+        self.wall0 = 0.0
 
     def _word(self, word: str) -> str:
         from bkaudit.zk.server import four_letter_word
@@ -415,6 +436,7 @@ class MntrPoller(_Ticker):
     def start(self) -> None:
         self.stats_reset = "reset" in self._word("srst").lower()
         super().start()
+        self.wall0 = time.time() - (time.monotonic() - self.started)
 
     def tick(self) -> None:
         values = parse_mntr(self._word("mntr"))
@@ -424,11 +446,17 @@ class MntrPoller(_Ticker):
         self.samples.append(MntrSample(t=time.monotonic() - self.started,
                                        values={k: values[k] for k in MNTR_KEYS if k in values}))
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self, window: Sequence[float] | None = None) -> dict[str, Any]:
+        """The summary over the run; with `window` ([start, end], wall clock) also `summary_work`: the polls
+        within it (packets/s, outstanding; the latencies are the run's up to the window's last poll)."""
         self.halt()
         if self.error is None:
             self.tick()  # the run's end: a run shorter than the interval still gets a delta
         rows = mntr_series(self.samples)
+        work: dict[str, Any] = {}
+        if window is not None:
+            lo, hi = window[0] - self.wall0, window[1] - self.wall0
+            work = {"summary_work": summarise_mntr([s for s in self.samples if lo <= s.t <= hi])}
         return {
             "interval_s": self.interval_s,
             "stats_reset": self.stats_reset,
@@ -437,11 +465,14 @@ class MntrPoller(_Ticker):
             "summary": summarise_mntr(self.samples),
             "series": rows,
             "error": None if self.error is None else repr(self.error),
+            **work,
         }
 
 
 class Probe:
-    """`rate` getData/s on `path` from its own kazoo session, open loop (see the module doc)."""
+    """`rate` getData/s on `path` from its own kazoo session, open loop: request i is sent at t0 + i/rate
+    whatever happened to the earlier ones and its latency runs from that scheduled time, so a stalled server
+    shows up as latency, not as a probe that quietly slowed down (see the module doc)."""
 
     def __init__(self, *, connect: str, path: str, rate: float = PROBE_RATE, grace_s: float = 10.0,
                  session_timeout_s: float = 10.0) -> None:
@@ -450,15 +481,13 @@ class Probe:
         self.connect, self.path, self.rate, self.grace_s = connect, path, rate, grace_s
         self.session_timeout_s = session_timeout_s
         self._lock = threading.Lock()
-        self._latencies: list[float] = []
-        self._errors: dict[str, int] = {}
-        self._pending = 0
-        self._scheduled = 0
+        self._outcomes: list[ProbeOutcome] = []
+        self._pending: dict[int, float] = {}  # request number: its due time (wall clock)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._send, name="bench-probe", daemon=True)
         self._zk: Any = None
-        self._t0 = 0.0
-        self._elapsed = 0.0
+        self._t0 = 0.0  # perf_counter at the start
+        self._wall0 = 0.0  # time.time() at the same instant: due times are reported on the wall clock
 
     def start(self) -> None:
         from bkaudit.config import ZkSettings
@@ -470,7 +499,7 @@ class Probe:
 
             close(self._zk)
             raise ValueError(f"the probe's znode {self.path} does not exist")
-        self._t0 = time.perf_counter()
+        self._t0, self._wall0 = time.perf_counter(), time.time()
         self._thread.start()
 
     def _send(self) -> None:
@@ -483,49 +512,51 @@ class Probe:
             if self._stop.is_set():
                 break
             with self._lock:
-                self._scheduled += 1
-                self._pending += 1
+                self._pending[i] = due
             try:
                 result = self._zk.get_async(self.path)
             except Exception as exc:  # kazoo refuses at once (closed client)
-                self._done(due, None, exc)
+                self._done(i, None, exc)
             else:
-                result.rawlink(lambda r, due=due: self._done(due, r, None))
+                result.rawlink(lambda r, i=i: self._done(i, r, None))
             i += 1
 
-    def _done(self, due: float, result: Any, exc: BaseException | None) -> None:
+    def _done(self, i: int, result: Any, exc: BaseException | None) -> None:
         now = time.perf_counter()
         if exc is None and not result.successful():
             exc = result.exception
         with self._lock:
-            self._pending -= 1
-            if exc is None:
-                self._latencies.append(now - due)
-            else:
-                name = type(exc).__name__
-                self._errors[name] = self._errors.get(name, 0) + 1
+            due = self._pending.pop(i)
+            wall = self._wall0 + (due - self._t0)
+            self._outcomes.append(ProbeOutcome(wall, now - due if exc is None else None,
+                                               None if exc is None else type(exc).__name__))
 
-    def stop(self) -> dict[str, Any]:
-        """Stop sending, wait up to `grace_s` for answers (the rest count as failures), close the session."""
+    def stop(self, window: Sequence[float] | None = None) -> dict[str, Any]:
+        """Stop sending, wait up to `grace_s` for answers (the rest count as failures), close the session.
+
+        The summary covers every request; with `window` ([start, end], wall clock, the side's work as it
+        timed it) also, as `work`, the requests scheduled within it."""
         from bkaudit.zk.client import close
 
         self._stop.set()
         self._thread.join(timeout=30)
-        self._elapsed = time.perf_counter() - self._t0
+        end = self._wall0 + (time.perf_counter() - self._t0)
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline:
             with self._lock:
-                if self._pending <= 0:
+                if not self._pending:
                     break
             time.sleep(0.05)
         with self._lock:
-            errors = dict(self._errors)
-            if self._pending > 0:
-                errors["unanswered"] = self._pending
-            summary = ProbeSummary.of(rate=self.rate, scheduled=self._scheduled,
-                                      latencies_s=list(self._latencies), errors=errors, seconds=self._elapsed)
+            outcomes = list(self._outcomes)
+            outcomes += [ProbeOutcome(self._wall0 + (due - self._t0), None, "unanswered")
+                         for due in self._pending.values()]
         close(self._zk)
-        return summary.as_json()
+        out = ProbeSummary.over(outcomes, rate=self.rate, start=self._wall0, end=end).as_json()
+        if window is not None:
+            work = ProbeSummary.over(outcomes, rate=self.rate, start=window[0], end=window[1])
+            out["work"] = work.as_json()
+        return out
 
 
 # -- one run -------------------------------------------------------------------------------------------------
@@ -560,12 +591,15 @@ class Monitor:
             self.probe.start()
         return self
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self, result: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every part's summary; a `window` in the side's `result` ([start, end] of its work, wall clock)
+        adds the ZooKeeper figures of the work alone (start-up excluded)."""
+        window = result.get("window") if result is not None else None
         out: dict[str, Any] = {"memory": self.memory.stop()}
         if self.probe is not None:
-            out["probe"] = self.probe.stop()
+            out["probe"] = self.probe.stop(window)
         if self.mntr is not None:
-            out["mntr"] = self.mntr.stop()
+            out["mntr"] = self.mntr.stop(window)
         return out
 
 
@@ -627,32 +661,40 @@ def memory_table(results: Mapping[str, Sequence[Mapping[str, Any]]], labels: Map
 def zookeeper_table(
     results: Mapping[str, Sequence[Mapping[str, Any]]], labels: Mapping[str, str]
 ) -> list[str]:
-    """Markdown: per side, the probe's p99/max/failures and mntr's max latency, outstanding and packets/s."""
+    """Markdown: per side, the probe's p50/p99/max/failures and mntr's packets/s and outstanding requests
+    during the side's work (its `window`; the whole process if it gave none), the probe's p99 over the whole
+    process (start-up included), and mntr's average and maximum latency over the run."""
     sides = [s for s in results if any("probe" in r.get("monitor", {}) or "mntr" in r.get("monitor", {})
                                        for r in results[s])]
     if not sides:
         return []
     lines = [
         "ZooKeeper under the run (open-loop probe of 100 getData/s from its own session, latency from each "
-        "request's scheduled time; `mntr` each second; median over runs (min-max)):",
+        "request's scheduled time; `mntr` each second after one `srst`; during the work unless the column "
+        "says otherwise; median over runs (min-max)):",
         "",
-        "| side | probe p50 ms | probe p99 ms | probe max ms | probe failures | mntr max latency ms | "
-        "mntr avg latency ms | mntr max outstanding | packets received/s, median | packets received/s, max |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| side | probe p50 ms | probe p99 ms | probe max ms | probe failures "
+        "| probe p99 ms, whole process | mntr max latency ms, run | mntr avg latency ms, run "
+        "| max outstanding | packets received/s, median | packets received/s, max |",
+        "| --- |" + " ---: |" * 10,
     ]
     for s in sides:
         mons = [r["monitor"] for r in results[s] if "monitor" in r]
 
-        def probe(key: str, mons: list[Any] = mons) -> list[float]:
-            return [float(m["probe"][key]) for m in mons if m.get("probe", {}).get(key) is not None]
+        def probe(key: str, work: bool = True, mons: list[Any] = mons) -> list[float]:
+            got = [m["probe"].get("work", m["probe"]) if work else m["probe"] for m in mons if "probe" in m]
+            return [float(g[key]) for g in got if g.get(key) is not None]
 
         def mntr(metric: str, stat: str, mons: list[Any] = mons) -> list[float]:
-            return [float(m["mntr"]["summary"][metric][stat]) for m in mons
-                    if metric in m.get("mntr", {}).get("summary", {})]
+            got = [m["mntr"].get("summary_work") or m["mntr"]["summary"] for m in mons if "mntr" in m]
+            if metric.endswith("latency_ms"):  # the run's, from the last poll
+                got = [m["mntr"]["summary"] for m in mons if "mntr" in m]
+            return [float(g[metric][stat]) for g in got if metric in g]
 
         lines.append(
             f"| {labels.get(s, s)} | {_spread(probe('p50_ms'), 1)} | {_spread(probe('p99_ms'), 1)} | "
             f"{_spread(probe('max_ms'), 0)} | {_spread(probe('failures'))} | "
+            f"{_spread(probe('p99_ms', work=False), 1)} | "
             f"{_spread(mntr('max_latency_ms', 'max'))} | {_spread(mntr('avg_latency_ms', 'run'), 1)} | "
             f"{_spread(mntr('outstanding_requests', 'max'))} | "
             f"{_spread(mntr('packets_received_per_s', 'median'))} | "

@@ -158,13 +158,16 @@ def test_mntr_counts_the_reads_a_client_makes(zk_server: ZooKeeperServer, zk: An
 def test_probe_reports_about_its_rate(zk_server: ZooKeeperServer, zk: Any, zk_root: str) -> None:
     zk.ensure_path(zk_root)
     probe = monitor.Probe(connect=zk_server.connect_string, path=zk_root)
+    started = time.time()
     probe.start()
     time.sleep(3.0)  # the probe's own run time: what is measured is its count over its elapsed time
-    out = probe.stop()
+    out = probe.stop(window=[started + 1.0, started + 2.0])
     assert out["failures"] == 0
     assert out["answered"] == out["scheduled"]
     assert 90 <= out["answered_per_s"] <= 101
     assert 0 < out["p50_ms"] <= out["p99_ms"] <= out["max_ms"]
+    work = out["work"]  # the requests scheduled within one second of the run: about `rate` of them
+    assert 95 <= work["scheduled"] <= 102 and work["answered"] == work["scheduled"]
 
 
 def test_probe_on_a_missing_znode_is_a_clear_error(zk_server: ZooKeeperServer, zk_root: str) -> None:

@@ -186,6 +186,19 @@ def test_probe_summary() -> None:
         monitor.Probe(connect="127.0.0.1:1", path="/", rate=0)
 
 
+def test_probe_summary_over_a_window_keeps_the_requests_scheduled_in_it() -> None:
+    outcomes = [monitor.ProbeOutcome(100.0 + i / 100, 0.002) for i in range(300)]  # 3 s at 100/s, 2 ms
+    outcomes[150] = monitor.ProbeOutcome(101.5, 0.9)  # a stall inside the window
+    outcomes[10] = monitor.ProbeOutcome(100.1, 5.0)  # start-up, outside it
+    outcomes.append(monitor.ProbeOutcome(101.2, None, "ConnectionLoss"))
+    outcomes.append(monitor.ProbeOutcome(102.9, None, "unanswered"))
+    work = monitor.ProbeSummary.over(outcomes, rate=100, start=101.0, end=102.0)
+    assert (work.scheduled, work.answered, work.failures) == (102, 101, 1)
+    assert work.max_ms == 900.0 and work.p50_ms == 2.0 and work.errors == {"ConnectionLoss": 1}
+    whole = monitor.ProbeSummary.over(outcomes, rate=100, start=100.0, end=103.0)
+    assert (whole.scheduled, whole.failures, whole.max_ms) == (302, 2, 5000.0)
+
+
 def test_zk_targets_parses_the_connect_string() -> None:
     t = monitor.zk_targets("127.0.0.1:21810/chroot", "/ledgers", {"zookeeper": 5})
     assert (t.zk_host, t.zk_port, t.zk_connect, t.probe_path) == (
@@ -200,10 +213,13 @@ def _run(driver: float, workers: float, largest: float, p99: float, mntr_max: fl
             "python_workers": {"peak_sum_mb": workers, "peak_single_mb": largest, "processes": 3,
                                "samples": 3},
         }},
-        "probe": {"p50_ms": 1.0, "p99_ms": p99, "max_ms": p99 * 2, "failures": 0},
+        "probe": {"p50_ms": 1.0, "p99_ms": p99 * 10, "max_ms": p99 * 20, "failures": 0,  # whole process
+                  "work": {"p50_ms": 1.0, "p99_ms": p99, "max_ms": p99 * 2, "failures": 0}},
         "mntr": {"summary": {"max_latency_ms": {"max": mntr_max}, "avg_latency_ms": {"run": 2.0},
-                             "outstanding_requests": {"median": 0.0, "max": 2.0},
-                             "packets_received_per_s": {"median": 900.0, "max": 1500.0}}},
+                             "outstanding_requests": {"median": 0.0, "max": 7.0},
+                             "packets_received_per_s": {"median": 100.0, "max": 1500.0}},
+                 "summary_work": {"outstanding_requests": {"median": 0.0, "max": 2.0},
+                                  "packets_received_per_s": {"median": 900.0, "max": 1500.0}}},
     }}
 
 
@@ -215,8 +231,9 @@ def test_tables_give_median_min_max_over_runs_per_side() -> None:
     assert "| driver | 310 (300-320) |" in mem
     assert "| python_workers | 700 (650-800); largest one 170 (160-180) |" in mem
     zk = "\n".join(monitor.zookeeper_table(results, {"b": "(b)"}))
-    assert ("| (b) | 1.0 (1.0-1.0) | 30.0 (20.0-40.0) | 60 (40-80) | 0 (0-0) | 60 (50-70) | 2.0 (2.0-2.0) | "
-            "2 (2-2) | 900 (900-900) | 1,500 (1,500-1,500) |" in zk)
+    # the work window's figures, the whole process's p99 apart, the run's latencies from mntr
+    assert ("| (b) | 1.0 (1.0-1.0) | 30.0 (20.0-40.0) | 60 (40-80) | 0 (0-0) | 300.0 (200.0-400.0) "
+            "| 60 (50-70) | 2.0 (2.0-2.0) | 2 (2-2) | 900 (900-900) | 1,500 (1,500-1,500) |" in zk)
     assert monitor.memory_table({"a": [{"seconds": 1.0}]}, {}) == []
     assert monitor.zookeeper_table({"a": [{"seconds": 1.0}]}, {}) == []
 
@@ -230,8 +247,9 @@ class _Recorder:
         self.log, self.side = log, side
         log.append(("start", side.name))
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self, result: dict[str, Any] | None) -> dict[str, Any]:
         self.log.append(("stop", self.side.name))
+        assert result is None or result["note"] == self.side.name  # it gets the side's own result
         return {"watched": self.side.name}
 
 
