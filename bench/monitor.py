@@ -9,8 +9,9 @@ so it measures without touching the measured process. Three background threads:
   pyspark.daemon and the workers it forks), `other` (anything else under the driver), and the fixed pids
   the bench names: `bookie-<i>` (each LocalCluster bookie) and `zookeeper` (the embedded ZooKeeper JVM).
   Per role: the peak of the sum over its processes and the peak of its largest single process. A 1 Hz
-  sample misses a peak shorter than a second, and the RSS of forked workers counts the pages they share
-  with pyspark.daemon once per process.
+  sample misses a peak shorter than a second. The RSS of forked workers counts the pages they share with
+  pyspark.daemon once per process, so python_workers also gets the peak of their summed proportional set
+  size (PSS, /proc/<pid>/smaps_rollup: shared pages divided among their sharers).
 - `MntrPoller`: `srst` once when the run starts (the server's statistics then cover this run alone), then
   ZooKeeper's `mntr` four-letter word each second: packets received/sent per second (deltas of its
   cumulative counts, exact), outstanding requests, znode count and approximate data size per sample, and
@@ -334,6 +335,19 @@ def read_proc(pid: int, proc: Path = PROC) -> Proc | None:
     return Proc(pid=pid, ppid=int(fields[1]), argv=args, rss=int(statm.split()[1]) * PAGE)
 
 
+def read_pss(pid: int, proc: Path = PROC) -> int | None:
+    """Proportional set size in bytes (/proc/<pid>/smaps_rollup: shared pages divided among their sharers),
+    or None if the process went away or the kernel does not say."""
+    try:
+        text = (proc / str(pid) / "smaps_rollup").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
 def read_procs(proc: Path = PROC) -> dict[int, Proc]:
     """Every process /proc lists now."""
     out: dict[int, Proc] = {}
@@ -393,6 +407,7 @@ class MemorySampler(_Ticker):
         self.fixed = dict(fixed or {})
         self.proc = proc
         self.samples: list[dict[str, dict[int, int]]] = []
+        self.workers_pss: list[int] = []  # per sample: python_workers' PSS sum (their RSS double-counts)
         self.times: list[float] = []
 
     def tick(self) -> None:
@@ -400,6 +415,7 @@ class MemorySampler(_Ticker):
         roles = attribute(procs, root=self.root, fixed=self.fixed, is_driver=self.is_driver)
         self.times.append(time.monotonic() - self.started)
         self.samples.append({role: {pid: procs[pid].rss for pid in pids} for role, pids in roles.items()})
+        self.workers_pss.append(sum(read_pss(pid, self.proc) or 0 for pid in roles.get("python_workers", ())))
 
     def stop(self) -> dict[str, Any]:
         self.halt()
@@ -407,10 +423,13 @@ class MemorySampler(_Ticker):
         series: dict[str, list[float]] = {"t": [round(t, 2) for t in self.times]}
         for role in summary:
             series[role] = [round(sum(s.get(role, {}).values()) / MB, 1) for s in self.samples]
+        roles = {role: m.as_json() for role, m in summary.items()}
+        if "python_workers" in roles and any(self.workers_pss):
+            roles["python_workers"]["peak_pss_sum_mb"] = round(max(self.workers_pss) / MB, 1)
         return {
             "interval_s": self.interval_s,
             "samples": len(self.samples),
-            "roles": {role: m.as_json() for role, m in summary.items()},
+            "roles": roles,
             "series_mb": series,
             "error": None if self.error is None else repr(self.error),
         }
@@ -629,7 +648,7 @@ def _spread(values: Sequence[float], digits: int = 0) -> str:
 
 def memory_table(results: Mapping[str, Sequence[Mapping[str, Any]]], labels: Mapping[str, str]) -> list[str]:
     """Markdown: peak RSS (MB) per role and side, median over runs (min-max); python_workers gives the peak
-    of the sum of concurrent workers and of the largest single one."""
+    of the sum of concurrent workers, of the largest single one, and of their PSS sum."""
     roles: set[str] = set()
     for runs in results.values():
         for r in runs:
@@ -652,6 +671,9 @@ def memory_table(results: Mapping[str, Sequence[Mapping[str, Any]]], labels: Map
             cell = _spread([g["peak_sum_mb"] for g in got])
             if role in ("python_workers", "other") and got:
                 cell += f"; largest one {_spread([g['peak_single_mb'] for g in got])}"
+            pss = [g["peak_pss_sum_mb"] for g in got if "peak_pss_sum_mb" in g]
+            if pss:
+                cell += f"; PSS sum {_spread(pss)}"
             cells.append(cell)
         lines.append(f"| {role} | " + " | ".join(cells) + " |")
     lines.append("")

@@ -51,7 +51,8 @@ def _wait(what: str, ok: Callable[[], Any], timeout_s: float = 60.0) -> Any:
 
 
 # A process tree shaped like a Spark side: driver (python) -> "java" (Python run through a symlink named
-# `java`, so /proc shows argv[0] as a JVM's) -> worker (python), which allocates ALLOCATE_MB when told to.
+# `java`, so /proc shows argv[0] as a JVM's) -> worker (python), which allocates ALLOCATE_MB when told to
+# and then forks a child that shares those pages (as pyspark.daemon's forked workers share the daemon's).
 WORKER = f"""
 import os, sys, time, pathlib
 d = pathlib.Path(sys.argv[1])
@@ -59,9 +60,15 @@ d = pathlib.Path(sys.argv[1])
 while not (d / "go").exists():
     time.sleep(0.02)
 block = b"x" * ({ALLOCATE_MB} * 1024 * 1024)  # written, so every page is resident
-(d / "done").write_text("1")
+time.sleep(1.5)  # at least one sample with the allocation and no fork yet
+child = os.fork()
+if child == 0:
+    (d / "forked.pid").write_text(str(os.getpid()))
 while not (d / "stop").exists():
     time.sleep(0.02)
+if child == 0:
+    os._exit(0)
+os.waitpid(child, 0)
 """
 JVM = """
 import os, subprocess, sys, pathlib
@@ -99,23 +106,31 @@ def test_sampler_sees_a_worker_grow_by_what_it_allocated_and_attributes_the_tree
             return next((s for s in reversed(sampler.samples)
                          if worker in s.get("python_workers", {})), None)
 
-        before = _wait("a sample with the worker", seen)["python_workers"][worker]
+        first = _wait("a sample with the worker", seen)
+        base = sampler.samples.index(first)
+        before, pss_before = first["python_workers"][worker], sampler.workers_pss[base]
         (tmp_path / "go").write_text("1")
-        _wait("the allocation", (tmp_path / "done").exists)
+        _wait("the fork", (tmp_path / "forked.pid").exists)
+        forked = int(_wait("the forked pid", lambda: (tmp_path / "forked.pid").read_text()))
         count = len(sampler.samples)
-        _wait("two samples after the allocation", lambda: len(sampler.samples) >= count + 2)
+        _wait("two samples after the fork", lambda: len(sampler.samples) >= count + 2)
     finally:
         (tmp_path / "stop").write_text("1")
         driver.wait(timeout=60)
     summary = sampler.stop()
     assert summary["error"] is None
-    roles = summary["roles"]
-    grown_mb = roles["python_workers"]["peak_sum_mb"] - before / MB
+    workers = summary["roles"]["python_workers"]
+    # the largest worker grew by what it allocated
+    grown_mb = workers["peak_single_mb"] - before / MB
     assert ALLOCATE_MB * 0.9 <= grown_mb <= ALLOCATE_MB * 1.15, grown_mb
-    assert roles["python_workers"]["peak_single_mb"] == roles["python_workers"]["peak_sum_mb"]
-    pids = {role: set().union(*(set(s.get(role, {})) for s in sampler.samples)) for role in roles}
-    assert pids == {"driver": {driver.pid}, "jvm": {jvm}, "python_workers": {worker}}
-    assert summary["series_mb"]["python_workers"][-1] >= ALLOCATE_MB  # the series, not only the peak
+    # two processes map those pages after the fork: the RSS sum counts them twice, PSS once
+    rss_grown = workers["peak_sum_mb"] - before / MB
+    assert 2 * ALLOCATE_MB * 0.9 <= rss_grown <= 2 * ALLOCATE_MB * 1.15 + before / MB, rss_grown
+    pss_grown = workers["peak_pss_sum_mb"] - pss_before / MB
+    assert ALLOCATE_MB * 0.9 <= pss_grown <= ALLOCATE_MB * 1.15, pss_grown
+    pids = {role: set().union(*(set(s.get(role, {})) for s in sampler.samples)) for role in summary["roles"]}
+    assert pids == {"driver": {driver.pid}, "jvm": {jvm}, "python_workers": {worker, forked}}
+    assert summary["series_mb"]["python_workers"][-1] >= 2 * ALLOCATE_MB  # the series, not only the peak
 
 
 def test_sampler_reads_fixed_pids_as_their_roles(zk_server: ZooKeeperServer) -> None:

@@ -126,6 +126,9 @@ def test_read_proc_of_this_process_and_of_a_gone_pid(tmp_path: Path) -> None:
     me = monitor.read_proc(os.getpid())
     assert me is not None and me.ppid == os.getppid() and me.rss > 10 * MB
     assert monitor.read_proc(10**9) is None
+    pss = monitor.read_pss(os.getpid())
+    assert pss is not None and 0 < pss <= me.rss * 1.1  # shared pages count in part
+    assert monitor.read_pss(10**9) is None
 
 
 # -- mntr ----------------------------------------------------------------------------------------------------
