@@ -35,6 +35,7 @@ import itertools
 import math
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -392,7 +393,8 @@ class _Ticker:
 
     def halt(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=30)
 
 
 class MemorySampler(_Ticker):
@@ -603,11 +605,19 @@ class Monitor:
                       if targets.zk_connect and targets.probe_path else None)
 
     def start(self) -> Monitor:
+        """Start every part; if one cannot start (ZooKeeper unreachable, no probe znode), stop the others
+        and raise: a run is not measured half-watched."""
         self.memory.start()
-        if self.mntr is not None:
-            self.mntr.start()
-        if self.probe is not None:
-            self.probe.start()
+        try:
+            if self.mntr is not None:
+                self.mntr.start()
+            if self.probe is not None:
+                self.probe.start()
+        except BaseException:
+            self.memory.halt()
+            if self.mntr is not None:
+                self.mntr.halt()
+            raise
         return self
 
     def stop(self, result: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -619,6 +629,9 @@ class Monitor:
             out["probe"] = self.probe.stop(window)
         if self.mntr is not None:
             out["mntr"] = self.mntr.stop(window)
+        for part, summary in out.items():
+            if summary.get("error"):
+                print(f"  monitor: the {part} thread failed: {summary['error']}", file=sys.stderr, flush=True)
         return out
 
 

@@ -189,6 +189,12 @@ def test_probe_on_a_missing_znode_is_a_clear_error(zk_server: ZooKeeperServer, z
     probe = monitor.Probe(connect=zk_server.connect_string, path=zk_root + "/nope")
     with pytest.raises(ValueError, match="does not exist"):
         probe.start()
+    # the whole monitor refuses too, and leaves no thread of its own running
+    watch = monitor.Monitor(monitor.zk_targets(zk_server.connect_string, zk_root + "/nope", {}))
+    with pytest.raises(ValueError, match="does not exist"):
+        watch.start()
+    assert watch.memory.error is None and not watch.memory._thread.is_alive()
+    assert watch.mntr is not None and not watch.mntr._thread.is_alive()
 
 
 @pytest.fixture
