@@ -541,6 +541,8 @@ def report(m: dict[str, Any]) -> str:
     labels = {"bkaudit": "(a) bkaudit", "baseline": "(b) baseline"}
     lines += monitor.memory_table(m["results"], labels)
     lines += monitor.zookeeper_table(m["results"], labels)
+    if "probe_idle" in m:
+        lines += [monitor.idle_line(m["probe_idle"]), ""]
     return "\n".join(lines)
 
 
@@ -618,7 +620,10 @@ def main(argv: list[str] | None = None) -> int:
                                 if lid not in m["expected"] or cat not in DURABILITY)
                 check_side(name, found_from_json(r["found"]), m["expected"], extra)
 
-            watch = monitor.monitor_factory(lambda: cluster_targets(cluster)) if args.monitor else None
+            watch = None
+            if args.monitor:
+                watch = monitor.monitor_factory(lambda: cluster_targets(cluster))
+                m["probe_idle"] = monitor.idle_reference(cluster_targets(cluster))
             m["results"] = harness.compare(sides, runs=args.runs, before_run=before, after_run=after,
                                            monitor=watch)
         finally:

@@ -635,6 +635,30 @@ class Monitor:
         return out
 
 
+def idle_reference(targets: Targets, *, seconds: float = 10.0) -> dict[str, Any]:
+    """The monitor for `seconds` with no side running: what the probe's latency is on this machine when
+    nothing loads ZooKeeper (the probe shares the CPUs with everything else; read its p99 against this)."""
+    watch = Monitor(targets).start()
+    time.sleep(seconds)
+    out = watch.stop()
+    out["seconds"] = seconds
+    out["load_average"] = list(os.getloadavg())
+    return out
+
+
+def idle_line(idle: Mapping[str, Any]) -> str:
+    """One markdown line for `idle_reference`'s result."""
+    probe = idle.get("probe", {})
+    packets = idle.get("mntr", {}).get("summary", {}).get("packets_received_per_s", {}).get("median")
+    p50, p99, top = (probe.get(k) for k in ("p50_ms", "p99_ms", "max_ms"))
+    if p99 is None:
+        return "Probe with no side running: no answer."
+    return (f"Probe with no side running ({idle['seconds']:g} s before the runs, load average "
+            f"{idle['load_average'][0]:.1f}): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {top:.0f} ms, "
+            f"{probe.get('failures', 0)} failures"
+            + (f"; ZooKeeper received {packets:,.0f} packets/s." if packets is not None else "."))
+
+
 def zk_targets(connect: str, probe_path: str, fixed: Mapping[str, int]) -> Targets:
     """Targets for a single-server connect string `host:port`."""
     host, _, port = connect.split("/", 1)[0].split(",")[0].rpartition(":")

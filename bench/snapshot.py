@@ -248,6 +248,8 @@ def report(m: dict[str, Any]) -> str:
     labels = {name: SIDES[name][0].split()[0] for name in res}
     lines += monitor.memory_table(res, labels)
     lines += monitor.zookeeper_table(res, labels)
+    if "probe_idle" in m:
+        lines += [monitor.idle_line(m["probe_idle"]), ""]
     probes = {k: [r["monitor"]["probe"] for r in v if "probe" in r.get("monitor", {})]
               for k, v in res.items()}
     p99 = {k: [p for pr in v if (p := pr.get("work", pr).get("p99_ms")) is not None]
@@ -315,6 +317,7 @@ def main() -> int:
             targets = monitor.zk_targets(server.connect_string, paths.ledger_path(0, root=ROOT),
                                          {"zookeeper": server.pid})
             watch = monitor.monitor_factory(lambda: targets)
+            m["probe_idle"] = monitor.idle_reference(targets)
         m["results"] = harness.compare(sides, runs=args.runs, before_run=before, monitor=watch)
     finally:
         server.stop()

@@ -241,6 +241,17 @@ def test_tables_give_median_min_max_over_runs_per_side() -> None:
     assert monitor.zookeeper_table({"a": [{"seconds": 1.0}]}, {}) == []
 
 
+def test_idle_line() -> None:
+    idle = {"seconds": 10.0, "load_average": [3.21, 2.0, 1.0],
+            "probe": {"p50_ms": 1.234, "p99_ms": 12.5, "max_ms": 30.2, "failures": 0},
+            "mntr": {"summary": {"packets_received_per_s": {"median": 104.0, "max": 120.0}}}}
+    assert monitor.idle_line(idle) == (
+        "Probe with no side running (10 s before the runs, load average 3.2): p50 1.2 ms, p99 12.5 ms, "
+        "max 30 ms, 0 failures; ZooKeeper received 104 packets/s.")
+    assert monitor.idle_line({"seconds": 10.0, "probe": {"p99_ms": None}}) == (
+        "Probe with no side running: no answer.")
+
+
 # -- harness.compare(monitor=) -------------------------------------------------------------------------------
 class _Recorder:
     """Stands in for bench/monitor.Monitor to check the harness's plumbing: started before the side's
