@@ -173,8 +173,8 @@ def test_mntr_counts_the_reads_a_client_makes(zk_server: ZooKeeperServer, zk: An
 def test_probe_reports_about_its_rate(zk_server: ZooKeeperServer, zk: Any, zk_root: str) -> None:
     zk.ensure_path(zk_root)
     probe = monitor.Probe(connect=zk_server.connect_string, path=zk_root)
-    started = time.time()
     probe.start()
+    started = time.time()  # after the connect: the window lies within the probe's sending
     time.sleep(3.0)  # the probe's own run time: what is measured is its count over its elapsed time
     out = probe.stop(window=[started + 1.0, started + 2.0])
     assert out["failures"] == 0
