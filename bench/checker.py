@@ -1,7 +1,7 @@
 """Benchmark of the metadata checker (Spark jobs 1 + 2) against a BookKeeper-Auditor-style sequential checker.
 
     .venv/bin/python bench/checker.py [--ledgers N | --quick] [--layout uniform|realistic] [--entries E]
-                                      [--runs R] [--json PATH]
+                                      [--runs R] [--monitor] [--json PATH]
 
 1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper); N closed ledgers (ids 0..N-1) laid
    out by bench/layouts.py: `uniform` (default; E entries each, E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, one
@@ -21,7 +21,10 @@
    (b) the baseline, shaped as BookKeeper's AuditorReplicasCheckTask.replicasCheck (see `baseline`);
    both must find every hole with the exact missing entries, and nothing else (asserted after every run);
 5. a markdown table (medians with min-max, with and without start-up, ratio median/median) on stdout and
-   the raw results as JSON (bench/results/checker-N-<stamp>.json or --json).
+   the raw results as JSON (bench/results/checker-N-<stamp>.json or --json);
+6. with `--monitor` (bench/monitor.py), every run watched from this process: peak RSS of the side's process,
+   Spark's JVM and Python workers, each bookie and the ZooKeeper JVM at 1 Hz, ZooKeeper's `mntr` each second
+   and a 100 getData/s open-loop probe; a memory table and a ZooKeeper table per side in the report.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import harness  # noqa: E402
 import layouts  # noqa: E402
+import monitor  # noqa: E402
 
 BOOKIES = 9
 RACKS = 3
@@ -199,7 +203,7 @@ def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
     spark.range(1).count()
     session_s = time.perf_counter() - t0
     settings = settings_for(SimpleNamespace(zk=zk, root=root), warehouse)
-    t0 = time.perf_counter()
+    wall0, t0 = time.time(), time.perf_counter()
     snap = run_snapshot(spark, settings, warehouse=warehouse)
     snapshot_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -218,6 +222,7 @@ def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
         "phases": result.phase_seconds,
         "snapshot_steps": snap.timings,
         "calls": sum(b.calls for b in result.bookies),
+        "window": [wall0, wall0 + snapshot_s + check_s],  # the work on the wall clock, for bench/monitor.py
     }
 
 
@@ -230,7 +235,9 @@ def baseline_side(
 ) -> dict[str, Any]:
     """(b), in a fresh process: the baseline over ledgers 0..ledgers-1 (replicas-check shaped, or
     checkAllLedgers shaped with `reads_percentage`, as bench/checker_reads.py runs it)."""
+    wall0 = time.time()
     out = baseline(zk, root, list(range(ledgers)), in_flight=in_flight, reads_percentage=reads_percentage)
+    out["window"] = [wall0, time.time()]  # the work (and the connect), wall clock, for bench/monitor.py
     out["found"] = _found_json(out["found"])
     return out
 
@@ -445,7 +452,21 @@ def report(m: dict[str, Any]) -> str:
         f"Raw results: `{m['json']}`.",
         "",
     ]
+    labels = {"bkaudit": "(a) bkaudit", "baseline": "(b) baseline"}
+    lines += monitor.memory_table(m["results"], labels)
+    lines += monitor.zookeeper_table(m["results"], labels)
+    if "probe_idle" in m:
+        lines += [monitor.idle_line(m["probe_idle"]), ""]
     return "\n".join(lines)
+
+
+def cluster_targets(cluster: Any) -> Any:
+    """What `--monitor` watches: each bookie's current pid (they restart before every run), the ZooKeeper
+    JVM, and the probe's znode (the ledgers root, which always exists)."""
+    fixed = {f"bookie-{i}": b.pid for i, b in enumerate(cluster.bookies) if b.pid is not None}
+    if cluster.zookeeper and cluster.zookeeper.get("pid"):
+        fixed["zookeeper"] = cluster.zookeeper["pid"]
+    return monitor.zk_targets(cluster.zk, cluster.root, fixed)
 
 
 def check_side(name: str, found: dict[int, Any], expected: dict[int, Any], extra: int) -> None:
@@ -510,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="uniform (default, `make bench-quick`) or realistic (bench/layouts.py)")
     parser.add_argument("--entries", type=int, default=10, help="entries per ledger (uniform layout)")
     parser.add_argument("--runs", type=int, default=harness.DEFAULT_RUNS, help="runs of each side")
+    parser.add_argument("--monitor", action="store_true",
+                        help="memory per process role, ZooKeeper mntr and a 100 getData/s probe per run")
     parser.add_argument("--json", help="result file (default bench/results/checker-<stamp>.json)")
     args = parser.parse_args(argv)
     n = 10_000 if args.quick else args.ledgers
@@ -551,7 +574,12 @@ def main(argv: list[str] | None = None) -> int:
                                 if lid not in m["expected"] or cat not in DURABILITY)
                 check_side(name, found_from_json(r["found"]), m["expected"], extra)
 
-            m["results"] = harness.compare(sides, runs=args.runs, before_run=before, after_run=after)
+            watch = None
+            if args.monitor:
+                watch = monitor.monitor_factory(lambda: cluster_targets(cluster))
+                m["probe_idle"] = monitor.idle_reference(cluster_targets(cluster))
+            m["results"] = harness.compare(sides, runs=args.runs, before_run=before, after_run=after,
+                                           monitor=watch)
         finally:
             cluster.down()
     m["machine_end"] = harness.machine()

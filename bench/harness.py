@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -96,6 +96,14 @@ def markdown_row(cells: Sequence[str]) -> str:
 # -- running sides -------------------------------------------------------------------------------------------
 
 
+class Monitoring(Protocol):
+    """A watcher started around one run (bench/monitor.py's Monitor): `stop` gets the side's result (None if
+    it failed; its `window`, [start, end] of the work on the wall clock, if it gives one) and returns the
+    watcher's JSON summary."""
+
+    def stop(self, result: Mapping[str, Any] | None) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Side:
     """One side of a comparison: `function` (`module:function` in bench/) called with `kwargs` in a fresh
@@ -142,17 +150,20 @@ def compare(
     before_run: Callable[[Side], Side] | None = None,
     after_run: Callable[[str, dict[str, Any]], None] | None = None,
     timeout_s: float = 3600.0,
+    monitor: Callable[[Side], Monitoring] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every side `runs` times, alternated, each in a fresh process: {side name: [result per run]}.
 
     `before_run` (untimed) resets shared state and returns the side to run, e.g. with a fresh warehouse;
     `after_run` checks a result (raise to stop: a wrong answer is not a measurement); `timeout_s` bounds
-    one run of a side."""
+    one run of a side; `monitor` starts a watcher in this (parent) process just before the side's process
+    and stops it when that exits, its summary going into the result as `monitor` (bench/monitor.py: memory
+    per process role, ZooKeeper load)."""
     by_name = {s.name: s for s in sides}
     results: dict[str, list[dict[str, Any]]] = {s.name: [] for s in sides}
     for run, name in alternation([s.name for s in sides], runs):
         side = by_name[name] if before_run is None else before_run(by_name[name])
-        r = run_fresh(side, timeout_s=timeout_s)
+        r = run_watched(side, timeout_s=timeout_s, monitor=monitor)
         if after_run is not None:
             after_run(name, r)
         results[name].append(r)
@@ -208,6 +219,22 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     raise TypeError(f"not JSON-able: {type(value).__name__}")
+
+
+def run_watched(
+    side: Side, *, timeout_s: float = 3600.0, monitor: Callable[[Side], Monitoring] | None = None
+) -> dict[str, Any]:
+    """`run_fresh`, with `monitor` (if any) watching from this process while the side's process runs."""
+    if monitor is None:
+        return run_fresh(side, timeout_s=timeout_s)
+    watching = monitor(side)
+    try:
+        r = run_fresh(side, timeout_s=timeout_s)
+    except BaseException:
+        watching.stop(None)
+        raise
+    r["monitor"] = watching.stop(r)
+    return r
 
 
 def zookeeper_heap_mb(ledgers: int) -> int:

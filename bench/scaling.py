@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checker
 import harness
 import layouts
+import monitor
 
 SNAPSHOT_STEPS = ("ledgers", "cluster_state", "validation", "commit")
 
@@ -113,6 +114,10 @@ def report(m: dict[str, Any]) -> str:
     for name, secs in rows:
         per = {s: secs[s] / s * 1e6 for s in sizes}
         lines.append(row([name, *(f"{per[s]:,.1f}" for s in sizes), growth(per, sizes)]))
+    labels = {str(s): f"{s:,} ledgers" for s in sizes}
+    memory = monitor.memory_table(m["results"], labels)
+    if memory:
+        lines += ["", *memory, *monitor.zookeeper_table(m["results"], labels)]
     lines += [
         "",
         "Ledgers per size: " + "; ".join(f"{s:,}: {m['described'][str(s)]}" for s in sizes) + ".",
@@ -124,7 +129,9 @@ def report(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_size(n: int, layout: str, entries: int, runs: int, tmp: str) -> dict[str, Any]:
+def run_size(
+    n: int, layout: str, entries: int, runs: int, tmp: str, *, watch: bool = False
+) -> dict[str, Any]:
     """One size on its own fresh cluster: setup, then `runs` runs of the bkaudit side; results and setup."""
     from bkaudit.cluster.local import LocalCluster
 
@@ -135,13 +142,14 @@ def run_size(n: int, layout: str, entries: int, runs: int, tmp: str) -> dict[str
     m["setup"]["cluster"] = time.perf_counter() - t0
     try:
         checker.setup(cluster, layout, n, entries, m)
+        watcher = monitor.monitor_factory(lambda: checker.cluster_targets(cluster)) if watch else None
         results = []
         for run in range(runs):
             m["setup"]["restarts"] += checker.restart_bookies(cluster)
             side = harness.Side("bkaudit", "checker:spark_side",
                                 {"zk": cluster.zk, "root": cluster.root,
                                  "warehouse": f"{tmp}/warehouse-{n}-{run}"}, "snapshot + check")
-            r = harness.run_fresh(side)
+            r = harness.run_watched(side, monitor=watcher)
             extra = sum(1 for lid, cat, _ev in r["violations"]
                         if lid not in m["expected"] or cat not in checker.DURABILITY)
             checker.check_side("bkaudit", checker.found_from_json(r["found"]), m["expected"], extra)
@@ -170,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layout", choices=layouts.LAYOUTS, default="uniform")
     parser.add_argument("--entries", type=int, default=10, help="entries per ledger (uniform layout)")
     parser.add_argument("--runs", type=int, default=1, help="runs per size (medians over them)")
+    parser.add_argument("--monitor", action="store_true",
+                        help="peak memory per role and ZooKeeper load of every run (bench/monitor.py)")
     parser.add_argument("--json", help="result file (default bench/results/scaling-<stamp>.json)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its cluster down
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                          "results": {}, "setup": {}, "described": {}, "holes": {}}
     for n in args.sizes:
         with tempfile.TemporaryDirectory(prefix="bkaudit-bench-scaling-") as tmp:
-            one = run_size(n, args.layout, args.entries, args.runs, tmp)
+            one = run_size(n, args.layout, args.entries, args.runs, tmp, watch=args.monitor)
         m["results"][str(n)] = one["results"]
         m["setup"][str(n)] = one["setup"]
         m["described"][str(n)] = one["described"]

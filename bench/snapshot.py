@@ -1,6 +1,7 @@
 """Benchmark of the snapshot job (Spark job 1) against raw reads of the same znodes, through bench/harness.py.
 
-    .venv/bin/python bench/snapshot.py [--ledgers N | --quick] [--runs R] [--sides a,a2,b,b2,c] [--json PATH]
+    .venv/bin/python bench/snapshot.py [--ledgers N | --quick] [--runs R] [--sides a,a2,b,b2,c] [--monitor]
+                                       [--zk-load] [--json PATH]
 
 1. start an embedded ZooKeeper and bulk-populate N ledgers in BookKeeper's format (v3 metadata, hierarchical
    paths, Pulsar custom metadata, 1-3 segments; pipelined multi() transactions of creates);
@@ -17,6 +18,12 @@
    the interpreter, imports and the JVM;
 3. a markdown table (medians with min-max, ratio median/median) on stdout and the raw results as JSON
    (bench/results/snapshot-N-<stamp>.json or --json).
+
+`--monitor` watches every run from this process (bench/monitor.py): peak RSS of the side's process, Spark's
+JVM and Python workers and the ZooKeeper JVM at 1 Hz; ZooKeeper's `mntr` each second; an open-loop probe
+client doing 100 getData/s on a ledger znode from its own session. The report then adds a memory table and
+a ZooKeeper table per side. `--zk-load` (issue 15, item 5) is `--sides b,b2 --monitor`: the job at the
+default rate limit and with it off, and the probe's p99 under each.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import harness  # noqa: E402
+import monitor  # noqa: E402
 
 WINDOW = 1000  # outstanding async requests of the raw reads (the job keeps its default, 500)
 CREATE_BATCH = 200  # creates per multi() transaction when populating
@@ -123,7 +131,7 @@ def raw_side(connect: str, ledgers: int, multi_read: bool) -> dict[str, Any]:
     leaf_paths = leaf_paths_for(ledgers)
     zk = zk_connect(connect)
     try:
-        t0 = time.perf_counter()
+        wall0, t0 = time.time(), time.perf_counter()
         if multi_read:
             count = sum(1 for _ in read_batched(zk, leaf_paths, max_in_flight=WINDOW))
         else:
@@ -142,7 +150,7 @@ def raw_side(connect: str, ledgers: int, multi_read: bool) -> dict[str, Any]:
         close(zk)
     if count != ledgers:
         raise RuntimeError(f"read {count} znodes, expected {ledgers}")
-    return {"seconds": seconds, "ledgers": count}
+    return {"seconds": seconds, "ledgers": count, "window": [wall0, wall0 + seconds]}
 
 
 def job_side(connect: str, warehouse: str, ledgers: int, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -161,13 +169,14 @@ def job_side(connect: str, warehouse: str, ledgers: int, overrides: dict[str, An
         environ={},
         overrides={"zk.connect": connect, "zk.root": ROOT, "snapshot.warehouse": warehouse, **overrides},
     )
-    t0 = time.perf_counter()
+    wall0, t0 = time.time(), time.perf_counter()
     result = run_snapshot(spark, settings)
     seconds = time.perf_counter() - t0
     spark.stop()
     if result.ledgers != ledgers:
         raise RuntimeError(f"the job saw {result.ledgers} ledgers, expected {ledgers}")
-    return {"seconds": seconds, "session_s": session_s, "ledgers": result.ledgers, "steps": result.timings}
+    return {"seconds": seconds, "session_s": session_s, "ledgers": result.ledgers, "steps": result.timings,
+            "window": [wall0, wall0 + seconds]}  # the work on the wall clock, for bench/monitor.py
 
 
 SIDES: dict[str, tuple[str, str]] = {  # name: (row label, what it runs)
@@ -236,6 +245,20 @@ def report(m: dict[str, Any]) -> str:
                      + ", ".join(f"{k} {v.median:.2f}" for k, v in steps.items()) + ".")
     lines.append(f"Raw results: `{m['json']}`.")
     lines.append("")
+    labels = {name: SIDES[name][0].split()[0] for name in res}
+    lines += monitor.memory_table(res, labels)
+    lines += monitor.zookeeper_table(res, labels)
+    if "probe_idle" in m:
+        lines += [monitor.idle_line(m["probe_idle"]), ""]
+    probes = {k: [r["monitor"]["probe"] for r in v if "probe" in r.get("monitor", {})]
+              for k, v in res.items()}
+    p99 = {k: [p for pr in v if (p := pr.get("work", pr).get("p99_ms")) is not None]
+           for k, v in probes.items()}
+    if p99.get("b") and p99.get("b2"):
+        at_default, off = (harness.Spread.of(p99[k]).median for k in ("b", "b2"))
+        lines.append(f"Probe p99 during the job (ms, median over runs): {at_default:.1f} at the default rate "
+                     f"limit (b), {off:.1f} with it off (b').")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -245,8 +268,14 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="10,000 ledgers")
     parser.add_argument("--runs", type=int, default=harness.DEFAULT_RUNS, help="runs of each side")
     parser.add_argument("--sides", default="a,a2,b,b2,c", help=f"comma-separated, of {','.join(SIDES)}")
+    parser.add_argument("--monitor", action="store_true",
+                        help="memory per process role, ZooKeeper mntr and a 100 getData/s probe per run")
+    parser.add_argument("--zk-load", action="store_true",
+                        help="ZooKeeper protection (issue 15, item 5): --sides b,b2 --monitor")
     parser.add_argument("--json", help="result file (default bench/results/snapshot-<stamp>.json)")
     args = parser.parse_args()
+    if args.zk_load:
+        args.sides, args.monitor = "b,b2", True
     n = 10_000 if args.quick else args.ledgers
     names = [s for s in args.sides.split(",") if s]
     unknown = [s for s in names if s not in SIDES]
@@ -277,7 +306,16 @@ def main() -> int:
             return dataclasses.replace(side, kwargs={**side.kwargs, "warehouse": fresh})
 
         sides = [side_for(name, server.connect_string, n) for name in names]
-        m["results"] = harness.compare(sides, runs=args.runs, before_run=before)
+        watch = None
+        if args.monitor:
+            from bkaudit.zk import paths
+
+            assert server.pid is not None
+            targets = monitor.zk_targets(server.connect_string, paths.ledger_path(0, root=ROOT),
+                                         {"zookeeper": server.pid})
+            watch = monitor.monitor_factory(lambda: targets)
+            m["probe_idle"] = monitor.idle_reference(targets)
+        m["results"] = harness.compare(sides, runs=args.runs, before_run=before, monitor=watch)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

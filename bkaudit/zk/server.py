@@ -262,7 +262,7 @@ class ZooKeeperServer:
                     f"dataDir={data}",
                     "tickTime=2000",
                     "admin.enableServer=false",
-                    "4lw.commands.whitelist=ruok,stat,mntr,srvr",
+                    "4lw.commands.whitelist=ruok,stat,mntr,srvr,srst",
                     "maxClientCnxns=0",
                     "",
                 ]
