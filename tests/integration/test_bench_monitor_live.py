@@ -7,7 +7,6 @@ test pauses ZooKeeper), never the monitor's own figures.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import signal
@@ -16,28 +15,20 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from bkaudit.zk.server import ZooKeeperServer
+from tests.helpers import load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 MB = 1024 * 1024
 ALLOCATE_MB = 150
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_monitor", BENCH / "monitor.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-monitor = _load()
+monitor = load_bench("monitor")
 
 
 def _wait(what: str, ok: Callable[[], Any], timeout_s: float = 60.0) -> Any:
