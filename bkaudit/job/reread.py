@@ -68,6 +68,32 @@ class RereadOutcome:
 Changed = dict[int, tuple[bytes, ZnodeVersion, Located]]
 
 
+def _seen_version(x: Located) -> ZnodeVersion | None:
+    return None if x.version is None else ZnodeVersion(int(x.version), x.mzxid)
+
+
+def sort_rechecked(
+    seen: Mapping[int, tuple[ZnodeVersion | None, Located]],
+    current: Mapping[int, tuple[bytes, ZnodeVersion]],
+) -> tuple[list[int], Changed, int]:
+    """The one re-read rule, applied to ledgers evaluated at the `seen` znode versions: (ledgers whose znode
+    did not move, ledgers whose znode changed with its current data and version, how many were deleted)."""
+    stable: list[int] = []
+    changed: Changed = {}
+    deleted = 0
+    for ledger_id, (version, loc) in seen.items():
+        now = current.get(ledger_id)
+        verdict = recheck(version, None if now is None else now[1])
+        if verdict is Recheck.DELETED:
+            deleted += 1
+        elif verdict is Recheck.CHANGED:
+            assert now is not None
+            changed[ledger_id] = (now[0], now[1], loc)
+        else:
+            stable.append(ledger_id)
+    return stable, changed, deleted
+
+
 def reread(located: Sequence[Located], *, reads: LiveReads, rules: RereadRules) -> RereadOutcome:
     """Every finding that survives the re-read, with its marker state applied."""
     by_ledger: dict[int, list[Located]] = {}
@@ -79,21 +105,10 @@ def reread(located: Sequence[Located], *, reads: LiveReads, rules: RereadRules) 
             by_ledger.setdefault(int(x.finding.ledger_id), []).append(x)
     current = reads.znodes(sorted(by_ledger))
     markers = reads.markers(sorted(by_ledger))
-    changed: Changed = {}
-    deleted = 0
-    for ledger_id, items in by_ledger.items():
-        seen_version = items[0].version
-        seen = None if seen_version is None else ZnodeVersion(int(seen_version), items[0].mzxid)
-        now = current.get(ledger_id)
-        verdict = recheck(seen, None if now is None else now[1])
-        if verdict is Recheck.DELETED:
-            deleted += 1
-            continue
-        if verdict is Recheck.CHANGED:
-            assert now is not None
-            changed[ledger_id] = (now[0], now[1], items[0])
-            continue
-        for x in items:
+    seen = {lid: (_seen_version(items[0]), items[0]) for lid, items in by_ledger.items()}
+    stable, changed, deleted = sort_rechecked(seen, current)
+    for ledger_id in stable:
+        for x in by_ledger[ledger_id]:
             out.extend(x.with_finding(f) for f in apply_marker([x.finding], markers.get(ledger_id)))
     if not changed:
         return RereadOutcome(out, deleted=deleted)
@@ -148,17 +163,10 @@ def reevaluate(changed: Changed, *, reads: LiveReads, rules: RereadRules) -> Rer
             )
         # stable only if the znode did not move again while we were asking
         again = reads.znodes(sorted(todo))
-        next_todo: Changed = {}
-        for ledger_id, (_data, ver, loc) in todo.items():
-            now = again.get(ledger_id)
-            verdict = recheck(ver, None if now is None else now[1])
-            if verdict is Recheck.DELETED:
-                deleted += 1
-                continue
-            if verdict is Recheck.CHANGED:
-                assert now is not None
-                next_todo[ledger_id] = (now[0], now[1], loc)
-                continue
+        stable, next_todo, gone = sort_rechecked({lid: (v, loc) for lid, (_d, v, loc) in todo.items()}, again)
+        deleted += gone
+        for ledger_id in stable:
+            _data, ver, loc = todo[ledger_id]
             for f in fresh.get(ledger_id, []):
                 g = f.with_detail(znode_version=ver.version, reevaluated=True)
                 results.append(Located(g, ver.version, ver.mzxid, loc.managed_ledger))
