@@ -10,8 +10,8 @@
    (a2) raw: the job's own read path, pipelined ZooKeeper multiRead batches (`zk.multiread.read_batched`,
         window 1000), one client, no decoding ((a') in docs/performance.md);
    (b)  the snapshot job end to end on local[2] (ZooKeeper scan, decoding, Parquet staging, bookies and
-        markers, Great Expectations, Delta commits), every setting at its default (rate limit 2000
-        reads/s per task, 4 sessions);
+        markers, Great Expectations, Delta commits), every setting at its default (the `[snapshot]`
+        rate limit per task, 4 sessions);
    (b2) the same with only the rate limit off (`reads_per_second_per_task = 0`);
    (c)  the same as (b2) but on kazoo's single-read path (`multi_read = false`): the job on (a)'s read path;
    each job side starts its own Spark session, timed apart; `seconds` is the job alone, `wall_s` includes
@@ -182,7 +182,7 @@ def job_side(connect: str, warehouse: str, ledgers: int, overrides: dict[str, An
 SIDES: dict[str, tuple[str, str]] = {  # name: (row label, what it runs)
     "a": ("(a) raw pipelined kazoo getData, 1 client, window 1000, no decoding", "raw"),
     "a2": ("(a') raw batched multiRead (the job's read path), 1 client, window 1000, no decoding", "raw"),
-    "b": ("(b) snapshot job end to end, default settings (rate limit 2000 reads/s per task)", "job"),
+    "b": ("(b) snapshot job end to end, default settings (the default rate limit per task)", "job"),
     "b2": ("(b') snapshot job, default settings but `reads_per_second_per_task = 0`", "job"),
     "c": ("(c) snapshot job, rate limit off and `multi_read = false` (single getData, (a)'s path)", "job"),
 }
