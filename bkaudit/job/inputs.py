@@ -113,6 +113,19 @@ def _sized(ledgers: pa.Table) -> pa.Table:
     )
 
 
+LEDGERS_PER_TASK = 100_000
+"""At most this many ledgers per ledger-pass task. A fan-out task holds its partition's requests, grouped by
+bookie, in memory: with one task per core a million ledgers made a 1 GB Python worker (measured,
+docs/performance.md "Memory"). The number of tasks grows with the cluster instead, and a task's memory
+does not."""
+
+
+def ledger_pass_tasks(ledgers: int, *, cores: int) -> int:
+    """How many ledger-pass tasks (staged input files) for `ledgers`: one per thousand ledgers up to one per
+    core, and always enough that none has more than LEDGERS_PER_TASK."""
+    return max(1, min(cores, ledgers // 1000 + 1), -(-ledgers // LEDGERS_PER_TASK))
+
+
 def stage_ledger_input(table: pa.Table, directory: str, parts: int) -> list[str]:
     """Write the ledger input as `parts` files (one per ledger-pass task)."""
     location.makedirs(directory)

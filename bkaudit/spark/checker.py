@@ -55,6 +55,7 @@ from bkaudit.job.inputs import (
     LedgerSelection,
     ensemble_loads,
     ledger_input,
+    ledger_pass_tasks,
     remove_staging,
     shape_rows,
     shapes_of,
@@ -381,8 +382,9 @@ def load_inputs(
     files = None
     if table is not None:
         cores = max(1, spark.sparkContext.defaultParallelism)
-        parts = max(1, min(cores, table.num_rows // 1000 + 1))
-        files = stage_ledger_input(table, f"{ctx.staging}/ledger-input", parts)
+        files = stage_ledger_input(
+            table, f"{ctx.staging}/ledger-input", ledger_pass_tasks(table.num_rows, cores=cores)
+        )
         if not selection.complete:
             markers = markers.filter(pc.is_in(markers.column("ledger_id"), table.column("ledger_id")))
     elif not selection.complete:

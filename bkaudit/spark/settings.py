@@ -30,7 +30,9 @@ class SnapshotSettings:
     validate: bool = True
     fail_on_critical_validation: bool = True  # a failed critical expectation fails the run (nothing visible)
     validation_engine: str = "auto"  # auto | pandas (driver, fast) | spark (distributed, for huge clusters)
-    validation_pandas_max_ledgers: int = 5_000_000  # auto switches to spark above this many ledgers
+    # auto switches to spark above this many ledgers: the checker's driver-side join stops at the same size
+    # (DRIVER_INPUT_MAX_LEDGERS), so the driver's memory stops growing there (docs/performance.md "Memory")
+    validation_pandas_max_ledgers: int = 2_000_000
     master: str = "local[2]"  # Spark master for `bkaudit snapshot` (spark-submit uses its own)
     # snapshot freshness metrics (bkaudit_snapshot_*), as the checker's: a textfile and/or a push gateway
     metrics_file: str = ""

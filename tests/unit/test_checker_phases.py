@@ -346,3 +346,20 @@ def test_flags_are_defined_once_for_click_and_argparse() -> None:
     assert len({f.option for f in CHECK_FLAGS}) == len(CHECK_FLAGS)
     with pytest.raises(SystemExit):
         parser.parse_args(["--fail-on", "sometimes"])
+
+
+@pytest.mark.parametrize("ledgers", [0, 1, 999, 1_000, 5_000, 199_999, 200_001, 1_000_000, 2_000_000])
+@pytest.mark.parametrize("cores", [1, 2, 8])
+def test_no_ledger_pass_task_holds_more_than_its_share(ledgers: int, cores: int) -> None:
+    """A fan-out task keeps its partition's requests in memory, so the task count grows with the cluster:
+    staging the ledgers into that many equal files never gives a task more than LEDGERS_PER_TASK, and every
+    core gets a task once there are a thousand ledgers per core."""
+    from bkaudit.job.inputs import LEDGERS_PER_TASK, ledger_pass_tasks
+
+    tasks = ledger_pass_tasks(ledgers, cores=cores)
+    assert tasks >= 1
+    assert -(-ledgers // tasks) <= LEDGERS_PER_TASK  # the largest of `tasks` equal slices
+    if ledgers >= 1_000 * cores:
+        assert tasks >= cores
+    if ledgers <= LEDGERS_PER_TASK * cores:
+        assert tasks <= cores  # no more tasks than cores while each fits
