@@ -114,10 +114,11 @@ def _sized(ledgers: pa.Table) -> pa.Table:
 
 
 LEDGERS_PER_TASK = 100_000
-"""At most this many ledgers per ledger-pass task. A fan-out task holds its partition's requests, grouped by
-bookie, in memory: with one task per core a million ledgers made a 1 GB Python worker (measured,
-docs/performance.md "Memory"). The number of tasks grows with the cluster instead, and a task's memory
-does not."""
+"""At most this many ledgers per ledger-pass task. A fan-out task concatenates its partition's requests and
+holds them, grouped by bookie, as Python lists: with one task per core that structure grew with the
+cluster (500,000 ledgers per task at 1M). The number of tasks grows instead, so this structure does not.
+(It was not the whole story: the largest Python worker still peaked near 1 GB at 1M after this change,
+during the fan-out; docs/performance.md "Memory".)"""
 
 
 def ledger_pass_tasks(ledgers: int, *, cores: int) -> int:
