@@ -13,14 +13,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bkaudit.zk.server import ZooKeeperServer
-from tests.helpers import load_bench
+from tests.helpers import load_bench, wait_for
 
 MB = 1024 * 1024
 ALLOCATE_MB = 150
@@ -29,16 +29,6 @@ ALLOCATE_MB = 150
 
 
 monitor = load_bench("monitor")
-
-
-def _wait(what: str, ok: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = ok()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # A process tree shaped like a Spark side: driver (python) -> "java" (Python run through a symlink named
@@ -90,21 +80,21 @@ def test_sampler_sees_a_worker_grow_by_what_it_allocated_and_attributes_the_tree
             path = tmp_path / "worker.pid"
             return path.exists() and path.read_text()
 
-        worker = int(_wait("the worker", worker_pid))
+        worker = int(wait_for(worker_pid, what="the worker"))
         jvm = int((tmp_path / "jvm.pid").read_text())
 
         def seen() -> Any:
             return next((s for s in reversed(sampler.samples)
                          if worker in s.get("python_workers", {})), None)
 
-        first = _wait("a sample with the worker", seen)
+        first = wait_for(seen, what="a sample with the worker")
         base = sampler.samples.index(first)
         before, pss_before = first["python_workers"][worker], sampler.workers_pss[base]
         (tmp_path / "go").write_text("1")
-        _wait("the fork", (tmp_path / "forked.pid").exists)
-        forked = int(_wait("the forked pid", lambda: (tmp_path / "forked.pid").read_text()))
+        wait_for((tmp_path / "forked.pid").exists, what="the fork")
+        forked = int(wait_for(lambda: (tmp_path / "forked.pid").read_text(), what="the forked pid"))
         count = len(sampler.samples)
-        _wait("two samples after the fork", lambda: len(sampler.samples) >= count + 2)
+        wait_for(lambda: len(sampler.samples) >= count + 2, what="two samples after the fork")
     finally:
         (tmp_path / "stop").write_text("1")
         driver.wait(timeout=60)
@@ -129,7 +119,7 @@ def test_sampler_reads_fixed_pids_as_their_roles(zk_server: ZooKeeperServer) -> 
     sampler = monitor.MemorySampler(fixed={"zookeeper": zk_server.pid}, is_driver=lambda p: False,
                                     interval_s=0.2)
     sampler.start()
-    _wait("two samples", lambda: len(sampler.samples) >= 2)
+    wait_for(lambda: len(sampler.samples) >= 2, what="two samples")
     summary = sampler.stop()
     zk_rss_mb = int(Path(f"/proc/{zk_server.pid}/statm").read_text().split()[1]) * monitor.PAGE / MB
     assert list(summary["roles"]) == ["zookeeper"]
@@ -142,11 +132,11 @@ def test_mntr_counts_the_reads_a_client_makes(zk_server: ZooKeeperServer, zk: An
     poller = monitor.MntrPoller(host=zk_server.host, port=zk_server.port, interval_s=0.5)
     poller.start()
     try:
-        _wait("a first poll", lambda: len(poller.samples) >= 1)
+        wait_for(lambda: len(poller.samples) >= 1, what="a first poll")
         for _ in range(reads):
             zk.get(zk_root)
         count = len(poller.samples)
-        _wait("two polls after the reads", lambda: len(poller.samples) >= count + 2)
+        wait_for(lambda: len(poller.samples) >= count + 2, what="two polls after the reads")
     finally:
         summary = poller.stop()
     assert summary["error"] is None and summary["stats_reset"] is True  # srst is whitelisted
@@ -220,7 +210,7 @@ def test_probe_and_mntr_expose_a_server_paused_with_sigstop(private_zk: ZooKeepe
     os.kill(private_zk.pid, signal.SIGSTOP)
     paused_at = time.monotonic()
     try:
-        _wait("the pause", lambda: time.monotonic() - paused_at >= pause_s)
+        wait_for(lambda: time.monotonic() - paused_at >= pause_s, what="the pause")
     finally:
         os.kill(private_zk.pid, signal.SIGCONT)
     time.sleep(1.0)
@@ -247,7 +237,7 @@ def test_probe_counts_failures_when_the_pause_outlasts_its_session(private_zk: Z
     os.kill(private_zk.pid, signal.SIGSTOP)
     paused_at = time.monotonic()
     try:
-        _wait("the pause", lambda: time.monotonic() - paused_at >= 8.0, timeout_s=30)
+        wait_for(lambda: time.monotonic() - paused_at >= 8.0, timeout_s=30, what="the pause")
     finally:
         os.kill(private_zk.pid, signal.SIGCONT)
     time.sleep(2.0)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from bkaudit.model.quorum import entries_of_bookie
 from bkaudit.model.shape import LedgerShape
 from bkaudit.rpc.client import BookieClient
 from bkaudit.zk import registry
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -191,16 +191,6 @@ def fast_disk_checks() -> Iterator[None]:
             os.environ["BKAUDIT_BOOKIE__DISK_CHECK_INTERVAL_S"] = old
 
 
-def _wait(predicate, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
-
-
 def test_storage_changes_and_loss_while_running_are_never_hidden(cluster_factory, fast_disk_checks) -> None:
     cluster = cluster_factory(bookies=3, racks=3)
     bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
@@ -227,17 +217,23 @@ def test_storage_changes_and_loss_while_running_are_never_hidden(cluster_factory
         finally:
             db.close()
         expected = [e for e in range(40) if not 10 <= e <= 19]
-        _wait(lambda: listed(victim.id, first) == expected, 30, "the deleted entries to be listed missing")
+        wait_for(
+            lambda: listed(victim.id, first) == expected, 30, what="the deleted entries to be listed missing"
+        )
         assert listed(victim.id, second) == list(range(40))
         # 2. the whole ledger directory disappears under the running bookie
         import shutil
 
         shutil.rmtree(Path(victim.data_dir) / "current")
         proc = cluster._procs[victim.id]
-        assert _wait(lambda: proc.poll() is not None, 60, "the bookie to stop") and proc.returncode == 1
+        wait_for(lambda: proc.poll() is not None, 60, what="the bookie to stop")
+        assert proc.returncode == 1
         zk = cluster.zk_client()
-        _wait(lambda: registry.bookie_state(zk, victim.id, cluster.root) == "absent", 60,
-              "the bookie to deregister")
+        wait_for(
+            lambda: registry.bookie_state(zk, victim.id, cluster.root) == "absent",
+            60,
+            what="the bookie to deregister",
+        )
         with pytest.raises(Exception) as failed:  # nothing answers for it any more: never "holds everything"
             clients[victim.id].get_list_of_entries(second).result(timeout=20)
         assert getattr(failed.value, "status", "UNAVAILABLE") in ("UNAVAILABLE", "EIO")
