@@ -5,7 +5,7 @@ Used by the demo, the tests and the benchmarks. Every process runs in the backgr
 
     {"zk": "127.0.0.1:P", "root": "/ledgers", "racks": 3, "bookie_args": [],
      "bookies": [{"id", "rack", "port", "pid", "data_dir", "host", "listing", "readonly"}],
-     "zookeeper": {"pid", "port", "data_dir"} | null}
+     "zookeeper": {"pid", "port", "data_dir", "heap_mb"} | null}
 
 Each bookie has a loopback address of its own (127.0.0.2, 127.0.0.3, ...), binds and advertises it, and its id
 is `<that address>:<port>`. BookKeeper looks racks up by host, so bookies sharing 127.0.0.1 would be one rack

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 _BOOKIE_ID = re.compile(r"[a-zA-Z0-9:-_.\-]+")
 READONLY = "readonly"
 # Ids already accepted. A cluster has a few hundred bookies but a snapshot decodes millions of ensembles that
-# name them: checking each name once instead of every time takes a fifth off decoding a ledger's metadata.
+# name them: checking each name once instead of every time took roughly 15% off decoding ledger metadata.
 # Bounded so that a stream of distinct garbage ids cannot grow it without limit (past the bound, ids are
 # simply checked every time).
 _ACCEPTED: set[str] = set()
