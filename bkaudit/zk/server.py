@@ -46,7 +46,7 @@ DEFAULT_HEAP_MB = 512
 
 def jvm_opts(heap_mb: int = DEFAULT_HEAP_MB) -> tuple[str, ...]:
     """The server JVM's flags. Above the small default the server is sized for load (a benchmark's million
-    ledger znodes, ~1 KiB of heap each): then it runs as ZooKeeper is run in production, G1 and the full JIT.
+    ledger znodes, ~2 KiB of heap each): then it runs as ZooKeeper is run in production, G1 and the full JIT.
     A 512 MiB serial-GC heap holding a million znodes spends its time collecting, and the sessions of every
     client expire (measured: the 1M-ledger populate lost its connection after 2 minutes)."""
     if heap_mb < 64:
