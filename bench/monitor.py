@@ -416,8 +416,9 @@ class MemorySampler(_Ticker):
         procs = read_procs(self.proc)
         roles = attribute(procs, root=self.root, fixed=self.fixed, is_driver=self.is_driver)
         self.times.append(time.monotonic() - self.started)
-        self.samples.append({role: {pid: procs[pid].rss for pid in pids} for role, pids in roles.items()})
+        # PSS first: a reader that sees sample i (another thread) must also find workers_pss[i]
         self.workers_pss.append(sum(read_pss(pid, self.proc) or 0 for pid in roles.get("python_workers", ())))
+        self.samples.append({role: {pid: procs[pid].rss for pid in pids} for role, pids in roles.items()})
 
     def stop(self) -> dict[str, Any]:
         self.halt()

@@ -96,6 +96,7 @@ def test_sampler_sees_a_worker_grow_by_what_it_allocated_and_attributes_the_tree
         count = len(sampler.samples)
         wait_for(lambda: len(sampler.samples) >= count + 2, what="two samples after the fork")
     finally:
+        (tmp_path / "go").write_text("1")  # a worker still waiting to allocate must reach its stop check
         (tmp_path / "stop").write_text("1")
         driver.wait(timeout=60)
     summary = sampler.stop()
