@@ -97,6 +97,8 @@ class EntryRuns:
 
     def encoded(self) -> bytes:
         """AvailabilityOfEntriesOfLedger bytes (not cached here: see bkaudit.bookie.listing)."""
-        from bkaudit.formats.availability import encode_runs
+        from bkaudit.formats.availability import VECTOR_MIN_RUNS, encode_run_arrays, encode_runs
 
+        if len(self.starts) >= VECTOR_MIN_RUNS:
+            return encode_run_arrays(self.starts, self.ends)
         return encode_runs(self.runs())

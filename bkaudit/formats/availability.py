@@ -35,6 +35,8 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeAlias
 
+import numpy as np
+
 from bkaudit.errors import FormatError
 from bkaudit.model.quorum import Striping
 
@@ -54,6 +56,10 @@ _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _HEADER = struct.Struct(">ii56x")
 _GROUP = struct.Struct(">qqii")
+_GROUP_DTYPE = np.dtype([("first", ">i8"), ("last", ">i8"), ("size", ">i4"), ("period", ">i4")])
+"""The wire group as a numpy record: long answers are packed column-wise, not group by group."""
+VECTOR_MIN_RUNS = 64
+"""From this many runs on, `encode_runs` packs with numpy (a 50,000-entry E3/WQ2 share is ~17,000 runs)."""
 
 
 # -- encoding ------------------------------------------------------------------------------------------------
@@ -104,11 +110,13 @@ def _java_sequences(entry_ids: Iterable[int]) -> list[tuple[int, int]]:
 def encode_runs(runs: Iterable[tuple[int, int]]) -> bytes:
     """Encode ascending, disjoint inclusive (first, last) runs; the same bytes `encode` gives for their ids.
 
-    This is the bookie's path (its index is kept as runs), so well-formed input is packed in one pass into a
-    preallocated buffer. Adjacent runs are merged (as Java would) and runs longer than int32 are split, on a
-    slower path. Unsorted, overlapping, empty or negative runs raise ValueError.
+    Adjacent runs are merged (as Java would) and runs longer than int32 are split, on a slower path.
+    Unsorted, overlapping, empty or negative runs raise ValueError.
     """
     run_list = runs if isinstance(runs, list | tuple) else list(runs)
+    if len(run_list) >= VECTOR_MIN_RUNS:
+        firsts, lasts = zip(*run_list, strict=True)
+        return encode_run_arrays(firsts, lasts)
     buf = bytearray(HEADER_SIZE + GROUP_SIZE * len(run_list))
     _HEADER.pack_into(buf, 0, CURRENT_VERSION, len(run_list))
     pack_group = _GROUP.pack_into
@@ -125,6 +133,41 @@ def encode_runs(runs: Iterable[tuple[int, int]]) -> bytes:
     except struct.error:
         return _encode_irregular_runs(run_list)
     return bytes(buf)
+
+
+def encode_run_arrays(firsts: Sequence[int] | np.ndarray, lasts: Sequence[int] | np.ndarray) -> bytes:
+    """`encode_runs` for runs given as two parallel columns (a bookie's index, a striping's runs).
+
+    This is the bookie's path (GetListOfEntriesOfLedger of a long striped ledger is tens of thousands of
+    groups) and the checker's (the digest of what a bookie must hold): well-formed runs (ascending, gaps
+    between them, sizes within int32) are packed as numpy records in one pass; anything else takes the
+    validating slow path, so the bytes are always `encode`'s.
+    """
+    if len(firsts) != len(lasts):
+        raise ValueError(f"{len(firsts)} run starts but {len(lasts)} run ends")
+    try:
+        f = np.asarray(firsts, dtype=np.int64)
+        last = np.asarray(lasts, dtype=np.int64)
+    except OverflowError:
+        return _encode_irregular_runs(list(zip(firsts, lasts, strict=True)))
+    n = len(f)
+    if n:
+        sizes = last - f + 1
+        regular = (
+            f[0] >= 0
+            and int(last.max()) < _INT64_MAX
+            and bool((sizes > 0).all())
+            and bool((sizes <= _INT32_MAX).all())
+            and bool((f[1:] > last[:-1] + 1).all())
+        )
+        if not regular:
+            return _encode_irregular_runs(list(zip(f.tolist(), last.tolist(), strict=True)))
+    out = np.zeros(n, dtype=_GROUP_DTYPE)
+    if n:
+        out["first"] = f
+        out["last"] = f
+        out["size"] = sizes
+    return _HEADER.pack(CURRENT_VERSION, n) + out.tobytes()
 
 
 def _encode_irregular_runs(runs: Sequence[tuple[int, int]]) -> bytes:

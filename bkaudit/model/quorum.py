@@ -7,8 +7,10 @@ per-entry loop, because ledgers hold millions of entries.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
+
+import numpy as np
 
 from bkaudit.errors import QuorumError
 
@@ -96,6 +98,44 @@ class Striping:
     def __iter__(self) -> Iterator[int]:
         for lo, hi in self.runs():
             yield from range(lo, hi + 1)
+
+
+def union_run_arrays(stripings: Iterable[Striping]) -> tuple[np.ndarray, np.ndarray]:
+    """Maximal runs of the ids in any of `stripings`, ascending, as (firsts, lasts) int64 columns.
+
+    What a bookie of a multi-segment ledger must hold is the union of one striping per segment it serves; its
+    BP-34 answer has one group per maximal run of that union, runs touching across a segment boundary
+    merged. Long striped ledgers have tens of thousands of runs, so they are computed column-wise.
+    """
+    los: list[np.ndarray] = []
+    his: list[np.ndarray] = []
+    for s in stripings:
+        if s.last < s.first:
+            continue
+        if s.size == s.period:
+            los.append(np.array([s.first], dtype=np.int64))
+            his.append(np.array([s.last], dtype=np.int64))
+            continue
+        base = s.first - ((s.first - s.start) % s.period)  # a run start at or before `first`
+        starts = base + s.period * np.arange((s.last - base) // s.period + 1, dtype=np.int64)
+        lo = np.maximum(starts, s.first)
+        hi = np.minimum(starts + (s.size - 1), s.last)
+        keep = lo <= hi
+        los.append(lo[keep])
+        his.append(hi[keep])
+    lo = np.concatenate(los) if los else np.empty(0, dtype=np.int64)
+    hi = np.concatenate(his) if his else np.empty(0, dtype=np.int64)
+    if not len(lo):
+        return lo, hi
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    new = np.empty(len(lo), dtype=bool)
+    new[0] = True
+    new[1:] = lo[1:] > reach[:-1] + 1
+    heads = np.flatnonzero(new)
+    tails = np.append(heads[1:] - 1, len(lo) - 1)
+    return lo[heads], reach[tails]
 
 
 def _count_upto(s: Striping, x: int) -> int:

@@ -315,6 +315,46 @@ def test_encode_runs_splits_runs_longer_than_int32() -> None:
     assert list(decoded.runs()) == [(0, 2**31)]
 
 
+long_runs_strategy = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=5), st.integers(min_value=0, max_value=6)),
+    min_size=availability.VECTOR_MIN_RUNS - 4,
+    max_size=availability.VECTOR_MIN_RUNS * 3,
+)
+
+
+@FAST
+@given(long_runs_strategy, st.integers(min_value=0, max_value=2**40))
+def test_long_run_lists_take_the_column_path_and_still_equal_java(
+    gaps_and_lengths: list[tuple[int, int]], start: int
+) -> None:
+    runs = build_runs(gaps_and_lengths, start)  # around VECTOR_MIN_RUNS, adjacent runs included
+    ids = [e for first, last in runs for e in range(first, last + 1)]
+    java = encode(ids)
+    assert encode_runs(runs) == java
+    assert availability.encode_run_arrays([f for f, _ in runs], [last for _, last in runs]) == java
+
+
+@pytest.mark.parametrize("bad", [(3, 1), (150, 160), (-1, 2), (0, 2**63), (2**63 - 1, 2**63 - 1)])
+def test_long_run_lists_reject_bad_runs_like_short_ones(bad: tuple[int, int]) -> None:
+    runs = [(10 * i, 10 * i + 1) for i in range(availability.VECTOR_MIN_RUNS)]
+    runs.insert(20, bad)
+    with pytest.raises(ValueError):
+        encode_runs(runs)
+    with pytest.raises(ValueError):
+        availability.encode_run_arrays([f for f, _ in runs], [last for _, last in runs])
+
+
+def test_column_path_splits_long_runs_and_reaches_the_int64_edge() -> None:
+    runs = [(3 * i, 3 * i + 1) for i in range(availability.VECTOR_MIN_RUNS)]
+    base = runs[-1][1] + 5
+    tail = [(base, base + 2**31), (2**63 - 5, 2**63 - 1)]
+    data = encode_runs(runs + tail)
+    assert list(decode(data).runs()) == runs + tail
+    assert data == availability._encode_irregular_runs(runs + tail)
+    with pytest.raises(ValueError):
+        availability.encode_run_arrays([1, 2], [1])
+
+
 # -- decoding valid group shapes -----------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from bkaudit.model.quorum import (
     fencing_covered,
     recovery_absent_threshold,
     stores_entry,
+    union_run_arrays,
     validate_quorum,
     write_set,
 )
@@ -318,3 +319,28 @@ def test_ackset_fail_after_ack_withdraws_the_ack() -> None:
     acks.fail(1)
     assert not acks.complete
     assert acks.acked == frozenset({0})
+
+
+# -- union of stripings as run columns (the expected share of a multi-segment ledger's bookie) -------------
+@st.composite
+def segment_shares(draw: st.DrawFn) -> list[Striping]:
+    """One bookie's stripings over consecutive segments (some empty), as a ledger's ensembles give them."""
+    e, wq, _aq = draw(quorums(max_e=6))
+    cuts = sorted(draw(st.lists(st.integers(0, 400), min_size=1, max_size=4)))
+    stripings = []
+    for first, nxt in itertools.pairwise([*cuts, cuts[-1] + draw(st.integers(-1, 300))]):
+        stripings.append(entries_of_bookie(draw(st.integers(0, e - 1)), first, nxt - 1, e, wq))
+    return stripings
+
+
+@QUICK
+@given(segment_shares())
+def test_union_run_arrays_equals_the_naive_union(stripings: list[Striping]) -> None:
+    ids = sorted({x for s in stripings for x in naive_stripe(s.first, s.last, s.start, s.period, s.size)})
+    firsts, lasts = union_run_arrays(stripings)
+    assert list(zip(firsts.tolist(), lasts.tolist(), strict=True)) == naive_runs(ids)
+
+
+def test_union_run_arrays_of_nothing_is_empty() -> None:
+    firsts, lasts = union_run_arrays([Striping(5, 4, 0, 3, 2)])
+    assert firsts.size == 0 and lasts.size == 0
