@@ -26,7 +26,6 @@ deadline per batch. The job's delayed retry (BP-34's re-check) gives it a fresh 
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -54,15 +53,13 @@ from bkaudit.audit.statuses import (
     STATUS_NO_LEDGER,
     STATUS_OK,
     STATUS_UNAVAILABLE,
-    is_transport_failure,
 )
 from bkaudit.errors import BookieError, FormatError
-from bkaudit.formats.availability import decode, encode_runs
-from bkaudit.model.quorum import Striping, entries_of_bookie
+from bkaudit.formats.availability import VECTOR_MIN_RUNS, decode, encode_run_arrays, encode_runs
+from bkaudit.job.breaker import Breaker
+from bkaudit.model.quorum import Striping, entries_of_bookie, union_run_arrays
 from bkaudit.model.shape import LedgerShape
 from bkaudit.rpc.client import BookieClient
-
-log = logging.getLogger(__name__)
 
 SEGMENT_STRUCT = pa.struct(
     [
@@ -130,8 +127,9 @@ Anything else: not verified (UNAVAILABLE, CIRCUIT_OPEN, EIO, ...), `error` says 
 (`read_entries` set) carry, with status OK, the entries proven missing (ENOENTRY) and corrupt. `answer_bytes`
 is the request's, so the delayed retry can re-select the request columns from failed responses."""
 
-DIGEST_MAX_RUNS = 4096
-"""Above this many expected runs the digest is not computed: the answer is compared in detail instead."""
+DIGEST_MAX_RUNS = 1 << 21
+"""Above this many expected runs (a 48 MiB answer, beyond any response frame) the digest is not computed: the
+answer is compared in detail instead."""
 CALL_BYTES = call_budget(5 * 1024 * 1024)
 """Expected answer bytes per listing call: half of BookKeeper's default frame (nettyMaxFrameSizeBytes), which
 the task's clients apply to every response."""
@@ -245,14 +243,13 @@ class ExpectedDigests:
 
     @staticmethod
     def _digest_of(stripings: Sequence[tuple[int, int, int, int, int]]) -> bytes | None:
-        runs: list[tuple[int, int]] = []
-        for first, last, start, period, size in stripings:
-            if len(runs) > DIGEST_MAX_RUNS:
-                return None
-            runs.extend(Striping(first, last, start, period, size).runs())
-        if len(runs) > DIGEST_MAX_RUNS:
+        objs = [Striping(*t) for t in stripings]
+        runs = sum(s.run_count() for s in objs)
+        if runs > DIGEST_MAX_RUNS:
             return None
-        return digest(encode_runs(merge_sorted_ranges(sorted(runs))))
+        if runs < VECTOR_MIN_RUNS:  # most ledgers: a few runs, cheaper without numpy
+            return digest(encode_runs(merge_sorted_ranges(sorted(r for s in objs for r in s.runs()))))
+        return digest(encode_run_arrays(*union_run_arrays(objs)))
 
 
 def judge_answer(shape: LedgerShape, bookie_id: str, value: bytes | BaseException | None) -> BookieEvidence:
@@ -332,21 +329,22 @@ def ask(
     call_prefix: str = "",
     sizes: Sequence[int | None] | None = None,
     max_call_bytes: int = CALL_BYTES,
+    breaker: Breaker | None = None,
 ) -> Iterator[tuple[int, bytes | BookieError | None, CallInfo | None]]:
     """Raw answers for `ledger_ids` (by position): one call per at most `batch_size` ids and `max_call_bytes`
     expected answer bytes (`sizes`, by position; `audit.batching.plan_calls`), bounded in flight.
 
     Every position is yielded exactly once: bytes, a BookieError (per ledger, or the whole call's failure,
     CIRCUIT_OPEN for ids not asked after the breaker opened), or None when the answer lacks that ledger.
+    `breaker`: the bookie's breaker when it spans more than this call (a fan-out task's chunks).
     """
     expected = [s or 0 for s in sizes] if sizes is not None else [0] * len(ledger_ids)
     chunks = iter(plan_calls(expected, max_bytes=max_call_bytes, max_count=batch_size))
     pending: dict[Future[Any], tuple[list[int], float, str]] = {}
-    consecutive = 0
-    breaker: str | None = None
+    state = breaker if breaker is not None else Breaker(bookie_id, failure_threshold)
     number = 0
     while True:
-        while breaker is None and len(pending) < max_in_flight:
+        while not state.open and len(pending) < max_in_flight:
             chunk = next(chunks, None)
             if chunk is None:
                 break
@@ -373,20 +371,11 @@ def ask(
                     if isinstance(exc, BookieError)
                     else BookieError(status, str(exc), bookie_id=bookie_id)
                 )
-                if is_transport_failure(status):
-                    consecutive += 1
-                    if consecutive >= failure_threshold and breaker is None:
-                        breaker = f"{status}: {exc}"
-                        log.warning(
-                            "bookie %s: %d transport failures in a row (%s); skipping it for now",
-                            bookie_id,
-                            consecutive,
-                            exc,
-                        )
+                state.failed(status, exc, doing="listing entries")
                 for p in chunk:
                     yield p, error, call
                 continue
-            consecutive = 0
+            state.answered()
             if not isinstance(answers, Mapping):
                 bad = BookieError(STATUS_INVALID_RESPONSE, "not a batch answer", bookie_id=bookie_id)
                 for p in chunk:
@@ -395,12 +384,8 @@ def ask(
             get = answers.get
             for p in chunk:
                 yield p, get(ledger_ids[p]), call
-    if breaker is not None:
-        skipped = BookieError(
-            STATUS_CIRCUIT_OPEN,
-            f"not asked after {failure_threshold} consecutive transport failures ({breaker})",
-            bookie_id=bookie_id,
-        )
+    if state.open:
+        skipped = BookieError(STATUS_CIRCUIT_OPEN, state.skipped("asked"), bookie_id=bookie_id)
         for chunk in chunks:
             for p in chunk:
                 yield p, skipped, None
