@@ -1,11 +1,13 @@
 """The fan-out task (`mapInArrow` on the executors): REQUEST_SCHEMA batches in, RESPONSE_SCHEMA batches out.
 
-A partition's requests are grouped by bookie; each bookie is served from its own thread so that a slow bookie
-sharing the task does not hold the others back. The threads hand finished batches to the task's iterator
-through a bounded queue. Spark may close that iterator early (a failed or cancelled task; Python workers are
-reused), and any worker may fail: either way every worker is told to stop, the clients are closed (which
-fails their pending calls at once) and the threads are joined before the iterator returns. Nothing is left
-blocked on a full queue with its connections open.
+A partition's requests are served in chunks of about TASK_CHUNK_REQUESTS, so a task's memory does not grow
+with the cluster (one task per core gets millions of requests at 1M ledgers). A chunk's requests are grouped
+by bookie; each bookie is served from its own thread so that a slow bookie sharing the task does not hold the
+others back, and keeps one circuit breaker across the chunks (`bkaudit.job.breaker`). The threads hand
+finished batches to the task's iterator through a bounded queue. Spark may close that iterator early (a
+failed or cancelled task; Python workers are reused), and any worker may fail: either way every worker is
+told to stop, the clients are closed (which fails their pending calls at once) and the threads are joined
+before the iterator returns. Nothing is left blocked on a full queue with its connections open.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import pyarrow.compute as pc
 
 from bkaudit.audit.statuses import STATUS_BAD_REQUEST, STATUS_INVALID_RESPONSE, STATUS_NO_LEDGER, STATUS_OK
 from bkaudit.errors import BookieError
+from bkaudit.job.breaker import Breaker
 from bkaudit.job.fanout import RESPONSE_SCHEMA, FanoutConfig, ask, digest, make_client, undecodable
 from bkaudit.job.read_evidence import read_and_verify
 
 log = logging.getLogger(__name__)
 
 OUTPUT_BATCH_ROWS = 8192
+TASK_CHUNK_REQUESTS = 50_000
+"""Requests served at once by a task: a chunk's requests are held as Python lists (~200 bytes each)."""
 QUEUE_BATCHES = 64
 """Finished batches waiting for the task's iterator (bounds the memory of a slow consumer)."""
 POLL_S = 0.1
@@ -184,14 +189,15 @@ def _serve(
     factory: Callable[[str, FanoutConfig], Any],
     channel: _Channel,
     prefix: str,
+    breaker: Breaker,
 ) -> None:
     """One bookie's worker: its answers as RESPONSE_SCHEMA batches into the channel, then None."""
     client = None
     try:
         client = factory(work.bookie_id, config)
         channel.opened(client)
-        cols = _by_reads(work, config, client, prefix, _Columns(), channel)
-        cols = _by_listing(work, config, client, prefix, cols, channel)
+        cols = _by_reads(work, config, client, prefix, _Columns(), channel, breaker)
+        cols = _by_listing(work, config, client, prefix, cols, channel, breaker)
         if len(cols):
             channel.put(cols.batch(work.bookie_id, config.attempt))
         channel.put(None)
@@ -217,7 +223,13 @@ def _flush(cols: _Columns, work: BookieWork, config: FanoutConfig, channel: _Cha
 
 
 def _by_reads(
-    work: BookieWork, config: FanoutConfig, client: Any, prefix: str, cols: _Columns, channel: _Channel
+    work: BookieWork,
+    config: FanoutConfig,
+    client: Any,
+    prefix: str,
+    cols: _Columns,
+    channel: _Channel,
+    breaker: Breaker,
 ) -> _Columns:
     """Requests with `read_entries` (no listing on this bookie): LedgerChecker-style reads."""
     picked = [i for i, r in enumerate(work.reads) if r is not None]
@@ -232,6 +244,7 @@ def _by_reads(
         max_in_flight=config.read_max_in_flight,
         failure_threshold=config.failure_threshold,
         call_prefix=prefix,
+        breaker=breaker,
     ):
         k = picked[i]
         cols.ledger.append(work.ledger_ids[k])
@@ -252,7 +265,13 @@ def _by_reads(
 
 
 def _by_listing(
-    work: BookieWork, config: FanoutConfig, client: Any, prefix: str, cols: _Columns, channel: _Channel
+    work: BookieWork,
+    config: FanoutConfig,
+    client: Any,
+    prefix: str,
+    cols: _Columns,
+    channel: _Channel,
+    breaker: Breaker,
 ) -> _Columns:
     """Requests without `read_entries`: one GetListOfEntries per ledger, in calls cut by count and by the
     healthy answer bytes (within half of the clients' frame limit)."""
@@ -268,6 +287,7 @@ def _by_listing(
         call_prefix=prefix,
         sizes=[work.sizes[i] for i in listed],
         max_call_bytes=config.call_bytes,
+        breaker=breaker,
     ):
         k = listed[p]
         expected = work.digests[k]
@@ -303,45 +323,80 @@ def _by_listing(
     return cols
 
 
+def chunks(batches: Iterator[pa.RecordBatch], max_rows: int) -> Iterator[pa.Table]:
+    """The task's input as tables of about `max_rows` rows (whole input batches; Spark sends 10,000 rows)."""
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        held.append(batch)
+        rows += batch.num_rows
+        if rows >= max_rows:
+            yield pa.Table.from_batches(held)
+            held, rows = [], 0
+    if held:
+        yield pa.Table.from_batches(held)
+
+
 def fanout_partition(
-    config: FanoutConfig, client_factory: Callable[[str, FanoutConfig], Any] | None = None
+    config: FanoutConfig,
+    client_factory: Callable[[str, FanoutConfig], Any] | None = None,
+    *,
+    chunk_requests: int = TASK_CHUNK_REQUESTS,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function: REQUEST_SCHEMA batches in, RESPONSE_SCHEMA batches out."""
     factory = client_factory or make_client
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
-        if not tables:
-            return
-        works = group_by_bookie(pa.concat_tables(tables))
-        channel = _Channel()
         prefix = f"{config.attempt}:{uuid.uuid4().hex[:8]}:"
-        threads = [
-            threading.Thread(
-                target=_serve, args=(w, config, factory, channel, prefix), name=f"fanout-{w.bookie_id}",
-                daemon=True,
-            )
-            for w in works
-        ]
-        try:
-            for t in threads:
-                t.start()
-            running = len(threads)
-            while running:
-                item = channel.queue.get()
-                if item is None:
-                    running -= 1
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-        finally:
-            channel.cancel()
-            for t in threads:
-                if t.ident is not None:
-                    t.join(timeout=config.call_timeout_s + JOIN_GRACE_S)
-                    if t.is_alive():
-                        log.warning("fan-out worker %s did not stop within %gs", t.name,
-                                    config.call_timeout_s + JOIN_GRACE_S)
+        breakers: dict[str, Breaker] = {}
+        for table in chunks(batches, chunk_requests):
+            works = group_by_bookie(table)
+            del table
+            for w in works:
+                breakers.setdefault(w.bookie_id, Breaker(w.bookie_id, config.failure_threshold))
+            yield from _serve_chunk(works, config, factory, prefix, breakers)
 
     return run
+
+
+def _serve_chunk(
+    works: list[BookieWork],
+    config: FanoutConfig,
+    factory: Callable[[str, FanoutConfig], Any],
+    prefix: str,
+    breakers: dict[str, Breaker],
+) -> Iterator[pa.RecordBatch]:
+    """One chunk: a thread per bookie, their batches as they come; every thread is stopped and joined before
+    this returns, however it returns (Spark closing the iterator, a worker failing)."""
+    channel = _Channel()
+    threads = [
+        threading.Thread(
+            target=_serve,
+            args=(w, config, factory, channel, prefix, breakers[w.bookie_id]),
+            name=f"fanout-{w.bookie_id}",
+            daemon=True,
+        )
+        for w in works
+    ]
+    try:
+        for t in threads:
+            t.start()
+        running = len(threads)
+        while running:
+            item = channel.queue.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        channel.cancel()
+        for t in threads:
+            if t.ident is not None:
+                t.join(timeout=config.call_timeout_s + JOIN_GRACE_S)
+                if t.is_alive():
+                    log.warning("fan-out worker %s did not stop within %gs", t.name,
+                                config.call_timeout_s + JOIN_GRACE_S)

@@ -7,7 +7,6 @@ breaker, and checks each entry's digest.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -32,9 +31,8 @@ from bkaudit.audit.statuses import (
     is_transport_failure,
 )
 from bkaudit.errors import BookieError
+from bkaudit.job.breaker import Breaker
 from bkaudit.job.fanout import CallInfo
-
-log = logging.getLogger(__name__)
 
 
 def read_and_verify(
@@ -48,13 +46,14 @@ def read_and_verify(
     failure_threshold: int,
     call_prefix: str = "",
     passwords: Sequence[bytes | None] | None = None,
+    breaker: Breaker | None = None,
 ) -> Iterator[tuple[int, ReadSummary, CallInfo | None]]:
     """Verify (ledger, bookie) pairs by reading entries: one ReadSummary per position, in completion order.
 
     At most `max_in_flight` entry reads are outstanding (BookKeeper's inFlightReadEntryNumInLedgerChecker);
     each entry read back is verified with its ledger's digest. After `failure_threshold` consecutive
     transport failures the bookie is not read again in this attempt: what is left is CIRCUIT_OPEN, so a bookie
-    that never answers costs a few deadlines, not one per entry.
+    that never answers costs a few deadlines, not one per entry (`breaker`: one spanning more than this call).
     """
     work = ((p, e) for p in range(len(ledger_ids)) for e in plans[p])
     remaining = [len(plan) for plan in plans]
@@ -65,8 +64,7 @@ def read_and_verify(
         if n == 0:
             yield p, ReadSummary(STATUS_OK, 0), None
     pending: dict[Future[Any], tuple[int, int]] = {}
-    consecutive = 0
-    breaker: str | None = None
+    state = breaker if breaker is not None else Breaker(bookie_id, failure_threshold)
 
     def finish(p: int) -> tuple[int, ReadSummary, CallInfo | None]:
         t0 = started[p]
@@ -75,7 +73,7 @@ def read_and_verify(
         return p, summarise_reads(outcomes[p], errors[p]), call
 
     while True:
-        while breaker is None and len(pending) < max_in_flight:
+        while not state.open and len(pending) < max_in_flight:
             item = next(work, None)
             if item is None:
                 break
@@ -99,16 +97,9 @@ def read_and_verify(
                 status = exc.status if isinstance(exc, BookieError) else STATUS_UNAVAILABLE
                 outcomes[p][entry] = status
                 errors[p][entry] = str(exc) or status
-                if is_transport_failure(status):
-                    consecutive += 1
-                    if consecutive >= failure_threshold and breaker is None:
-                        breaker = f"{status}: {exc}"
-                        log.warning("bookie %s: %d transport failures in a row reading entries (%s); "
-                                    "skipping it for now", bookie_id, consecutive, exc)
-                else:
-                    consecutive = 0
+                state.failed(status, exc, doing="reading entries")
             else:
-                consecutive = 0
+                state.answered()
                 if not isinstance(data, bytes | bytearray | memoryview):
                     outcomes[p][entry] = STATUS_INVALID_RESPONSE
                     errors[p][entry] = f"not entry bytes: {type(data).__name__}"
@@ -121,8 +112,8 @@ def read_and_verify(
             remaining[p] -= 1
             if remaining[p] == 0:
                 yield finish(p)
-    if breaker is not None:
-        skipped = f"not read after {failure_threshold} consecutive transport failures ({breaker})"
+    if state.open:
+        skipped = state.skipped("read")
         for item in work:
             p, entry = item
             outcomes[p][entry] = STATUS_CIRCUIT_OPEN

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from bkaudit.formats.availability import encode
 from bkaudit.job import fanout_task
 from bkaudit.job.fanout import REQUEST_SCHEMA, FanoutConfig, make_client
 from bkaudit.job.fanout_task import fanout_partition
@@ -136,3 +137,53 @@ def test_closing_early_does_not_wait_for_a_frozen_bookie(tiny_batches: None, fro
     out.close()
     assert fanout_threads() == []
     assert time.monotonic() - started < 60  # far below the frozen bookie's 120 s call timeout
+
+
+# -- a task's memory does not grow with its partition: chunks, one breaker per bookie across them -----------
+def sliced(batch: pa.RecordBatch, rows: int) -> list[pa.RecordBatch]:
+    return [batch.slice(k, rows) for k in range(0, batch.num_rows, rows)]
+
+
+def test_a_big_partition_is_served_in_bounded_chunks_and_every_request_answered_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    held: list[int] = []
+    real = fanout_task.group_by_bookie
+
+    def spy(table: pa.Table) -> list[fanout_task.BookieWork]:
+        held.append(table.num_rows)
+        return real(table)
+
+    monkeypatch.setattr(fanout_task, "group_by_bookie", spy)
+
+    def factory(bookie: str, _config: FanoutConfig) -> ScriptedClient:
+        answers = {i: encode([i, i + len(bookie)]) for i in range(1, LEDGERS + 1)}
+        return ScriptedClient(bookie, answers, delay=0.0)
+
+    config = FanoutConfig(targets={}, batch_size=10, max_in_flight=2)
+    inputs = sliced(requests(), 50)  # 600 requests in 12 input batches, as Spark hands them over
+    out = pa.Table.from_batches(list(fanout_partition(config, factory, chunk_requests=120)(iter(inputs))))
+    assert held == [150, 150, 150, 150]  # whole input batches until at least 120 rows
+    got = sorted((r["bookie_id"], r["ledger_id"], r["answer"]) for r in out.to_pylist())
+    assert got == sorted((b, i, encode([i, i + len(b)])) for b in BOOKIES for i in range(1, LEDGERS + 1))
+    assert fanout_threads() == []
+
+
+def test_a_dead_bookie_trips_its_breaker_once_per_task_not_once_per_chunk() -> None:
+    clients: list[ScriptedClient] = []
+
+    def factory(bookie: str, _config: FanoutConfig) -> ScriptedClient:
+        fail = "UNAVAILABLE" if bookie == "c:1" else None
+        empty = {i: encode([]) for i in range(1, LEDGERS + 1)}
+        clients.append(ScriptedClient(bookie, empty, fail=fail, delay=0.0))
+        return clients[-1]
+
+    config = FanoutConfig(targets={}, batch_size=10, max_in_flight=1, failure_threshold=2)
+    inputs = sliced(requests(), 30)
+    out = pa.Table.from_batches(list(fanout_partition(config, factory, chunk_requests=60)(iter(inputs))))
+    dead = [r for r in out.to_pylist() if r["bookie_id"] == "c:1"]
+    assert len(dead) == LEDGERS and sum(1 for c in clients if c.bookie == "c:1") > 2  # several chunks
+    assert sum(len(c.calls) for c in clients if c.bookie == "c:1") == 2  # the threshold, once
+    assert sum(r["status"] == "UNAVAILABLE" for r in dead) == 2 * config.batch_size
+    assert {r["status"] for r in dead} == {"UNAVAILABLE", "CIRCUIT_OPEN"}
+    assert {r["status"] for r in out.to_pylist() if r["bookie_id"] != "c:1"} == {"OK"}
