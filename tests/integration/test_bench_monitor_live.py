@@ -181,9 +181,16 @@ def test_probe_on_a_missing_znode_is_a_clear_error(zk_server: ZooKeeperServer, z
 
 @pytest.fixture
 def private_zk(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    """A server of its own: the test pauses it, which the session's shared server must not see."""
+    """A server of its own, with the /probe znode: the test pauses it, which the session's shared server must
+    not see."""
+    from bkaudit.zk.client import close, connect
+
     server = ZooKeeperServer(data_dir=tmp_path / "zk").start(timeout_s=60)
     try:
+        assert server.pid is not None
+        admin = connect(server.connect_string)
+        admin.ensure_path("/probe")
+        close(admin)
         yield server
     finally:
         if server.pid is not None:
@@ -194,26 +201,26 @@ def private_zk(tmp_path: Path) -> Iterator[ZooKeeperServer]:
         server.stop()
 
 
+def pause(server: ZooKeeperServer, seconds: float) -> None:
+    """SIGSTOP the server for `seconds`, then SIGCONT it (whatever happens while waiting)."""
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGSTOP)
+    paused_at = time.monotonic()
+    try:
+        wait_for(lambda: time.monotonic() - paused_at >= seconds, timeout_s=seconds + 30, what="the pause")
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
 @pytest.mark.cluster
 def test_probe_and_mntr_expose_a_server_paused_with_sigstop(private_zk: ZooKeeperServer) -> None:
-    from bkaudit.zk.client import close, connect
-
-    admin = connect(private_zk.connect_string)
-    admin.ensure_path("/probe")
-    close(admin)
-    assert private_zk.pid is not None
     short = monitor.Probe(connect=private_zk.connect_string, path="/probe", session_timeout_s=10.0)
     poller = monitor.MntrPoller(host=private_zk.host, port=private_zk.port, interval_s=0.5, timeout_s=0.5)
     short.start()
     poller.start()
     time.sleep(1.0)
     pause_s = 2.5
-    os.kill(private_zk.pid, signal.SIGSTOP)
-    paused_at = time.monotonic()
-    try:
-        wait_for(lambda: time.monotonic() - paused_at >= pause_s, what="the pause")
-    finally:
-        os.kill(private_zk.pid, signal.SIGCONT)
+    pause(private_zk, pause_s)
     time.sleep(1.0)
     out = short.stop()
     polls = poller.stop()
@@ -226,21 +233,10 @@ def test_probe_and_mntr_expose_a_server_paused_with_sigstop(private_zk: ZooKeepe
 
 @pytest.mark.cluster
 def test_probe_counts_failures_when_the_pause_outlasts_its_session(private_zk: ZooKeeperServer) -> None:
-    from bkaudit.zk.client import close, connect
-
-    admin = connect(private_zk.connect_string)
-    admin.ensure_path("/probe")
-    close(admin)
-    assert private_zk.pid is not None
     probe = monitor.Probe(connect=private_zk.connect_string, path="/probe", session_timeout_s=4.0, grace_s=15)
     probe.start()
     time.sleep(0.5)
-    os.kill(private_zk.pid, signal.SIGSTOP)
-    paused_at = time.monotonic()
-    try:
-        wait_for(lambda: time.monotonic() - paused_at >= 8.0, timeout_s=30, what="the pause")
-    finally:
-        os.kill(private_zk.pid, signal.SIGCONT)
+    pause(private_zk, 8.0)
     time.sleep(2.0)
     out = probe.stop()
     assert out["failures"] > 0, out  # the connection dropped (read timeout) with requests in flight
