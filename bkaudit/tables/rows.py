@@ -9,7 +9,7 @@ pandas objects would dominate the cost of a 1,000,000-ledger snapshot.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +170,26 @@ class LedgerBatchBuilder:
         )
 
 
+def ledger_batches(
+    reads: Iterable[tuple[str, bytes | None, Any]], ids: dict[str, int], *, batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    """RecordBatches (SOURCE_SCHEMA, at most `batch_size` rows) of the (path, data, stat) of ZooKeeper reads.
+
+    `ids` maps each path to its ledger id (entries are popped as reads arrive); a read with no stat is a
+    ledger deleted between listing and reading: simply absent.
+    """
+    builder = LedgerBatchBuilder()
+    for path, data, stat in reads:
+        ledger_id = ids.pop(path)
+        if stat is None:
+            continue
+        builder.add(ledger_id, data or b"", stat.version, stat.mzxid, stat.ctime)
+        if len(builder) >= batch_size:
+            yield builder.flush()
+    if len(builder):
+        yield builder.flush()
+
+
 # -- small tables (built on the driver) ----------------------------------------------------------------------
 WRITABLE = "writable"
 READONLY = "readonly"
@@ -293,6 +313,7 @@ __all__ = [
     "bookie_table",
     "describe_error",
     "explode_segments",
+    "ledger_batches",
     "metadata_text",
     "underreplicated_table",
 ]
