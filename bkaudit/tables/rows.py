@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from bkaudit.model.ledger import DigestType, LedgerState
 from bkaudit.tables.schemas import BOOKIES, SOURCE_SCHEMA, STRING_LIST, STRING_MAP, UNDERREPLICATED_LEDGERS
 
 PULSAR_MANAGED_LEDGER_KEY = "pulsar/managed-ledger"
@@ -38,23 +39,17 @@ def describe_error(exc: BaseException) -> str:
 class LedgerBatchBuilder:
     """Accumulates ledger znodes; `flush()` returns a RecordBatch in SOURCE_SCHEMA.
 
-    `add()` decodes with `bkaudit.formats.ledger_metadata.parse`; a blob it rejects (or any decoder crash)
-    becomes a row with `parse_error` and the raw bytes in base64, never an exception: one bad znode must not
-    stop a snapshot of a million ledgers. Per ledger the hot path appends one tuple of scalars (transposed
-    into columns by `zip` at flush) plus the nested custom metadata and segment values.
+    `add()` decodes with `bkaudit.formats.ledger_metadata.parse_fields`; a blob it rejects (or any decoder
+    crash) becomes a row with `parse_error` and the raw bytes in base64, never an exception: one bad znode
+    must not stop a snapshot of a million ledgers. Per ledger the hot path appends one tuple (the znode's
+    stat and the decoded fields, no value objects); `flush` builds each column with one comprehension and
+    one Arrow conversion, which measured several times cheaper than building rows ledger by ledger.
     """
 
-    # the scalar columns, in the order of the tuples `add` appends
-    _SCALARS = (
-        "ledger_id", "state", "ensemble_size", "write_quorum", "ack_quorum", "last_entry_id", "length",
-        "digest_type", "ctime", "managed_ledger", "segment_count", "znode_version", "znode_mzxid",
-        "znode_ctime", "parse_error", "raw_metadata",
-    )  # fmt: skip
-
     def __init__(self) -> None:
-        from bkaudit.formats.ledger_metadata import parse
+        from bkaudit.formats.ledger_metadata import parse_fields
 
-        self._parse = parse
+        self._parse = parse_fields
         self.unparseable = 0
         self._reset()
 
@@ -62,112 +57,154 @@ class LedgerBatchBuilder:
         return len(self._rows)
 
     def _reset(self) -> None:
+        # (ledger_id, version, mzxid, ctime_ms, parse_fields(data)); bad: (..., None, parse_error, raw base64)
         self._rows: list[tuple[Any, ...]] = []
-        self._cm_offsets = [0]
-        self._cm_keys: list[str] = []
-        self._cm_values: list[str] = []
-        self._seg_offsets = [0]
-        self._seg_index: list[int] = []
-        self._seg_first: list[int] = []
-        self._seg_last: list[int | None] = []
-        self._ens_offsets = [0]
-        self._ens_members: list[str] = []
+        self._bad = 0
 
     def add(self, ledger_id: int, data: bytes, version: int, mzxid: int, ctime_ms: int) -> None:
         """One ledger znode: its id (from the path), data and stat fields (version, mzxid, ctime)."""
         try:
-            md = self._parse(data)
+            fields = self._parse(data)
         except Exception as exc:
-            self._add_unparseable(ledger_id, data, version, mzxid, ctime_ms, describe_error(exc))
+            self.unparseable += 1
+            self._bad += 1
+            raw = base64.b64encode(bytes(data)).decode("ascii")
+            self._rows.append((ledger_id, version, mzxid, ctime_ms, None, describe_error(exc), raw))
             return
-        managed = None
-        custom = md.custom_metadata
-        if custom:
-            keys, values = self._cm_keys, self._cm_values
-            for key in custom:
-                text = metadata_text(custom[key])
-                keys.append(key)
-                values.append(text)
-                if key == PULSAR_MANAGED_LEDGER_KEY:
-                    managed = text
-        self._cm_offsets.append(len(self._cm_keys))
-        segments = md.segments
-        last = len(segments) - 1
-        members = self._ens_members
-        for i, seg in enumerate(segments):
-            self._seg_index.append(i)
-            self._seg_first.append(seg.first_entry_id)
-            if i < last:
-                self._seg_last.append(segments[i + 1].first_entry_id - 1)
-            else:
-                self._seg_last.append(md.last_entry_id if md.is_closed else None)
-            members.extend(seg.ensemble)
-            self._ens_offsets.append(len(members))
-        self._seg_offsets.append(len(self._seg_index))
-        # BookKeeper uses the znode's ctime when the metadata carries none (storeCtime off)
-        ctime = md.ctime if md.ctime is not None else ctime_ms
-        self._rows.append((
-            ledger_id, md.state.name, md.ensemble_size, md.write_quorum, md.ack_quorum, md.last_entry_id,
-            md.length, md.digest_type.name, ctime * 1000, managed, len(segments), version, mzxid,
-            ctime_ms * 1000, None, None,
-        ))  # fmt: skip
-
-    def _add_unparseable(
-        self, ledger_id: int, data: bytes, version: int, mzxid: int, ctime_ms: int, error: str
-    ) -> None:
-        self.unparseable += 1
-        raw = base64.b64encode(bytes(data)).decode("ascii")
-        self._rows.append((ledger_id, *([None] * 10), version, mzxid, ctime_ms * 1000, error, raw))
-        self._cm_offsets.append(len(self._cm_keys))
-        self._seg_offsets.append(len(self._seg_index))
+        self._rows.append((ledger_id, version, mzxid, ctime_ms, fields))
 
     def flush(self) -> pa.RecordBatch:
         """The rows added since the last flush, as one RecordBatch (SOURCE_SCHEMA)."""
-        columns = dict(zip(self._SCALARS, zip(*self._rows, strict=True), strict=True)) if self._rows else {}
-        # unparseable rows have null custom metadata and segments (not empty ones)
-        valid = [r[1] is not None for r in self._rows]
-        arrays = []
-        for f in SOURCE_SCHEMA:
-            if f.name == "custom_metadata":
-                arrays.append(self._custom_metadata(valid))
-            elif f.name == "segments":
-                arrays.append(self._segments(valid))
-            else:
-                arrays.append(pa.array(columns.get(f.name, ()), f.type))
+        rows = self._rows
+        errors: list[str | None] | None = None
+        raws: list[str | None] | None = None
+        if self._bad:
+            errors = [r[5] if r[4] is None else None for r in rows]
+            raws = [r[6] if r[4] is None else None for r in rows]
+            rows = [r if r[4] is not None else (*r[:4], _NO_FIELDS) for r in rows]
+        ids, versions, mzxids, znode_ctimes, fields = zip(*rows, strict=True) if rows else ((),) * 5
+        e, wq, aq, states, lasts, lengths, digests, _, segments, ctimes, customs, _ = (
+            zip(*fields, strict=True) if fields else ((),) * 12
+        )
+        valid = [s is not None for s in states]
+        cm_offsets, cm_keys, cm_values, managed = _custom_metadata(customs)
+        columns: dict[str, Any] = {
+            "ledger_id": ids,
+            "state": [_STATE_NAME[s] for s in states],
+            "ensemble_size": e,
+            "write_quorum": wq,
+            "ack_quorum": aq,
+            "last_entry_id": lasts,
+            "length": lengths,
+            "digest_type": [_DIGEST_NAME[d] for d in digests],
+            # BookKeeper uses the znode's ctime when the metadata carries none (storeCtime off)
+            "ctime": [
+                None if s is None else (c if c is not None else z) * 1000
+                for s, c, z in zip(states, ctimes, znode_ctimes, strict=True)
+            ],
+            "custom_metadata": pa.MapArray.from_arrays(
+                pa.array(cm_offsets, pa.int32()),
+                pa.array(cm_keys, pa.string()),
+                pa.array(cm_values, pa.string()),
+                type=STRING_MAP,
+                mask=_null_mask(valid),
+            ),
+            "managed_ledger": managed,
+            "segment_count": [None if s is None else len(g) for s, g in zip(states, segments, strict=True)],
+            "znode_version": versions,
+            "znode_mzxid": mzxids,
+            "znode_ctime": [z * 1000 for z in znode_ctimes],
+            "parse_error": errors if errors is not None else [None] * len(rows),
+            "raw_metadata": raws if raws is not None else [None] * len(rows),
+            "segments": _segments(states, lasts, segments, valid),
+        }
+        arrays = [
+            c if isinstance(c := columns[f.name], pa.Array) else pa.array(c, f.type) for f in SOURCE_SCHEMA
+        ]
         batch = pa.RecordBatch.from_arrays(arrays, schema=SOURCE_SCHEMA)
         self._reset()
         return batch
 
-    @staticmethod
-    def _null_mask(valid: list[bool]) -> pa.Array | None:
-        return None if all(valid) else pa.array([not v for v in valid], pa.bool_())
 
-    def _custom_metadata(self, valid: list[bool]) -> pa.Array:
-        return pa.MapArray.from_arrays(
-            pa.array(self._cm_offsets, pa.int32()),
-            pa.array(self._cm_keys, pa.string()),
-            pa.array(self._cm_values, pa.string()),
-            type=STRING_MAP,
-            mask=self._null_mask(valid),
-        )
+def _names(enum_type: Any) -> dict[int | None, str | None]:
+    return {None: None, **{member.value: member.name for member in enum_type}}
 
-    def _segments(self, valid: list[bool]) -> pa.Array:
-        seg_type = SOURCE_SCHEMA.field("segments").type
-        ensembles = pa.ListArray.from_arrays(
-            pa.array(self._ens_offsets, pa.int32()), pa.array(self._ens_members, pa.string())
-        )
-        structs = pa.StructArray.from_arrays(
-            [
-                pa.array(self._seg_index, pa.int32()),
-                pa.array(self._seg_first, pa.int64()),
-                pa.array(self._seg_last, pa.int64()),
-                ensembles.cast(STRING_LIST),
-            ],
-            fields=list(seg_type.value_type),
-        )
-        return pa.ListArray.from_arrays(
-            pa.array(self._seg_offsets, pa.int32()), structs, type=seg_type, mask=self._null_mask(valid)
-        )
+
+_STATE_NAME = _names(LedgerState)
+_DIGEST_NAME = _names(DigestType)
+_NO_FIELDS = (None,) * 8 + ((), None, (), None)  # the parse_fields of an unparseable row: all null
+_CLOSED = LedgerState.CLOSED.value
+
+
+def _null_mask(valid: list[bool]) -> pa.Array | None:
+    """Unparseable rows have null custom metadata and segments (not empty ones)."""
+    return None if all(valid) else pa.array([not v for v in valid], pa.bool_())
+
+
+def _custom_metadata(
+    customs: Iterable[list[tuple[str, bytes]]],
+) -> tuple[list[int], list[str], list[str], list[str | None]]:
+    """Map offsets, keys, values (as text) and the Pulsar managed-ledger name of each row.
+
+    A key stored twice keeps its first position and its last value (as LedgerMetadata's FrozenMap).
+    """
+    offsets: list[int] = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    managed: list[str | None] = []
+    for custom in customs:
+        if custom:
+            by_key = dict(custom)
+            keys.extend(by_key)
+            values.extend([metadata_text(v) for v in by_key.values()])
+            name = by_key.get(PULSAR_MANAGED_LEDGER_KEY)
+            managed.append(None if name is None else metadata_text(name))
+        else:
+            managed.append(None)
+        offsets.append(len(keys))
+    return offsets, keys, values, managed
+
+
+def _segments(
+    states: Iterable[int | None],
+    lasts: Iterable[int | None],
+    segments: Iterable[list[tuple[int, list[str]]]],
+    valid: list[bool],
+) -> pa.Array:
+    """The nested `segments` column: a segment ends before the next one starts; the last one of a closed
+    ledger at its last entry id, of any other ledger nowhere (null)."""
+    seg_offsets: list[int] = [0]
+    ens_offsets: list[int] = [0]
+    index: list[int] = []
+    first: list[int] = []
+    last: list[int | None] = []
+    members: list[str] = []
+    for state, last_entry, segs in zip(states, lasts, segments, strict=True):
+        count = len(segs)
+        index.extend(range(count))
+        for i, (first_entry, ensemble) in enumerate(segs):
+            first.append(first_entry)
+            members.extend(ensemble)
+            ens_offsets.append(len(members))
+            if i:
+                last.append(first_entry - 1)
+        if count:
+            last.append(last_entry if state == _CLOSED else None)
+        seg_offsets.append(len(index))
+    seg_type = SOURCE_SCHEMA.field("segments").type
+    ensembles = pa.ListArray.from_arrays(pa.array(ens_offsets, pa.int32()), pa.array(members, pa.string()))
+    structs = pa.StructArray.from_arrays(
+        [
+            pa.array(index, pa.int32()),
+            pa.array(first, pa.int64()),
+            pa.array(last, pa.int64()),
+            ensembles.cast(STRING_LIST),
+        ],
+        fields=list(seg_type.value_type),
+    )
+    return pa.ListArray.from_arrays(
+        pa.array(seg_offsets, pa.int32()), structs, type=seg_type, mask=_null_mask(valid)
+    )
 
 
 def ledger_batches(
@@ -179,14 +216,17 @@ def ledger_batches(
     ledger deleted between listing and reading: simply absent.
     """
     builder = LedgerBatchBuilder()
+    add, pop, rows = builder.add, ids.pop, 0
     for path, data, stat in reads:
-        ledger_id = ids.pop(path)
+        ledger_id = pop(path)
         if stat is None:
             continue
-        builder.add(ledger_id, data or b"", stat.version, stat.mzxid, stat.ctime)
-        if len(builder) >= batch_size:
+        add(ledger_id, data or b"", stat.version, stat.mzxid, stat.ctime)
+        rows += 1
+        if rows >= batch_size:
             yield builder.flush()
-    if len(builder):
+            rows = 0
+    if rows:
         yield builder.flush()
 
 
