@@ -430,8 +430,9 @@ def _problem(
                 return f"segment[{i}].ensembleMember", "bookie id is not valid UTF-8"
             return f"segment[{i}].ensembleMember", reason
         previous = first
-    if custom and not all(type(k) is str for k, _ in custom):
-        return "customMetadata.key", "key is not valid UTF-8"
+    for key, _ in custom:  # a loop, not all(genexpr): this runs for every ledger of a snapshot
+        if type(key) is not str:
+            return "customMetadata.key", "key is not valid UTF-8"
     return None
 
 
