@@ -143,26 +143,45 @@ def _null_mask(valid: list[bool]) -> pa.Array | None:
 
 def _custom_metadata(
     customs: Iterable[list[tuple[str, bytes]]],
-) -> tuple[list[int], list[str], list[str], list[str | None]]:
+) -> tuple[list[int], list[str], list[str | None], list[str | None]]:
     """Map offsets, keys, values (as text) and the Pulsar managed-ledger name of each row.
 
     A key stored twice keeps its first position and its last value (as LedgerMetadata's FrozenMap).
     """
     offsets: list[int] = [0]
     keys: list[str] = []
-    values: list[str] = []
-    managed: list[str | None] = []
+    values: list[bytes | None] = []
+    managed: list[bytes | None] = []
     for custom in customs:
         if custom:
             by_key = dict(custom)
             keys.extend(by_key)
-            values.extend([metadata_text(v) for v in by_key.values()])
-            name = by_key.get(PULSAR_MANAGED_LEDGER_KEY)
-            managed.append(None if name is None else metadata_text(name))
+            values.extend(by_key.values())
+            managed.append(by_key.get(PULSAR_MANAGED_LEDGER_KEY))
         else:
             managed.append(None)
         offsets.append(len(keys))
-    return offsets, keys, values, managed
+    return offsets, keys, _texts(values), _texts(managed)
+
+
+# Custom metadata values as text, by value. Pulsar writes the same few values on every ledger (application,
+# component) and a topic's name on each of its ledgers: a lookup costs a fraction of `metadata_text`.
+# Bounded like bookie_id's memo: past the bound (or for long values) values are converted every time.
+_TEXT_OF: dict[bytes, str] = {}
+_TEXT_OF_MAX = 65_536
+_TEXT_OF_MAX_VALUE = 256
+
+
+def _texts(values: list[bytes | None]) -> list[str | None]:
+    memo = _TEXT_OF
+    return [None if v is None else memo[v] if v in memo else _text(v) for v in values]
+
+
+def _text(value: bytes) -> str:
+    text = metadata_text(value)
+    if len(_TEXT_OF) < _TEXT_OF_MAX and len(value) <= _TEXT_OF_MAX_VALUE:
+        _TEXT_OF[value] = text
+    return text
 
 
 def _segments(
