@@ -5,8 +5,9 @@ Every blob starts with `BookieMetadataFormatVersion\\t<n>\\n` and then holds
 - v2 (4.2-4.8): the protobuf TextFormat of `LedgerMetadataFormat` (never with cToken);
 - v1 (4.0/4.1): plain text lines (quorum, ensemble size, length, one line per ensemble, a CLOSED line).
 
-All three versions are decoded into a `LedgerMetadataFormat` protobuf message first and converted to
-`LedgerMetadata` by one function, so the read rules below hold for every version:
+All three versions are decoded into a `LedgerMetadataFormat` protobuf message first and read by one
+function (into plain fields: `parse_fields`, what the snapshot reads; `parse` wraps them in a
+`LedgerMetadata`), so the read rules below hold for every version and both entry points:
 - only a CLOSED ledger takes `lastEntryId` and `length` (others read as -1 and 0, as BookKeeper does);
 - `digestType` is read only when `password` is present. Without a password (v1 ledgers) BookKeeper has no
   digest type at all; we report `CRC32` with an empty password: it is the protobuf default of the field
@@ -73,20 +74,8 @@ _V3_BODY = len(_V3_HEADER)
 
 # What `parse_fields` returns: LedgerMetadata's fields in order, state and digest type as protobuf numbers,
 # segments as (first entry id, members) and custom metadata as (key, value) pairs in stored order.
-Fields = tuple[
-    int,
-    int,
-    int,
-    int,
-    int,
-    int,
-    int,
-    bytes,
-    list[tuple[int, list[str]]],
-    int | None,
-    list[tuple[str, bytes]],
-    int,
-]
+Fields = tuple[int, int, int, int, int, int, int, bytes, list[tuple[int, list[str]]], int | None,
+               list[tuple[str, bytes]], int]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -163,9 +152,8 @@ def _read_header(buf: bytes) -> tuple[int, int]:
     if version is None:
         raise FormatError(f"unparseable version number {buf[start:end]!r}", field="header", offset=start)
     if version not in SUPPORTED_VERSIONS:
-        raise FormatError(
-            f"unsupported metadata format version {version} (expected 1..3)", field="header", offset=start
-        )
+        raise FormatError(f"unsupported metadata format version {version} (expected 1..3)",
+                          field="header", offset=start)
     return version, end + 1
 
 
@@ -197,11 +185,8 @@ def _decode_v3(buf: bytes, pos: int) -> tuple[Any, int]:
     size, start = _read_varint32(buf, pos)
     end = start + size
     if end > len(buf):
-        raise FormatError(
-            f"message length {size} runs past the end of the data ({len(buf) - start} bytes)",
-            field="length",
-            offset=pos,
-        )
+        raise FormatError(f"message length {size} runs past the end of the data ({len(buf) - start} bytes)",
+                          field="length", offset=pos)
     try:
         msg = _LMF.FromString(buf[start:end])
     except DecodeError as exc:
@@ -237,18 +222,8 @@ _SCHEMA = {
     "customMetadata": Field(Kind.MESSAGE, repeated=True, message=_CUSTOM_SCHEMA),
     "cToken": Field(Kind.INT64),
 }
-_SCALARS = (
-    "quorumSize",
-    "ensembleSize",
-    "length",
-    "lastEntryId",
-    "state",
-    "digestType",
-    "password",
-    "ackQuorumSize",
-    "ctime",
-    "cToken",
-)
+_SCALARS = ("quorumSize", "ensembleSize", "length", "lastEntryId", "state", "digestType", "password",
+            "ackQuorumSize", "ctime", "cToken")
 
 
 def _decode_v2(buf: bytes, pos: int) -> Any:
@@ -304,11 +279,8 @@ def _decode_v1(buf: bytes, pos: int) -> Any:
     for offset, line in lines[3:]:
         parts = _java_split_tab(line)
         if len(parts) < 2:
-            raise FormatError(
-                "expected '<firstEntryId>\\t<bookie>...' or '<lastEntryId>\\tCLOSED'",
-                field="segment",
-                offset=offset,
-            )
+            raise FormatError("expected '<firstEntryId>\\t<bookie>...' or '<lastEntryId>\\tCLOSED'",
+                              field="segment", offset=offset)
         if parts[1] == _V1_CLOSED_TAG:
             _v1_closed(msg, _v1_int((offset, parts[0]), 64, "lastEntryId"))
             break
@@ -406,13 +378,8 @@ def _fields(msg: Any, offset: int) -> Fields:
     )  # fmt: skip
 
 
-def _problem(
-    e: int,
-    wq: int,
-    aq: int,
-    segments: Sequence[tuple[int, Sequence[str]]],
-    custom: Sequence[tuple[str, bytes]],
-) -> tuple[str, str] | None:
+def _problem(e: int, wq: int, aq: int, segments: Sequence[tuple[int, Sequence[str]]],
+             custom: Sequence[tuple[str, bytes]]) -> tuple[str, str] | None:
     """(field, message) for the first invariant the metadata breaks, or None."""
     if not e >= wq >= aq >= 1:
         return "quorumSize", f"quorum sizes must satisfy E >= WQ >= AQ >= 1, got E={e} WQ={wq} AQ={aq}"
