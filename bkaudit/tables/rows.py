@@ -41,10 +41,18 @@ class LedgerBatchBuilder:
 
     `add()` decodes with `bkaudit.formats.ledger_metadata.parse_fields`; a blob it rejects (or any decoder
     crash) becomes a row with `parse_error` and the raw bytes in base64, never an exception: one bad znode
-    must not stop a snapshot of a million ledgers. Per ledger the hot path appends one tuple (the znode's
-    stat and the decoded fields: no LedgerMetadata, Segment or FrozenMap objects); `flush` builds each
-    column with one comprehension or loop and one Arrow conversion (bench/snapshot_decode.py).
+    must not stop a snapshot of a million ledgers. Per ledger the hot path builds no value objects (no
+    LedgerMetadata, Segment or FrozenMap): it appends one tuple of scalars (transposed into columns by `zip`
+    at flush) and the nested values to flat column lists, so nothing it keeps until the flush is a container
+    the garbage collector has to walk again and again (bench/snapshot_decode.py).
     """
+
+    # the scalar columns, in the order of the tuples `add` appends ("ctime" still in ms, null for bad rows)
+    _SCALARS = (
+        "ledger_id", "state", "ensemble_size", "write_quorum", "ack_quorum", "last_entry_id", "length",
+        "digest_type", "ctime", "managed_ledger", "segment_count", "znode_version", "znode_mzxid",
+        "znode_ctime", "parse_error", "raw_metadata",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         from bkaudit.formats.ledger_metadata import parse_fields
@@ -57,73 +65,107 @@ class LedgerBatchBuilder:
         return len(self._rows)
 
     def _reset(self) -> None:
-        # (ledger_id, version, mzxid, ctime_ms, parse_fields(data)); bad: (..., None, parse_error, raw base64)
         self._rows: list[tuple[Any, ...]] = []
         self._bad = 0
+        self._cm_offsets = [0]
+        self._cm_keys: list[str] = []
+        self._cm_values: list[bytes] = []  # raw: made text at flush, through a memo
+        self._seg_offsets = [0]
+        self._seg_index: list[int] = []
+        self._seg_first: list[int] = []
+        self._seg_last: list[int | None] = []
+        self._ens_offsets = [0]
+        self._ens_members: list[str] = []
 
     def add(self, ledger_id: int, data: bytes, version: int, mzxid: int, ctime_ms: int) -> None:
         """One ledger znode: its id (from the path), data and stat fields (version, mzxid, ctime)."""
         try:
-            fields = self._parse(data)
+            e, wq, aq, state, last, length, digest, _, segments, ctime, custom, _ = self._parse(data)
         except Exception as exc:
-            self.unparseable += 1
-            self._bad += 1
-            raw = base64.b64encode(bytes(data)).decode("ascii")
-            self._rows.append((ledger_id, version, mzxid, ctime_ms, None, describe_error(exc), raw))
+            self._add_unparseable(ledger_id, data, version, mzxid, ctime_ms, describe_error(exc))
             return
-        self._rows.append((ledger_id, version, mzxid, ctime_ms, fields))
+        managed = None
+        if custom:
+            by_key = dict(custom)  # a key stored twice: first position, last value (as LedgerMetadata)
+            self._cm_keys.extend(by_key)
+            self._cm_values.extend(by_key.values())
+            managed = by_key.get(PULSAR_MANAGED_LEDGER_KEY)
+        self._cm_offsets.append(len(self._cm_keys))
+        # a segment ends before the next one starts; the last one of a closed ledger at its last entry id
+        count = len(segments)
+        members, ens_offsets, seg_last = self._ens_members, self._ens_offsets, self._seg_last
+        self._seg_index.extend(range(count))
+        for i, (first, ensemble) in enumerate(segments):
+            self._seg_first.append(first)
+            if i:
+                seg_last.append(first - 1)
+            members.extend(ensemble)
+            ens_offsets.append(len(members))
+        seg_last.append(last if state == _CLOSED else None)
+        self._seg_offsets.append(len(self._seg_first))
+        # BookKeeper uses the znode's ctime when the metadata carries none (storeCtime off)
+        self._rows.append((
+            ledger_id, state, e, wq, aq, last, length, digest, ctime_ms if ctime is None else ctime, managed,
+            count, version, mzxid, ctime_ms, None, None,
+        ))  # fmt: skip
+
+    def _add_unparseable(
+        self, ledger_id: int, data: bytes, version: int, mzxid: int, ctime_ms: int, error: str
+    ) -> None:
+        self.unparseable += 1
+        self._bad += 1
+        raw = base64.b64encode(bytes(data)).decode("ascii")
+        self._rows.append((ledger_id, *([None] * 10), version, mzxid, ctime_ms, error, raw))
+        self._cm_offsets.append(len(self._cm_keys))
+        self._seg_offsets.append(len(self._seg_first))
 
     def flush(self) -> pa.RecordBatch:
         """The rows added since the last flush, as one RecordBatch (SOURCE_SCHEMA)."""
         rows = self._rows
-        errors: list[str | None] | None = None
-        raws: list[str | None] | None = None
-        if self._bad:
-            errors = [r[5] if r[4] is None else None for r in rows]
-            raws = [r[6] if r[4] is None else None for r in rows]
-            rows = [r if r[4] is not None else (*r[:4], _NO_FIELDS) for r in rows]
-        ids, versions, mzxids, znode_ctimes, fields = zip(*rows, strict=True) if rows else ((),) * 5
-        e, wq, aq, states, lasts, lengths, digests, _, segments, ctimes, customs, _ = (
-            zip(*fields, strict=True) if fields else ((),) * 12
+        columns: dict[str, Any] = (
+            dict(zip(self._SCALARS, zip(*rows, strict=True), strict=True))
+            if rows
+            else dict.fromkeys(self._SCALARS, ())
         )
-        valid = [s is not None for s in states]
-        cm_offsets, cm_keys, cm_values, managed = _custom_metadata(customs)
-        columns: dict[str, Any] = {
-            "ledger_id": ids,
-            "state": [_STATE_NAME[s] for s in states],
-            "ensemble_size": e,
-            "write_quorum": wq,
-            "ack_quorum": aq,
-            "last_entry_id": lasts,
-            "length": lengths,
-            "digest_type": [_DIGEST_NAME[d] for d in digests],
-            # BookKeeper uses the znode's ctime when the metadata carries none (storeCtime off)
-            "ctime": [
-                None if s is None else (c if c is not None else z) * 1000
-                for s, c, z in zip(states, ctimes, znode_ctimes, strict=True)
-            ],
-            "custom_metadata": pa.MapArray.from_arrays(
-                pa.array(cm_offsets, pa.int32()),
-                pa.array(cm_keys, pa.string()),
-                pa.array(cm_values, pa.string()),
-                type=STRING_MAP,
-                mask=_null_mask(valid),
-            ),
-            "managed_ledger": managed,
-            "segment_count": [None if s is None else len(g) for s, g in zip(states, segments, strict=True)],
-            "znode_version": versions,
-            "znode_mzxid": mzxids,
-            "znode_ctime": [z * 1000 for z in znode_ctimes],
-            "parse_error": errors if errors is not None else [None] * len(rows),
-            "raw_metadata": raws if raws is not None else [None] * len(rows),
-            "segments": _segments(states, lasts, segments, valid),
-        }
+        columns["state"] = [_STATE_NAME[s] for s in columns["state"]]
+        columns["digest_type"] = [_DIGEST_NAME[d] for d in columns["digest_type"]]
+        columns["ctime"] = [None if c is None else c * 1000 for c in columns["ctime"]]
+        columns["znode_ctime"] = [c * 1000 for c in columns["znode_ctime"]]
+        columns["managed_ledger"] = _texts(columns["managed_ledger"])
+        # unparseable rows have null custom metadata and segments (not empty ones)
+        mask = pa.array([s is None for s in columns["segment_count"]], pa.bool_()) if self._bad else None
+        columns["custom_metadata"] = pa.MapArray.from_arrays(
+            pa.array(self._cm_offsets, pa.int32()),
+            pa.array(self._cm_keys, pa.string()),
+            pa.array(_texts(self._cm_values), pa.string()),
+            type=STRING_MAP,
+            mask=mask,
+        )
+        columns["segments"] = self._segments(mask)
         arrays = [
             c if isinstance(c := columns[f.name], pa.Array) else pa.array(c, f.type) for f in SOURCE_SCHEMA
         ]
         batch = pa.RecordBatch.from_arrays(arrays, schema=SOURCE_SCHEMA)
         self._reset()
         return batch
+
+    def _segments(self, mask: pa.Array | None) -> pa.Array:
+        seg_type = SOURCE_SCHEMA.field("segments").type
+        ensembles = pa.ListArray.from_arrays(
+            pa.array(self._ens_offsets, pa.int32()), pa.array(self._ens_members, pa.string())
+        )
+        structs = pa.StructArray.from_arrays(
+            [
+                pa.array(self._seg_index, pa.int32()),
+                pa.array(self._seg_first, pa.int64()),
+                pa.array(self._seg_last, pa.int64()),
+                ensembles.cast(STRING_LIST),
+            ],
+            fields=list(seg_type.value_type),
+        )
+        return pa.ListArray.from_arrays(
+            pa.array(self._seg_offsets, pa.int32()), structs, type=seg_type, mask=mask
+        )
 
 
 def _names(enum_type: Any) -> dict[int | None, str | None]:
@@ -132,37 +174,7 @@ def _names(enum_type: Any) -> dict[int | None, str | None]:
 
 _STATE_NAME = _names(LedgerState)
 _DIGEST_NAME = _names(DigestType)
-_NO_FIELDS = (None,) * 8 + ((), None, (), None)  # the parse_fields of an unparseable row: all null
 _CLOSED = LedgerState.CLOSED.value
-
-
-def _null_mask(valid: list[bool]) -> pa.Array | None:
-    """Unparseable rows have null custom metadata and segments (not empty ones)."""
-    return None if all(valid) else pa.array([not v for v in valid], pa.bool_())
-
-
-def _custom_metadata(
-    customs: Iterable[list[tuple[str, bytes]]],
-) -> tuple[list[int], list[str], list[str | None], list[str | None]]:
-    """Map offsets, keys, values (as text) and the Pulsar managed-ledger name of each row.
-
-    A key stored twice keeps its first position and its last value (as LedgerMetadata's FrozenMap).
-    """
-    offsets: list[int] = [0]
-    keys: list[str] = []
-    values: list[bytes | None] = []
-    managed: list[bytes | None] = []
-    for custom in customs:
-        if custom:
-            by_key = dict(custom)
-            keys.extend(by_key)
-            values.extend(by_key.values())
-            managed.append(by_key.get(PULSAR_MANAGED_LEDGER_KEY))
-        else:
-            managed.append(None)
-        offsets.append(len(keys))
-    return offsets, keys, _texts(values), _texts(managed)
-
 
 # Custom metadata values as text, by value. Pulsar writes the same few values on every ledger (application,
 # component) and a topic's name on each of its ledgers: a lookup costs a fraction of `metadata_text`.
@@ -172,7 +184,7 @@ _TEXT_OF_MAX = 65_536
 _TEXT_OF_MAX_VALUE = 256
 
 
-def _texts(values: list[bytes | None]) -> list[str | None]:
+def _texts(values: Iterable[bytes | None]) -> list[str | None]:
     memo = _TEXT_OF
     return [None if v is None else memo[v] if v in memo else _text(v) for v in values]
 
@@ -182,48 +194,6 @@ def _text(value: bytes) -> str:
     if len(_TEXT_OF) < _TEXT_OF_MAX and len(value) <= _TEXT_OF_MAX_VALUE:
         _TEXT_OF[value] = text
     return text
-
-
-def _segments(
-    states: Iterable[int | None],
-    lasts: Iterable[int | None],
-    segments: Iterable[list[tuple[int, list[str]]]],
-    valid: list[bool],
-) -> pa.Array:
-    """The nested `segments` column: a segment ends before the next one starts; the last one of a closed
-    ledger at its last entry id, of any other ledger nowhere (null)."""
-    seg_offsets: list[int] = [0]
-    ens_offsets: list[int] = [0]
-    index: list[int] = []
-    first: list[int] = []
-    last: list[int | None] = []
-    members: list[str] = []
-    for state, last_entry, segs in zip(states, lasts, segments, strict=True):
-        count = len(segs)
-        index.extend(range(count))
-        for i, (first_entry, ensemble) in enumerate(segs):
-            first.append(first_entry)
-            members.extend(ensemble)
-            ens_offsets.append(len(members))
-            if i:
-                last.append(first_entry - 1)
-        if count:
-            last.append(last_entry if state == _CLOSED else None)
-        seg_offsets.append(len(index))
-    seg_type = SOURCE_SCHEMA.field("segments").type
-    ensembles = pa.ListArray.from_arrays(pa.array(ens_offsets, pa.int32()), pa.array(members, pa.string()))
-    structs = pa.StructArray.from_arrays(
-        [
-            pa.array(index, pa.int32()),
-            pa.array(first, pa.int64()),
-            pa.array(last, pa.int64()),
-            ensembles.cast(STRING_LIST),
-        ],
-        fields=list(seg_type.value_type),
-    )
-    return pa.ListArray.from_arrays(
-        pa.array(seg_offsets, pa.int32()), structs, type=seg_type, mask=_null_mask(valid)
-    )
 
 
 def ledger_batches(
