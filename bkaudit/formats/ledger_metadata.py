@@ -5,8 +5,9 @@ Every blob starts with `BookieMetadataFormatVersion\\t<n>\\n` and then holds
 - v2 (4.2-4.8): the protobuf TextFormat of `LedgerMetadataFormat` (never with cToken);
 - v1 (4.0/4.1): plain text lines (quorum, ensemble size, length, one line per ensemble, a CLOSED line).
 
-All three versions are decoded into a `LedgerMetadataFormat` protobuf message first and converted to
-`LedgerMetadata` by one function, so the read rules below hold for every version:
+All three versions are decoded into a `LedgerMetadataFormat` protobuf message first and read by one
+function (into plain fields: `parse_fields`, what the snapshot reads; `parse` wraps them in a
+`LedgerMetadata`), so the read rules below hold for every version and both entry points:
 - only a CLOSED ledger takes `lastEntryId` and `length` (others read as -1 and 0, as BookKeeper does);
 - `digestType` is read only when `password` is present. Without a password (v1 ledgers) BookKeeper has no
   digest type at all; we report `CRC32` with an empty password: it is the protobuf default of the field
@@ -28,6 +29,7 @@ be evaluated on it. Trailing bytes after a v3 message are ignored, as BookKeeper
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -47,6 +49,7 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "format_version",
     "parse",
+    "parse_fields",
     "serialize",
 ]
 
@@ -58,6 +61,7 @@ _MAX_VERSION_DIGITS = 10
 _V1_CLOSED_TAG = "CLOSED"
 _V1_IN_RECOVERY_ENTRY_ID = -102
 _MESSAGE = "LedgerMetadataFormat"
+_CLOSED = LedgerState.CLOSED.value
 
 _LMF: Any = DataFormats_pb2.LedgerMetadataFormat
 _EMPTY_CUSTOM = FrozenMap()
@@ -65,6 +69,13 @@ _EMPTY_CUSTOM = FrozenMap()
 _STATE_OF = {s.value: s for s in LedgerState}
 _DIGEST_OF = {d.value: d for d in DigestType}
 _HEADERS = {v: HEADER_PREFIX + str(v).encode("ascii") + b"\n" for v in SUPPORTED_VERSIONS}
+_V3_HEADER = _HEADERS[3]
+_V3_BODY = len(_V3_HEADER)
+
+# What `parse_fields` returns: LedgerMetadata's fields in order, state and digest type as protobuf numbers,
+# segments as (first entry id, members) and custom metadata as (key, value) pairs in stored order.
+Fields = tuple[int, int, int, int, int, int, int, bytes, list[tuple[int, list[str]]], int | None,
+               list[tuple[str, bytes]], int]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -79,15 +90,30 @@ def format_version(data: bytes) -> int:
 
 def parse(data: bytes) -> LedgerMetadata:
     """Decode a ledger metadata znode (versions 1-3); FormatError on anything BookKeeper would reject."""
+    e, wq, aq, state, last, length, digest, password, segments, ctime, custom, ctoken = parse_fields(data)
+    return LedgerMetadata(
+        e, wq, aq, _STATE_OF[state], last, length, _DIGEST_OF[digest], password,
+        tuple([Segment(first, tuple(members)) for first, members in segments]), ctime,
+        FrozenMap(tuple(custom)) if custom else _EMPTY_CUSTOM, ctoken,
+    )  # fmt: skip
+
+
+def parse_fields(data: bytes) -> Fields:
+    """`parse` without the value objects, for bulk readers: the same checks, errors and read rules.
+
+    Why: the snapshot decodes every ledger of a cluster, and building LedgerMetadata, Segment and FrozenMap
+    objects only to take them apart into columns cost more than the decode. Custom metadata keys may repeat
+    here (FrozenMap keeps the first position and the last value).
+    """
     buf = bytes(data)
-    if buf.startswith(_HEADERS[3]):
-        return _from_proto(*_decode_v3(buf, len(_HEADERS[3])))
+    if buf.startswith(_V3_HEADER):
+        return _fields(*_decode_v3(buf, _V3_BODY))
     version, pos = _read_header(buf)
     if version == 3:
-        return _from_proto(*_decode_v3(buf, pos))
+        return _fields(*_decode_v3(buf, pos))
     if version == 2:
-        return _from_proto(_decode_v2(buf, pos), pos)
-    return _from_proto(_decode_v1(buf, pos), pos)
+        return _fields(_decode_v2(buf, pos), pos)
+    return _fields(_decode_v1(buf, pos), pos)
 
 
 def serialize(metadata: LedgerMetadata, version: int = CURRENT_VERSION) -> bytes:
@@ -133,6 +159,11 @@ def _read_header(buf: bytes) -> tuple[int, int]:
 
 def _read_varint32(buf: bytes, pos: int) -> tuple[int, int]:
     """BookKeeper's readRawVarint32: at most 5 bytes, 32-bit wrap-around; a negative size is corrupt."""
+    if pos + 1 < len(buf) and buf[pos + 1] < 0x80:  # a ledger's metadata is under 16 KiB: 1 or 2 bytes
+        first = buf[pos]
+        if first < 0x80:
+            return first, pos + 1
+        return (first & 0x7F) | buf[pos + 1] << 7, pos + 2
     start = pos
     result = 0
     for shift in range(0, 35, 7):
@@ -329,58 +360,55 @@ def _java_int(text: str, bits: int) -> int | None:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _from_proto(msg: Any, offset: int) -> LedgerMetadata:
+def _fields(msg: Any, offset: int) -> Fields:
     """LedgerMetadataSerDe.decodeFormat plus LedgerMetadataBuilder.build's checks, for every version."""
-    closed = msg.state == _STATES["CLOSED"]
+    closed = msg.state == _CLOSED
     has_password = msg.HasField("password")
-    custom = msg.customMetadata
-    metadata = LedgerMetadata(
-        ensemble_size=msg.ensembleSize,
-        write_quorum=msg.quorumSize,
-        ack_quorum=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else msg.quorumSize,
-        state=_STATE_OF[msg.state],
-        last_entry_id=msg.lastEntryId if closed else -1,
-        length=msg.length if closed else 0,
-        digest_type=_DIGEST_OF[msg.digestType] if has_password else DEFAULT_DIGEST_TYPE,
-        password=msg.password if has_password else b"",
-        segments=tuple(Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in msg.segment),
-        ctime=msg.ctime if msg.HasField("ctime") else None,
-        custom_metadata=FrozenMap(tuple((e.key, e.value) for e in custom)) if custom else _EMPTY_CUSTOM,
-        ctoken=msg.cToken,
-    )
-    problem = _problem(metadata)
+    e, wq = msg.ensembleSize, msg.quorumSize
+    aq = msg.ackQuorumSize if msg.HasField("ackQuorumSize") else wq
+    segments = [(s.firstEntryId, s.ensembleMember[:]) for s in msg.segment]
+    custom = [(c.key, c.value) for c in msg.customMetadata]
+    problem = _problem(e, wq, aq, segments, custom)
     if problem is not None:
         raise FormatError(problem[1], field=problem[0], offset=offset)
-    return metadata
+    return (
+        e, wq, aq, msg.state, msg.lastEntryId if closed else -1, msg.length if closed else 0,
+        msg.digestType if has_password else DEFAULT_DIGEST_TYPE.value, msg.password if has_password else b"",
+        segments, msg.ctime if msg.HasField("ctime") else None, custom, msg.cToken,
+    )  # fmt: skip
 
 
-def _problem(md: LedgerMetadata) -> tuple[str, str] | None:
-    """(field, message) for the first invariant `md` breaks, or None."""
-    e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
+def _problem(e: int, wq: int, aq: int, segments: Sequence[tuple[int, Sequence[str]]],
+             custom: Sequence[tuple[str, bytes]]) -> tuple[str, str] | None:
+    """(field, message) for the first invariant the metadata breaks, or None."""
     if not e >= wq >= aq >= 1:
         return "quorumSize", f"quorum sizes must satisfy E >= WQ >= AQ >= 1, got E={e} WQ={wq} AQ={aq}"
-    if not md.segments:
+    if not segments:
         return "segment", "there must be at least one ensemble in the ledger"
     previous: int | None = None
-    for i, seg in enumerate(md.segments):
-        if previous is not None and seg.first_entry_id <= previous:
-            return f"segment[{i}].firstEntryId", f"first entry id {seg.first_entry_id} not above {previous}"
-        if len(seg.ensemble) != e:
-            return f"segment[{i}].ensembleMember", f"{len(seg.ensemble)} bookies but ensembleSize {e}"
-        reason = first_invalid_reason(seg.ensemble)
+    for i, (first, ensemble) in enumerate(segments):
+        if previous is not None and first <= previous:
+            return f"segment[{i}].firstEntryId", f"first entry id {first} not above {previous}"
+        if len(ensemble) != e:
+            return f"segment[{i}].ensembleMember", f"{len(ensemble)} bookies but ensembleSize {e}"
+        reason = first_invalid_reason(ensemble)
         if reason is not None:  # BookieId.parse throws: BookKeeper cannot open this ledger
-            if not all(type(b) is str for b in seg.ensemble):
+            if not all(type(b) is str for b in ensemble):
                 return f"segment[{i}].ensembleMember", "bookie id is not valid UTF-8"
             return f"segment[{i}].ensembleMember", reason
-        previous = seg.first_entry_id
-    if not all(type(k) is str for k in md.custom_metadata):
-        return "customMetadata.key", "key is not valid UTF-8"
+        previous = first
+    for key, _ in custom:  # a loop, not all(genexpr): this runs for every ledger of a snapshot
+        if type(key) is not str:
+            return "customMetadata.key", "key is not valid UTF-8"
     return None
 
 
 def _check_writable(md: LedgerMetadata) -> None:
     md.validate()
-    problem = _problem(md)
+    segments = [(s.first_entry_id, s.ensemble) for s in md.segments]
+    problem = _problem(
+        md.ensemble_size, md.write_quorum, md.ack_quorum, segments, list(md.custom_metadata.items())
+    )
     if problem is not None:
         raise ValueError(f"cannot serialize ledger metadata: {problem[1]} ({problem[0]})")
 

@@ -141,7 +141,7 @@ class BookKeeperReader(DataSourceReader):
 
 def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
     """Arrow RecordBatches (SOURCE_SCHEMA) of every ledger under `units`, on a session of our own."""
-    from bkaudit.tables.rows import LedgerBatchBuilder
+    from bkaudit.tables.rows import ledger_batches
     from bkaudit.zk.client import RateLimiter, close, connect
     from bkaudit.zk.ledgers import iter_ledgers, read_many
     from bkaudit.zk.multiread import read_batched
@@ -158,19 +158,11 @@ def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
                 ids[path] = ledger_id
                 yield path
 
-        builder = LedgerBatchBuilder()
         read = read_batched if options.multi_read else read_many
-        for path, data, stat in read(
+        reads = read(
             zk, listed(), max_in_flight=options.max_in_flight, rate_limiter=limiter, attempts=options.attempts
-        ):
-            ledger_id = ids.pop(path)
-            if stat is None:
-                continue  # deleted between listing and reading: simply absent
-            builder.add(ledger_id, data or b"", stat.version, stat.mzxid, stat.ctime)
-            if len(builder) >= options.batch_size:
-                yield builder.flush()
-        if len(builder):
-            yield builder.flush()
+        )
+        yield from ledger_batches(reads, ids, batch_size=options.batch_size)
     finally:
         close(zk)
 

@@ -9,12 +9,13 @@ pandas objects would dominate the cost of a 1,000,000-ledger snapshot.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from bkaudit.model.ledger import DigestType, LedgerState
 from bkaudit.tables.schemas import BOOKIES, SOURCE_SCHEMA, STRING_LIST, STRING_MAP, UNDERREPLICATED_LEDGERS
 
 PULSAR_MANAGED_LEDGER_KEY = "pulsar/managed-ledger"
@@ -38,13 +39,15 @@ def describe_error(exc: BaseException) -> str:
 class LedgerBatchBuilder:
     """Accumulates ledger znodes; `flush()` returns a RecordBatch in SOURCE_SCHEMA.
 
-    `add()` decodes with `bkaudit.formats.ledger_metadata.parse`; a blob it rejects (or any decoder crash)
-    becomes a row with `parse_error` and the raw bytes in base64, never an exception: one bad znode must not
-    stop a snapshot of a million ledgers. Per ledger the hot path appends one tuple of scalars (transposed
-    into columns by `zip` at flush) plus the nested custom metadata and segment values.
+    `add()` decodes with `bkaudit.formats.ledger_metadata.parse_fields`; a blob it rejects (or any decoder
+    crash) becomes a row with `parse_error` and the raw bytes in base64, never an exception: one bad znode
+    must not stop a snapshot of a million ledgers. Per ledger the hot path builds no value objects (no
+    LedgerMetadata, Segment or FrozenMap): it appends one tuple of scalars (transposed into columns by `zip`
+    at flush) and the nested values to flat column lists, so nothing it keeps until the flush is a container
+    the garbage collector has to walk again and again (bench/snapshot_decode.py).
     """
 
-    # the scalar columns, in the order of the tuples `add` appends
+    # the scalar columns, in the order of the tuples `add` appends ("ctime" still in ms, null for bad rows)
     _SCALARS = (
         "ledger_id", "state", "ensemble_size", "write_quorum", "ack_quorum", "last_entry_id", "length",
         "digest_type", "ctime", "managed_ledger", "segment_count", "znode_version", "znode_mzxid",
@@ -52,9 +55,9 @@ class LedgerBatchBuilder:
     )  # fmt: skip
 
     def __init__(self) -> None:
-        from bkaudit.formats.ledger_metadata import parse
+        from bkaudit.formats.ledger_metadata import parse_fields
 
-        self._parse = parse
+        self._parse = parse_fields
         self.unparseable = 0
         self._reset()
 
@@ -63,9 +66,10 @@ class LedgerBatchBuilder:
 
     def _reset(self) -> None:
         self._rows: list[tuple[Any, ...]] = []
+        self._bad = 0
         self._cm_offsets = [0]
         self._cm_keys: list[str] = []
-        self._cm_values: list[str] = []
+        self._cm_values: list[bytes] = []  # raw: made text at flush, through a memo
         self._seg_offsets = [0]
         self._seg_index: list[int] = []
         self._seg_first: list[int] = []
@@ -76,82 +80,76 @@ class LedgerBatchBuilder:
     def add(self, ledger_id: int, data: bytes, version: int, mzxid: int, ctime_ms: int) -> None:
         """One ledger znode: its id (from the path), data and stat fields (version, mzxid, ctime)."""
         try:
-            md = self._parse(data)
+            e, wq, aq, state, last, length, digest, _, segments, ctime, custom, _ = self._parse(data)
         except Exception as exc:
             self._add_unparseable(ledger_id, data, version, mzxid, ctime_ms, describe_error(exc))
             return
         managed = None
-        custom = md.custom_metadata
         if custom:
-            keys, values = self._cm_keys, self._cm_values
-            for key in custom:
-                text = metadata_text(custom[key])
-                keys.append(key)
-                values.append(text)
-                if key == PULSAR_MANAGED_LEDGER_KEY:
-                    managed = text
+            by_key = dict(custom)  # a key stored twice: first position, last value (as LedgerMetadata)
+            self._cm_keys.extend(by_key)
+            self._cm_values.extend(by_key.values())
+            managed = by_key.get(PULSAR_MANAGED_LEDGER_KEY)
         self._cm_offsets.append(len(self._cm_keys))
-        segments = md.segments
-        last = len(segments) - 1
-        members = self._ens_members
-        for i, seg in enumerate(segments):
-            self._seg_index.append(i)
-            self._seg_first.append(seg.first_entry_id)
-            if i < last:
-                self._seg_last.append(segments[i + 1].first_entry_id - 1)
-            else:
-                self._seg_last.append(md.last_entry_id if md.is_closed else None)
-            members.extend(seg.ensemble)
-            self._ens_offsets.append(len(members))
-        self._seg_offsets.append(len(self._seg_index))
+        # a segment ends before the next one starts; the last one of a closed ledger at its last entry id
+        count = len(segments)
+        members, ens_offsets, seg_last = self._ens_members, self._ens_offsets, self._seg_last
+        self._seg_index.extend(range(count))
+        for i, (first, ensemble) in enumerate(segments):
+            self._seg_first.append(first)
+            if i:
+                seg_last.append(first - 1)
+            members.extend(ensemble)
+            ens_offsets.append(len(members))
+        seg_last.append(last if state == _CLOSED else None)
+        self._seg_offsets.append(len(self._seg_first))
         # BookKeeper uses the znode's ctime when the metadata carries none (storeCtime off)
-        ctime = md.ctime if md.ctime is not None else ctime_ms
         self._rows.append((
-            ledger_id, md.state.name, md.ensemble_size, md.write_quorum, md.ack_quorum, md.last_entry_id,
-            md.length, md.digest_type.name, ctime * 1000, managed, len(segments), version, mzxid,
-            ctime_ms * 1000, None, None,
+            ledger_id, state, e, wq, aq, last, length, digest, ctime_ms if ctime is None else ctime, managed,
+            count, version, mzxid, ctime_ms, None, None,
         ))  # fmt: skip
 
     def _add_unparseable(
         self, ledger_id: int, data: bytes, version: int, mzxid: int, ctime_ms: int, error: str
     ) -> None:
         self.unparseable += 1
+        self._bad += 1
         raw = base64.b64encode(bytes(data)).decode("ascii")
-        self._rows.append((ledger_id, *([None] * 10), version, mzxid, ctime_ms * 1000, error, raw))
+        self._rows.append((ledger_id, *([None] * 10), version, mzxid, ctime_ms, error, raw))
         self._cm_offsets.append(len(self._cm_keys))
-        self._seg_offsets.append(len(self._seg_index))
+        self._seg_offsets.append(len(self._seg_first))
 
     def flush(self) -> pa.RecordBatch:
         """The rows added since the last flush, as one RecordBatch (SOURCE_SCHEMA)."""
-        columns = dict(zip(self._SCALARS, zip(*self._rows, strict=True), strict=True)) if self._rows else {}
+        rows = self._rows
+        columns: dict[str, Any] = (
+            dict(zip(self._SCALARS, zip(*rows, strict=True), strict=True))
+            if rows
+            else dict.fromkeys(self._SCALARS, ())
+        )
+        columns["state"] = [_STATE_NAME[s] for s in columns["state"]]
+        columns["digest_type"] = [_DIGEST_NAME[d] for d in columns["digest_type"]]
+        columns["ctime"] = [None if c is None else c * 1000 for c in columns["ctime"]]
+        columns["znode_ctime"] = [c * 1000 for c in columns["znode_ctime"]]
+        columns["managed_ledger"] = _texts(columns["managed_ledger"])
         # unparseable rows have null custom metadata and segments (not empty ones)
-        valid = [r[1] is not None for r in self._rows]
-        arrays = []
-        for f in SOURCE_SCHEMA:
-            if f.name == "custom_metadata":
-                arrays.append(self._custom_metadata(valid))
-            elif f.name == "segments":
-                arrays.append(self._segments(valid))
-            else:
-                arrays.append(pa.array(columns.get(f.name, ()), f.type))
+        mask = pa.array([s is None for s in columns["segment_count"]], pa.bool_()) if self._bad else None
+        columns["custom_metadata"] = pa.MapArray.from_arrays(
+            pa.array(self._cm_offsets, pa.int32()),
+            pa.array(self._cm_keys, pa.string()),
+            pa.array(_texts(self._cm_values), pa.string()),
+            type=STRING_MAP,
+            mask=mask,
+        )
+        columns["segments"] = self._segments(mask)
+        arrays = [
+            c if isinstance(c := columns[f.name], pa.Array) else pa.array(c, f.type) for f in SOURCE_SCHEMA
+        ]
         batch = pa.RecordBatch.from_arrays(arrays, schema=SOURCE_SCHEMA)
         self._reset()
         return batch
 
-    @staticmethod
-    def _null_mask(valid: list[bool]) -> pa.Array | None:
-        return None if all(valid) else pa.array([not v for v in valid], pa.bool_())
-
-    def _custom_metadata(self, valid: list[bool]) -> pa.Array:
-        return pa.MapArray.from_arrays(
-            pa.array(self._cm_offsets, pa.int32()),
-            pa.array(self._cm_keys, pa.string()),
-            pa.array(self._cm_values, pa.string()),
-            type=STRING_MAP,
-            mask=self._null_mask(valid),
-        )
-
-    def _segments(self, valid: list[bool]) -> pa.Array:
+    def _segments(self, mask: pa.Array | None) -> pa.Array:
         seg_type = SOURCE_SCHEMA.field("segments").type
         ensembles = pa.ListArray.from_arrays(
             pa.array(self._ens_offsets, pa.int32()), pa.array(self._ens_members, pa.string())
@@ -166,8 +164,59 @@ class LedgerBatchBuilder:
             fields=list(seg_type.value_type),
         )
         return pa.ListArray.from_arrays(
-            pa.array(self._seg_offsets, pa.int32()), structs, type=seg_type, mask=self._null_mask(valid)
+            pa.array(self._seg_offsets, pa.int32()), structs, type=seg_type, mask=mask
         )
+
+
+def _names(enum_type: Any) -> dict[int | None, str | None]:
+    return {None: None, **{member.value: member.name for member in enum_type}}
+
+
+_STATE_NAME = _names(LedgerState)
+_DIGEST_NAME = _names(DigestType)
+_CLOSED = LedgerState.CLOSED.value
+
+# Custom metadata values as text, by value. Pulsar writes the same few values on every ledger (application,
+# component) and a topic's name on each of its ledgers: a lookup costs a fraction of `metadata_text`.
+# Bounded like bookie_id's memo: past the bound (or for long values) values are converted every time.
+_TEXT_OF: dict[bytes, str] = {}
+_TEXT_OF_MAX = 65_536
+_TEXT_OF_MAX_VALUE = 256
+
+
+def _texts(values: Iterable[bytes | None]) -> list[str | None]:
+    memo = _TEXT_OF
+    return [None if v is None else memo[v] if v in memo else _text(v) for v in values]
+
+
+def _text(value: bytes) -> str:
+    text = metadata_text(value)
+    if len(_TEXT_OF) < _TEXT_OF_MAX and len(value) <= _TEXT_OF_MAX_VALUE:
+        _TEXT_OF[value] = text
+    return text
+
+
+def ledger_batches(
+    reads: Iterable[tuple[str, bytes | None, Any]], ids: dict[str, int], *, batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    """RecordBatches (SOURCE_SCHEMA, at most `batch_size` rows) of the (path, data, stat) of ZooKeeper reads.
+
+    `ids` maps each path to its ledger id (entries are popped as reads arrive); a read with no stat is a
+    ledger deleted between listing and reading: simply absent.
+    """
+    builder = LedgerBatchBuilder()
+    add, pop, rows = builder.add, ids.pop, 0
+    for path, data, stat in reads:
+        ledger_id = pop(path)
+        if stat is None:
+            continue
+        add(ledger_id, data or b"", stat.version, stat.mzxid, stat.ctime)
+        rows += 1
+        if rows >= batch_size:
+            yield builder.flush()
+            rows = 0
+    if rows:
+        yield builder.flush()
 
 
 # -- small tables (built on the driver) ----------------------------------------------------------------------
@@ -293,6 +342,7 @@ __all__ = [
     "bookie_table",
     "describe_error",
     "explode_segments",
+    "ledger_batches",
     "metadata_text",
     "underreplicated_table",
 ]

@@ -56,18 +56,21 @@ class MultiRead(tuple):  # type: ignore[type-arg]
     def deserialize(cls, buf: bytes, offset: int) -> list[Any]:
         """[(data, ZnodeStat) or a kazoo exception instance] in request order."""
         results: list[Any] = []
-        head, stat_size = multiheader_struct, stat_struct.size
+        append = results.append
+        head, head_size = multiheader_struct.unpack_from, multiheader_struct.size
+        length, stat, stat_size = int_struct.unpack_from, stat_struct.unpack_from, stat_struct.size
+        new_stat = tuple.__new__  # ZnodeStat._make without its per-call lookups (one per ledger read)
         while True:
-            op, done, _ = head.unpack_from(buf, offset)
-            offset += head.size
+            op, done, _ = head(buf, offset)
+            offset += head_size
             if done:
                 return results
             if op == _OP_GET_DATA:
-                size = int_struct.unpack_from(buf, offset)[0]
+                size = length(buf, offset)[0]
                 offset += 4
                 data = bytes(buf[offset : offset + size]) if size >= 0 else b""
                 offset += max(size, 0)
-                results.append((data, ZnodeStat._make(stat_struct.unpack_from(buf, offset))))
+                append((data, new_stat(ZnodeStat, stat(buf, offset))))
                 offset += stat_size
             elif op == _OP_ERROR:
                 code = int_struct.unpack_from(buf, offset)[0]
@@ -155,7 +158,9 @@ def _pair(chunk: list[str], results: list[Any]) -> Iterator[tuple[str, bytes | N
     if len(results) != len(chunk):
         raise ValueError(f"multiRead answered {len(results)} results for {len(chunk)} reads")
     for path, res in zip(chunk, results, strict=True):
-        if isinstance(res, NoNodeError):
+        if type(res) is tuple:  # (data, stat): nearly every result
+            yield path, res[0], res[1]
+        elif isinstance(res, NoNodeError):
             yield path, None, None
         elif isinstance(res, Exception):
             raise res
