@@ -129,7 +129,7 @@ class LedgerBatchBuilder:
         )
         columns["state"] = [_STATE_NAME[s] for s in columns["state"]]
         columns["digest_type"] = [_DIGEST_NAME[d] for d in columns["digest_type"]]
-        columns["ctime"] = [None if c is None else c * 1000 for c in columns["ctime"]]
+        columns["ctime"] = [ctime_micros(c) for c in columns["ctime"]]
         columns["znode_ctime"] = [c * 1000 for c in columns["znode_ctime"]]
         columns["managed_ledger"] = _texts(columns["managed_ledger"])
         # unparseable rows have null custom metadata and segments (not empty ones)
@@ -170,6 +170,18 @@ class LedgerBatchBuilder:
 
 def _names(enum_type: Any) -> dict[int | None, str | None]:
     return {None: None, **{member.value: member.name for member in enum_type}}
+
+
+CTIME_MAX_MS = (2**63 - 1) // 1000
+"""The largest |ctime| in ms the microsecond `ctime` column holds (year ~292,000); Java's long holds more."""
+
+
+def ctime_micros(ctime_ms: int | None) -> int | None:
+    """The `ctime` column's value: a metadata ctime beyond the column's range is null, not a failed batch
+    (BookKeeper stores any long; one such ledger must not stop the snapshot)."""
+    if ctime_ms is None or not -CTIME_MAX_MS <= ctime_ms <= CTIME_MAX_MS:
+        return None
+    return ctime_ms * 1000
 
 
 _STATE_NAME = _names(LedgerState)

@@ -23,7 +23,7 @@ from bkaudit.formats import ledger_metadata as lm
 from bkaudit.formats.proto import DataFormats_pb2
 from bkaudit.formats.wire import varint
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
-from bkaudit.tables.rows import PULSAR_MANAGED_LEDGER_KEY, ledger_batches
+from bkaudit.tables.rows import CTIME_MAX_MS, PULSAR_MANAGED_LEDGER_KEY, ctime_micros, ledger_batches
 from bkaudit.tables.schemas import SOURCE_SCHEMA
 
 HEADER3 = b"BookieMetadataFormatVersion\t3\n"
@@ -49,7 +49,7 @@ def reference_rows(znodes: Iterable[tuple[int, bytes, int, int, int]]) -> pa.Rec
         row.update(
             state=md.state.name, ensemble_size=md.ensemble_size, write_quorum=md.write_quorum,
             ack_quorum=md.ack_quorum, last_entry_id=md.last_entry_id, length=md.length,
-            digest_type=md.digest_type.name, ctime=(ctime_ms if md.ctime is None else md.ctime) * 1000,
+            digest_type=md.digest_type.name, ctime=ctime_micros(ctime_ms if md.ctime is None else md.ctime),
             custom_metadata=list(custom.items()), managed_ledger=custom.get(PULSAR_MANAGED_LEDGER_KEY),
             segment_count=len(md.segments),
             segments=[
@@ -79,7 +79,6 @@ def ipc(batch: pa.RecordBatch) -> bytes:
 def assert_same_batches(blobs: list[bytes], batch_size: int) -> None:
     """Same batches; where the reference cannot build one, the builder fails there with the same error.
 
-    (A metadata ctime whose microseconds overflow int64 fails both: a known limit of the ctime column.)
     """
     znodes = [(i * 7919, blob, i % 5, 10_000 + i, 1_600_000_000_000 + i) for i, blob in enumerate(blobs)]
     paths = {f"/l/{i}": z[0] for i, z in enumerate(znodes)}
@@ -232,3 +231,19 @@ def test_the_memo_of_metadata_texts_never_changes_a_value(monkeypatch: Any) -> N
     assert rows._texts(values) == expected
     monkeypatch.setattr(rows, "_TEXT_OF_MAX", 10)
     assert rows._texts([b"x" * 300, b"c"]) == ["x" * 300, "c"] and b"x" * 300 not in rows._TEXT_OF
+
+
+def test_a_ctime_beyond_the_column_is_null_and_the_batch_survives() -> None:
+    segments = (Segment(0, ("10.0.0.12:3181", "10.0.0.13:3181")),)
+    ctimes = [CTIME_MAX_MS + 1, -(CTIME_MAX_MS + 1), CTIME_MAX_MS, 1_700_000_000_000, 2**62]
+    blobs = [
+        lm.serialize(LedgerMetadata(2, 2, 2, LedgerState.CLOSED, 9, 100, DigestType.CRC32C, b"", segments,
+                                    ctime=c))
+        for c in ctimes
+    ]
+    reads = ((f"/l/{i}", b, ZnodeStat(0, 1, 5, 0, 0, 0, 0, 0, len(b), 0, 0)) for i, b in enumerate(blobs))
+    batch = next(ledger_batches(reads, {f"/l/{i}": i for i in range(len(blobs))}, batch_size=100))
+    micros = batch.column("ctime").cast(pa.int64()).to_pylist()
+    assert micros == [None, None, CTIME_MAX_MS * 1000, 1_700_000_000_000_000, None]
+    assert batch.column("parse_error").to_pylist() == [None] * len(blobs)
+    assert batch.column("last_entry_id").to_pylist() == [9] * len(blobs)
