@@ -89,6 +89,12 @@ log = logging.getLogger(__name__)
 
 DRIVER_COMBINE_MAX = 20_000
 """Up to this many ledgers needing the per-ledger combine, it runs on the driver (no shuffle)."""
+FUSED_FANOUT_MAX_BOOKIES = 32
+"""Up to this many bookies, each ledger-pass task asks every bookie about its own requests (no shuffle of
+every request through the JVM to group them by bookie): a task's chunk of
+`fanout_task.TASK_CHUNK_REQUESTS` then still holds over 1,500 requests per bookie, three listing calls or
+more. Beyond it, one thread per bookie per task would be many threads with small calls: the requests are
+repartitioned by bookie instead."""
 DRIVER_INPUT_MAX_LEDGERS = 2_000_000
 """Up to this many ledgers in the snapshot, the driver joins ledgers and segments with Arrow."""
 
@@ -247,14 +253,16 @@ def _check(
         side_dir=f"{ctx.staging}/ledger-pass",
         reads=ReadEvidencePlan(readers, conf.verification_percentage, seed=ctx.run_id),
     )
-    requests = ledger_pass_stage(spark, plan, inputs.files if inputs.files is not None else inputs.frame())
+    source = inputs.files if inputs.files is not None else inputs.frame()
     loads = {
         **dict.fromkeys(view.targets, 1),
         **(ensemble_loads(inputs.table) if inputs.table is not None else {}),
     }
+    fuse = len(loads) <= FUSED_FANOUT_MAX_BOOKIES
     fan = fanout_stage(
         spark,
-        requests,
+        None if fuse else ledger_pass_stage(spark, plan, source),
+        fused=(lambda config: ledger_pass_stage(spark, plan, source, fanout=config)) if fuse else None,
         config=lambda attempt: fanout_config(ctx, view, attempt),
         retry_attempts=conf.retry_attempts,
         retry_delay_s=conf.retry_delay_s,

@@ -58,14 +58,27 @@ def ledger_input_frame(
 
 
 def ledger_pass_stage(
-    spark: SparkSession, plan: LedgerPassPlan, source: Sequence[str] | DataFrame
+    spark: SparkSession,
+    plan: LedgerPassPlan,
+    source: Sequence[str] | DataFrame,
+    *,
+    fanout: FanoutConfig | None = None,
 ) -> DataFrame:
-    """The ledger pass (lazy) over staged input files (one task each) or a Spark frame of ledger input."""
-    request_type = from_arrow_schema(REQUEST_SCHEMA)
+    """The ledger pass (lazy) over staged input files (one task each) or a Spark frame of ledger input:
+    REQUEST rows.
+
+    With `fanout`, each task also asks the bookies for its own requests, as they are produced (RESPONSE rows):
+    no shuffle by bookie between the two (`FUSED_FANOUT_MAX_BOOKIES` says when the checker does this).
+    """
     if isinstance(source, DataFrame):
-        return source.mapInArrow(ledger_pass_partition(plan), request_type)
-    units = spark.range(0, len(source), 1, max(1, len(source)))
-    return units.mapInArrow(ledger_pass_files(plan, list(source)), request_type)
+        frame, task = source, ledger_pass_partition(plan)
+    else:
+        frame = spark.range(0, len(source), 1, max(1, len(source)))
+        task = ledger_pass_files(plan, list(source))
+    if fanout is None:
+        return frame.mapInArrow(task, from_arrow_schema(REQUEST_SCHEMA))
+    ask = fanout_partition(fanout)
+    return frame.mapInArrow(lambda batches: ask(task(batches)), from_arrow_schema(RESPONSE_SCHEMA))
 
 
 @dataclass
@@ -81,8 +94,9 @@ class FanoutOutput:
 
 def fanout_stage(
     spark: SparkSession,
-    requests: DataFrame,
+    requests: DataFrame | None,
     *,
+    fused: Callable[[FanoutConfig], DataFrame] | None = None,
     config: Callable[[int], FanoutConfig],
     retry_attempts: int,
     retry_delay_s: float,
@@ -95,8 +109,12 @@ def fanout_stage(
 
     The answers of each attempt are written to staging files at once (Spark may re-run tasks; the calls are
     read-only and never repeated downstream). A ledger needs the per-ledger combine when an answer differs
-    from the expected entries, is ENOLEDGER, or a bookie never answered.
+    from the expected entries, is ENOLEDGER, or a bookie never answered. `fused`: the first attempt's
+    answers straight from the ledger pass's tasks (`ledger_pass_stage(fanout=...)`), instead of `requests`
+    repartitioned by bookie; the re-checks always go by bookie.
     """
+    if requests is None and fused is None:
+        raise ValueError("the fan-out needs requests or a fused ledger pass")
     response_type = from_arrow_schema(RESPONSE_SCHEMA)
     pending = requests
     cores = max(1, spark.sparkContext.defaultParallelism)
@@ -116,18 +134,14 @@ def fanout_stage(
                 break
             say(f"re-checking {failed} failed (ledger, bookie) calls in {retry_delay_s:g}s")
             time.sleep(retry_delay_s)
-        fn = fanout_partition(config(attempt))
-        if partitions_per_bookie > 1:
-            shard = F.col("ledger_id") % partitions_per_bookie
-            keyed = (
-                pending.withColumn("_shard", shard)
-                .repartition(partitions, "bookie_id", "_shard")
-                .drop("_shard")
-            )
-        else:
-            keyed = by_bookie(pending, partitions, loads)
         path = f"{staging}/responses-{attempt}"
-        keyed.mapInArrow(fn, response_type).write.mode("overwrite").parquet(path)
+        if fused is not None and attempt == 0:
+            answers = fused(config(attempt))
+        else:
+            assert pending is not None
+            keyed = _keyed(pending, partitions, partitions_per_bookie, loads)
+            answers = keyed.mapInArrow(fanout_partition(config(attempt)), response_type)
+        answers.write.mode("overwrite").parquet(path)
         paths.append(path)
         table = pq.read_table(
             path, columns=[*CALL_LOG_COLUMNS, "answer", "entries_missing", "entries_corrupt"]
@@ -153,6 +167,20 @@ def fanout_stage(
     return FanoutOutput(
         final.unionByName(last_failed), pa.concat_tables(logs), interesting | unanswered, paths
     )
+
+
+def _keyed(
+    pending: DataFrame, partitions: int, partitions_per_bookie: int, loads: Mapping[str, int]
+) -> DataFrame:
+    """Requests repartitioned for the fan-out: by bookie (and shard, with several partitions per bookie)."""
+    if partitions_per_bookie > 1:
+        shard = F.col("ledger_id") % partitions_per_bookie
+        return (
+            pending.withColumn("_shard", shard)
+            .repartition(partitions, "bookie_id", "_shard")
+            .drop("_shard")
+        )
+    return by_bookie(pending, partitions, loads)
 
 
 def by_bookie(requests: DataFrame, partitions: int, loads: Mapping[str, int]) -> DataFrame:

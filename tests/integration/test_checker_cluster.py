@@ -436,11 +436,15 @@ def test_wiped_bookie(spark, cluster, bk, warehouse, monkeypatch):
         assert {r.bookie_id for r in result.violations if r.category in DURABILITY} == {victim}
         assert sum(result.counts.values()) == sum(len(want[c]) for c in DURABILITY)
 
-        # the per-ledger combine on Spark (used when many ledgers need it) agrees with the driver's
+        # the per-ledger combine on Spark (used when many ledgers need it) agrees with the driver's, and the
+        # fan-out over requests repartitioned by bookie (clusters above FUSED_FANOUT_MAX_BOOKIES) with the
+        # fan-out inside the ledger-pass tasks
         from bkaudit.spark import checker
         from bkaudit.spark.checker import CheckOptions, run_check
 
+        assert len(cluster.bookies) <= checker.FUSED_FANOUT_MAX_BOOKIES  # the first run was fused
         monkeypatch.setattr(checker, "DRIVER_COMBINE_MAX", 0)
+        monkeypatch.setattr(checker, "FUSED_FANOUT_MAX_BOOKIES", 0)
         again = run_check(
             spark,
             settings_for(cluster, warehouse),
