@@ -196,8 +196,8 @@ def _serve(
     try:
         client = factory(work.bookie_id, config)
         channel.opened(client)
-        cols = _by_reads(work, config, client, prefix, _Columns(), channel, breaker)
-        cols = _by_listing(work, config, client, prefix, cols, channel, breaker)
+        link = _Link(work, config, client, prefix, channel, breaker)
+        cols = _by_listing(link, _by_reads(link, _Columns()))
         if len(cols):
             channel.put(cols.batch(work.bookie_id, config.attempt))
         channel.put(None)
@@ -213,38 +213,43 @@ def _serve(
             _close(client)
 
 
-def _flush(cols: _Columns, work: BookieWork, config: FanoutConfig, channel: _Channel) -> _Columns:
-    if channel.cancelled.is_set():
-        raise Cancelled
-    if len(cols) >= OUTPUT_BATCH_ROWS:
-        channel.put(cols.batch(work.bookie_id, config.attempt))
-        return _Columns()
-    return cols
+@dataclass(frozen=True)
+class _Link:
+    """One bookie's worker: its requests, the task's settings and what it talks and reports through."""
+
+    work: BookieWork
+    config: FanoutConfig
+    client: Any
+    prefix: str
+    channel: _Channel
+    breaker: Breaker
+
+    def flush(self, cols: _Columns) -> _Columns:
+        """Hand a full output batch to the task's iterator (and stop here if the task was cancelled)."""
+        if self.channel.cancelled.is_set():
+            raise Cancelled
+        if len(cols) >= OUTPUT_BATCH_ROWS:
+            self.channel.put(cols.batch(self.work.bookie_id, self.config.attempt))
+            return _Columns()
+        return cols
 
 
-def _by_reads(
-    work: BookieWork,
-    config: FanoutConfig,
-    client: Any,
-    prefix: str,
-    cols: _Columns,
-    channel: _Channel,
-    breaker: Breaker,
-) -> _Columns:
+def _by_reads(link: _Link, cols: _Columns) -> _Columns:
     """Requests with `read_entries` (no listing on this bookie): LedgerChecker-style reads."""
+    work, config = link.work, link.config
     picked = [i for i, r in enumerate(work.reads) if r is not None]
     if not picked:
         return cols
     for i, summary, call in read_and_verify(
-        client,
+        link.client,
         work.bookie_id,
         [work.ledger_ids[k] for k in picked],
         [work.reads[k] or [] for k in picked],
         [work.digest_types[k] for k in picked],
         max_in_flight=config.read_max_in_flight,
         failure_threshold=config.failure_threshold,
-        call_prefix=prefix,
-        breaker=breaker,
+        call_prefix=link.prefix,
+        breaker=link.breaker,
     ):
         k = picked[i]
         cols.ledger.append(work.ledger_ids[k])
@@ -260,34 +265,27 @@ def _by_reads(
         cols.missing.append(list(summary.missing))
         cols.corrupt.append(list(summary.corrupt))
         cols.answer_bytes.append(work.sizes[k])
-        cols = _flush(cols, work, config, channel)
+        cols = link.flush(cols)
     return cols
 
 
-def _by_listing(
-    work: BookieWork,
-    config: FanoutConfig,
-    client: Any,
-    prefix: str,
-    cols: _Columns,
-    channel: _Channel,
-    breaker: Breaker,
-) -> _Columns:
+def _by_listing(link: _Link, cols: _Columns) -> _Columns:
     """Requests without `read_entries`: one GetListOfEntries per ledger, in calls cut by count and by the
     healthy answer bytes (within half of the clients' frame limit)."""
+    work, config = link.work, link.config
     listed = [i for i, r in enumerate(work.reads) if r is None]
     ids = [work.ledger_ids[i] for i in listed]
     for p, value, call in ask(
-        client,
+        link.client,
         work.bookie_id,
         ids,
         batch_size=config.batch_size,
         max_in_flight=config.max_in_flight,
         failure_threshold=config.failure_threshold,
-        call_prefix=prefix,
+        call_prefix=link.prefix,
         sizes=[work.sizes[i] for i in listed],
         max_call_bytes=config.call_bytes,
-        breaker=breaker,
+        breaker=link.breaker,
     ):
         k = listed[p]
         expected = work.digests[k]
@@ -319,7 +317,7 @@ def _by_listing(
             cols.status.append(STATUS_BAD_REQUEST)
             cols.error.append("the batch response has no answer for this ledger")
             cols.answer.append(None)
-        cols = _flush(cols, work, config, channel)
+        cols = link.flush(cols)
     return cols
 
 
