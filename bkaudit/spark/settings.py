@@ -19,7 +19,7 @@ class SnapshotSettings:
     max_zk_sessions: int = 4  # cap on concurrent ZooKeeper sessions = max ledger-reading Spark tasks
     partitions: int = 0  # ledger-reading tasks; 0 = max_zk_sessions; never more than max_zk_sessions
     # token-bucket cap per task; 0 = unlimited. 15,000: above what two tasks read here unthrottled (13,400/s
-    # each at 1M ledgers) while a 100 getData/s probe kept its p99 within 1.4x idle (docs/performance.md);
+    # each at 1M ledgers) while a 100 getData/s probe kept its p99 under 20 ms (docs/performance.md);
     # the default 4 sessions cap a snapshot at 60,000 reads/s on a larger Spark cluster
     reads_per_second_per_task: float = 15_000.0
     max_in_flight: int = 500  # pipelined reads outstanding per session
