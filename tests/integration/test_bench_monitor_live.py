@@ -232,12 +232,17 @@ def test_probe_and_mntr_expose_a_server_paused_with_sigstop(private_zk: ZooKeepe
 
 
 @pytest.mark.cluster
-def test_probe_counts_failures_when_the_pause_outlasts_its_session(private_zk: ZooKeeperServer) -> None:
+def test_probe_exposes_a_pause_that_outlasts_its_session(private_zk: ZooKeeperServer) -> None:
     probe = monitor.Probe(connect=private_zk.connect_string, path="/probe", session_timeout_s=4.0, grace_s=15)
     probe.start()
     time.sleep(0.5)
-    pause(private_zk, 8.0)
+    pause_s = 8.0
+    pause(private_zk, pause_s)
     time.sleep(2.0)
     out = probe.stop()
-    assert out["failures"] > 0, out  # the connection dropped (read timeout) with requests in flight
+    # Usually kazoo drops the connection with requests in flight (failures). Whether the session survives
+    # is a race, though: while the server is stopped the probe keeps writing, and after SIGCONT the queued
+    # requests can touch the session before the server expires it (a CI run saw 0 failures). Either way
+    # the pause must show: as failures, or as requests answered at least the pause late (open loop).
+    assert out["failures"] > 0 or out["max_ms"] >= (pause_s - 0.5) * 1000, out
     assert out["scheduled"] == out["answered"] + out["failures"]
