@@ -121,22 +121,26 @@ class BookKeeperReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
-        """Plan on the driver with one short session; at most max_zk_sessions partitions."""
-        from bkaudit.job.zkscan import pack, plan_units
-        from bkaudit.zk.client import close, connect
-
-        zk = connect(self.options.zk_settings())
-        try:
-            units = plan_units(zk, self.options.root, self.options.task_count)
-        finally:
-            close(zk)
-        groups = pack(units, self.options.task_count)
-        return [LedgerPartition(g) for g in groups] or [LedgerPartition([])]
+        return [LedgerPartition(g) for g in plan_partitions(self.options)] or [LedgerPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         units = getattr(partition, "units", None) or list(partition.value or ())
         if units:
             yield from read_units(self.options, units)
+
+
+def plan_partitions(options: ReadOptions) -> list[list[str]]:
+    """The ledger-tree units of each task, planned on the driver with one short session: at most
+    `max_zk_sessions` groups, so at most that many concurrent sessions."""
+    from bkaudit.job.zkscan import pack, plan_units
+    from bkaudit.zk.client import close, connect
+
+    zk = connect(options.zk_settings())
+    try:
+        units = plan_units(zk, options.root, options.task_count)
+    finally:
+        close(zk)
+    return [list(g) for g in pack(units, options.task_count)]
 
 
 def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:

@@ -253,6 +253,34 @@ def test_segments_table(snapshot: dict[str, Any]) -> None:
     assert (4, 1, 5, 4, (B1, B3)) in got  # closed ledger's empty last segment keeps last < first
 
 
+def test_data_source_reads_what_was_written(spark: Any, cluster: dict[str, Any]) -> None:
+    """`spark.read.format("bookkeeper")` (docs/config.md): the job stages through the same reader without
+    Spark's rows, so the public data source is tested on its own, against what the cluster holds."""
+    rows = {
+        r["ledger_id"]: r
+        for r in spark.read.format("bookkeeper")
+        .option("zk", cluster["connect"])
+        .option("root", cluster["root"])
+        .option("max_zk_sessions", "2")
+        .load()
+        .collect()
+    }
+    assert set(rows) == {*LEDGERS, CORRUPT_ID}  # DELETED_ID absent
+    for ledger_id, (md, _) in LEDGERS.items():
+        row, stat = rows[ledger_id], cluster["stats"][ledger_id]
+        assert (row["state"], row["ensemble_size"], row["write_quorum"], row["ack_quorum"]) == (
+            md.state.name,
+            md.ensemble_size,
+            md.write_quorum,
+            md.ack_quorum,
+        ), ledger_id
+        assert (row["znode_version"], row["znode_mzxid"]) == (stat.version, stat.mzxid)
+        assert [(s["first_entry_id"], tuple(s["ensemble"])) for s in row["segments"]] == [
+            (seg.first_entry_id, seg.ensemble) for seg in md.segments
+        ]
+    assert rows[CORRUPT_ID]["parse_error"] and base64.b64decode(rows[CORRUPT_ID]["raw_metadata"]) == CORRUPT
+
+
 def test_bookies_table(snapshot: dict[str, Any]) -> None:
     rows = {r["bookie_id"]: r for r in _rows(snapshot["warehouse"], "bookies")}
     assert {b: (r["state"], r["has_cookie"]) for b, r in rows.items()} == {
