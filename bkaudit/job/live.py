@@ -33,7 +33,7 @@ from bkaudit.rpc.tls import TlsConfig
 from bkaudit.zk import paths
 from bkaudit.zk import underreplication as ur
 from bkaudit.zk.client import rate_limiter
-from bkaudit.zk.ledgers import read_many
+from bkaudit.zk.multiread import read_batched
 from bkaudit.zk.paths import CHECK_CTIME_NODES
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def read_znodes(
     by_path = {paths.ledger_path(i, root=s.root, layout=s.layout): i for i in ledger_ids}
     limiter = rate_limiter(conf.zk_reads_per_s) if conf.zk_reads_per_s else None
     out: dict[int, tuple[bytes, ZnodeVersion]] = {}
-    for path, data, stat in read_many(s.zk, list(by_path), rate_limiter=limiter):
+    for path, data, stat in read_batched(s.zk, list(by_path), rate_limiter=limiter):
         if stat is not None and data is not None:
             out[by_path[path]] = (data, ZnodeVersion(int(stat.version), int(stat.mzxid)))
     return out
@@ -73,7 +73,7 @@ def read_markers(s: Session, ledger_ids: Sequence[int], conf: CheckerSettings) -
     by_path = {paths.underreplicated_ledger_path(i, root=s.root): i for i in ledger_ids}
     limiter = rate_limiter(conf.zk_reads_per_s) if conf.zk_reads_per_s else None
     out: dict[int, MarkerState] = {}
-    for path, data, stat in read_many(s.zk, list(by_path), rate_limiter=limiter):
+    for path, data, stat in read_batched(s.zk, list(by_path), rate_limiter=limiter):
         if stat is None or data is None:
             continue
         try:
