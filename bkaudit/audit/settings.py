@@ -55,8 +55,8 @@ class CheckerSettings:
     check_open_ledgers: bool = True
     # re-evaluations of a ledger whose metadata keeps changing before it is reported unverifiable
     max_reevaluations: int = 3
-    # ZooKeeper reads per second for the pre-report re-read (auditorMaxNumberOfConcurrentOpenLedgerOperations);
-    # one session, so the same cap as one snapshot task (SnapshotSettings.reads_per_second_per_task)
+    # ZooKeeper reads/s of the pre-report re-read (auditorMaxNumberOfConcurrentOpenLedgerOperations): one
+    # session, so the same cap as one snapshot task (SnapshotSettings.reads_per_second_per_task)
     zk_reads_per_s: float = 15_000.0
     # ranges kept per row (counts stay exact); bounds a row for a wiped bookie under a huge ledger
     max_ranges_per_row: int = 10_000
