@@ -12,6 +12,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
+from bkaudit.formats.availability import VECTOR_MIN_RUNS, encode_run_arrays, encode_runs
+
 
 class EntryRuns:
     """Sorted disjoint inclusive runs of entry ids (two parallel lists so `bisect` works on the starts)."""
@@ -97,8 +99,6 @@ class EntryRuns:
 
     def encoded(self) -> bytes:
         """AvailabilityOfEntriesOfLedger bytes (not cached here: see bkaudit.bookie.listing)."""
-        from bkaudit.formats.availability import VECTOR_MIN_RUNS, encode_run_arrays, encode_runs
-
         if len(self.starts) >= VECTOR_MIN_RUNS:
             return encode_run_arrays(self.starts, self.ends)
         return encode_runs(self.runs())

@@ -117,22 +117,31 @@ def encode_runs(runs: Iterable[tuple[int, int]]) -> bytes:
     if len(run_list) >= VECTOR_MIN_RUNS:
         firsts, lasts = zip(*run_list, strict=True)
         return encode_run_arrays(firsts, lasts)
-    buf = bytearray(HEADER_SIZE + GROUP_SIZE * len(run_list))
-    _HEADER.pack_into(buf, 0, CURRENT_VERSION, len(run_list))
-    pack_group = _GROUP.pack_into
-    offset = HEADER_SIZE
+    fields: list[int] = []
     prev_last = -2
+    for first, last in run_list:
+        size = last - first + 1
+        if first <= prev_last + 1 or not 0 < size <= _INT32_MAX:
+            return _encode_irregular_runs(run_list)
+        fields += (first, first, size, 0)
+        prev_last = last
     try:
-        for first, last in run_list:
-            size = last - first + 1
-            if first <= prev_last + 1 or not 0 < size <= _INT32_MAX:
-                return _encode_irregular_runs(run_list)
-            pack_group(buf, offset, first, first, size, 0)
-            offset += GROUP_SIZE
-            prev_last = last
-    except struct.error:
+        return _packer(len(run_list)).pack(CURRENT_VERSION, len(run_list), *fields)
+    except struct.error:  # an id beyond int64
         return _encode_irregular_runs(run_list)
-    return bytes(buf)
+
+
+_PACKERS: dict[int, struct.Struct] = {}
+
+
+def _packer(groups: int) -> struct.Struct:
+    """Header and `groups` groups as one Struct (one pack call: a 10-entry ledger's listing is one group)."""
+    packer = _PACKERS.get(groups)
+    if packer is None:
+        packer = struct.Struct(_HEADER.format + _GROUP.format.lstrip(">") * groups)
+        if groups < VECTOR_MIN_RUNS:
+            _PACKERS[groups] = packer
+    return packer
 
 
 def encode_run_arrays(firsts: Sequence[int] | np.ndarray, lasts: Sequence[int] | np.ndarray) -> bytes:
