@@ -57,7 +57,7 @@ class CheckerSettings:
     max_reevaluations: int = 3
     # ZooKeeper reads/s of the pre-report re-read (auditorMaxNumberOfConcurrentOpenLedgerOperations): one
     # session, so the same cap as one snapshot task (SnapshotSettings.reads_per_second_per_task)
-    zk_reads_per_s: float = 15_000.0
+    zk_reads_per_s: float = 20_000.0
     # ranges kept per row (counts stay exact); bounds a row for a wiped bookie under a huge ledger
     max_ranges_per_row: int = 10_000
     # feed the under-replication queue (off by default for ad hoc runs)

@@ -41,7 +41,7 @@ class ReadOptions:
     auth_digest_secret: str = ""
     max_zk_sessions: int = 4
     partitions: int = 0  # 0 = max_zk_sessions
-    reads_per_second_per_task: float = 15_000.0  # SnapshotSettings' default (docs/performance.md)
+    reads_per_second_per_task: float = 20_000.0  # SnapshotSettings' default (docs/performance.md)
     max_in_flight: int = 500
     batch_size: int = 10_000
     attempts: int = 5
