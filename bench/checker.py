@@ -64,12 +64,16 @@ DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 
 
 def _bookie_share(args: tuple[str, str, list[tuple[int, layouts.Layout]], dict[int, set[int]]]) -> int:
-    """Bulk-load one bookie (runs in a worker process): its runs of every ledger, holes removed."""
-    from bkaudit.bookie.storage import bulk_load_index
+    """Bulk-load one bookie (runs in a worker process): a striping per segment of every ledger it lost
+    nothing of, entry rows (its runs, holes removed) of the others."""
+    from bkaudit.bookie.storage import bulk_load_index, bulk_load_stripings
 
     bookie, data_dir, mine, lost = args
-    return bulk_load_index(
-        data_dir, ((lid, layouts.bookie_runs(lay, bookie, lost.get(lid))) for lid, lay in mine)
+    striped = bulk_load_stripings(
+        data_dir, ((lid, layouts.bookie_stripings(lay, bookie)) for lid, lay in mine if lid not in lost)
+    )
+    return striped + bulk_load_index(
+        data_dir, ((lid, layouts.bookie_runs(lay, bookie, lost[lid])) for lid, lay in mine if lid in lost)
     )
 
 
@@ -488,7 +492,7 @@ def setup(cluster: Any, layout: str, n: int, entries: int, m: dict[str, Any]) ->
     m["described"] = layouts.describe(layout, plan)
     m["entries_total"] = sum(lay.length for lay in plan.values())
     m["pairs"] = layouts.pairs(plan)
-    fits(layouts.footprint(plan), cluster.directory)
+    fits(layouts.footprint(plan, holes), cluster.directory)
     print(f"bulk-loading {n:,} ledgers ({m['entries_total']:,} entries) into {BOOKIES} bookies ...",
           flush=True)
     t0 = time.perf_counter()
@@ -503,10 +507,12 @@ def fits(need: layouts.Footprint, directory: Any) -> None:
     free_memory = _available_memory()
     problems = []
     if need.disk_bytes > 0.8 * free_disk:
-        problems.append(f"~{need.disk_bytes / 1e9:.1f} GB of bookie storage ({need.copies:,} entry copies) "
+        problems.append(f"~{need.disk_bytes / 1e9:.1f} GB of bookie storage ({need.copies:,} entry rows, "
+                        f"{need.stripings:,} stripings) "
                         f"against {free_disk / 1e9:.1f} GB free")
     if free_memory is not None and need.memory_bytes > 0.6 * free_memory:
-        problems.append(f"~{need.memory_bytes / 1e9:.1f} GB of bookie index memory ({need.runs:,} runs) "
+        problems.append(f"~{need.memory_bytes / 1e9:.1f} GB of bookie index memory ({need.runs:,} runs, "
+                        f"{need.stripings:,} stripings) "
                         f"against {free_memory / 1e9:.1f} GB available")
     if problems:
         raise SystemExit("this layout does not fit this machine: " + "; ".join(problems)

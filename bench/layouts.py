@@ -24,7 +24,7 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from bkaudit.model.quorum import entries_of_bookie, write_set
+from bkaudit.model.quorum import Striping, entries_of_bookie, write_set
 
 SEED = 34
 HOLE_FRACTION = 0.01
@@ -251,6 +251,13 @@ def bookie_runs(lay: Layout, bookie: str, lost: set[int] | None = None) -> list[
     return as_runs([x for lo, hi in runs for x in range(lo, hi + 1) if x not in lost])
 
 
+def bookie_stripings(lay: Layout, bookie: str) -> list[Striping]:
+    """The entries `bookie` stores of a ledger as one striping per segment it is in (nothing lost): what
+    `bookie.storage.bulk_load_stripings` stores in one row each."""
+    return [entries_of_bookie(ens.index(bookie), first, last, lay.e, lay.wq)
+            for first, last, ens in lay.spans() if bookie in ens]
+
+
 def bookie_entries(lay: Layout, bookie: str, lost: set[int] | None = None) -> Iterator[int]:
     """The entry ids `bookie` stores of a ledger (for bodies: the read-evidence bench), minus `lost`."""
     for lo, hi in bookie_runs(lay, bookie, lost):
@@ -286,30 +293,45 @@ ROW_BYTES = 63
 """SQLite bytes per bulk-loaded entry copy with its index (measured: 4,754,998 copies in 284 MB)."""
 RUN_BYTES = 72
 """Bookie memory per in-memory run (`bookie/runs.py`: two list slots and two int objects), estimated."""
+STRIPING_ROW_BYTES = 60
+"""SQLite bytes per striping row with its ledger index (six integers), estimated."""
+STRIPING_MEMORY_BYTES = 250
+"""Bookie memory per striped (ledger, segment): a `Striping`, its share of a `StripedIds` and of the index
+dict, estimated."""
 
 
 @dataclass(frozen=True, slots=True)
 class Footprint:
-    """What loading a plan into the bookies costs: entry copies (SQLite rows) and in-memory index runs."""
+    """What loading a plan into the bookies costs: entry rows and their in-memory runs for the shares that
+    lost entries, one striping row and object per (ledger, segment, bookie) for the others."""
 
     copies: int
     runs: int
+    stripings: int = 0
 
     @property
     def disk_bytes(self) -> int:
-        return self.copies * ROW_BYTES
+        return self.copies * ROW_BYTES + self.stripings * STRIPING_ROW_BYTES
 
     @property
     def memory_bytes(self) -> int:
-        return self.runs * RUN_BYTES
+        return self.runs * RUN_BYTES + self.stripings * STRIPING_MEMORY_BYTES
 
 
-def footprint(plan: dict[int, Layout]) -> Footprint:
-    """Copies and index runs of a plan, from the stripings alone (O(segments x bookies), no expansion)."""
-    copies = runs = 0
-    for lay in plan.values():
-        copies += lay.length * lay.wq
-        for first, last, _ens in lay.spans():
+def footprint(plan: dict[int, Layout], holes: Holes | None = None) -> Footprint:
+    """Rows, runs and stripings of a plan as `bench/checker.py` loads it, from the stripings alone
+    (O(segments x bookies), no expansion): a bookie's share of a ledger is entry rows where it lost entries
+    (`holes`), stripings otherwise."""
+    holes = holes or {}
+    copies = runs = stripings = 0
+    for lid, lay in plan.items():
+        damaged = holes.get(lid, {})
+        for first, last, ens in lay.spans():
             for idx in range(lay.e):
-                runs += entries_of_bookie(idx, first, last, lay.e, lay.wq).run_count()
-    return Footprint(copies, runs)
+                if ens[idx] in damaged:
+                    share = entries_of_bookie(idx, first, last, lay.e, lay.wq)
+                    copies += share.count()
+                    runs += share.run_count()
+                else:
+                    stripings += 1
+    return Footprint(copies, runs, stripings)

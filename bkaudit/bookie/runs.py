@@ -12,7 +12,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
+import numpy as np
+
 from bkaudit.formats.availability import VECTOR_MIN_RUNS, encode_run_arrays, encode_runs
+from bkaudit.model.quorum import Striping, union_run_arrays
 
 
 class EntryRuns:
@@ -102,3 +105,59 @@ class EntryRuns:
         if len(self.starts) >= VECTOR_MIN_RUNS:
             return encode_run_arrays(self.starts, self.ends)
         return encode_runs(self.runs())
+
+
+class StripedIds:
+    """A ledger's stored ids given as stripings (bulk-loaded index-only entries), read-only.
+
+    A striped ledger of 50,000 entries is one `Striping` per segment here instead of ~17,000 runs, so a
+    bookie can hold a million such ledgers. Its answers are those of the runs it stands for: `runs()` and
+    `encoded()` give the maximal runs of the union (runs touching across a segment boundary merged), the
+    bytes a per-entry index of the same ids would give. The storage turns it into `EntryRuns` before the
+    ledger's ids change.
+    """
+
+    __slots__ = ("last", "stripings")
+
+    def __init__(self, stripings: Iterable[Striping]) -> None:
+        self.stripings = tuple(s for s in stripings if s.last >= s.first and s.count())
+        self.last: int | None = max((_last_id(s) for s in self.stripings), default=None)
+        """The highest stored id (the entry a LAC read, entry -1, returns)."""
+
+    def __contains__(self, entry_id: object) -> bool:
+        return any(entry_id in s for s in self.stripings)
+
+    def __iter__(self) -> Iterator[int]:
+        for first, last in self.runs():
+            yield from range(first, last + 1)
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return union_run_arrays(self.stripings)
+
+    def runs(self) -> list[tuple[int, int]]:
+        firsts, lasts = self._arrays()
+        return list(zip(firsts.tolist(), lasts.tolist(), strict=True))
+
+    def count(self) -> int:
+        firsts, lasts = self._arrays()
+        return int((lasts - firsts + 1).sum())
+
+    def encoded(self) -> bytes:
+        firsts, lasts = self._arrays()
+        return encode_run_arrays(firsts, lasts)
+
+    def materialized(self) -> EntryRuns:
+        """The same ids as a mutable `EntryRuns`."""
+        return EntryRuns(self.runs())
+
+
+def _last_id(s: Striping) -> int:
+    """The highest id of a non-empty striping."""
+    x = s.last
+    while x not in s:  # at most period - size steps back
+        x -= 1
+    return x
+
+
+LedgerIds = EntryRuns | StripedIds
+"""What the storage's in-memory index holds for one ledger."""

@@ -179,10 +179,38 @@ def test_multi_segment_metadata_round_trips_as_bookkeeper_v3() -> None:
                                                                                      lay.last)
 
 
-def test_footprint_counts_the_loaded_copies_and_runs() -> None:
+def test_footprint_counts_what_the_bench_loads() -> None:
     plan = layouts.realistic(300, BOOKIES, RACKS)
-    need = layouts.footprint(plan)
-    shares = [layouts.bookie_runs(lay, b) for lay in plan.values() for b in lay.bookies()]
+    holes = layouts.listing_holes(plan)
+    need = layouts.footprint(plan, holes)
+    damaged = [(lid, b) for lid, lay in plan.items() for b in lay.bookies() if b in holes.get(lid, {})]
+    assert damaged, "the plan must have damaged shares for this test to mean anything"
+    shares = [layouts.bookie_runs(plan[lid], b) for lid, b in damaged]
     assert need.copies == sum(hi - lo + 1 for runs in shares for lo, hi in runs)
     assert need.runs == sum(len(runs) for runs in shares)
-    assert need.disk_bytes == need.copies * layouts.ROW_BYTES
+    healthy = [(lid, b) for lid, lay in plan.items() for b in lay.bookies() if b not in holes.get(lid, {})]
+    assert need.stripings == sum(len(layouts.bookie_stripings(plan[lid], b)) for lid, b in healthy)
+    assert need.disk_bytes == need.copies * layouts.ROW_BYTES + need.stripings * layouts.STRIPING_ROW_BYTES
+    whole = layouts.footprint(plan)  # nothing lost: every share is stripings
+    assert (whole.copies, whole.runs) == (0, 0)
+    assert whole.stripings == sum(len(layouts.bookie_stripings(lay, b)) for lay in plan.values()
+                                  for b in lay.bookies())
+
+
+def test_bookie_stripings_hold_the_bookie_runs() -> None:
+    plan = layouts.realistic(200, BOOKIES, RACKS)
+    from bkaudit.bookie.runs import StripedIds
+
+    for lay in list(plan.values())[:200]:
+        for b in lay.bookies():
+            assert StripedIds(layouts.bookie_stripings(lay, b)).runs() == _merged(layouts.bookie_runs(lay, b))
+
+
+def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(runs):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(hi, out[-1][1]))
+        else:
+            out.append((lo, hi))
+    return out
