@@ -143,6 +143,8 @@ class StripedIds:
         return int((lasts - firsts + 1).sum())
 
     def encoded(self) -> bytes:
+        if len(self.stripings) == 1 and self.stripings[0].run_count() < VECTOR_MIN_RUNS:
+            return encode_runs(list(self.stripings[0].runs()))  # a few runs: numpy costs more than it saves
         firsts, lasts = self._arrays()
         return encode_run_arrays(firsts, lasts)
 

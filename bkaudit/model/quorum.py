@@ -123,6 +123,8 @@ def union_run_arrays(stripings: Iterable[Striping]) -> tuple[np.ndarray, np.ndar
         keep = lo <= hi
         los.append(lo[keep])
         his.append(hi[keep])
+    if len(los) == 1:  # one striping's runs are ascending with gaps of period - size >= 1 between them
+        return los[0], his[0]
     lo = np.concatenate(los) if los else np.empty(0, dtype=np.int64)
     hi = np.concatenate(his) if his else np.empty(0, dtype=np.int64)
     if not len(lo):
