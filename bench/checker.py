@@ -7,12 +7,13 @@
    out by bench/layouts.py: `uniform` (default; E entries each, E3/WQ2/AQ2 and E5/WQ3/AQ2 alternating, one
    segment, ensembles rotating) or `realistic` (98% of 10-1,000 entries, 2% of 13,000-50,000; E2/WQ2,
    E3/WQ2 and E5/WQ3 mixed; 10% with 2-3 segments; rack-aware ensembles);
-2. bookie indexes bulk-loaded (`bookie.storage.bulk_load_index`, each bookie stopped while loading) with
-   every entry each bookie must hold, minus a known set of holes in ~1% of the ledgers (one copy of a run of
-   entries lost, an entry lost on two of its bookies, in any segment); the expected category and missing
-   entries of every damaged ledger come from a naive per-entry model of those holes (`layouts.truth`);
-   shares are produced as runs per (ledger, bookie), only ledgers with holes are expanded entry by entry
-   (the storage itself still writes one row per entry copy: see docs/performance.md for the size limit);
+2. bookie indexes bulk-loaded (each bookie stopped while loading) with every entry each bookie must hold,
+   minus a known set of holes in ~1% of the ledgers (one copy of a run of entries lost, an entry lost on two
+   of its bookies, in any segment); the expected category and missing entries of every damaged ledger come
+   from a naive per-entry model of those holes (`layouts.truth`). A share that lost nothing is stored as one
+   striping per segment (`bookie.storage.bulk_load_stripings`: index-only entries the bookie lists and reads
+   like entry rows, docs/storage.md), a damaged share as one entry row per copy (`bulk_load_index`), so only
+   ledgers with holes are expanded entry by entry and a million realistic ledgers fit this machine;
 3. ledger metadata bulk-loaded into ZooKeeper (BookKeeper v3 bytes with every segment, multi() transactions);
 4. through bench/harness.py, alternated, R runs each, every run in a fresh process and on freshly
    restarted bookies (no warm listing cache on either side):

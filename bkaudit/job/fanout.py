@@ -136,8 +136,12 @@ the task's clients apply to every response."""
 
 
 def digest(data: bytes) -> bytes:
-    """16-byte BLAKE2b: equal digests mean equal bytes (no accidental collisions, unlike a CRC)."""
-    return hashlib.blake2b(data, digest_size=16).digest()
+    """SHA-256 cut to 16 bytes: equal digests mean equal bytes (no accidental collisions, unlike a CRC).
+
+    Every healthy answer is hashed once (17 GB of answers at a million realistic ledgers); OpenSSL's SHA-256
+    uses the CPU's SHA instructions where they exist and ran 2.2x BLAKE2b's rate on this machine.
+    """
+    return hashlib.sha256(data).digest()[:16]
 
 
 @dataclass(frozen=True)

@@ -67,23 +67,34 @@ class Frames:
 
     def feed(self, data: bytes) -> list[bytes]:
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            src: bytes | bytearray = buf
+        else:  # nothing pending: cut frames straight out of the received bytes
+            src = data
         out: list[bytes] = []
-        offset, end = 0, len(buf)
+        offset, end = 0, len(src)
         unpack = _LEN.unpack_from
         limit = self.max_frame_bytes
-        while end - offset >= 4:
-            (size,) = unpack(buf, offset)
-            if size > limit:
+        error: FormatError | None = None
+        with memoryview(src) as view:  # one copy per frame (the view is released before `buf` is resized)
+            while end - offset >= 4:
+                (size,) = unpack(view, offset)
+                if size > limit:
+                    error = FormatError(f"frame length {size} exceeds the maximum frame size of {limit} "
+                                        "bytes", field="length")
+                    break
+                if end - offset - 4 < size:
+                    break
+                out.append(view[offset + 4 : offset + 4 + size].tobytes())
+                offset += 4 + size
+        if src is buf:
+            if offset:
                 del buf[:offset]
-                raise FormatError(f"frame length {size} exceeds the maximum frame size of {limit} bytes",
-                                  field="length")
-            if end - offset - 4 < size:
-                break
-            out.append(bytes(buf[offset + 4 : offset + 4 + size]))
-            offset += 4 + size
-        if offset:
-            del buf[:offset]
+        elif offset < end:
+            buf += memoryview(data)[offset:]
+        if error is not None:
+            raise error
         return out
 
     def take_rest(self) -> bytes:

@@ -8,6 +8,7 @@ and leave the client able to reconnect: never a crash, never a hang.
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import threading
@@ -15,6 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
@@ -212,6 +215,27 @@ def test_frames_decoder() -> None:
     assert frames.partial == 0
     with pytest.raises(FormatError, match="exceeds the maximum frame size of 16"):
         frames.feed(b"\x00\x00\x00\x11")
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages=st.lists(st.binary(max_size=40), max_size=8), cuts=st.lists(st.integers(0, 400), max_size=10))
+def test_frames_decoder_yields_every_message_however_cut(messages: list[bytes], cuts: list[int]) -> None:
+    """Ground truth: the messages framed with BookKeeper's 4-byte big-endian length, cut anywhere."""
+    stream = b"".join(struct.pack(">I", len(m)) + m for m in messages)
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    frames = Frames(max_frame_bytes=40)
+    got: list[bytes] = []
+    for lo, hi in itertools.pairwise(bounds):
+        got += frames.feed(stream[lo:hi])
+        assert all(type(g) is bytes for g in got)
+    assert got == messages and frames.partial == 0
+
+
+def test_frames_decoder_keeps_the_bytes_from_an_oversized_frame_on() -> None:
+    frames = Frames(max_frame_bytes=4)
+    with pytest.raises(FormatError, match="exceeds"):
+        frames.feed(b"\x00\x00\x00\x01a\x00\x00\x00\x09xyz")
+    assert frames.partial == 7 and frames.take_rest() == b"\x00\x00\x00\x09xyz"
 
 
 def test_closed_client_fails_at_once_and_callbacks_may_call_it_again(fake) -> None:  # type: ignore[no-untyped-def]
