@@ -638,12 +638,11 @@ class Storage:
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
+            _materialize_stripings(conn, op.ledger_id)  # striped ids are counted and deleted as rows
             if op.entry_ids is None:
-                conn.execute("DELETE FROM stripings WHERE ledger_id = ?", (op.ledger_id,))
                 cur = conn.execute("DELETE FROM entries WHERE ledger_id = ?", (op.ledger_id,))
                 conn.execute("DELETE FROM ledgers WHERE ledger_id = ?", (op.ledger_id,))
             else:
-                _materialize_stripings(conn, op.ledger_id)
                 cur = conn.executemany("DELETE FROM entries WHERE ledger_id = ? AND entry_id = ?",
                                        [(op.ledger_id, e) for e in op.entry_ids])
             removed = cur.rowcount
