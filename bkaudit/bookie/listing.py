@@ -150,5 +150,5 @@ def batch_response(header_and_status: bytes, items: Sequence[tuple[int, bytes | 
         else:
             full = False
             out.append(_short_item(lid, pb.ETOOMANYREQUESTS))
-    body = _STATUS_EOK + b"".join(out)
-    return header_and_status + _BATCH_TAG + varint(len(body)) + body
+    body_size = len(_STATUS_EOK) + sum(map(len, out))
+    return b"".join((header_and_status, _BATCH_TAG, varint(body_size), _STATUS_EOK, *out))  # one copy

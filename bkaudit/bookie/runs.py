@@ -14,7 +14,12 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from bkaudit.formats.availability import VECTOR_MIN_RUNS, encode_run_arrays, encode_runs
+from bkaudit.formats.availability import (
+    VECTOR_MIN_RUNS,
+    encode_run_arrays,
+    encode_runs,
+    encode_segment_stripings,
+)
 from bkaudit.model.quorum import Striping, union_run_arrays
 
 
@@ -143,10 +148,7 @@ class StripedIds:
         return int((lasts - firsts + 1).sum())
 
     def encoded(self) -> bytes:
-        if len(self.stripings) == 1 and self.stripings[0].run_count() < VECTOR_MIN_RUNS:
-            return encode_runs(list(self.stripings[0].runs()))  # a few runs: numpy costs more than it saves
-        firsts, lasts = self._arrays()
-        return encode_run_arrays(firsts, lasts)
+        return encode_segment_stripings(self.stripings)
 
     def materialized(self) -> EntryRuns:
         """The same ids as a mutable `EntryRuns`."""

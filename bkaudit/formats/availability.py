@@ -33,12 +33,13 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import pairwise
 from typing import TypeAlias
 
 import numpy as np
 
 from bkaudit.errors import FormatError
-from bkaudit.model.quorum import Striping
+from bkaudit.model.quorum import Striping, union_run_arrays
 
 Group: TypeAlias = tuple[int, int, int, int]
 """(first_sequence_start, last_sequence_start, sequence_size, sequence_period), as on the wire."""
@@ -177,6 +178,90 @@ def encode_run_arrays(firsts: Sequence[int] | np.ndarray, lasts: Sequence[int] |
         out["last"] = f
         out["size"] = sizes
     return _HEADER.pack(CURRENT_VERSION, n) + out.tobytes()
+
+
+def encode_striping(striping: Striping) -> bytes:
+    """`encode_runs(striping.runs())`, computed from the striping's arithmetic instead of its runs.
+
+    The bookie's answer for a one-segment ledger and the checker's expected answer for it: runs of `size` ids
+    every `period`, only the first and last possibly cut by [first, last]. Their starts are one arange, so a
+    500-entry E3/WQ2 share (167 groups) packs in a few numpy calls instead of a Python loop or a union.
+    """
+    s = striping
+    n = s.run_count()
+    if n == 0:
+        return _HEADER.pack(CURRENT_VERSION, 0)
+    if s.first < 0 or s.last >= _INT64_MAX or (s.size == s.period and s.last - s.first >= _INT32_MAX):
+        return encode_runs(list(s.runs()))  # ids the fast path does not cover: validated, or split runs
+    if s.size == s.period:  # every id: one run
+        return _packer(1).pack(CURRENT_VERSION, 1, s.first, s.first, s.last - s.first + 1, 0)
+    start = s.first - ((s.first - s.start) % s.period)  # the run at or before `first` ...
+    if start + s.size <= s.first:  # ... ends before it: the first run is the next one
+        start += s.period
+    final = start + (n - 1) * s.period
+    head = max(start, s.first)
+    head_size = min(start + s.size - 1, s.last) - head + 1
+    tail_size = min(final + s.size - 1, s.last) - final + 1
+    if n == 1:
+        return _packer(1).pack(CURRENT_VERSION, 1, head, head, head_size, 0)
+    if n < _STRIPING_VECTOR_MIN_RUNS:
+        fields = [head, head, head_size, 0]
+        for first in range(start + s.period, final, s.period):
+            fields += (first, first, s.size, 0)
+        fields += (final, final, tail_size, 0)
+        return _packer(n).pack(CURRENT_VERSION, n, *fields)
+    out = np.zeros(n, dtype=_GROUP_DTYPE)
+    firsts = out["first"]
+    firsts[:] = np.arange(start, final + 1, s.period, dtype=np.int64)
+    firsts[0] = head
+    out["last"] = firsts
+    sizes = out["size"]
+    sizes[:] = s.size
+    sizes[0] = head_size
+    sizes[-1] = tail_size
+    return _HEADER.pack(CURRENT_VERSION, n) + out.tobytes()
+
+
+def encode_segment_stripings(stripings: Sequence[Striping]) -> bytes:
+    """`encode_runs` of the union of stripings over disjoint id ranges (one per segment a bookie served).
+
+    Each striping is packed by `encode_striping`; runs can only touch where one range ends and the next
+    begins, so the union is the concatenation with those boundary runs joined: no sort, no merge pass.
+    Overlapping ranges take the general column union.
+    """
+    live = sorted((s for s in stripings if s.run_count()), key=lambda s: s.first)
+    if len(live) <= 1:
+        return encode_striping(live[0]) if live else _HEADER.pack(CURRENT_VERSION, 0)
+    if any(a.last >= b.first for a, b in pairwise(live)):
+        return encode_run_arrays(*union_run_arrays(live))
+    bodies: list[bytes] = []
+    groups = 0
+    for s in live:
+        body = encode_striping(s)
+        n = (len(body) - HEADER_SIZE) // GROUP_SIZE
+        if bodies:
+            first, _, size, _ = _GROUP.unpack_from(body, HEADER_SIZE)
+            tail = bodies[-1]
+            prev_first, _, prev_size, _ = _GROUP.unpack_from(tail, len(tail) - GROUP_SIZE)
+            if prev_first + prev_size == first:  # the runs touch across the boundary: one group
+                if prev_size + size > _INT32_MAX:
+                    return encode_run_arrays(*union_run_arrays(live))  # split like encode_runs does
+                joined = _GROUP.pack(prev_first, prev_first, prev_size + size, 0)
+                bodies[-1] = tail[: len(tail) - GROUP_SIZE] + joined
+                body = body[HEADER_SIZE + GROUP_SIZE :]
+                n -= 1
+            else:
+                body = body[HEADER_SIZE:]
+        else:
+            body = body[HEADER_SIZE:]
+        if body:  # empty when its only run joined the one before
+            bodies.append(body)
+        groups += n
+    return b"".join((_HEADER.pack(CURRENT_VERSION, groups), *bodies))
+
+
+_STRIPING_VECTOR_MIN_RUNS = 16
+"""From this many runs on, `encode_striping` fills numpy columns (about where both took 3 us here)."""
 
 
 def _encode_irregular_runs(runs: Sequence[tuple[int, int]]) -> bytes:

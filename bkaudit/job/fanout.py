@@ -40,7 +40,6 @@ from bkaudit.audit.durability import (
     checked_segments,
     compare_bookie,
     failed_evidence,
-    merge_sorted_ranges,
 )
 from bkaudit.audit.reads import (
     ReadSummary,
@@ -55,9 +54,9 @@ from bkaudit.audit.statuses import (
     STATUS_UNAVAILABLE,
 )
 from bkaudit.errors import BookieError, FormatError
-from bkaudit.formats.availability import VECTOR_MIN_RUNS, decode, encode_run_arrays, encode_runs
+from bkaudit.formats.availability import decode, encode_segment_stripings
 from bkaudit.job.breaker import Breaker
-from bkaudit.model.quorum import Striping, entries_of_bookie, union_run_arrays
+from bkaudit.model.quorum import Striping, entries_of_bookie
 from bkaudit.model.shape import LedgerShape
 from bkaudit.rpc.client import BookieClient
 
@@ -251,9 +250,7 @@ class ExpectedDigests:
         runs = sum(s.run_count() for s in objs)
         if runs > DIGEST_MAX_RUNS:
             return None
-        if runs < VECTOR_MIN_RUNS:  # most ledgers: a few runs, cheaper without numpy
-            return digest(encode_runs(merge_sorted_ranges(sorted(r for s in objs for r in s.runs()))))
-        return digest(encode_run_arrays(*union_run_arrays(objs)))
+        return digest(encode_segment_stripings(objs))
 
 
 def judge_answer(shape: LedgerShape, bookie_id: str, value: bytes | BaseException | None) -> BookieEvidence:

@@ -355,6 +355,52 @@ def test_column_path_splits_long_runs_and_reaches_the_int64_edge() -> None:
         availability.encode_run_arrays([1, 2], [1])
 
 
+@FAST
+@given(
+    st.integers(min_value=1, max_value=9),
+    st.data(),
+    st.integers(min_value=0, max_value=2**40),
+    st.integers(min_value=-3, max_value=300),
+)
+def test_encode_striping_equals_java_over_its_ids(
+    period: int, data: st.DataObject, first: int, span: int
+) -> None:
+    """Both sides of the numpy crossover, cut runs at either end, empty and one-run stripings."""
+    size = data.draw(st.integers(min_value=1, max_value=period))
+    start = first - data.draw(st.integers(min_value=0, max_value=2 * period))
+    striping = Striping(first, first + span, start, period, size)
+    ids = [e for e in range(first, first + span + 1) if (e - start) % period < size]  # the definition
+    assert availability.encode_striping(striping) == encode(ids)
+
+
+@FAST
+@given(st.data(), st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=4), st.booleans())
+def test_encode_segment_stripings_equals_java_over_the_union(
+    data: st.DataObject, spans: list[int], overlap: bool
+) -> None:
+    """A bookie's share of a multi-segment ledger: one striping per segment it served (some skipped),
+    runs touching across boundaries joined; overlapping ranges (never a ledger's) still encode the union."""
+    stripings, first = [], data.draw(st.integers(min_value=0, max_value=50))
+    for span in spans:
+        period = data.draw(st.integers(min_value=1, max_value=6))
+        size = data.draw(st.integers(min_value=1, max_value=period))
+        if data.draw(st.booleans()) or not stripings:
+            start = first - data.draw(st.integers(min_value=0, max_value=period))
+            stripings.append(Striping(first, first + span - 1, start, period, size))
+        first += span - (data.draw(st.integers(min_value=0, max_value=span)) if overlap else 0)
+    ids = sorted({e for s in stripings for e in range(s.first, s.last + 1) if e in s})  # the definition
+    shuffled = data.draw(st.permutations(stripings))
+    assert availability.encode_segment_stripings(shuffled) == encode(ids)
+
+
+def test_encode_striping_edges_take_the_validated_path() -> None:
+    whole = Striping(5, 5 + 2**31, 5, 1, 1)  # one run longer than an int32 size: split, as encode_runs does
+    assert availability.encode_striping(whole) == encode_runs([(5, 5 + 2**31)])
+    top = Striping(2**63 - 7, 2**63 - 1, 0, 3, 2)  # ids up to the int64 edge
+    assert availability.encode_striping(top) == encode_runs(list(top.runs()))
+    assert availability.encode_striping(Striping(10, 9, 0, 3, 2)) == encode([])
+
+
 # -- decoding valid group shapes -----------------------------------------------------------------------------
 
 
