@@ -43,7 +43,7 @@ from bkaudit.errors import BookieError, FencedError, FormatError
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.formats.wire import varint
 from bkaudit.rpc import ioloop
-from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES, Frames
+from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES, FrameReceiver
 from bkaudit.rpc.tls import TlsConfig
 
 log = logging.getLogger(__name__)
@@ -376,7 +376,7 @@ def split_target(target: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.BufferedProtocol):
     """One TCP connection to a bookie, living on the shared I/O loop.
 
     `out` (frames waiting to be written) and `pending` are filled by caller threads under the client lock; the
@@ -391,7 +391,7 @@ class _Connection(asyncio.Protocol):
         self.ready = False
         self.closed = False
         self.transport: asyncio.Transport | None = None
-        self.frames = Frames(client.max_frame_bytes)
+        self.frames = FrameReceiver(client.max_frame_bytes)  # answers are read into their own buffers
         self._tls_answer: asyncio.Future[int] | None = None
         self.deadlines = _DEADLINES.watch(self)
 
@@ -446,9 +446,12 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self.frames.feed(data)
+            frames = self.frames.updated(nbytes)
         except FormatError as exc:
             self.fail(f"bookie sent a bad frame: {exc}")
             return

@@ -101,3 +101,84 @@ class Frames:
         """Bytes buffered beyond the complete frames (e.g. what follows a START_TLS exchange)."""
         rest, self._buf = bytes(self._buf), bytearray()
         return rest
+
+
+class FrameReceiver:
+    """`Frames` for an `asyncio.BufferedProtocol`: the socket is read straight into the receiver's buffers.
+
+    Small frames are cut out of one fixed scratch buffer; a frame of `direct_bytes` or more (a batch listing
+    answer is megabytes) is read into a bytearray of its exact size, which is handed out as the frame: its
+    bytes cross user space once, instead of being appended to a pending buffer and copied out again. The
+    same limit applies as in `Frames`: a length above `max_frame_bytes` raises FormatError.
+    """
+
+    __slots__ = ("_big", "_end", "_got", "_scratch", "_start", "_view", "direct_bytes", "max_frame_bytes")
+
+    def __init__(
+        self,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        *,
+        scratch_bytes: int = 256 * 1024,
+        direct_bytes: int = 64 * 1024,
+    ) -> None:
+        if not 4 < direct_bytes <= scratch_bytes // 2:
+            raise ValueError("direct_bytes must be above 4 and at most half of scratch_bytes")
+        self.max_frame_bytes = max_frame_bytes
+        self.direct_bytes = direct_bytes
+        self._scratch = bytearray(scratch_bytes)  # never resized: `_view` and the handed-out views stay valid
+        self._view = memoryview(self._scratch)
+        self._start = self._end = 0  # unread bytes of the scratch buffer
+        self._big: bytearray | None = None  # the large frame being received, and how much of it arrived
+        self._got = 0
+
+    @property
+    def partial(self) -> int:
+        """Bytes of an incomplete frame received so far (non-zero at end of stream: a truncated frame)."""
+        return self._end - self._start + (4 + self._got if self._big is not None else 0)
+
+    def get_buffer(self) -> memoryview:
+        """Where the next read goes: the rest of the large frame, or the free tail of the scratch buffer."""
+        if self._big is not None:
+            return memoryview(self._big)[self._got :]
+        view = self._view
+        if len(view) - self._end < self.direct_bytes:  # make room: move the unread bytes to the front
+            rest = self._end - self._start
+            view[:rest] = view[self._start : self._end]
+            self._start, self._end = 0, rest
+        return view[self._end :]
+
+    def updated(self, nbytes: int) -> list[bytes | bytearray]:
+        """`nbytes` arrived in the last `get_buffer`: the frames completed by them."""
+        big = self._big
+        if big is not None:
+            self._got += nbytes
+            if self._got < len(big):
+                return []
+            self._big, self._got = None, 0
+            return [big]
+        self._end += nbytes
+        out: list[bytes | bytearray] = []
+        view, start, end = self._view, self._start, self._end
+        unpack = _LEN.unpack_from
+        while end - start >= 4:
+            (size,) = unpack(view, start)
+            if size > self.max_frame_bytes:
+                self._start = start
+                raise FormatError(f"frame length {size} exceeds the maximum frame size of "
+                                  f"{self.max_frame_bytes} bytes", field="length")
+            if end - start - 4 >= size:
+                out.append(view[start + 4 : start + 4 + size].tobytes())
+                start += 4 + size
+            elif size >= self.direct_bytes:  # a large frame: the rest is read straight into its own buffer
+                have = end - start - 4
+                self._big = big = bytearray(size)
+                big[:have] = view[start + 4 : end]
+                self._got = have
+                start = end
+                break
+            else:
+                break
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
+        return out

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.rpc.client import BookieClient, list_request
-from bkaudit.rpc.framing import Frames
+from bkaudit.rpc.framing import FrameReceiver, Frames
 
 Handler = Callable[[socket.socket], None]
 
@@ -236,6 +236,48 @@ def test_frames_decoder_keeps_the_bytes_from_an_oversized_frame_on() -> None:
     with pytest.raises(FormatError, match="exceeds"):
         frames.feed(b"\x00\x00\x00\x01a\x00\x00\x00\x09xyz")
     assert frames.partial == 7 and frames.take_rest() == b"\x00\x00\x00\x09xyz"
+
+
+def _receive(receiver: FrameReceiver, data: bytes) -> list[bytes | bytearray]:
+    """What an asyncio BufferedProtocol transport does: read into `get_buffer()`, report the count."""
+    got: list[bytes | bytearray] = []
+    while data:
+        buf = receiver.get_buffer()
+        assert len(buf) > 0
+        n = min(len(buf), len(data))
+        buf[:n] = data[:n]
+        got += receiver.updated(n)
+        data = data[n:]
+    return got
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=st.lists(st.binary(max_size=300), max_size=10),
+    cuts=st.lists(st.integers(0, 3000), max_size=12),
+)
+def test_frame_receiver_yields_every_message_however_cut(messages: list[bytes], cuts: list[int]) -> None:
+    """Ground truth as above; frames on both sides of `direct_bytes`, a scratch buffer smaller than some."""
+    stream = b"".join(struct.pack(">I", len(m)) + m for m in messages)
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    receiver = FrameReceiver(max_frame_bytes=300, scratch_bytes=64, direct_bytes=32)
+    got: list[bytes | bytearray] = []
+    for lo, hi in itertools.pairwise(bounds):
+        got += _receive(receiver, stream[lo:hi])
+    assert got == messages and receiver.partial == 0
+    assert all(type(g) is bytearray for g in got if len(g) > 60)  # beyond the scratch: read into its own
+
+
+def test_frame_receiver_counts_a_truncated_frame_and_refuses_an_oversized_one() -> None:
+    receiver = FrameReceiver(max_frame_bytes=100, scratch_bytes=64, direct_bytes=16)
+    assert _receive(receiver, b"\x00\x00\x00\x02ab\x00\x00\x00\x14" + b"x" * 10) == [b"ab"]
+    assert receiver.partial == 14  # the large frame's header and 10 of its 20 bytes
+    assert _receive(receiver, b"y" * 10 + b"\x00\x00") == [b"x" * 10 + b"y" * 10]
+    assert receiver.partial == 2
+    with pytest.raises(FormatError, match="exceeds the maximum frame size of 100"):
+        _receive(receiver, b"\x00\x65")
+    with pytest.raises(ValueError):
+        FrameReceiver(scratch_bytes=64, direct_bytes=33)
 
 
 def test_closed_client_fails_at_once_and_callbacks_may_call_it_again(fake) -> None:  # type: ignore[no-untyped-def]
