@@ -106,13 +106,17 @@ class Frames:
 class FrameReceiver:
     """`Frames` for an `asyncio.BufferedProtocol`: the socket is read straight into the receiver's buffers.
 
-    Small frames are cut out of one fixed scratch buffer; a frame of `direct_bytes` or more (a batch listing
-    answer is megabytes) is read into a bytearray of its exact size, which is handed out as the frame: its
-    bytes cross user space once, instead of being appended to a pending buffer and copied out again. The
-    same limit applies as in `Frames`: a length above `max_frame_bytes` raises FormatError.
+    Small frames are cut out of one fixed scratch buffer as bytes; a frame of `direct_bytes` or more (a batch
+    listing answer is megabytes) is read into a buffer the receiver keeps and reuses, and handed out as a
+    memoryview of it: its bytes cross user space once, and no megabyte buffer is allocated (and page-faulted
+    in) per frame. That view is valid until the next `get_buffer`: parse it before returning to the loop.
+    The buffer grows to the largest frame seen (at most `max_frame_bytes`). The same limit applies as in
+    `Frames`: a length above `max_frame_bytes` raises FormatError.
     """
 
-    __slots__ = ("_big", "_end", "_got", "_scratch", "_start", "_view", "direct_bytes", "max_frame_bytes")
+    __slots__ = (
+        "_big", "_end", "_got", "_scratch", "_spare", "_start", "_view", "direct_bytes", "max_frame_bytes",
+    )
 
     def __init__(
         self,
@@ -128,8 +132,9 @@ class FrameReceiver:
         self._scratch = bytearray(scratch_bytes)  # never resized: `_view` and the handed-out views stay valid
         self._view = memoryview(self._scratch)
         self._start = self._end = 0  # unread bytes of the scratch buffer
-        self._big: bytearray | None = None  # the large frame being received, and how much of it arrived
+        self._big: memoryview | None = None  # the large frame being received, and how much of it arrived
         self._got = 0
+        self._spare = bytearray()  # never resized (views of it may be alive): replaced when too small
 
     @property
     def partial(self) -> int:
@@ -139,7 +144,7 @@ class FrameReceiver:
     def get_buffer(self) -> memoryview:
         """Where the next read goes: the rest of the large frame, or the free tail of the scratch buffer."""
         if self._big is not None:
-            return memoryview(self._big)[self._got :]
+            return self._big[self._got :]
         view = self._view
         if len(view) - self._end < self.direct_bytes:  # make room: move the unread bytes to the front
             rest = self._end - self._start
@@ -147,7 +152,7 @@ class FrameReceiver:
             self._start, self._end = 0, rest
         return view[self._end :]
 
-    def updated(self, nbytes: int) -> list[bytes | bytearray]:
+    def updated(self, nbytes: int) -> list[bytes | memoryview]:
         """`nbytes` arrived in the last `get_buffer`: the frames completed by them."""
         big = self._big
         if big is not None:
@@ -157,7 +162,7 @@ class FrameReceiver:
             self._big, self._got = None, 0
             return [big]
         self._end += nbytes
-        out: list[bytes | bytearray] = []
+        out: list[bytes | memoryview] = []
         view, start, end = self._view, self._start, self._end
         unpack = _LEN.unpack_from
         while end - start >= 4:
@@ -171,7 +176,9 @@ class FrameReceiver:
                 start += 4 + size
             elif size >= self.direct_bytes:  # a large frame: the rest is read straight into its own buffer
                 have = end - start - 4
-                self._big = big = bytearray(size)
+                if len(self._spare) < size:
+                    self._spare = bytearray(size)
+                self._big = big = memoryview(self._spare)[:size]
                 big[:have] = view[start + 4 : end]
                 self._got = have
                 start = end
