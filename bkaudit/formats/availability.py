@@ -229,6 +229,8 @@ def encode_segment_stripings(stripings: Sequence[Striping]) -> bytes:
     begins, so the union is the concatenation with those boundary runs joined: no sort, no merge pass.
     Overlapping ranges take the general column union.
     """
+    if len(stripings) == 1:  # a one-segment ledger: most answers
+        return encode_striping(stripings[0])
     live = sorted((s for s in stripings if s.run_count()), key=lambda s: s.first)
     if len(live) <= 1:
         return encode_striping(live[0]) if live else _HEADER.pack(CURRENT_VERSION, 0)
