@@ -195,9 +195,7 @@ def encode_striping(striping: Striping) -> bytes:
         return encode_runs(list(s.runs()))  # ids the fast path does not cover: validated, or split runs
     if s.size == s.period:  # every id: one run
         return _packer(1).pack(CURRENT_VERSION, 1, s.first, s.first, s.last - s.first + 1, 0)
-    start = s.first - ((s.first - s.start) % s.period)  # the run at or before `first` ...
-    if start + s.size <= s.first:  # ... ends before it: the first run is the next one
-        start += s.period
+    start = s.first_run_start()
     final = start + (n - 1) * s.period
     head = max(start, s.first)
     head_size = min(start + s.size - 1, s.last) - head + 1

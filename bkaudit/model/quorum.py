@@ -77,6 +77,11 @@ class Striping:
                 yield (lo, hi)
             run_start += self.period
 
+    def first_run_start(self) -> int:
+        """Start of the first run that meets [first, last] (it may begin before `first`); O(1)."""
+        start = self.first - ((self.first - self.start) % self.period)  # the run at or before `first` ...
+        return start if start + self.size > self.first else start + self.period  # ... or, ended, the next
+
     def run_count(self) -> int:
         """Number of maximal runs `runs()` yields, in O(1) (the groups of its BP-34 encoding)."""
         if self.last < self.first:

@@ -135,6 +135,16 @@ def test_striping_run_count_is_the_number_of_naive_runs(s: Striping) -> None:
     assert s.run_count() == len(naive_runs(naive_stripe(s.first, s.last, s.start, s.period, s.size)))
 
 
+@given(stripings())
+@QUICK
+def test_striping_first_run_start_is_where_the_first_naive_run_begins(s: Striping) -> None:
+    runs = naive_runs(naive_stripe(s.first, s.last, s.start, s.period, s.size))
+    if runs:  # that run may begin before `first`: the ids from its start are in the pattern
+        start = s.first_run_start()
+        assert start <= runs[0][0] and (start - s.start) % s.period == 0
+        assert runs[0][0] - start < s.size and (runs[0][0] == s.first or start == runs[0][0])
+
+
 def test_striping_contains_rejects_non_integers() -> None:
     s = Striping(first=0, last=10, start=0, period=3, size=2)
     assert "1" not in s
