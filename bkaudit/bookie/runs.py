@@ -9,6 +9,7 @@ recovery write-back, a re-replicated hole) costs one bisect.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
@@ -16,21 +17,22 @@ import numpy as np
 
 from bkaudit.formats.availability import (
     VECTOR_MIN_RUNS,
-    encode_run_arrays,
     encode_runs,
     encode_segment_stripings,
+    encode_separated_run_arrays,
 )
 from bkaudit.model.quorum import Striping, union_run_arrays
 
 
 class EntryRuns:
-    """Sorted disjoint inclusive runs of entry ids (two parallel lists so `bisect` works on the starts)."""
+    """Sorted disjoint inclusive runs of entry ids, runs never touching (two parallel int64 arrays: `bisect`
+    works on the starts, and the listing encodes them with numpy without converting a Python list)."""
 
     __slots__ = ("ends", "starts")
 
     def __init__(self, runs: Iterable[tuple[int, int]] = ()) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
+        self.starts = array("q")
+        self.ends = array("q")
         for first, last in runs:
             self.add_run(first, last)
 
@@ -63,8 +65,8 @@ class EntryRuns:
         if lo < hi:
             first = min(first, starts[lo])
             last = max(last, ends[hi - 1])
-        starts[lo:hi] = [first]
-        ends[lo:hi] = [last]
+        starts[lo:hi] = array("q", (first,))
+        ends[lo:hi] = array("q", (last,))
 
     def _insert(self, entry_id: int) -> None:
         starts, ends = self.starts, self.ends
@@ -108,7 +110,9 @@ class EntryRuns:
     def encoded(self) -> bytes:
         """AvailabilityOfEntriesOfLedger bytes (not cached here: see bkaudit.bookie.listing)."""
         if len(self.starts) >= VECTOR_MIN_RUNS:
-            return encode_run_arrays(self.starts, self.ends)
+            return encode_separated_run_arrays(
+                np.frombuffer(self.starts, dtype=np.int64), np.frombuffer(self.ends, dtype=np.int64)
+            )
         return encode_runs(self.runs())
 
 

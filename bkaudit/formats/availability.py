@@ -180,6 +180,23 @@ def encode_run_arrays(firsts: Sequence[int] | np.ndarray, lasts: Sequence[int] |
     return _HEADER.pack(CURRENT_VERSION, n) + out.tobytes()
 
 
+def encode_separated_run_arrays(firsts: np.ndarray, lasts: np.ndarray) -> bytes:
+    """`encode_run_arrays` for int64 runs an index keeps ascending with a gap between any two (a bookie's
+    `EntryRuns`): only the id bounds and the int32 sizes are checked, so a 167-run share packs in a few
+    numpy calls; anything else takes `encode_run_arrays`' validating path."""
+    n = len(firsts)
+    if not n:
+        return _HEADER.pack(CURRENT_VERSION, 0)
+    sizes = lasts - firsts + 1
+    if firsts[0] < 0 or lasts[-1] >= _INT64_MAX or int(sizes.max()) > _INT32_MAX or int(sizes.min()) < 1:
+        return encode_run_arrays(firsts, lasts)
+    out = np.zeros(n, dtype=_GROUP_DTYPE)
+    out["first"] = firsts
+    out["last"] = firsts
+    out["size"] = sizes
+    return _HEADER.pack(CURRENT_VERSION, n) + out.tobytes()
+
+
 def encode_striping(striping: Striping) -> bytes:
     """`encode_runs(striping.runs())`, computed from the striping's arithmetic instead of its runs.
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -332,6 +333,45 @@ def test_long_run_lists_take_the_column_path_and_still_equal_java(
     java = encode(ids)
     assert encode_runs(runs) == java
     assert availability.encode_run_arrays([f for f, _ in runs], [last for _, last in runs]) == java
+
+
+@FAST
+@given(long_runs_strategy, st.integers(min_value=0, max_value=2**40))
+def test_separated_run_arrays_equal_java(gaps_and_lengths: list[tuple[int, int]], start: int) -> None:
+    """A bookie index's runs (ascending, a gap between any two); touching runs are merged first, as the
+    index keeps them."""
+    runs = merge_touching(build_runs(gaps_and_lengths, start))
+    ids = [e for first, last in runs for e in range(first, last + 1)]
+    firsts = np.array([f for f, _ in runs], dtype=np.int64)
+    lasts = np.array([last for _, last in runs], dtype=np.int64)
+    assert availability.encode_separated_run_arrays(firsts, lasts) == encode(ids)
+
+
+@pytest.mark.parametrize("bad", [(-3, -1), (5, 5 + 2**31), (2**63 - 3, 2**63 - 1)])
+def test_separated_run_arrays_outside_the_fast_path_take_the_validating_one(bad: tuple[int, int]) -> None:
+    runs = [(10 * i + 100, 10 * i + 101) for i in range(3)]
+    runs = [bad, *runs] if bad[0] < 100 else [*runs, bad]
+    firsts = np.array([f for f, _ in runs], dtype=np.int64)
+    lasts = np.array([last for _, last in runs], dtype=np.int64)
+    try:
+        expected: bytes | type[ValueError] = availability.encode_run_arrays(firsts, lasts)
+    except ValueError:
+        expected = ValueError
+    if expected is ValueError:
+        with pytest.raises(ValueError):
+            availability.encode_separated_run_arrays(firsts, lasts)
+    else:
+        assert availability.encode_separated_run_arrays(firsts, lasts) == expected
+
+
+def merge_touching(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for first, last in runs:
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return out
 
 
 @pytest.mark.parametrize("bad", [(3, 1), (150, 160), (-1, 2), (0, 2**63), (2**63 - 1, 2**63 - 1)])
