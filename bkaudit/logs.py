@@ -98,13 +98,26 @@ def _install_record_factory() -> None:
             message = record.getMessage()
         except Exception:  # a malformed record: leave it to logging's own error handling
             return record
-        if any(s in message for s in _SECRETS):
+        redacted = _py4j_without_bytes(message) if record.name.startswith("py4j") else message
+        if any(s in redacted for s in _SECRETS):
             for s in _SECRETS:
-                message = message.replace(s, REDACTED)
-            record.msg, record.args = message, None
+                redacted = redacted.replace(s, REDACTED)
+        if redacted is not message:
+            record.msg, record.args = redacted, None
         return record
 
     logging.setLogRecordFactory(redacting)
+
+
+def _py4j_without_bytes(message: str) -> str:
+    """py4j's "Command to send" lines carry bytes arguments in base64 (a line starting with py4j's BYTES_TYPE
+    'j'): Spark sends every pickled Python function that way, and a pickled closure holds whatever settings
+    it captured (the snapshot's ZooKeeper credentials). A secret inside base64 is invisible to the plain-text
+    replacement, so those lines keep only their size."""
+    if "\nj" not in message:
+        return message
+    lines = message.split("\n")
+    return "\n".join(f"j{REDACTED} ({len(ln) - 1} base64 chars)" if ln[:1] == "j" else ln for ln in lines)
 
 
 __all__ = ["FORMAT", "NOISY", "REDACTED", "VERBOSITY", "KazooWireFilter", "configure", "install_kazoo_filter",

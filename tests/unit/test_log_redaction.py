@@ -87,3 +87,30 @@ def test_a_registered_secret_inside_a_kazoo_payload_still_loses_the_whole_payloa
     text = "\n".join(r.getMessage() for r in kazoo_lines.records)
     assert "hunter5" not in text and "s3cr3t-token" not in text
     assert "Received response(xid=9)" in text
+
+
+@pytest.mark.parametrize("pad", [0, 1, 2])
+def test_a_pickled_closure_sent_through_py4j_loses_its_base64_at_any_alignment(
+    caplog: pytest.LogCaptureFixture, pad: int
+) -> None:
+    """Spark sends pickled Python functions to the JVM as py4j bytes arguments (base64 on one line), and py4j
+    logs every command at DEBUG: a closure holding the ZooKeeper digest put it in the log in base64, which
+    the plain-text replacement cannot see (found by tests/security/test_no_secret_leaks.py, one run in
+    three: base64 shows the secret only when it starts at a multiple of 3 bytes)."""
+    import base64
+    import pickle
+
+    secret = "closure-zk-pw-7f3a9c"
+    logs.register_secret(secret)
+    payload = b"x" * pad + pickle.dumps({"auth_digest_secret": f"bkaudit:{secret}"})
+    encoded = base64.b64encode(payload).decode("ascii")
+    # base64 of the secret as it appears at each of the 3 byte alignments; exactly one is inside `encoded`
+    needles = {base64.b64encode(secret.encode()[k:])[:16].decode() for k in range(3)}
+    assert sum(n in encoded for n in needles) == 1
+    caplog.set_level(logging.DEBUG, logger="py4j.clientserver")
+    command = f"i\norg.apache.spark.api.python.SimplePythonFunction\nj{encoded}\nsPYTHONHASHSEED\ne\n"
+    logging.getLogger("py4j.clientserver").debug(f"Command to send: {command}")  # as py4j logs it
+    text = caplog.text
+    assert not any(n in text for n in needles)
+    assert "SimplePythonFunction" in text and "sPYTHONHASHSEED" in text
+    assert f"j{logs.REDACTED} ({len(encoded)} base64 chars)" in text
