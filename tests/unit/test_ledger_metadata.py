@@ -442,7 +442,14 @@ def test_a_row_for_an_unopenable_ledger_carries_its_parse_error() -> None:
 
     builder = LedgerBatchBuilder()
     builder.add(7, _v3_with_members(["a:1", "readonly", "c:3"]), 0, 1, 0)
+    builder.add(8, _v3_with_members(["a:1", "b:2", "c:3"]), 0, 1, 0)
+    row, good = builder.flush().to_pylist()
     assert builder.unparseable == 1
+    assert row["ledger_id"] == 7 and "BookieId 'readonly' is not valid" in row["parse_error"]
+    assert row["segments"] is None and row["raw_metadata"]
+    assert good["ledger_id"] == 8 and good["parse_error"] is None and good["segments"][0]["ensemble"] == [
+        "a:1", "b:2", "c:3"
+    ]
 
 
 def test_accepted_bookie_ids_are_remembered_but_bad_ones_never_are(monkeypatch: pytest.MonkeyPatch) -> None:
