@@ -41,7 +41,6 @@ __all__ = ["Decoded", "available", "decode"]
 
 log = logging.getLogger(__name__)
 
-_HEADER = np.frombuffer(_V3_HEADER, dtype=np.uint8)
 _STATES = np.array([s.value for s in LedgerState])
 _DIGESTS = np.array([d.value for d in DigestType])
 
@@ -139,31 +138,24 @@ def _decode_pieces(
 # -- header and body -----------------------------------------------------------------------------------------
 def _v3_bodies(blobs: pa.BinaryArray) -> tuple[np.ndarray, pa.BinaryArray]:
     """(indexes of the blobs that are exactly header + varint + body, their bodies as one BinaryArray)."""
-    n = len(blobs)
-    offsets = np.frombuffer(blobs.buffers()[1], dtype=np.int32, count=n + 1, offset=blobs.offset * 4)
-    data = blobs.buffers()[2]
-    buf = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    lengths = np.diff(offsets)
-    head = len(_HEADER)
-    index = np.nonzero(lengths >= head + 2)[0]
-    starts = offsets[index]
-    matches = (buf[starts[:, None] + np.arange(head)] == _HEADER).all(axis=1)
-    b0 = buf[starts + head].astype(np.int64)
-    b1 = buf[starts + head + 1].astype(np.int64)
+    head = len(_V3_HEADER)
+    lengths = np.asarray(pc.binary_length(blobs).to_numpy(zero_copy_only=False), np.int64)
+    headed = pc.starts_with(blobs, pattern=_V3_HEADER).to_numpy(zero_copy_only=False)
+    index = np.nonzero((lengths >= head + 2) & headed)[0]
+    if not len(index):
+        return index, pa.array([], pa.binary())
+    ours = blobs.take(pa.array(index))
+    pair = pc.binary_slice(ours, head, head + 2)  # the length varint's first two bytes, two per row
+    varint = np.frombuffer(pair.buffers()[2], dtype=np.uint8, count=2 * len(index)).reshape(-1, 2)
+    b0, b1 = varint[:, 0].astype(np.int64), varint[:, 1].astype(np.int64)
     one = b0 < 0x80
     size = np.where(one, b0, (b0 & 0x7F) | (b1 << 7))
-    skip = np.where(one, 1, 2)
-    exact = matches & (one | (b1 < 0x80)) & (size > 0) & (head + skip + size == lengths[index])
-    index, begin, size = index[exact], (starts + head + skip)[exact], size[exact]
-    # the bodies, contiguous: keep every byte inside [begin, begin + size) of a taken blob
-    edges = np.bincount(begin, minlength=len(buf) + 1) - np.bincount(begin + size, minlength=len(buf) + 1)
-    kept = buf[np.cumsum(edges[:-1]) > 0]
-    body_offsets = np.zeros(len(index) + 1, np.int32)
-    np.cumsum(size, out=body_offsets[1:])
-    bodies = pa.Array.from_buffers(
-        pa.binary(), len(index), [None, pa.py_buffer(body_offsets), pa.py_buffer(kept.tobytes())]
+    exact = (one | (b1 < 0x80)) & (size > 0) & (head + np.where(one, 1, 2) + size == lengths[index])
+    end = int(lengths.max(initial=0))
+    bodies = pc.if_else(
+        pa.array(one), pc.binary_slice(ours, head + 1, end), pc.binary_slice(ours, head + 2, end)
     )
-    return index, bodies
+    return index[exact], bodies.filter(pa.array(exact))
 
 
 # -- what parse_fields would also accept ---------------------------------------------------------------------

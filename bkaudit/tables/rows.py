@@ -315,12 +315,11 @@ def _fast_custom(custom: pa.ListArray, n: int) -> tuple[pa.Array, pa.Array]:
     encoded = pc.dictionary_encode(values)
     texts = pa.array(_texts(encoded.dictionary.to_pylist()), pa.string()).take(encoded.indices)
     mapped = pa.MapArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()), keys, texts, type=STRING_MAP)
-    managed: list[str | None] = [None] * n
-    parent = pc.list_parent_indices(custom).to_numpy()
-    pulsar = pc.equal(keys, PULSAR_MANAGED_LEDGER_KEY).to_numpy(zero_copy_only=False)
-    for at in np.nonzero(pulsar)[0].tolist():
-        managed[parent[at]] = texts[at].as_py()
-    return mapped, pa.array(managed, pa.string())
+    # each ledger's entry for Pulsar's key (keys do not repeat within a ledger on this path), or none
+    entry = np.full(n, -1, np.int64)
+    pulsar = np.nonzero(pc.equal(keys, PULSAR_MANAGED_LEDGER_KEY).to_numpy(zero_copy_only=False))[0]
+    entry[pc.list_parent_indices(custom).to_numpy()[pulsar]] = pulsar
+    return mapped, texts.take(pa.array(entry, mask=entry < 0))
 
 
 def _names(enum_type: Any) -> dict[int | None, str | None]:
