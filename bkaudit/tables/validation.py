@@ -179,20 +179,14 @@ def pandas_frames(ledgers: pa.Table, segments: pa.Table) -> dict[str, Any]:
     import pyarrow.compute as pc
 
     led = ledgers.select(LEDGER_COLUMNS).to_pandas()
+    # GX's pandas "between" is vectorized only for int64 and float64 columns; on int32 it calls a Python
+    # function per row (0.65 s of a 1M-ledger snapshot's validation). Same values, wider type.
+    led = led.astype({name: "int64" for name, kind in led.dtypes.items() if kind == "int32"})
     seg_arrow = segments.select(SEGMENT_COLUMNS)
-    seg = pd.DataFrame(
-        {
-            "ledger_id": seg_arrow.column("ledger_id").to_numpy(),
-            "segment_index": seg_arrow.column("segment_index").to_numpy(),
-            "first_entry_id": seg_arrow.column("first_entry_id").to_numpy(),
-            "ensemble_members": pc.fill_null(
-                pc.list_value_length(seg_arrow.column("ensemble")), 0
-            ).to_numpy(),
-        }
-    )
-    seg = seg.merge(led[["ledger_id", "ensemble_size"]], on="ledger_id", how="left")
-    seg = seg.sort_values(["ledger_id", "segment_index"], kind="stable").reset_index(drop=True)
-    seg["previous_first_entry_id"] = seg.groupby("ledger_id")["first_entry_id"].shift(1)
+    unique_ids = led["ledger_id"].is_unique
+    seg = _segment_frame_by_sort(led, seg_arrow) if unique_ids and seg_arrow.num_rows else None
+    if seg is None:
+        seg = _segment_frame_by_merge(led, seg_arrow)
     members = (
         pc.unique(pc.list_flatten(seg_arrow.column("ensemble")))
         if seg_arrow.num_rows
@@ -200,6 +194,55 @@ def pandas_frames(ledgers: pa.Table, segments: pa.Table) -> dict[str, Any]:
     )
     refs = pd.DataFrame({"bookie_id": pd.Series(members.to_pylist(), dtype="object")})
     return {"ledgers": led, "segments": seg, "bookie_refs": refs}
+
+
+def _segment_columns(seg_arrow: pa.Table) -> dict[str, Any]:
+    import pyarrow.compute as pc
+
+    return {
+        "ledger_id": seg_arrow.column("ledger_id").to_numpy(),
+        "segment_index": seg_arrow.column("segment_index").to_numpy(),
+        "first_entry_id": seg_arrow.column("first_entry_id").to_numpy(),
+        "ensemble_members": pc.fill_null(pc.list_value_length(seg_arrow.column("ensemble")), 0).to_numpy(),
+    }
+
+
+def _segment_frame_by_merge(led: Any, seg_arrow: pa.Table) -> Any:
+    """The segments frame by pandas merge, sort and group-wise shift: the definition, and what a snapshot
+    whose ledger ids repeat (the breach `ledger_id_unique` reports) is validated on."""
+    import pandas as pd
+
+    seg = pd.DataFrame(_segment_columns(seg_arrow))
+    seg = seg.merge(led[["ledger_id", "ensemble_size"]], on="ledger_id", how="left")
+    seg = seg.sort_values(["ledger_id", "segment_index"], kind="stable").reset_index(drop=True)
+    seg["previous_first_entry_id"] = seg.groupby("ledger_id")["first_entry_id"].shift(1)
+    return seg
+
+
+def _segment_frame_by_sort(led: Any, seg_arrow: pa.Table) -> Any:
+    """The same frame as `_segment_frame_by_merge` when ledger ids are unique, with one numpy sort and a
+    binary search instead of a hash join and a group-by: ~4x less of the driver's time at 1M ledgers."""
+    import numpy as np
+    import pandas as pd
+
+    columns = _segment_columns(seg_arrow)
+    order = np.lexsort((columns["segment_index"], columns["ledger_id"]))  # stable, as sort_values above
+    columns = {name: values[order] for name, values in columns.items()}
+    ids = columns["ledger_id"]
+    known = led["ledger_id"].to_numpy()
+    by_id = np.argsort(known, kind="stable")
+    at = np.minimum(np.searchsorted(known[by_id], ids), len(known) - 1) if len(known) else None
+    matched = known[by_id][at] == ids if at is not None else np.zeros(len(ids), bool)
+    sizes = led["ensemble_size"].to_numpy()
+    size = sizes[by_id][at] if at is not None else np.zeros(len(ids), sizes.dtype)
+    if not matched.all():  # a left join's unmatched rows: NaN, so the column becomes float
+        size = np.where(matched, size, np.nan)
+    columns["ensemble_size"] = size
+    previous = np.full(len(ids), np.nan)
+    same = ids[1:] == ids[:-1]
+    previous[1:][same] = columns["first_entry_id"][:-1][same]
+    columns["previous_first_entry_id"] = previous
+    return pd.DataFrame(columns)
 
 
 @dataclass
