@@ -18,7 +18,7 @@ answers (100 getData results each).
 Each run is a fresh process timing `--passes` passes after one warm-up pass (the bookie-id memo and
 imports warm, as in a long task) and reporting its median pass. With `--baseline-repo DIR` (a checkout or
 export of another revision) runs alternate between that tree and this one (bench/harness.py's order) and
-both must yield the same bytes (SHA-256 of the Arrow IPC stream). Prints us per ledger, median (min-max)
+both must yield the same rows (SHA-256 of the Arrow IPC stream of the batches rebuilt from their values). Prints us per ledger, median (min-max)
 over the runs; `--profile` prints a cProfile of one pass instead. A default run takes ~30 s (60 s with a
 baseline). Results: docs/performance.md.
 """
@@ -113,12 +113,14 @@ def one_pass(chunks: list[tuple[list[str], bytes]], ids: dict[str, int], batch_s
 
 
 def digest(batches: list[Any]) -> str:
+    """SHA-256 of the rows' values: each batch rebuilt from its Python values first, so that two trees
+    whose arrays hold the same values in differently laid out buffers (an all-valid bitmap or none) agree."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
         for b in batches:
-            writer.write_batch(b)
+            writer.write_batch(pa.RecordBatch.from_pylist(b.to_pylist(), schema=b.schema))
     return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
 
 
