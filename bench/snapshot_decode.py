@@ -18,9 +18,9 @@ answers (100 getData results each).
 Each run is a fresh process timing `--passes` passes after one warm-up pass (the bookie-id memo and
 imports warm, as in a long task) and reporting its median pass. With `--baseline-repo DIR` (a checkout or
 export of another revision) runs alternate between that tree and this one (bench/harness.py's order) and
-both must yield the same rows (SHA-256 of the Arrow IPC stream of the batches rebuilt from their values). Prints us per ledger, median (min-max)
-over the runs; `--profile` prints a cProfile of one pass instead. A default run takes ~30 s (60 s with a
-baseline). Results: docs/performance.md.
+both must yield the same rows (SHA-256 of the Arrow IPC stream of the batches rebuilt from their values).
+Prints us per ledger, median (min-max) over the runs; `--profile` prints a cProfile of one pass instead. A
+default run takes ~30 s (60 s with a baseline). Results: docs/performance.md.
 """
 
 from __future__ import annotations
