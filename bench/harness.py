@@ -187,16 +187,34 @@ def machine() -> dict[str, Any]:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "kernel": f"{platform.system()} {platform.release()}",
         "load_average": list(os.getloadavg()),
+        "commit": commit(),
     }
+
+
+def commit() -> str | None:
+    """The checkout's commit (with "+dirty" when files differ from it), so a result names the code it
+    measured; None outside a git checkout."""
+    try:
+        def git(*args: str) -> str:
+            done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True,
+                                  timeout=10)
+            return done.stdout.strip()
+
+        head = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def machine_line(start: Mapping[str, Any], end: Mapping[str, Any]) -> str:
     def load(m: Mapping[str, Any]) -> str:
         return ", ".join(f"{x:.1f}" for x in m["load_average"])
 
+    code = f" Code at {start['commit']}." if start.get("commit") else ""
     return (
         f"Machine: {start['cpus']} CPUs, {start['python']}, {start['kernel']}; load average {load(start)} at "
-        f"the start, {load(end)} at the end (a shared, loaded machine: compare ratios within one run)."
+        f"the start, {load(end)} at the end (a shared, loaded machine: compare ratios within one run).{code}"
     )
 
 
