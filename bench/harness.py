@@ -192,7 +192,7 @@ def machine() -> dict[str, Any]:
 
 
 def commit() -> str | None:
-    """The checkout's commit (with "+dirty" when files differ from it), so a result names the code it
+    """The checkout's commit (with "+dirty" when code differs from it), so a result names the code it
     measured; None outside a git checkout."""
     try:
         def git(*args: str) -> str:
@@ -201,7 +201,8 @@ def commit() -> str | None:
             return done.stdout.strip()
 
         head = git("rev-parse", "--short=12", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        # results and docs change while benchmarks run: only code makes a measurement "dirty"
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results", ":!docs")
     except (OSError, subprocess.SubprocessError):
         return None
     return head + ("+dirty" if dirty else "")

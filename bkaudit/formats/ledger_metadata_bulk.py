@@ -69,7 +69,7 @@ def decode(blobs: Sequence[bytes]) -> Decoded | None:
         return _decode(handler, blobs)
     except (ValueError, OverflowError, TypeError, AttributeError, pa.ArrowException) as exc:
         log.warning("column-wise metadata decoding disabled in this process (%s): every ledger takes "
-                    "the one-by-one decoder", describe(exc))
+                    "the one-by-one decoder", _describe(exc))
         _HANDLER[:] = [None]
         return None
 
@@ -90,7 +90,7 @@ def _decode(handler: Any, blobs: Sequence[bytes]) -> Decoded:
     return Decoded(fields, taken.astype(np.int64), rest.astype(np.int64))
 
 
-def describe(exc: BaseException) -> str:
+def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -113,7 +113,7 @@ def _handler() -> Any:
             _HANDLER.append(pool.get_for_message(DataFormats_pb2.LedgerMetadataFormat.DESCRIPTOR))
         except Exception as exc:  # an incompatible ptars release: decode one by one, say so once
             log.warning("ptars %s cannot decode ledger metadata (%s): every ledger takes the one-by-one "
-                        "decoder", getattr(ptars, "__version__", "?"), describe(exc))
+                        "decoder", getattr(ptars, "__version__", "?"), _describe(exc))
             _HANDLER.append(None)
     return _HANDLER[0]
 
