@@ -99,3 +99,32 @@ def test_run_fresh_runs_the_side_in_a_new_process(tmp_path: Path) -> None:
 def test_write_json_round_trips_spreads(tmp_path: Path) -> None:
     path = harness.write_json("t", {"s": harness.Spread.of([1.0, 2.0, 3.0])}, str(tmp_path / "r.json"))
     assert '"median": 2.0' in path.read_text(encoding="utf-8")
+
+
+def test_a_result_names_its_commit_and_only_code_makes_it_dirty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    git("init", "-q")
+    for rel in ("bkaudit/x.py", "bench/results/r.json", "docs/d.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("0\n")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "c")
+    monkeypatch.setattr(harness, "REPO", tmp_path)
+    head = git("rev-parse", "--short=12", "HEAD")
+    assert harness.commit() == head
+    (tmp_path / "bench/results/r.json").write_text("1\n")  # a benchmark writing its results
+    (tmp_path / "docs/d.md").write_text("1\n")
+    (tmp_path / "new.py").write_text("untracked\n")
+    assert harness.commit() == head
+    (tmp_path / "bkaudit/x.py").write_text("1\n")
+    assert harness.commit() == head + "+dirty"
+    assert harness.machine()["commit"] == head + "+dirty"
+    monkeypatch.setattr(harness, "REPO", tmp_path / "nowhere")
+    assert harness.commit() is None
