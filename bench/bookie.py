@@ -1,6 +1,6 @@
 """Bookie transports compared: BookKeeper's native TCP protocol vs bkaudit's gRPC framed path, same run.
 
-    .venv/bin/python bench/bookie.py [--quick] [--runs 3] [--no-append]
+    .venv/bin/python bench/bookie.py [--quick] [--runs 3] [--json PATH]
 
 Starts a LocalCluster of 3 bookies (3 racks) serving both transports (native on bookie-rpc, gRPC on the
 optional bkaudit-grpc listener), bulk-loads N ledgers into every bookie for listing, then runs each
@@ -17,8 +17,8 @@ Each client process measures:
 Besides rates it records CPU seconds per operation (client process + bookie processes, from
 `time.process_time` and /proc/<pid>/stat): on a shared, overloaded machine rates mostly measure the CPU share
 the scheduler grants (a transport with more threads gets more), CPU per operation is what each transport
-costs. Reports medians with min-max over the runs. Appends a dated section to docs/performance.md unless
---no-append.
+costs. Reports medians with min-max over the runs as markdown on stdout, and the raw results as JSON
+(bench/results/bookie-<stamp>.json or --json); docs/performance.md quotes them.
 """
 
 from __future__ import annotations
@@ -293,8 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small run (smoke test)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--no-append", action="store_true",
-                        help="print only; leave docs/performance.md alone")
+    parser.add_argument("--json", help="result file (default bench/results/bookie-<stamp>.json)")
     parser.add_argument("--worker", choices=TRANSPORTS, help=argparse.SUPPRESS)
     parser.add_argument("--zk", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -329,11 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             cluster.down()
     meta = {"quick": args.quick, "runs": args.runs, "adds": adds, "list_ledgers": list_ledgers,
             "load": (load_before, os.getloadavg()[0])}
-    text = report(results, meta)
-    print(text)
-    if not args.no_append:
-        with open(ROOT / "docs" / "performance.md", "a", encoding="utf-8") as out:
-            out.write(text)
+    print(report(results, meta))
+    path = harness.write_json("bookie", {**meta, "results": results, "machine": harness.machine()}, args.json)
+    print(f"Raw results: `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`.")
     return 0
 
 
