@@ -242,9 +242,10 @@ class ExpectedDigests:
     def _bookie_stripings(first: int, last: int, e: int, wq: int) -> list[tuple[int, _Key, Striping]]:
         """(bookie index, memo key, striping) of every index that must hold entries of [first, last]."""
         per = []
+        whole_period = last - first + 1 >= e  # then every index holds WQ ids of each period: no count needed
         for idx in range(e):
             st = entries_of_bookie(idx, first, last, e, wq)
-            if st.count() > 0:
+            if whole_period or st.count() > 0:
                 per.append((idx, (st.first, st.last, st.start, st.period, st.size), st))
         return per
 
