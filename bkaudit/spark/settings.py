@@ -18,8 +18,8 @@ class SnapshotSettings:
     # ZooKeeper protection (BookKeeper: auditorMaxNumberOfConcurrentOpenLedgerOperations plays this role)
     max_zk_sessions: int = 4  # cap on concurrent ZooKeeper sessions = max ledger-reading Spark tasks
     partitions: int = 0  # ledger-reading tasks; 0 = max_zk_sessions; never more than max_zk_sessions
-    # token-bucket cap per task; 0 = unlimited. 20,000: below what two tasks read here unthrottled (~24,000/s
-    # each at 1M ledgers) while a 100 getData/s probe kept its p99 under 20 ms (docs/performance.md);
+    # token-bucket cap per task; 0 = unlimited. 20,000: a quarter of what a task reads here unthrottled
+    # (~80,000/s at 1M ledgers), and a 100 getData/s probe kept its p99 under 20 ms (docs/performance.md);
     # the default 4 sessions cap a snapshot at 80,000 reads/s on a larger Spark cluster
     reads_per_second_per_task: float = 20_000.0
     max_in_flight: int = 500  # pipelined reads outstanding per session
