@@ -7,8 +7,9 @@
    paths, Pulsar custom metadata, 1-3 segments; pipelined multi() transactions of creates);
 2. alternated, R runs each, every run in a fresh process (bench/harness.py), no process reused:
    (a)  raw: one kazoo client reads every ledger znode, pipelined single getData, window 1000, no decoding;
-   (a2) raw: the job's own read path, pipelined ZooKeeper multiRead batches (`zk.multiread.read_batched`,
-        window 1000), one client, no decoding ((a') in docs/performance.md);
+   (a2) raw: the job's own read path, pipelined ZooKeeper multiRead batches of 100
+        (`zk.multiread.read_chunks`, window 1000, answers column-wise as the job's tasks take them), one
+        client, no listing, no decoding ((a') in docs/performance.md);
    (b)  the snapshot job end to end on local[2] (ZooKeeper scan, decoding, Parquet staging, bookies and
         markers, Great Expectations, Delta commits), every setting at its default (the `[snapshot]`
         rate limit per task, 4 sessions);
@@ -126,14 +127,16 @@ def raw_side(connect: str, ledgers: int, multi_read: bool) -> dict[str, Any]:
     """(a) or (a2), in a fresh process: seconds for one client to read every znode, no decoding."""
     from bkaudit.zk.client import close
     from bkaudit.zk.client import connect as zk_connect
-    from bkaudit.zk.multiread import read_batched
+    from bkaudit.zk.multiread import MULTI_READ_BATCH, read_chunks
 
     leaf_paths = leaf_paths_for(ledgers)
+    step = MULTI_READ_BATCH
     zk = zk_connect(connect)
     try:
         wall0, t0 = time.time(), time.perf_counter()
-        if multi_read:
-            count = sum(1 for _ in read_batched(zk, leaf_paths, max_in_flight=WINDOW))
+        if multi_read:  # the job's read primitive, chunks of 100 in and column-wise answers out
+            chunks = ((None, leaf_paths[at : at + step]) for at in range(0, len(leaf_paths), step))
+            count = sum(len(a.stats) - a.gone for _, _, a in read_chunks(zk, chunks, max_in_flight=WINDOW))
         else:
             count = 0
             window: collections.deque[Any] = collections.deque()

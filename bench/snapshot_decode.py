@@ -5,9 +5,9 @@
 Why: at 1M ledgers the snapshot's `ledgers` step ran at 0.22x the rate of raw multiRead, bound by the Python
 workers (~60 us of CPU per ledger). This isolates that per-ledger path exactly as
 `bkaudit.spark.datasource.read_units` runs it, from the bytes of a multiRead response to the Arrow batches
-it yields: `MultiRead.deserialize` -> `bkaudit.zk.multiread._pair` -> `bkaudit.tables.rows.ledger_batches`
-(decode, validate, build columns, flush every `batch_size` rows). Listing and the request side are not
-included (they do not touch the metadata).
+it yields: `MultiRead.deserialize` (column-wise answers) -> `bkaudit.tables.rows.chunk_batches` (decode,
+validate, build columns, flush every `batch_size` rows). Listing and the request side are not included
+(they do not touch the metadata).
 
 Data: synthetic, realistic v3 blobs written by the repo's own `ledger_metadata.serialize` (seeded): 1-3
 segments, E3/WQ2/AQ2 or E5/WQ3/AQ2 over 40 bookies "10.0.0.x:3181", CRC32C, Pulsar's custom metadata
@@ -101,15 +101,26 @@ def ledger_ids(chunks: list[tuple[list[str], bytes]]) -> dict[str, int]:
 
 
 def one_pass(chunks: list[tuple[list[str], bytes]], ids: dict[str, int], batch_size: int) -> list[Any]:
-    """The reader's per-ledger work over every chunk: the RecordBatches it would yield (`ids` is consumed)."""
-    from bkaudit.tables.rows import ledger_batches
-    from bkaudit.zk.multiread import MultiRead, _pair
+    """The reader's per-ledger work over every chunk: the RecordBatches it would yield (`ids` is consumed).
+
+    On a tree with `rows.chunk_batches` (2026-11-27 on), as `read_units` runs it: each response decoded
+    column-wise by `MultiRead.deserialize`, a chunk at a time; on an older tree (a `--baseline-repo`), one
+    read at a time through `multiread._pair` and `rows.ledger_batches`, as that tree's reader did."""
+    from bkaudit.tables import rows
+    from bkaudit.zk.multiread import MultiRead
+
+    if hasattr(rows, "chunk_batches"):
+        answered = ((paths, MultiRead.deserialize(buf, 0)) for paths, buf in chunks)
+        return list(rows.chunk_batches(
+            (([ids.pop(p) for p in paths], a.data, a.stats) for paths, a in answered), batch_size=batch_size
+        ))
+    from bkaudit.zk.multiread import _pair  # type: ignore[attr-defined]
 
     def reads() -> Iterator[tuple[str, bytes | None, Any]]:
         for paths, buf in chunks:
             yield from _pair(paths, MultiRead.deserialize(buf, 0))
 
-    return list(ledger_batches(reads(), ids, batch_size=batch_size))
+    return list(rows.ledger_batches(reads(), ids, batch_size=batch_size))
 
 
 def digest(batches: list[Any]) -> str:

@@ -78,16 +78,23 @@ def _decode(handler: Any, blobs: Sequence[bytes]) -> Decoded:
     n = len(blobs)
     candidates, bodies = _v3_bodies(pa.array(blobs, pa.binary()))
     pieces = _decode_pieces(handler, bodies, np.arange(len(candidates)))
-    if pieces:
-        fields = pa.concat_batches([batch for batch, _ in pieces])
-        at = np.concatenate([where for _, where in pieces])
-        canonical = pc.equal(handler.record_batch_to_array(fields), bodies.take(pa.array(at)))
-        ok = canonical.to_numpy(zero_copy_only=False) & _valid(fields)
-        fields, taken = fields.filter(pa.array(ok)), candidates[at[ok]]
-    else:
+    if not pieces:
         fields, taken = handler.array_to_record_batch(pa.array([], pa.binary())), np.array([], np.int64)
+        return Decoded(fields, taken, np.arange(n, dtype=np.int64))
+    # the usual case, one piece holding every body, skips the copies (take, concat, filter) the rest needs
+    whole = len(pieces) == 1 and len(pieces[0][1]) == len(bodies)
+    fields = pieces[0][0] if len(pieces) == 1 else pa.concat_batches([batch for batch, _ in pieces])
+    at = pieces[0][1] if len(pieces) == 1 else np.concatenate([where for _, where in pieces])
+    ours = bodies if whole else bodies.take(pa.array(at))
+    canonical = pc.equal(handler.record_batch_to_array(fields), ours)
+    ok = canonical.to_numpy(zero_copy_only=False) & _valid(fields)
+    if not ok.all():
+        fields = fields.filter(pa.array(ok))
+    taken = candidates[at[ok]].astype(np.int64)
+    if len(taken) == n:  # candidates and pieces keep input order, so every row taken means taken == 0..n-1
+        return Decoded(fields, taken, np.zeros(0, np.int64))
     rest = np.setdiff1d(np.arange(n), taken, assume_unique=True)
-    return Decoded(fields, taken.astype(np.int64), rest.astype(np.int64))
+    return Decoded(fields, taken, rest.astype(np.int64))
 
 
 def _describe(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ Protecting ZooKeeper (BookKeeper users' top complaint is audits that expire sess
 most `max_zk_sessions` partitions (`bkaudit.job.zkscan`), each task opens its own session inside `read()`
 (clients never cross a pickle boundary), keeps at most `max_in_flight` reads outstanding and takes a token
 from a per-task `RateLimiter` (`reads_per_second_per_task`, 0 = unlimited) for each znode read. Reads go
-out as pipelined ZooKeeper multiRead requests of 100 getData ops (`bkaudit.zk.multiread.read_batched`;
+out as pipelined ZooKeeper multiRead requests of 100 getData ops (`bkaudit.zk.multiread.read_chunks`;
 single pipelined reads with `multi_read=false` or on ZooKeeper < 3.6). Transient errors are retried with
 jittered backoff; a ledger deleted between listing and reading is simply absent. Decoding never raises: a bad
 blob is a row with `parse_error`.
@@ -144,17 +144,40 @@ def plan_partitions(options: ReadOptions) -> list[list[str]]:
 
 
 def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
-    """Arrow RecordBatches (SOURCE_SCHEMA) of every ledger under `units`, on a session of our own."""
-    from bkaudit.tables.rows import ledger_batches
+    """Arrow RecordBatches (SOURCE_SCHEMA) of every ledger under `units`, on a session of our own.
+
+    With multiRead (the default) a leaf directory's ledgers are read in chunks of `MULTI_READ_BATCH` and
+    handled a chunk at a time, from listing to columns (ids, data, stats): no Python object per ledger
+    beyond its name and bytes, which is most of what a reading task spends besides decoding."""
+    from bkaudit.tables.rows import chunk_batches, ledger_batches
     from bkaudit.zk.client import RateLimiter, close, connect
-    from bkaudit.zk.ledgers import iter_ledgers, read_many
-    from bkaudit.zk.multiread import read_batched
+    from bkaudit.zk.ledgers import iter_ledger_dirs, iter_ledgers, read_many
+    from bkaudit.zk.multiread import MULTI_READ_BATCH, read_chunks
 
     zk = connect(options.zk_settings())
     try:
         limiter = (
             RateLimiter(options.reads_per_second_per_task) if options.reads_per_second_per_task else None
         )
+        if options.multi_read:
+            step = max(1, min(MULTI_READ_BATCH, options.max_in_flight))
+
+            def chunks() -> Iterator[tuple[list[int], list[str]]]:
+                for ids, znodes in iter_ledger_dirs(zk, options.root, units):
+                    for at in range(0, len(ids), step):
+                        yield ids[at : at + step], znodes[at : at + step]
+
+            answered = read_chunks(
+                zk,
+                chunks(),
+                max_in_flight=options.max_in_flight,
+                rate_limiter=limiter,
+                attempts=options.attempts,
+            )
+            yield from chunk_batches(
+                ((ids, a.data, a.stats) for ids, _, a in answered), batch_size=options.batch_size
+            )
+            return
         ids: dict[str, int] = {}
 
         def listed() -> Iterator[str]:
@@ -162,8 +185,7 @@ def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
                 ids[path] = ledger_id
                 yield path
 
-        read = read_batched if options.multi_read else read_many
-        reads = read(
+        reads = read_many(
             zk, listed(), max_in_flight=options.max_in_flight, rate_limiter=limiter, attempts=options.attempts
         )
         yield from ledger_batches(reads, ids, batch_size=options.batch_size)

@@ -78,6 +78,21 @@ class LedgerBatchBuilder:
         self._mzxids.append(mzxid)
         self._ctimes.append(ctime_ms)
 
+    def add_chunk(self, ids: list[int], data: list[bytes | None], stats: list[Any]) -> None:
+        """Many ledger znodes at once: ids, data and Stat tuples (ZnodeStat's field order), aligned; a
+        znode whose stat is None was deleted since it was listed and is left out."""
+        if None in stats:
+            kept = [i for i, st in enumerate(stats) if st is not None]
+            ids, data, stats = [ids[i] for i in kept], [data[i] for i in kept], [stats[i] for i in kept]
+            if not ids:
+                return
+        _, mzxids, ctimes, _, versions, *_ = zip(*stats, strict=True)
+        self._ids.extend(ids)
+        self._data.extend(d or b"" for d in data)
+        self._versions.extend(versions)
+        self._mzxids.extend(mzxids)
+        self._ctimes.extend(ctimes)
+
     def flush(self) -> pa.RecordBatch:
         """The rows added since the last flush, as one RecordBatch (SOURCE_SCHEMA)."""
         from bkaudit.formats import ledger_metadata_bulk
@@ -391,6 +406,21 @@ def ledger_batches(
         yield builder.flush()
 
 
+def chunk_batches(
+    chunks: Iterable[tuple[list[int], list[bytes | None], list[Any]]], *, batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    """RecordBatches (SOURCE_SCHEMA, about `batch_size` rows: whole chunks) of chunks of ZooKeeper reads,
+    each (ledger ids, data, Stat tuples) as `bkaudit.zk.multiread.read_chunks` answers them; a read with
+    no stat is a ledger deleted between listing and reading: simply absent."""
+    builder = LedgerBatchBuilder()
+    for ids, data, stats in chunks:
+        builder.add_chunk(ids, data, stats)
+        if len(builder) >= batch_size:
+            yield builder.flush()
+    if len(builder):
+        yield builder.flush()
+
+
 # -- small tables (built on the driver) ----------------------------------------------------------------------
 WRITABLE = "writable"
 READONLY = "readonly"
@@ -512,6 +542,7 @@ __all__ = [
     "LedgerBatchBuilder",
     "MarkerRecord",
     "bookie_table",
+    "chunk_batches",
     "describe_error",
     "explode_segments",
     "ledger_batches",

@@ -226,11 +226,10 @@ def _segment_frame_by_sort(led: Any, seg_arrow: pa.Table) -> Any:
     import pandas as pd
 
     columns = _segment_columns(seg_arrow)
-    order = np.lexsort((columns["segment_index"], columns["ledger_id"]))  # stable, as sort_values above
-    columns = {name: values[order] for name, values in columns.items()}
+    columns = {name: values[_order(columns)] for name, values in columns.items()}
     ids = columns["ledger_id"]
     known = led["ledger_id"].to_numpy()
-    by_id = np.argsort(known, kind="stable")
+    by_id = np.argsort(known, kind="stable")  # sorted runs (one per staged file): timsort merges them
     at = np.minimum(np.searchsorted(known[by_id], ids), len(known) - 1) if len(known) else None
     matched = known[by_id][at] == ids if at is not None else np.zeros(len(ids), bool)
     sizes = led["ensemble_size"].to_numpy()
@@ -243,6 +242,22 @@ def _segment_frame_by_sort(led: Any, seg_arrow: pa.Table) -> Any:
     previous[1:][same] = columns["first_entry_id"][:-1][same]
     columns["previous_first_entry_id"] = previous
     return pd.DataFrame(columns)
+
+
+def _order(columns: dict[str, Any]) -> Any:
+    """The stable (ledger_id, segment_index) order of the segment rows, as `np.lexsort` gives it.
+
+    Staged files are runs already in that order (a task lists ids ascending and writes a ledger's segments
+    in index order), so a stable sort by ledger id alone, which merges the runs, is nearly always enough;
+    the result is checked and lexsort decides otherwise."""
+    import numpy as np
+
+    ids, index = columns["ledger_id"], columns["segment_index"]
+    order = np.argsort(ids, kind="stable")
+    a, b = ids[order], index[order]
+    if bool(np.all((a[1:] > a[:-1]) | ((a[1:] == a[:-1]) & (b[1:] >= b[:-1])))):
+        return order
+    return np.lexsort((index, ids))
 
 
 @dataclass
@@ -317,7 +332,9 @@ def validate(
         try:
             result = definition.run(
                 batch_parameters={"dataframe": df},
-                result_format={"result_format": "SUMMARY", "partial_unexpected_count": PARTIAL_UNEXPECTED},
+                # BASIC holds every value a results row keeps (counts, percent, partial unexpected list);
+                # SUMMARY would add value counts and indexes, a fifth of the suite's time at 1M ledgers
+                result_format={"result_format": "BASIC", "partial_unexpected_count": PARTIAL_UNEXPECTED},
             )
         finally:
             if engine == "spark":

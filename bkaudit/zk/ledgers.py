@@ -359,13 +359,22 @@ def iter_ledger_paths(
 def iter_ledgers(
     zk: KazooClient, root: str, units: Iterable[str], max_in_flight: int = 200
 ) -> Iterator[tuple[int, str]]:
-    """(ledger_id, znode path) of every ledger under the units, listing level by level (pipelined).
+    """(ledger_id, znode path) of every ledger under the units (`iter_ledger_dirs`, one at a time)."""
+    for ids, znodes in iter_ledger_dirs(zk, root, units, max_in_flight):
+        yield from zip(ids, znodes, strict=True)
+
+
+def iter_ledger_dirs(
+    zk: KazooClient, root: str, units: Iterable[str], max_in_flight: int = 200
+) -> Iterator[tuple[list[int], list[str]]]:
+    """(ledger ids, znode paths) of each leaf directory under the units, ids ascending, listing level by
+    level (pipelined).
 
     A unit is any directory of the hierarchy relative to `root` (`00`, `00/0003`, `000/0000/0001`): the
     snapshot's finer split of the id space (`bkaudit.job.zkscan`). Only names of BookKeeper's hierarchy are
     followed (`\\d{2}/\\d{4}/L\\d{4}` and `\\d{3}/\\d{4}/\\d{4}/\\d{4}/L\\d{4}`, as
-    `bkaudit.zk.paths.parse_hierarchy`); the id is assembled from the names already matched instead of
-    re-parsing each full path (a measurable cost at a million ledgers).
+    `bkaudit.zk.paths.parse_hierarchy`); ids are assembled from the names already matched, a directory
+    at a time, instead of re-parsing each full path (a measurable cost at a million ledgers).
     """
     for unit in units:
         parts = unit.split("/")
@@ -382,12 +391,16 @@ def iter_ledgers(
             ]
         digits_of = dict(level)
         for parent, leaves in get_children_many(zk, list(digits_of), max_in_flight):
-            head = digits_of[parent]
-            for leaf in sorted(leaves):
-                if len(leaf) == 5 and leaf[0] == "L" and leaf[1:].isdigit() and leaf.isascii():
-                    ledger_id = int(head + leaf[1:])
-                    if ledger_id <= paths.LONG_MAX:
-                        yield ledger_id, f"{parent}/{leaf}"
+            names = sorted(
+                n for n in leaves if len(n) == 5 and n[0] == "L" and n[1:].isdigit() and n.isascii()
+            )
+            base = int(digits_of[parent]) * 10_000  # leaf names are the id's last four digits
+            ids = [base + int(n[1:]) for n in names]
+            if ids and ids[-1] > paths.LONG_MAX:  # only the long hierarchy's last directories reach this
+                names = [n for n, i in zip(names, ids, strict=True) if i <= paths.LONG_MAX]
+                ids = ids[: len(names)]
+            if ids:
+                yield ids, [f"{parent}/{n}" for n in names]
 
 
 def child_counts(zk: KazooClient, znodes: list[str], max_in_flight: int = 200) -> dict[str, int]:

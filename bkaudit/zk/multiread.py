@@ -1,19 +1,23 @@
 """Batched ZooKeeper reads: getData ops carried by multiRead requests (ZooKeeper >= 3.6), pipelined.
 
 kazoo has no multiRead, so `MultiRead` is a kazoo request of our own, sent through the client's private
-`_call` (the same path kazoo's own requests take). `read_batched` yields what `bkaudit.zk.ledgers.read_many`
-yields and falls back to it on a server without multiRead.
+`_call` (the same path kazoo's own requests take). `read_chunks` is the scan: chunks of paths in, each
+chunk's answers out column-wise (the snapshot's reader and bench/snapshot.py's raw side (a') use it);
+`read_batched` yields what `bkaudit.zk.ledgers.read_many` yields, one read at a time, on top of it. Both
+fall back to single reads on a server without multiRead.
 """
 
 from __future__ import annotations
 
 import functools
+import struct
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from kazoo.exceptions import EXCEPTIONS, NoNodeError
-from kazoo.protocol.serialization import int_struct, multiheader_struct, stat_struct, write_string
+from kazoo.protocol.serialization import multiheader_struct, stat_struct, write_string
 from kazoo.protocol.states import ZnodeStat
 
 from bkaudit.zk.client import is_transient, with_retries
@@ -22,6 +26,8 @@ from bkaudit.zk.ledgers import read_many
 MULTI_READ_BATCH = 100  # getData ops per multiRead request (keeps responses far below jute.maxbuffer)
 _OP_GET_DATA = 4
 _OP_ERROR = -1
+_HEAD_AND_SIZE = struct.Struct("!iBii")  # MultiHeader (type, done, err) + the int after it
+T = TypeVar("T")
 
 
 class MultiRead(tuple):  # type: ignore[type-arg]
@@ -53,31 +59,55 @@ class MultiRead(tuple):  # type: ignore[type-arg]
         return bytes(out)
 
     @classmethod
-    def deserialize(cls, buf: bytes, offset: int) -> list[Any]:
-        """[(data, ZnodeStat) or a kazoo exception instance] in request order."""
-        results: list[Any] = []
-        append = results.append
-        head, head_size = multiheader_struct.unpack_from, multiheader_struct.size
-        length, stat, stat_size = int_struct.unpack_from, stat_struct.unpack_from, stat_struct.size
-        new_stat = tuple.__new__  # ZnodeStat._make without its per-call lookups (one per ledger read)
-        while True:
-            op, done, _ = head(buf, offset)
+    def deserialize(cls, buf: bytes, offset: int) -> Answers:
+        """The answers column-wise, in request order (see `Answers`)."""
+        data: list[Any] = []
+        stats: list[Any] = []
+        add_data, add_stat = data.append, stats.append
+        head, head_size = _HEAD_AND_SIZE.unpack_from, _HEAD_AND_SIZE.size
+        stat, stat_size = stat_struct.unpack_from, stat_struct.size
+        last = len(buf) - head_size  # the closing header (9 bytes) is shorter than head + data length
+        failed = 0
+        while offset <= last:
+            op, done, _, size = head(buf, offset)  # `size`: getData's data length, or an error op's code
             offset += head_size
             if done:
-                return results
+                break
             if op == _OP_GET_DATA:
-                size = length(buf, offset)[0]
-                offset += 4
-                data = bytes(buf[offset : offset + size]) if size >= 0 else b""
-                offset += max(size, 0)
-                append((data, new_stat(ZnodeStat, stat(buf, offset))))
+                if size > 0:
+                    add_data(buf[offset : offset + size])
+                    offset += size
+                else:
+                    add_data(b"")
+                add_stat(stat(buf, offset))
                 offset += stat_size
             elif op == _OP_ERROR:
-                code = int_struct.unpack_from(buf, offset)[0]
-                offset += 4
-                results.append(EXCEPTIONS[code]())
+                add_data(EXCEPTIONS[size]())
+                add_stat(None)
+                failed += 1
             else:
                 raise ValueError(f"unexpected multiRead result type {op}")
+        return Answers(data, stats, failed)
+
+
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """One multiRead's answers column-wise, in request order: `data[i]` the znode's bytes and `stats[i]` its
+    Stat as a plain tuple (ZnodeStat's field order). As `MultiRead.deserialize` returns it, a failed op has
+    its kazoo exception in `data[i]` and None in `stats[i]` (`failed` of them); `read_chunks` hands out
+    only answers whose failures were NoNode, as None in both (`gone` of them).
+
+    Columns rather than a tuple per read: the snapshot consumes a chunk at a time
+    (`bkaudit.tables.rows.LedgerBatchBuilder.add_chunk`), with no Python object per read beyond its bytes.
+    """
+
+    data: list[Any]
+    stats: list[Any]
+    failed: int = 0
+    gone: int = 0
+
+    def __len__(self) -> int:
+        return len(self.data)
 
 
 def _read_chunk(zk: Any, paths: list[str]) -> Any:
@@ -92,6 +122,60 @@ def _submit(zk: Any, paths: list[str]) -> Any:
     return result
 
 
+def read_chunks(
+    zk: Any,
+    chunks: Iterable[tuple[T, list[str]]],
+    *,
+    max_in_flight: int = 1000,
+    rate_limiter: Any = None,
+    attempts: int = 5,
+) -> Iterator[tuple[T, list[str], Answers]]:
+    """(tag, paths, answers) for every (tag, paths) chunk, in order, each chunk one pipelined multiRead.
+
+    `tag` is the caller's (the snapshot passes the chunk's ledger ids). At most `max_in_flight` reads are
+    outstanding; the rate limiter is charged one token per znode, so reads/s caps mean the same as with
+    single reads. A znode that is gone is None in both columns; any other failed op raises. A chunk that
+    fails transiently is retried with backoff. If the server lacks multiRead (ZooKeeper < 3.6), the scan
+    continues with `bkaudit.zk.ledgers.read_many` (one pipelined getData per znode), chunk by chunk.
+    """
+    source = iter(chunks)
+    window: deque[tuple[T, list[str], Any]] = deque()
+    outstanding = 0
+    proven = False
+    nxt = next(source, None)
+    while True:
+        while nxt is not None and (not window or outstanding + len(nxt[1]) <= max_in_flight):
+            tag, paths = nxt
+            if rate_limiter is not None:
+                rate_limiter.acquire(len(paths))
+            window.append((tag, paths, _submit(zk, paths)))
+            outstanding += len(paths)
+            nxt = next(source, None)
+        if not window:
+            return
+        tag, paths, pending = window.popleft()
+        outstanding -= len(paths)
+        try:
+            answers = pending.get()
+        except Exception as exc:
+            if not proven:  # no multiRead answered yet: the server may not know it; read singly
+                rest = [(t, p) for t, p, _ in window]  # in-flight chunks are abandoned, re-read singly
+                ahead = [nxt] if nxt is not None else []
+                for t, p in _chain([(tag, paths)], rest, ahead, source):
+                    yield t, p, _single_reads(zk, p, max_in_flight, rate_limiter, attempts)
+                return
+            if not is_transient(exc):
+                raise
+            answers = with_retries(
+                functools.partial(_read_chunk, zk, paths),
+                attempts=attempts,
+                client=zk,
+                what=f"multiRead of {len(paths)} znodes",
+            )
+        proven = True
+        yield tag, paths, _checked(paths, answers)
+
+
 def read_batched(
     zk: Any,
     znodes: Iterable[str],
@@ -101,68 +185,55 @@ def read_batched(
     rate_limiter: Any = None,
     attempts: int = 5,
 ) -> Iterator[tuple[str, bytes | None, Any]]:
-    """(path, data, stat) for every znode via pipelined multiRead batches; (path, None, None) if it is gone.
-
-    At most `max_in_flight` reads are outstanding (max_in_flight // batch requests); the rate limiter is
-    charged one token per znode, so reads/s caps mean the same as with single reads. A batch that fails
-    transiently is retried with backoff. If the server lacks multiRead (ZooKeeper < 3.6), the scan
-    continues with `bkaudit.zk.ledgers.read_many` (one pipelined getData per znode).
-    """
+    """(path, data, ZnodeStat) for every znode, read by `read_chunks` in multiRead batches of `batch`;
+    (path, None, None) if it is gone. For callers that want one read at a time."""
     source = iter(znodes)
     batch = max(1, min(batch, max_in_flight))  # one request never carries more than max_in_flight reads
-    requests = max(1, max_in_flight // batch)
-    window: deque[tuple[list[str], Any]] = deque()
-    proven = False
-    while True:
-        while len(window) < requests:
-            chunk = [p for _, p in zip(range(batch), source, strict=False)]
-            if not chunk:
-                break
-            if rate_limiter is not None:
-                rate_limiter.acquire(len(chunk))
-            window.append((chunk, _submit(zk, chunk)))
-        if not window:
-            return
-        chunk, pending = window.popleft()
-        try:
-            results = pending.get()
-        except Exception as exc:
-            if not proven:  # no multiRead answered yet: the server may not know it; read singly
-                rest = [p for c, r in window for p in c]  # in-flight batches are abandoned, re-read singly
-                yield from read_many(
-                    zk,
-                    _chain(chunk, rest, source),
-                    max_in_flight=max_in_flight,
-                    rate_limiter=rate_limiter,
-                    attempts=attempts,
-                )
-                return
-            if not is_transient(exc):
-                raise
-            results = with_retries(
-                functools.partial(_read_chunk, zk, chunk),
-                attempts=attempts,
-                client=zk,
-                what=f"multiRead of {len(chunk)} znodes",
-            )
-        proven = True
-        yield from _pair(chunk, results)
+
+    def chunks() -> Iterator[tuple[None, list[str]]]:
+        while chunk := [p for _, p in zip(range(batch), source, strict=False)]:
+            yield None, chunk
+
+    make = tuple.__new__  # ZnodeStat._make without its per-call lookups
+    for _, paths, answers in read_chunks(
+        zk, chunks(), max_in_flight=max_in_flight, rate_limiter=rate_limiter, attempts=attempts
+    ):
+        for path, data, stat in zip(paths, answers.data, answers.stats, strict=True):
+            yield path, data, make(ZnodeStat, stat) if stat is not None else None
 
 
-def _chain(*parts: Iterable[str]) -> Iterator[str]:
-    for part in parts:
-        yield from part
-
-
-def _pair(chunk: list[str], results: list[Any]) -> Iterator[tuple[str, bytes | None, Any]]:
-    if len(results) != len(chunk):
-        raise ValueError(f"multiRead answered {len(results)} results for {len(chunk)} reads")
-    for path, res in zip(chunk, results, strict=True):
-        if type(res) is tuple:  # (data, stat): nearly every result
-            yield path, res[0], res[1]
-        elif isinstance(res, NoNodeError):
-            yield path, None, None
+def _checked(paths: list[str], answers: Answers) -> Answers:
+    if len(answers) != len(paths):
+        raise ValueError(f"multiRead answered {len(answers)} results for {len(paths)} reads")
+    if not answers.failed:
+        return answers
+    data = list(answers.data)
+    for i, res in enumerate(data):
+        if isinstance(res, NoNodeError):
+            data[i] = None
         elif isinstance(res, Exception):
             raise res
-        else:
-            yield path, res[0], res[1]
+    return Answers(data, answers.stats, 0, answers.failed)
+
+
+def _single_reads(zk: Any, paths: list[str], max_in_flight: int, rate_limiter: Any, attempts: int) -> Answers:
+    """One chunk read with single getData (the fallback), as the Answers a multiRead would give (read_many
+    answers retried reads late, so its answers are put back in request order)."""
+    got = {
+        path: (data, stat)
+        for path, data, stat in read_many(
+            zk, paths, max_in_flight=max_in_flight, rate_limiter=rate_limiter, attempts=attempts
+        )
+    }
+    data: list[Any] = []
+    stats: list[Any] = []
+    for path in paths:
+        d, stat = got[path]
+        data.append(d if stat is not None else None)
+        stats.append(tuple(stat) if stat is not None else None)
+    return Answers(data, stats, 0, stats.count(None))
+
+
+def _chain(*parts: Iterable[T]) -> Iterator[T]:
+    for part in parts:
+        yield from part

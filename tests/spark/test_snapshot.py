@@ -541,15 +541,15 @@ def test_ledger_deleted_between_listing_and_reading_is_absent(
     data = serialize(LEDGERS[1][0])
     for ledger_id in (1, 2, 3):
         zk.create(paths.ledger_path(ledger_id, root=zk_root), data, makepath=True)
-    listing = ledgers.iter_ledgers
+    listing = ledgers.iter_ledger_dirs  # what both read paths list with
 
-    def listing_then_delete(client: Any, root: str, units: Any) -> Iterator[tuple[int, str]]:
-        for ledger_id, path in listing(client, root, units):
-            if ledger_id == 2:  # listed (getChildren saw it), deleted before the reader asks for it
-                zk.delete(path)
-            yield ledger_id, path
+    def listing_then_delete(client: Any, root: str, units: Any, *rest: Any) -> Iterator[Any]:
+        for ids, znodes in listing(client, root, units, *rest):
+            assert 2 in ids  # listed (getChildren saw it), deleted before the reader asks for it
+            zk.delete(znodes[ids.index(2)])
+            yield ids, znodes
 
-    monkeypatch.setattr(ledgers, "iter_ledgers", listing_then_delete)
+    monkeypatch.setattr(ledgers, "iter_ledger_dirs", listing_then_delete)
     opts = ReadOptions.parse(
         {
             "zk": zk_server.connect_string,

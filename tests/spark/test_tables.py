@@ -272,6 +272,96 @@ def test_read_batched_matches_single_reads_and_falls_back(zk: Any, zk_root: str,
     assert fallback == expected
 
 
+def test_multiread_answers_are_decoded_column_wise() -> None:
+    """A MultiResponse laid out as ZooKeeper's jute writes it (kazoo's structs, not ours): getData results,
+    a null data field, a NoNode op and a NoAuth op, then the closing header."""
+    from kazoo.exceptions import NoAuthError
+    from kazoo.protocol.serialization import int_struct, multiheader_struct, stat_struct
+
+    from bkaudit.zk.multiread import MultiRead, _checked
+
+    stat = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+    ok, null = multiheader_struct.pack(4, False, 0), int_struct.pack(-1)
+    buf = (
+        b"xx"  # the reply header's place: deserialize starts at an offset
+        + ok + int_struct.pack(3) + b"abc" + stat_struct.pack(*stat)
+        + ok + null + stat_struct.pack(*stat)
+        + multiheader_struct.pack(-1, False, -101) + int_struct.pack(-101)
+        + multiheader_struct.pack(-1, False, -102) + int_struct.pack(-102)
+        + multiheader_struct.pack(-1, True, -1)
+    )  # fmt: skip
+    answers = MultiRead.deserialize(buf, 2)
+    assert answers.data[:2] == [b"abc", b""] and answers.stats[:2] == [stat, stat]
+    assert answers.stats[2:] == [None, None] and answers.failed == 2
+    with pytest.raises(NoAuthError):
+        _checked(["/a", "/b", "/c", "/d"], answers)
+    trimmed = MultiRead.deserialize(buf[: buf.index(multiheader_struct.pack(-1, False, -102))], 2)
+    checked = _checked(["/a", "/b", "/c"], trimmed)  # NoNode: the znode is gone, not an error
+    assert checked.data == [b"abc", b"", None] and checked.stats == [stat, stat, None] and checked.gone == 1
+    with pytest.raises(ValueError, match="answered 3 results for 4 reads"):
+        _checked(["/a", "/b", "/c", "/d"], trimmed)
+
+
+def test_read_chunks_keeps_chunks_tags_and_order(zk: Any, zk_root: str, monkeypatch: Any) -> None:
+    from kazoo.exceptions import UnimplementedError
+
+    from bkaudit.zk import multiread
+
+    zk.ensure_path(zk_root)
+    znodes = [f"{zk_root}/n{i:03d}" for i in range(40)]
+    for i, path in enumerate(znodes):
+        zk.create(path, str(i).encode())
+    zk.delete(znodes[7])  # listed, then gone
+    chunks = [(f"t{at}", znodes[at : at + 3]) for at in range(0, 40, 3)]
+
+    def read(max_in_flight: int) -> list[tuple[str, list[str], list[Any], list[Any]]]:
+        return [
+            (tag, paths, a.data, [s[4] if s else None for s in a.stats])
+            for tag, paths, a in multiread.read_chunks(zk, iter(chunks), max_in_flight=max_in_flight)
+        ]
+
+    expected = [
+        (tag, paths, [None if p == znodes[7] else str(int(p[-3:])).encode() for p in paths],
+         [None if p == znodes[7] else 0 for p in paths])
+        for tag, paths in chunks
+    ]  # fmt: skip
+    assert read(1) == expected  # one chunk in flight at a time, even though a chunk holds 3 reads
+    assert read(7) == expected
+
+    def unsupported(client: Any, chunk: list[str]) -> Any:  # a ZooKeeper without multiRead (< 3.6)
+        result = client.handler.async_result()
+        result.set_exception(UnimplementedError())
+        return result
+
+    monkeypatch.setattr(multiread, "_submit", unsupported)
+    assert read(7) == expected
+
+
+def test_listing_by_directory_takes_exactly_the_ledger_names(zk: Any, zk_root: str) -> None:
+    """iter_ledger_dirs: every ledger of both hierarchies once, ids ascending per directory, nothing that is
+    not a ledger name (short names, letters, non-ASCII digits), nothing beyond Long.MAX_VALUE."""
+    from bkaudit.job.zkscan import plan_units
+    from bkaudit.zk import paths
+    from bkaudit.zk.ledgers import iter_ledger_dirs, iter_ledgers
+
+    ids = [0, 9, 10_000, 123_456, 2**31 + 5, 2**40, paths.LONG_MAX - 3, paths.LONG_MAX]
+    created = []
+    for ledger_id in ids:
+        created.append(paths.ledger_path(ledger_id, root=zk_root))
+        zk.create(created[-1], b"x", makepath=True)
+    long_last = paths.ledger_path(paths.LONG_MAX, root=zk_root).rsplit("/", 1)[0]
+    for junk in (f"{long_last}/L5808", f"{zk_root}/00/0000/L12", f"{zk_root}/00/0000/Labcd",
+                 f"{zk_root}/00/0000/L\uff10\uff11\uff12\uff13", f"{zk_root}/00/0000/ledger"):  # fmt: skip
+        zk.create(junk, b"x", makepath=True)
+    units = [u.path for u in plan_units(zk, zk_root, 3)]
+    dirs = list(iter_ledger_dirs(zk, zk_root, units))
+    assert all(d[0] == sorted(d[0]) and len(d[0]) == len(d[1]) for d in dirs)
+    listed = [(i, p) for d in dirs for i, p in zip(*d, strict=True)]
+    assert sorted(listed) == sorted(zip(ids, created, strict=True))
+    assert all(paths.parse_ledger_path(p, root=zk_root) == i for i, p in listed)
+    assert list(iter_ledgers(zk, zk_root, units)) == listed
+
+
 def test_scan_respects_session_cap_and_read_rate(zk: Any, zk_root: str, zk_server: Any) -> None:
     """At most max_zk_sessions partitions; a task reads no faster than reads_per_second_per_task."""
     import time

@@ -1,6 +1,7 @@
 """The snapshot's column-wise row builder gives exactly the rows built the straightforward way.
 
-`LedgerBatchBuilder` (via `ledger_batches`, what the data source's reader runs) decodes the v3 blobs it can
+`LedgerBatchBuilder` (via `chunk_batches`, what the data source's reader runs on multiRead, and
+`ledger_batches`, its path on single reads) decodes the v3 blobs it can
 vouch for column-wise (`ledger_metadata_bulk`, ptars) and the rest with `ledger_metadata.parse_fields`, and
 builds Arrow columns directly. The reference here builds one dict per ledger from `ledger_metadata.parse`'s
 LedgerMetadata (its segment ranges from `LedgerMetadata.segment_ranges`) and converts with
@@ -25,7 +26,13 @@ from bkaudit.formats import ledger_metadata as lm
 from bkaudit.formats.proto import DataFormats_pb2
 from bkaudit.formats.wire import varint
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
-from bkaudit.tables.rows import CTIME_MAX_MS, PULSAR_MANAGED_LEDGER_KEY, ctime_micros, ledger_batches
+from bkaudit.tables.rows import (
+    CTIME_MAX_MS,
+    PULSAR_MANAGED_LEDGER_KEY,
+    chunk_batches,
+    ctime_micros,
+    ledger_batches,
+)
 from bkaudit.tables.schemas import SOURCE_SCHEMA
 
 HEADER3 = b"BookieMetadataFormatVersion\t3\n"
@@ -81,7 +88,24 @@ def assert_same_batches(blobs: list[bytes], batch_size: int) -> None:
         (f"/l/{i}", data, ZnodeStat(0, mzxid, ctime, 0, version, 0, 0, 0, len(data), 0, 0))
         for i, (_, data, version, mzxid, ctime) in enumerate(znodes)
     )
-    got = ledger_batches(reads, dict(paths), batch_size=batch_size)
+    for got in (ledger_batches(reads, dict(paths), batch_size=batch_size), chunked(znodes, batch_size)):
+        assert_batches(got, znodes, batch_size)
+
+
+def chunked(znodes: list[tuple[int, bytes, int, int, int]], size: int) -> Iterator[pa.RecordBatch]:
+    """The reader's multiRead path: `chunk_batches` over chunks of `size` (so its batches end where
+    `ledger_batches`'s do), each (ids, data, Stat tuples) as `read_chunks` answers."""
+    ids = [z[0] for z in znodes]
+    data = [z[1] for z in znodes]
+    stats = [(0, mzxid, ctime, 0, version, 0, 0, 0, len(d), 0, 0) for _, d, version, mzxid, ctime in znodes]
+    cuts = range(0, len(ids), size)
+    chunks = [(ids[at : at + size], data[at : at + size], stats[at : at + size]) for at in cuts]
+    return chunk_batches(chunks, batch_size=size)
+
+
+def assert_batches(
+    got: Iterator[pa.RecordBatch], znodes: list[tuple[int, bytes, int, int, int]], batch_size: int
+) -> None:
     for start in range(0, len(znodes), batch_size):
         try:
             expected = reference_rows(znodes[start : start + batch_size])
@@ -203,6 +227,21 @@ def test_builder_matches_reference_on_a_realistic_mix() -> None:
             blob = blob[: len(blob) // 2]
         blobs.append(blob)
     assert_same_batches(blobs, 1000)
+
+
+def test_a_chunk_leaves_out_ledgers_deleted_since_listing() -> None:
+    """A read whose stat is None (NoNode: deleted between listing and reading) is no row; the others keep
+    their order and their own stat fields."""
+    segments = (Segment(0, ("a:1", "b:1", "c:1")),)
+    blob = lm.serialize(LedgerMetadata(3, 2, 2, LedgerState.CLOSED, 9, 10, DigestType.CRC32C, b"", segments))
+    stat = (0, 77, 1_600_000_000_000, 0, 4, 0, 0, 0, len(blob), 0, 0)
+    gone: list[Any] = [None]
+    chunks = [([1, 2, 3], [blob, None, blob], [stat, None, stat]), ([4], gone, gone), ([5], [blob], [stat])]
+    (batch,) = chunk_batches(chunks, batch_size=100)
+    assert batch.column("ledger_id").to_pylist() == [1, 3, 5]
+    assert batch.column("znode_mzxid").to_pylist() == [77] * 3
+    assert batch.column("znode_version").to_pylist() == [4] * 3
+    assert batch.num_rows == batch.column("parse_error").null_count
 
 
 def test_an_empty_builder_flushes_an_empty_batch() -> None:

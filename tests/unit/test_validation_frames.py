@@ -60,3 +60,20 @@ def test_repeated_ledger_ids_take_the_merge() -> None:
     segment = {"ledger_id": 7, "segment_index": 0, "first_entry_id": 0, "ensemble": ["a:1", "b:1", "c:1"]}
     segments = pa.Table.from_pylist([segment], SEGMENTS)
     assert len(pandas_frames(ledgers, segments)["segments"]) == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 3)), max_size=12), max_size=5),
+       st.booleans())  # fmt: skip
+def test_segment_order_is_lexsorts(runs: list[list[tuple[int, int]]], presorted: bool) -> None:
+    """`_order` (a stable sort by ledger id, checked) is the order np.lexsort gives, on what staged files
+    hold (sorted runs, one per file) and on anything else (repeats and unsorted rows included)."""
+    import numpy as np
+
+    from bkaudit.tables.validation import _order
+
+    rows = [pair for run in runs for pair in (sorted(run) if presorted else run)]
+    ids = np.array([r[0] for r in rows], np.int64)
+    index = np.array([r[1] for r in rows], np.int32)
+    got = _order({"ledger_id": ids, "segment_index": index})
+    assert got.tolist() == np.lexsort((index, ids)).tolist()
