@@ -229,7 +229,7 @@ def _single_reads(zk: Any, paths: list[str], max_in_flight: int, rate_limiter: A
     stats: list[Any] = []
     for path in paths:
         d, stat = got[path]
-        data.append(d if stat is not None else None)
+        data.append((d or b"") if stat is not None else None)  # kazoo gives None for null data
         stats.append(tuple(stat) if stat is not None else None)
     return Answers(data, stats, 0, stats.count(None))
 
