@@ -7,7 +7,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser clean dist dist-env
+.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser bookkeeper clean dist dist-env
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -36,6 +36,28 @@ browser:
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium chromium-driver; fi; \
 	fi
 
+# Apache BookKeeper's released jars from Maven Central, by coordinates (tests/java/pom.xml), into an ignored
+# cache on a classpath of their own, and our small Java client driver compiled against them. Never built from
+# BookKeeper's source; never committed.
+BK_HOME := .cache/bookkeeper
+BK_STAMP := $(BK_HOME)/.resolved
+BK_DRIVER := $(BK_HOME)/classes/BkDriver.class
+
+bookkeeper: $(BK_STAMP) $(BK_DRIVER)
+
+$(BK_STAMP): tests/java/pom.xml | prereqs
+	@command -v mvn >/dev/null 2>&1 || { echo "bkaudit's tests need Maven to fetch Apache BookKeeper's jars (Debian: apt-get install maven)"; exit 1; }
+	@rm -rf $(BK_HOME)/lib && mkdir -p $(BK_HOME)
+	@mvn -B -q -f tests/java/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(BK_HOME)/lib \
+	  > $(BK_HOME)/mvn.log 2>&1 || { echo "Maven could not resolve Apache BookKeeper from Maven Central (unreachable or refused): see $(BK_HOME)/mvn.log, from: mvn -f tests/java/pom.xml dependency:copy-dependencies"; exit 1; }
+	@touch $(BK_STAMP)
+
+$(BK_DRIVER): tests/java/src/BkDriver.java $(BK_STAMP)
+	@command -v javac >/dev/null 2>&1 || { echo "bkaudit's tests need a JDK (javac) to compile tests/java (Debian: apt-get install openjdk-17-jdk-headless)"; exit 1; }
+	@mkdir -p $(BK_HOME)/classes
+	javac -nowarn -d $(BK_HOME)/classes -cp '$(BK_HOME)/lib/*' tests/java/src/BkDriver.java 2>&1 | grep -v '^Note:' || true
+	@test -f $(BK_DRIVER)
+
 demo: $(STAMP)
 	$(VENV)/bin/bkaudit demo
 
@@ -43,10 +65,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check bkaudit jobs tests bench airflow_dags
 	$(VENV)/bin/mypy
 
-test: $(STAMP) $(AIRFLOW_STAMP) browser lint
+test: $(STAMP) $(AIRFLOW_STAMP) browser bookkeeper lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMP) lint
+test-fast: $(STAMP) bookkeeper lint
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.zookeeper",
     "tests.fixtures.cluster",
     "tests.fixtures.spark",
+    "tests.fixtures.java",
 ]

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bkaudit.cluster import java as java_bk
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ClusterError
 from bkaudit.processes import pid_alive
@@ -43,7 +44,7 @@ from bkaudit.zk.server import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from kazoo.client import KazooClient
 
@@ -78,6 +79,12 @@ class BookieInfo:
     """False: started with --no-listing (never answers listing requests, like DbLedgerStorage)."""
     readonly: bool = False
     """True: started with --readonly (serves reads, registered under available/readonly, never a target)."""
+    kind: str = "bkaudit"
+    """"bkaudit", or "java": Apache BookKeeper's own bookie (bkaudit.cluster.java), Maven Central's jars."""
+    storage: str = ""
+    """A Java bookie's ledger storage: sorted (BookKeeper's default), interleaved or db (Pulsar's default)."""
+    http_port: int | None = None
+    """A Java bookie's HTTP admin API port (httpServerEnabled), None when it runs none."""
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -89,8 +96,10 @@ class LocalCluster:
 
     def __init__(self, directory: Path, zk: str, root: str, bookies: list[BookieInfo],
                  zookeeper: dict[str, Any] | None, *, racks: int = 3, bookie_args: Sequence[str] = (),
-                 detach: bool = False, zk_auth: str = "", zk_heap_mb: int = DEFAULT_HEAP_MB) -> None:
+                 detach: bool = False, zk_auth: str = "", zk_heap_mb: int = DEFAULT_HEAP_MB,
+                 java_settings: Mapping[str, object] | None = None) -> None:
         self.directory = directory
+        self.java_settings: dict[str, object] = dict(java_settings or {})
         self.zk_heap_mb = zk_heap_mb
         self.zk = zk
         self.root = root
@@ -104,6 +113,7 @@ class LocalCluster:
         self._zk_server: ZooKeeperServer | None = None
         self._clients: list[KazooClient] = []
         self._pools: list[BookieClientPool] = []
+        self._java: list[java_bk.JavaProcess | java_bk.JavaClient] = []
         self._lock = threading.Lock()
 
     # -- creation -----------------------------------------------------------------------------------------
@@ -112,20 +122,24 @@ class LocalCluster:
            zk_port: int | None = None, zk_connect: str | None = None, root: str = "/ledgers",
            bookie_args: Sequence[str] = (), detach: bool = False,
            no_listing: Sequence[int] = (), zk_auth: str = "",
-           zk_heap_mb: int = DEFAULT_HEAP_MB) -> LocalCluster:
+           zk_heap_mb: int = DEFAULT_HEAP_MB, java: Mapping[int, str] | None = None,
+           java_settings: Mapping[str, object] | None = None) -> LocalCluster:
         """Start ZooKeeper (unless `zk_connect`), initialise the cluster, start `bookies` bookies on racks
         /rack-1../rack-N round robin; return once every bookie is registered. Bookies whose index (0-based)
         is in `no_listing` never answer listing requests (DbLedgerStorage-like, `bookie run --no-listing`).
         `detach` lets the processes outlive this Python process (the CLI); otherwise they die with it.
         `zk_auth` ("user:password") is the digest the harness's own ZooKeeper session authenticates with.
-        `zk_heap_mb` sizes the ZooKeeper server (bkaudit.zk.server.jvm_opts) for benchmarks of 1M ledgers."""
+        `zk_heap_mb` sizes the ZooKeeper server (bkaudit.zk.server.jvm_opts) for benchmarks of 1M ledgers.
+        `java` maps bookie indexes to Java BookKeeper bookies and their ledger storage (`{0: "db"}`: the first
+        bookie is Apache BookKeeper's own, on DbLedgerStorage); the others are bkaudit's. `java_settings` are
+        extra `bk_server.conf` keys for every Java bookie (TLS, timeouts)."""
         path = Path(directory).resolve()
         if (path / STATE_FILE).exists():
             raise ClusterError(f"{path} already holds a cluster ({STATE_FILE}); run `bkaudit cluster down "
                                f"--dir {path} --purge` first or choose another directory")
         path.mkdir(parents=True, exist_ok=True)
         cluster = cls(path, zk_connect or "", root, [], None, racks=max(1, racks), bookie_args=bookie_args,
-                      detach=detach, zk_auth=zk_auth, zk_heap_mb=zk_heap_mb)
+                      detach=detach, zk_auth=zk_auth, zk_heap_mb=zk_heap_mb, java_settings=java_settings)
         try:
             if zk_connect is None:
                 server = ZooKeeperServer(port=zk_port, data_dir=path / "zookeeper", detach=detach,
@@ -137,7 +151,10 @@ class LocalCluster:
                                      "heap_mb": zk_heap_mb}
             cluster._init_metadata()
             for i in range(bookies):
-                cluster.bookies.append(cluster._new_bookie(i, None, listing=i not in no_listing))
+                storage = (java or {}).get(i)
+                cluster.bookies.append(cluster._new_bookie(i, None, listing=i not in no_listing,
+                                                           kind="java" if storage else "bkaudit",
+                                                           storage=storage or ""))
             cluster._save()
             cluster._start_many(cluster.bookies)
         except BaseException:
@@ -159,14 +176,23 @@ class LocalCluster:
         zk = self.zk_client()
         init_cluster(zk, root=self.root)
 
-    def _new_bookie(self, index: int, rack: str | None, *, listing: bool = True) -> BookieInfo:
+    def _new_bookie(self, index: int, rack: str | None, *, listing: bool = True, kind: str = "bkaudit",
+                    storage: str = "") -> BookieInfo:
+        if kind not in ("bkaudit", "java"):
+            raise ClusterError(f"unknown bookie kind {kind!r} (bkaudit or java)")
+        if kind == "java":
+            storage = storage or "sorted"
+            if storage not in java_bk.STORAGE_CLASSES:
+                raise ClusterError(f"unknown ledger storage {storage!r} (known: "
+                                   f"{', '.join(java_bk.STORAGE_CLASSES)})")
         host = bookie_host(index)
         port = free_port(host)
         data_dir = self.directory / f"bookie-{index + 1}"
         data_dir.mkdir(parents=True, exist_ok=True)
         rack = rack or f"/rack-{index % self.racks + 1}"
         return BookieInfo(id=f"{host}:{port}", rack=rack, port=port, pid=None, data_dir=str(data_dir),
-                          host=host, listing=listing)
+                          host=host, listing=listing, kind=kind, storage=storage if kind == "java" else "",
+                          http_port=free_port(host) if kind == "java" else None)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> LocalCluster:
@@ -178,7 +204,7 @@ class LocalCluster:
             heap_mb = int((state.get("zookeeper") or {}).get("heap_mb", DEFAULT_HEAP_MB))
             return cls(path, state["zk"], state["root"], bookies, state.get("zookeeper"),
                        racks=int(state.get("racks", 3)), bookie_args=state.get("bookie_args", ()),
-                       detach=True, zk_heap_mb=heap_mb)
+                       detach=True, zk_heap_mb=heap_mb, java_settings=state.get("java_settings"))
         except FileNotFoundError:
             raise ClusterError(f"no cluster in {path} (no {STATE_FILE}); start one with `bkaudit cluster "
                                "up`") from None
@@ -187,7 +213,8 @@ class LocalCluster:
 
     def _save(self) -> None:
         state = {"zk": self.zk, "root": self.root, "racks": self.racks, "bookie_args": self.bookie_args,
-                 "bookies": [asdict(b) for b in self.bookies], "zookeeper": self.zookeeper}
+                 "bookies": [asdict(b) for b in self.bookies], "zookeeper": self.zookeeper,
+                 "java_settings": self.java_settings}
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
         tmp.replace(self.directory / STATE_FILE)
@@ -213,8 +240,9 @@ class LocalCluster:
             raise ClusterError(f"bookie {bookie_id} is already running (pid {b.pid})")
         self._start_many([b], wait=wait)
 
-    def add_bookie(self, *, rack: str | None = None, listing: bool = True) -> BookieInfo:
-        b = self._new_bookie(len(self.bookies), rack, listing=listing)
+    def add_bookie(self, *, rack: str | None = None, listing: bool = True, kind: str = "bkaudit",
+                   storage: str = "") -> BookieInfo:
+        b = self._new_bookie(len(self.bookies), rack, listing=listing, kind=kind, storage=storage)
         self.bookies.append(b)
         self._save()
         self._start_many([b])
@@ -246,6 +274,9 @@ class LocalCluster:
     def _spawn(self, b: BookieInfo) -> None:
         # setpriv, not a preexec_fn: Python code between fork and exec aborts in a process with gRPC threads
         prefix = [] if self.detach else die_with_parent_prefix()
+        if b.kind == "java":
+            self._spawn_java(b, prefix)
+            return
         cmd = [*prefix, sys.executable, "-m", "bkaudit.cli", "bookie", "run", "--zk", self.zk,
                "--root", self.root,
                "--port", str(b.port), "--data-dir", b.data_dir, *(["--rack", b.rack] if b.rack else []),
@@ -258,6 +289,28 @@ class LocalCluster:
         with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True)
+        self._procs[b.id] = proc
+        b.pid = proc.pid
+
+    def java_conf(self, b: BookieInfo) -> dict[str, str]:
+        """The `bk_server.conf` a Java bookie runs with (BookKeeper's defaults but for loopback, its
+        directories and the ZooKeeper session, as short as bkaudit's local bookies')."""
+        return java_bk.server_conf(zk_connect=self.zk, root=self.root, host=b.host, port=b.port,
+                                   data_dir=Path(b.data_dir), storage=b.storage or "sorted",
+                                   http_port=b.http_port,
+                                   zk_timeout_ms=int(BOOKIE_SESSION_TIMEOUT_S * 1000),
+                                   extra=self.java_settings)
+
+    def _spawn_java(self, b: BookieInfo, prefix: list[str]) -> None:
+        java = java_bk.JavaBookKeeper.locate()
+        conf = java_bk.write_conf(Path(b.data_dir) / java_bk.CONF_FILE, self.java_conf(b))
+        if b.rack:  # a Java bookie does not publish its rack: Pulsar's admin does (set-bookie-rack)
+            registry.set_rack(self.zk_client(), b.id, b.rack, b.host)
+        heap = 384 if b.storage == "db" else 256
+        cmd = [*prefix, *java.command(java_bk.BOOKIE_MAIN, "--conf", str(conf), heap_mb=heap, direct_mb=384)]
+        with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         self._procs[b.id] = proc
         b.pid = proc.pid
 
@@ -354,8 +407,48 @@ class LocalCluster:
             zk_alive = pid_alive(self.zookeeper.get("pid"))
         return {"zk": self.zk, "root": self.root, "zookeeper_alive": zk_alive, "bookies": rows}
 
+    # -- Apache BookKeeper's own processes next to the cluster (bkaudit.cluster.java) ------------------------
+    def java_client(self, settings: Mapping[str, object] | None = None) -> java_bk.JavaClient:
+        """BookKeeper's Java client on this cluster (stopped by `down()`); `settings` are ClientConfiguration
+        keys, e.g. `{"useV2WireProtocol": True}`."""
+        n = sum(isinstance(p, java_bk.JavaClient) for p in self._java) + 1
+        client = java_bk.JavaClient(java_bk.JavaBookKeeper.locate(), zk_connect=self.zk, root=self.root,
+                                    log=self.directory / f"java-client-{n}.log", settings=settings)
+        self._java.append(client)
+        return client
+
+    def java_shell(self, *args: str, check: bool = True,
+                   timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        """`bookkeeper shell <args>` (BookieShell) against this cluster's metadata."""
+        conf = java_bk.write_conf(self.directory / "java-shell" / java_bk.CONF_FILE, java_bk.server_conf(
+            zk_connect=self.zk, root=self.root, host="127.0.0.1", port=3181,
+            data_dir=self.directory / "java-shell", extra=self.java_settings))
+        return java_bk.run_shell(java_bk.JavaBookKeeper.locate(), conf, *args, check=check,
+                                 timeout_s=timeout_s)
+
+    def start_java_autorecovery(self, settings: Mapping[str, object] | None = None) -> java_bk.JavaProcess:
+        """BookKeeper's AutoRecoveryMain (Auditor election + ReplicationWorker) on this cluster, on a loopback
+        host of its own (127.0.1.N: its bookie id is its Auditor vote); stopped by `down()`."""
+        n = sum(isinstance(p, java_bk.JavaProcess) and p.main == java_bk.AUTORECOVERY_MAIN
+                for p in self._java) + 1
+        host = f"127.0.1.{n}"
+        directory = self.directory / f"java-autorecovery-{n}"
+        conf = java_bk.write_conf(directory / java_bk.CONF_FILE, java_bk.server_conf(
+            zk_connect=self.zk, root=self.root, host=host, port=free_port(host), data_dir=directory,
+            zk_timeout_ms=int(BOOKIE_SESSION_TIMEOUT_S * 1000),
+            extra={**self.java_settings, **(settings or {})}))
+        proc = java_bk.JavaProcess(java_bk.JavaBookKeeper.locate(), java_bk.AUTORECOVERY_MAIN, conf,
+                                   directory / LOG_FILE)
+        self._java.append(proc)
+        return proc
+
     def down(self, *, timeout_s: float = 20) -> None:
-        """Stop every bookie (gracefully, in parallel) and the ZooKeeper this cluster started."""
+        """Stop every bookie (gracefully, in parallel), the Java processes started next to the cluster and the
+        ZooKeeper this cluster started."""
+        for proc in self._java:
+            with contextlib.suppress(Exception):
+                proc.stop() if isinstance(proc, java_bk.JavaProcess) else proc.close()
+        self._java.clear()
         self._signal_and_wait([b for b in self.bookies if self._alive(b)], signal.SIGTERM, timeout_s)
         for pool in self._pools:
             pool.close()
@@ -469,13 +562,16 @@ def _owner(zk: KazooClient, bookie_id: str, root: str) -> int | None:
 
 
 def _is_bookie(pid: int, data_dir: str) -> bool:
-    """True if `pid` is alive and is `bookie run` on `data_dir` (never signal a recycled pid)."""
+    """True if `pid` is alive and is `bookie run` on `data_dir`, or a Java bookie with its conf there (never
+    signal a recycled pid)."""
     if not pid_alive(pid):
         return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+    if java_bk.BOOKIE_MAIN.encode() in cmdline:
+        return str(Path(data_dir) / java_bk.CONF_FILE).encode() in cmdline
     return b"run" in cmdline and data_dir.encode() in cmdline
 
 
