@@ -11,8 +11,13 @@ Behaviour follows BookKeeper's Auditor (shared/spec/bookkeeper-behavior.md 1.3):
 - the audit reads every ledger's metadata (pipelined, bounded in flight: #2802), and marks each ledger whose
   ensembles (any segment) contain a bookie that is neither writable nor read-only, naming those bookies;
 - publishing is rate-limited (#3529/#3541) and stops while replication is disabled; a run interrupted by the
-  switch is redone once it is enabled again.
-No periodic full check runs here: the scheduled Spark checks do that.
+  switch is redone once it is enabled again;
+- the bookie check (AuditorBookieCheckTask) runs that audit at election and then every
+  `auditorPeriodicBookieCheckInterval`, whatever the delay says, unless a delayed audit is pending:
+  registration events alone miss a lost bookie that has no cookie (it was never "known"), and a missed loss
+  must not stay unmarked forever.
+The periodic checkAllLedgers / placement / replicas checks do not run here: the scheduled Spark checks do
+that.
 """
 
 from __future__ import annotations
@@ -124,6 +129,27 @@ class LostBookieDelay:
         return False
 
 
+class BookieCheckSchedule:
+    """When the bookie check is due: BookKeeper's scheduleBookieCheckTask, with no I/O or clock.
+
+    At election, then at a fixed rate of `interval_s` (scheduleAtFixedRate with an initial delay of 0); an
+    interval of 0 runs it at election only. `ran()` is called once a due check has run or been skipped.
+    """
+
+    def __init__(self, interval_s: int, *, now: float) -> None:
+        self.interval_s = interval_s
+        self.next_due: float | None = now
+        self.runs = 0
+
+    def due(self, now: float) -> bool:
+        return self.next_due is not None and now >= self.next_due
+
+    def ran(self) -> None:
+        self.runs += 1
+        if self.next_due is not None:
+            self.next_due = None if self.interval_s == 0 else self.next_due + self.interval_s
+
+
 def seed_delay(zk: KazooClient, delay_s: int, *, root: str) -> int:
     """Create `lostBookieRecoveryDelay` from the config if absent (as BookKeeper does); the stored value."""
     try:
@@ -162,9 +188,13 @@ class Auditor:
         self.events = events
         self.acl = acl
         self.delay = LostBookieDelay(settings.lost_bookie_recovery_delay_s)
+        self.bookie_check = BookieCheckSchedule(
+            settings.auditor_periodic_bookie_check_interval_s, now=time.monotonic()
+        )  # due at once: the check at election
         self.publish_limiter = RateLimiter(settings.publish_rate_limit or None)
         self.audits = 0
         self._auditing = False
+        self._stepping = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._bookies_changed = True  # check once at start
@@ -208,8 +238,14 @@ class Auditor:
 
     @property
     def busy(self) -> bool:
-        """An audit is running or a delayed one is pending (a `--once` run waits for it)."""
-        return self._auditing or self.delay.pending or self._bookies_changed
+        """An audit is running, due (the bookie check) or delayed (a `--once` run waits for it)."""
+        return (
+            self._stepping
+            or self._auditing
+            or self.delay.pending
+            or self._bookies_changed
+            or self.bookie_check.due(time.monotonic())
+        )
 
     def _on_bookies(self) -> None:
         self._bookies_changed = True
@@ -225,18 +261,32 @@ class Auditor:
                 self._stop.wait(1.0)
                 self._bookies_changed = True
             due = self.delay.pending_due
-            woke = self._wake.wait(IDLE_RECHECK_S if due is None else max(0.0, due - time.monotonic()))
+            wait = IDLE_RECHECK_S if due is None else max(0.0, due - time.monotonic())
+            check = self.bookie_check.next_due
+            if check is not None:
+                wait = min(wait, max(0.0, check - time.monotonic()))
+            woke = self._wake.wait(wait)
             self._wake.clear()
             if not woke and due is None:
                 self._bookies_changed = True  # periodic re-check, in case a watch event was missed
 
     def _step(self) -> None:
+        self._stepping = True
+        try:
+            self._decide_and_audit()
+        finally:
+            self._stepping = False
+
+    def _decide_and_audit(self) -> None:
         now = time.monotonic()
         actions: list[Action] = []
         with self._lock:
             delays, self._new_delays = self._new_delays, []
         for value in delays:
             actions.append(self.delay.delay_changed(value, now))
+        check_due = self.bookie_check.due(now)
+        if check_due:  # before registration changes, as BookKeeper queues it at election before them
+            actions.append(self._bookie_check_action())
         if self._bookies_changed:
             self._bookies_changed = False
             actions.append(self.delay.bookies_changed(available=self.view.available(), now=now))
@@ -252,6 +302,20 @@ class Auditor:
         audits = [a for a in actions if a.audit]
         if audits:
             self.audit(audits[-1].reason)
+        if check_due:  # only once it ran: a bookie check that failed is retried at the next step
+            self.bookie_check.ran()
+
+    def _bookie_check_action(self) -> Action:
+        """AuditorBookieCheckTask.runTask: audit now, unless a delayed audit is pending (the operator asked,
+        through lostBookieRecoveryDelay, not to mark that bookie's ledgers yet)."""
+        if self.delay.pending:
+            self.metrics.inc(m.NUM_SKIPPING_CHECK_TASK_TIMES)
+            self.events.emit("bookie_check_skipped", reason="a delayed audit is pending")
+            return Action(reason="bookie check skipped: a delayed audit is pending")
+        if self.bookie_check.runs == 0:
+            return Action(audit=True, reason="bookie check at election")
+        interval = self.settings.auditor_periodic_bookie_check_interval_s
+        return Action(audit=True, reason=f"periodic bookie check (every {interval}s)")
 
     # -- the audit -------------------------------------------------------------------------------------------
     def audit(self, reason: str = "") -> int:
@@ -306,6 +370,7 @@ class Auditor:
         self.metrics.observe_ms(m.AUDIT_BOOKIES_TIME, 1000 * (time.monotonic() - started))
         self.events.emit(
             "audit_done",
+            reason=reason,
             lost=lost,
             ledgers=len(wanted),
             marked=marked,

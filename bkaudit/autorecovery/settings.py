@@ -22,6 +22,10 @@ class AutoRecoverySettings:
     # lostBookieRecoveryDelay (s, default 0): only seeds `underreplication/lostBookieRecoveryDelay` when that
     # znode is absent; the running auditor follows the znode (`bkaudit autorecovery` / BookKeeper's shell)
     lost_bookie_recovery_delay_s: int = 0
+    # auditorPeriodicBookieCheckInterval (s, default 86400 = a day): the Auditor's bookie check (every bookie
+    # named in any ensemble against the registered ones) runs at election and then at this fixed rate;
+    # 0 = at election only (BookKeeper: "running once check now anyhow")
+    auditor_periodic_bookie_check_interval_s: int = 86400
     # openLedgerRereplicationGracePeriod (30000 ms): how long an OPEN ledger with a lost bookie in its last
     # ensemble is left to its writer before the worker fences, recovers and re-replicates it (name fixed by
     # the issue; seconds)
@@ -54,8 +58,9 @@ class AutoRecoverySettings:
     metrics_interval_s: float = 15.0
 
     def __post_init__(self) -> None:
-        if self.lost_bookie_recovery_delay_s < 0:
-            raise ConfigError("autorecovery.lost_bookie_recovery_delay_s", "must be >= 0")
+        for key in ("lost_bookie_recovery_delay_s", "auditor_periodic_bookie_check_interval_s"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"autorecovery.{key}", "must be >= 0")
         for key in (
             "open_ledger_rereplication_grace",
             "lock_release_of_failed_ledger_grace_s",

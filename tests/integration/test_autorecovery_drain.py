@@ -95,6 +95,9 @@ def test_lost_bookie_is_audited_after_its_delay_and_drained_by_two_workers(clust
             wait_for(
                 lambda: last_event(tmp_path, "auditor", "auditor_started"), 30, "the auditor to be elected"
             )
+            # the bookie check at election (AuditorBookieCheckTask) audits once: nothing is lost yet
+            election = wait_for(lambda: last_event(tmp_path, "auditor", "audit_done"), 30, "the bookie check")
+            assert election["reason"] == "bookie check at election" and election["lost"] == []
             zk = cluster.zk_client()
             assert ur.get_lost_bookie_recovery_delay(zk, root=cluster.root) == 10  # seeded from the config
 
@@ -106,7 +109,7 @@ def test_lost_bookie_is_audited_after_its_delay_and_drained_by_two_workers(clust
             wait_for(
                 lambda: last_event(tmp_path, "auditor", "audit_cancelled"), 20, "the audit to be cancelled"
             )
-            assert last_event(tmp_path, "auditor", "audit_started") is None
+            assert last_event(tmp_path, "auditor", "audit_started")["t"] < election["t"]
             assert queue(cluster) == []
 
             # 2. a bookie that stays lost: marked only after the (now 2 s) delay, each of its ledgers once
@@ -122,7 +125,10 @@ def test_lost_bookie_is_audited_after_its_delay_and_drained_by_two_workers(clust
                 10,
                 "the victim's delayed audit",
             )[-1]
-            done = wait_for(lambda: last_event(tmp_path, "auditor", "audit_done"), 30, "the audit")
+            done = wait_for(
+                lambda: [e for e in events(tmp_path, "auditor") if e["event"] == "audit_done" and e["lost"]],
+                30, "the audit",
+            )[-1]
             assert done["lost"] == [victim]
             assert done["t"] - delayed["t"] >= 2.0 - 0.05
             assert set(queue(cluster)) == on_victim

@@ -44,6 +44,7 @@ def test_a_restart_after_an_audited_loss_is_delayed_not_marked(cluster_factory, 
     ar = start_run(cluster, tmp_path, "ar", BKAUDIT_AUTORECOVERY__LOST_BOOKIE_RECOVERY_DELAY_S=str(DELAY_S))
     try:
         wait_for(lambda: "auditor_started" in kinds(tmp_path, "ar"), 60, "the auditor")
+        wait_for(lambda: "audit_done" in kinds(tmp_path, "ar"), 60, "the bookie check at election")
         # bookie A dies and is audited (trigger-audit instead of waiting out the delay)
         cluster.kill_bookie(a)
         wait_absent(cluster, a)
@@ -51,8 +52,10 @@ def test_a_restart_after_an_audited_loss_is_delayed_not_marked(cluster_factory, 
         trig = subprocess.run(ar_command(cluster, "trigger-audit"), capture_output=True, text=True,
                               env=env(), cwd=ROOT, timeout=60)
         assert trig.returncode == 0, trig.stderr
-        wait_for(lambda: "audit_done" in kinds(tmp_path, "ar"), 60, "A's audit")
-        done = [e for e in events(tmp_path, "ar") if e["event"] == "audit_done"][-1]
+        done = wait_for(
+            lambda: [e for e in events(tmp_path, "ar") if e["event"] == "audit_done" and e["lost"]], 60,
+            "A's audit",
+        )[-1]
         assert done["lost"] == [a]
         wait_for(lambda: queue(cluster) == [], 120, "A's ledgers to be re-replicated")
         audits = kinds(tmp_path, "ar").count("audit_started")

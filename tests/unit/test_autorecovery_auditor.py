@@ -1,8 +1,13 @@
-"""The auditor's lost-bookie delay decisions (BookKeeper: submitAuditTask, knownBookies, delay changes)."""
+"""The auditor's decisions: the lost-bookie delay (BookKeeper: submitAuditTask, knownBookies, delay changes)
+and when the bookie check is due (scheduleBookieCheckTask)."""
 
 from __future__ import annotations
 
-from bkaudit.autorecovery.auditor import LostBookieDelay
+import pytest
+
+from bkaudit.autorecovery.auditor import BookieCheckSchedule, LostBookieDelay
+from bkaudit.autorecovery.settings import AutoRecoverySettings
+from bkaudit.errors import ConfigError
 
 ALL = frozenset({"a", "b", "c", "d"})
 
@@ -88,3 +93,28 @@ def test_another_delay_reschedules_a_pending_audit() -> None:
     assert not action.audit and action.scheduled_for == 110 and d.pending_due == 110
     plain = LostBookieDelay(30).delay_changed(60, now=0)
     assert not plain.audit and plain.scheduled_for is None
+
+
+def test_the_bookie_check_runs_at_election_then_at_a_fixed_rate() -> None:
+    """scheduleAtFixedRate(task, 0, interval): the next run counts from the previous due time."""
+    s = BookieCheckSchedule(86400, now=100.0)
+    assert s.due(100.0)
+    s.ran()
+    assert not s.due(86499.0) and s.due(86500.0)
+    s.ran()
+    assert s.next_due == 100.0 + 2 * 86400 and s.runs == 2
+
+
+def test_an_interval_of_zero_runs_the_bookie_check_at_election_only() -> None:
+    """BookKeeper: "Auditor periodic bookie checking disabled, running once check now anyhow"."""
+    s = BookieCheckSchedule(0, now=5.0)
+    assert s.due(5.0)
+    s.ran()
+    assert s.next_due is None and not s.due(1e12)
+
+
+def test_the_bookie_check_interval_is_bookkeepers() -> None:
+    """auditorPeriodicBookieCheckInterval defaults to 86400 s (ServerConfiguration); negative is refused."""
+    assert AutoRecoverySettings().auditor_periodic_bookie_check_interval_s == 86400
+    with pytest.raises(ConfigError):
+        AutoRecoverySettings(auditor_periodic_bookie_check_interval_s=-1)
