@@ -38,6 +38,7 @@ class BookieView:
         self._writable: frozenset[str] = frozenset()
         self._readonly: frozenset[str] = frozenset()
         self._racks: dict[str, Any] = {}
+        self._hosts: dict[str, str | None] = {}  # registered bookie -> endpoint host (None: unresolvable)
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self._started = False
@@ -115,10 +116,31 @@ class BookieView:
         return set(self.cookies()) - self.available()
 
     def topology(self) -> Topology:
-        """Locations for placement: Pulsar's /bookies map, else [placement] locations, else default racks."""
+        """Locations for placement: Pulsar's /bookies map (its keys resolved through the registrations, as
+        Pulsar does), else [placement] locations, else default racks."""
         from bkaudit.audit.settings import PlacementSettings, topology_from_settings
+        from bkaudit.model.topology import RackConfig
 
         with self._lock:
             racks = dict(self._racks)
         conf = self.settings.get(PlacementSettings) if self.settings is not None else PlacementSettings()
-        return topology_from_settings(conf, racks)
+        if not racks:
+            return topology_from_settings(conf, racks)
+        hosts = self._endpoint_hosts()
+        return topology_from_settings(conf, RackConfig(racks, addresses=hosts))
+
+    def _endpoint_hosts(self) -> dict[str, str]:
+        """Registered bookie -> its bookie-rpc endpoint's host; a registration is read once while it stays
+        (BookKeeper's ZKRegistrationClient caches BookieServiceInfo the same way, dropping it on deletion)."""
+        with self._lock:
+            writable, readonly = self._writable, self._readonly
+            known = dict(self._hosts)
+        current = writable | readonly
+        new = current - set(known)
+        if new:
+            found = registry.endpoint_hosts(self.zk, new & writable, new & readonly, root=self.root)
+            known.update({b: found.get(b) for b in new})
+        known = {b: h for b, h in known.items() if b in current}
+        with self._lock:
+            self._hosts = known
+        return {b: h for b, h in known.items() if h is not None}

@@ -61,13 +61,14 @@ class ZkBookieDirectory:
         )
 
     def topology(self) -> Any:
-        """Bookie locations (`model.topology.resolve_topology`): Pulsar's /bookies rack map, else
-        [placement] locations, else the policy's default location."""
+        """Bookie locations (`model.topology.resolve_topology`): Pulsar's /bookies rack map, its keys resolved
+        through the registrations as Pulsar does, else [placement] locations, else the policy's default."""
         from bkaudit.model.topology import resolve_topology
         from bkaudit.zk import registry
         from bkaudit.zk.client import with_retries
 
-        racks = with_retries(lambda: registry.read_racks(self.zk), client=self.zk, what="rack map /bookies")
+        racks = with_retries(lambda: registry.read_rack_config(self.zk, root=self.root), client=self.zk,
+                             what="rack map /bookies")
         if self._settings is not None:
             from bkaudit.audit.settings import topology_from_settings
 

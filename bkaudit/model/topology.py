@@ -56,9 +56,9 @@ def location_components(location: str) -> tuple[str, ...]:
 def host_of(bookie_id: str) -> str:
     """The host part of a ``host:port`` bookie id (``[v6]:port`` too); the id itself when it has no port.
 
-    BookKeeper asks its rack resolver about hosts only (`NetUtils.resolveNetworkLocation` passes the host name
-    or IP, never the port), and Pulsar indexes its rack map by host and IP; matching on the host part
-    reproduces that without any DNS lookup.
+    The legacy reading of an id (`BookieSocketAddress(String)`, and what a registration without data says:
+    `BookieServiceInfoUtils.buildLegacyBookieServiceInfo`). It stands in for the registration when none is
+    known; a registered bookie's host is its `bookie-rpc` endpoint's (`Topology`, `RackConfig`).
     """
     text = bookie_id.strip()
     if text.startswith("["):
@@ -70,17 +70,47 @@ def host_of(bookie_id: str) -> str:
     return text
 
 
+class RackConfig(Mapping[str, Mapping[str, Any]]):
+    """Pulsar's ``/bookies`` groups, with the registrations their keys resolve through.
+
+    Pulsar's `BookieRackAffinityMapping.updateRacksWithHost` resolves each key (a BookieId) through the
+    bookie's registration (`DefaultBookieAddressResolver`: the `bookie-rpc` endpoint of its BookieServiceInfo)
+    and files the rack under that endpoint's host, because BookKeeper asks the mapping about hosts, found the
+    same way. `addresses` is that resolution: bookie id → its endpoint's host, for every bookie registered
+    (writable or read-only) when it was read (`bkaudit.zk.registry.read_rack_config`).
+    """
+
+    __slots__ = ("_groups", "addresses")
+
+    def __init__(self, groups: Mapping[str, Mapping[str, Any]], *, addresses: Mapping[str, str]) -> None:
+        self._groups = dict(groups)
+        self.addresses: Mapping[str, str] = dict(addresses)
+
+    def __getitem__(self, group: str) -> Mapping[str, Any]:
+        return self._groups[group]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+
 class Topology(Mapping[str, str]):
     """An immutable map bookie id → normalised network location, with a default for unmapped bookies.
 
     As a Mapping it holds only the explicitly configured ids (an entry whose rack is empty maps to the
-    default location). `location()` follows BookKeeper: a bookie's location is its HOST's location, so
-    bookies sharing a host share a rack whatever their ports (the last configured entry for a host wins, as
-    in Pulsar's host-keyed map); Pulsar ``hostname`` fields only fill hosts no entry names (bkaudit's stand-in
-    for the reverse DNS Pulsar does); anything else is the default.
+    default location). `location()` follows BookKeeper and Pulsar: a bookie's location is its HOST's
+    location, so bookies sharing a host share a rack whatever their ports or ids (the last configured entry
+    for a host wins, as in Pulsar's host-keyed map). The host of an id is its registration's endpoint host
+    when `addresses` (the registrations) are given, else the id's own host part (`host_of`). With
+    registrations known, an entry whose bookie is not registered covers that id only (Pulsar skips it until
+    the bookie registers; a down bookie keeps its rack here, for judging ensembles as recorded). Pulsar
+    ``hostname`` fields only fill hosts no entry names (bkaudit's stand-in for the DNS Pulsar does); anything
+    else is the default.
     """
 
-    __slots__ = ("_by_host", "_entries", "default_location")
+    __slots__ = ("_addresses", "_by_host", "_by_id", "_entries", "default_location")
 
     def __init__(
         self,
@@ -88,18 +118,25 @@ class Topology(Mapping[str, str]):
         *,
         default_location: str = DEFAULT_RACK,
         hosts: Mapping[str, str | None] | None = None,
+        addresses: Mapping[str, str] | None = None,
     ) -> None:
         default = normalize_location(default_location)
         if default is None:
             raise ValueError(f"default location must be a non-empty path, got {default_location!r}")
         self.default_location = default
         self._entries: dict[str, str | None] = {k: normalize_location(v) for k, v in (entries or {}).items()}
-        # host part of configured ids (what Pulsar derives from each key's address; a later entry for the
-        # same host replaces an earlier one, as Pulsar's HashMap.put), then the informative `hostname`
-        # fields, which only fill gaps that DNS would have filled for Pulsar
+        self._addresses: dict[str, str] | None = None if addresses is None else dict(addresses)
+        # each entry under its bookie's host (a later entry for the same host replaces an earlier one, as
+        # Pulsar's HashMap.put), or under its own id when the bookie is known not to be registered; then the
+        # informative `hostname` fields, which only fill gaps that DNS would have filled for Pulsar
         self._by_host: dict[str, str | None] = {}
+        self._by_id: dict[str, str | None] = {}
         for key, value in self._entries.items():
-            self._by_host[host_of(key)] = value
+            host = self._host(key)
+            if host is None:
+                self._by_id[key] = value
+            else:
+                self._by_host[host] = value
         for key, value in (hosts or {}).items():
             self._by_host.setdefault(key, normalize_location(value))
 
@@ -122,6 +159,7 @@ class Topology(Mapping[str, str]):
         """
         if not isinstance(config, Mapping):
             raise FormatError("rack configuration must be an object of groups", field="/bookies")
+        addresses = config.addresses if isinstance(config, RackConfig) else None
         entries: dict[str, str | None] = {}
         hosts: dict[str, str | None] = {}
         for group, bookies in sorted(config.items(), key=lambda kv: str(kv[0])):
@@ -133,13 +171,15 @@ class Topology(Mapping[str, str]):
                 entries[str(bookie_id)] = rack
                 if hostname:
                     hosts.setdefault(hostname, rack)
-        return cls(entries, default_location=default_location, hosts=hosts)
+        return cls(entries, default_location=default_location, hosts=hosts, addresses=addresses)
 
     def with_default_location(self, default_location: str) -> Topology:
         """The same map read with another default (each policy has its own "unknown" location)."""
         clone = Topology(default_location=default_location)
         clone._entries = dict(self._entries)
+        clone._addresses = None if self._addresses is None else dict(self._addresses)
         clone._by_host = dict(self._by_host)
+        clone._by_id = dict(self._by_id)
         return clone
 
     # -- lookups -------------------------------------------------------------------------------------------
@@ -150,7 +190,7 @@ class Topology(Mapping[str, str]):
 
     def is_mapped(self, bookie_id: str) -> bool:
         """True when some configured entry (by id or host) covers this bookie, even with an empty rack."""
-        return bookie_id in self._entries or host_of(bookie_id) in self._by_host
+        return bookie_id in self._entries or self._find(bookie_id)[0]
 
     def is_resolved(self, bookie_id: str) -> bool:
         """True when a configured entry (by id or host) gives this bookie a non-default location."""
@@ -193,8 +233,26 @@ class Topology(Mapping[str, str]):
             return None
         return parts[1]
 
+    def _host(self, bookie_id: str) -> str | None:
+        """The host BookKeeper asks the rack mapping about (`NetUtils.resolveNetworkLocation` with the
+        resolved address's host name); None for a bookie known not to be registered."""
+        if self._addresses is None:
+            return host_of(bookie_id)
+        return self._addresses.get(bookie_id)
+
+    def _find(self, bookie_id: str) -> tuple[bool, str | None]:
+        """(covered, location or None for the default) of one bookie."""
+        host = self._host(bookie_id)
+        if host is None:  # not registered: its own entry, else the host its id names
+            if bookie_id in self._by_id:
+                return True, self._by_id[bookie_id]
+            host = host_of(bookie_id)
+        if host in self._by_host:
+            return True, self._by_host[host]
+        return False, None
+
     def _lookup(self, bookie_id: str) -> str | None:
-        return self._by_host.get(host_of(bookie_id))
+        return self._find(bookie_id)[1]
 
     # -- Mapping -------------------------------------------------------------------------------------------
     def __getitem__(self, bookie_id: str) -> str:
@@ -214,6 +272,8 @@ class Topology(Mapping[str, str]):
             self.default_location == other.default_location
             and self._entries == other._entries
             and self._by_host == other._by_host
+            and self._by_id == other._by_id
+            and self._addresses == other._addresses
         )
 
     def __hash__(self) -> int:
@@ -228,9 +288,10 @@ def resolve_topology(
 ) -> Topology:
     """The one precedence rule for bookie locations (client, replication worker and checker alike).
 
-    Pulsar's ``/bookies`` rack map (`racks`, the parsed JSON) wins whenever it holds anything; only without it
-    do the ``[placement] locations`` apply (docs/config.md). Bookies neither covers sit on `default_location`
-    (the placement policy's own "unknown" location).
+    Pulsar's ``/bookies`` rack map (`racks`, the parsed JSON, or a `RackConfig` whose keys resolve through
+    the registrations as Pulsar resolves them) wins whenever it holds anything; only without it do the
+    ``[placement] locations`` apply (docs/config.md). Bookies neither covers sit on `default_location` (the
+    placement policy's own "unknown" location).
     """
     if racks:
         return Topology.from_rack_config(racks, default_location=default_location)

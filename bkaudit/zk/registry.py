@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Literal
 
 from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 
 from bkaudit.errors import FormatError, ZooKeeperError
 from bkaudit.formats import records
+from bkaudit.model.topology import RackConfig
 from bkaudit.zk import paths
 from bkaudit.zk.paths import DEFAULT_ROOT, RACKS_PATH
 
@@ -200,6 +201,47 @@ def read_racks(zk: KazooClient) -> dict[str, dict[str, records.BookieRackInfo]]:
     except NoNodeError:
         return {}
     return records.parse_rack_config(data)
+
+
+def read_rack_config(zk: KazooClient, *, root: str = DEFAULT_ROOT) -> RackConfig:
+    """`/bookies` for placement: the groups, with the registrations under `root` that resolve their keys.
+
+    Pulsar's BookieRackAffinityMapping files each key's rack under the host of that bookie's registered
+    `bookie-rpc` endpoint, and BookKeeper asks about the host it finds the same way; `Topology` does both
+    with `RackConfig.addresses`. Registrations are read only when the map holds something.
+    """
+    groups = read_racks(zk)
+    if not groups:
+        return RackConfig({}, addresses={})
+    writable, readonly = list_writable(zk, root), list_readonly(zk, root)
+    return RackConfig(groups, addresses=endpoint_hosts(zk, writable, readonly, root=root))
+
+
+def endpoint_hosts(zk: KazooClient, writable: Iterable[str], readonly: Iterable[str] = (), *,
+                   root: str = DEFAULT_ROOT) -> dict[str, str]:
+    """bookie id → host of its registration's `bookie-rpc` endpoint, as BookKeeper's
+    DefaultBookieAddressResolver finds it (the writable registration first, then the read-only one; empty
+    data is the legacy endpoint of a `host:port` id). Bookies gone meanwhile, unparseable, or without that
+    endpoint are left out: BookKeeper cannot resolve them either.
+    """
+    from bkaudit.zk.ledgers import read_many
+
+    writable = set(writable)
+    wanted = {paths.available_path(b, root=root): b for b in writable}
+    wanted.update({paths.readonly_path(b, root=root): b for b in set(readonly) - writable})
+    out: dict[str, str] = {}
+    for path, data, _ in read_many(zk, list(wanted)):
+        bookie_id = wanted[path]
+        if data is None:
+            continue
+        try:
+            endpoint = records.parse_bookie_service_info(data, bookie_id).endpoint()
+        except FormatError as exc:
+            log.info("registration of %s unresolvable (%s): a rack entry covers its id only", bookie_id, exc)
+            continue
+        if endpoint is not None:
+            out[bookie_id] = endpoint.host
+    return out
 
 
 def set_rack(zk: KazooClient, bookie_id: str, rack: str, hostname: str | None = None, *,

@@ -13,6 +13,7 @@ from bkaudit.model.topology import (
     DEFAULT_RACK,
     DEFAULT_REGION_AND_RACK,
     DEFAULT_ZONE_AND_UPGRADEDOMAIN,
+    RackConfig,
     Topology,
     host_of,
     location_components,
@@ -202,3 +203,50 @@ def test_the_last_entry_for_a_host_wins_in_pulsars_group_order() -> None:
     doc = {"zeta": {"h:1": {"rack": "/z"}}, "alpha": {"h:2": {"rack": "/a"}, "h:3": {"rack": "/a2"}}}
     assert Topology.from_rack_config(doc).location("h:9") == "/z"
     assert Topology.from_mapping({"h:1": "/x", "h:2": "/y"}).location("h:1") == "/y"
+
+
+# -- keys resolved through registrations, as Pulsar's BookieRackAffinityMapping.updateRacksWithHost --------
+REGISTERED = {"bk-a": "10.0.0.2", "bk-b": "10.0.0.2", "bk-c": "10.0.0.3", "10.0.0.4:3181": "10.0.0.4"}
+
+
+def test_custom_ids_resolve_to_their_endpoint_host() -> None:
+    """Two ids on one endpoint host are one rack (the later entry wins); an id without an entry takes its
+    endpoint host's rack; a key naming no registered bookie covers nobody else."""
+    doc = {"default": {"bk-a": {"rack": "/r1"}, "bk-b": {"rack": "/r2"}, "10.0.0.3:3181": {"rack": "/r3"}}}
+    topo = Topology.from_rack_config(RackConfig(doc, addresses=REGISTERED))
+    assert topo.location("bk-a") == topo.location("bk-b") == "/r2"
+    assert topo.location("bk-c") == DEFAULT_RACK  # "10.0.0.3:3181" is no registered id: skipped by Pulsar
+    assert not topo.is_mapped("bk-c")
+    assert topo.location("10.0.0.4:3181") == DEFAULT_RACK
+    # the same document without registrations reads every key by its id's own host (the legacy reading)
+    legacy = Topology.from_rack_config(doc)
+    assert (legacy.location("bk-a"), legacy.location("bk-c:3181")) == ("/r1", DEFAULT_RACK)
+    assert legacy.location("10.0.0.3:9999") == "/r3"
+
+
+def test_an_unregistered_bookie_keeps_its_own_entry() -> None:
+    """Pulsar skips it until it registers again; the checker judges ensembles as recorded, so a down bookie
+    keeps its rack. Its entry covers its id only, not the host other bookies resolve to."""
+    doc = {"default": {"bk-gone": {"rack": "/r9"}, "10.0.0.9:3181": {"rack": "/r8"}, "bk-a": {"rack": "/r1"}}}
+    topo = Topology.from_rack_config(RackConfig(doc, addresses={"bk-a": "10.0.0.9"}))
+    assert topo.location("bk-gone") == "/r9" and topo.is_resolved("bk-gone")
+    assert topo.location("bk-a") == "/r1"  # the unregistered "10.0.0.9:3181" does not claim host 10.0.0.9
+    assert topo.location("10.0.0.9:3181") == "/r8"  # but still covers that (down) id itself
+
+
+def test_registrations_survive_a_default_change_and_a_pickle() -> None:
+    """The topology is shipped to Spark executors and re-read with each policy's default."""
+    import pickle
+
+    doc = {"default": {"bk-a": {"rack": "/r1"}}}
+    topo = Topology.from_rack_config(RackConfig(doc, addresses={"bk-a": "h", "bk-z": "h"}))
+    regional = topo.with_default_location(DEFAULT_REGION_AND_RACK)
+    assert regional.location("bk-z") == "/r1" and regional.location("bk-q") == DEFAULT_REGION_AND_RACK
+    assert pickle.loads(pickle.dumps(topo)) == topo
+    assert topo != Topology.from_rack_config(doc)  # same entries, resolved differently
+
+
+def test_a_rack_config_reads_like_the_document() -> None:
+    doc = {"g": {"bk-a": {"rack": "/r1"}}}
+    config = RackConfig(doc, addresses={})
+    assert dict(config) == doc and len(config) == 1 and not RackConfig({}, addresses={})
