@@ -4,6 +4,10 @@ This is what BookKeeper writes on its TCP connections (BookieProtoEncoding, read
 `LengthFieldBasedFrameDecoder(maxFrameSize, 0, 4, 0, 4)`; shared/spec/bookkeeper-formats.md section 4). The
 native transport uses `Frames` to cut a byte stream into messages; the gRPC transport packs runs of frames
 into one gRPC message (`join`/`split`) so its per-message cost is shared by many requests.
+
+The frame limit is Netty's: that decoder adds the 4-byte length field to the length it reads before comparing
+with `maxFrameSize` (lengthFieldEndOffset), so the largest message a Java peer accepts is `maxFrameSize - 4`
+bytes (5,242,876 by default). `max_frame_bytes` here means the same thing, prefix included, on both ends.
 """
 
 from __future__ import annotations
@@ -14,8 +18,18 @@ from collections.abc import Iterable, Iterator
 from bkaudit.errors import FormatError
 
 _LEN = struct.Struct(">I")
+LENGTH_PREFIX = 4
 DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024
 """BookKeeper's nettyMaxFrameSizeBytes default (AbstractConfiguration.DEFAULT_NETTY_MAX_FRAME_SIZE)."""
+
+
+def max_payload_bytes(max_frame_bytes: int) -> int:
+    """The largest message a peer with this frame limit accepts: the limit counts the length prefix."""
+    return max_frame_bytes - LENGTH_PREFIX
+
+
+DEFAULT_MAX_PAYLOAD_BYTES = max_payload_bytes(DEFAULT_MAX_FRAME_BYTES)
+"""5,242,876: the largest Request or Response a default-configured Java bookie or client takes."""
 COALESCE_BYTES = 4 * 1024 * 1024
 """Stop adding frames to one gRPC message beyond this many bytes (keeps messages well under the limit)."""
 
@@ -47,8 +61,14 @@ def split(payload: bytes) -> Iterator[bytes]:
         offset += size
 
 
+def _too_long(size: int, max_frame_bytes: int) -> FormatError:
+    return FormatError(f"frame of {size + LENGTH_PREFIX} bytes (length {size}) exceeds the maximum frame "
+                       f"size of {max_frame_bytes} bytes", field="length")
+
+
 class Frames:
-    """Incremental decoder of a byte stream into frames, refusing frames above `max_frame_bytes`.
+    """Incremental decoder of a byte stream into frames, refusing frames above `max_frame_bytes` (prefix
+    included, as Netty's LengthFieldBasedFrameDecoder counts).
 
     `feed` returns the complete frames received so far; a frame length above the limit raises FormatError
     (the peer is not speaking this protocol, or is broken: the connection must be closed). `partial` says how
@@ -75,14 +95,13 @@ class Frames:
         out: list[bytes] = []
         offset, end = 0, len(src)
         unpack = _LEN.unpack_from
-        limit = self.max_frame_bytes
+        limit = max_payload_bytes(self.max_frame_bytes)
         error: FormatError | None = None
         with memoryview(src) as view:  # one copy per frame (the view is released before `buf` is resized)
             while end - offset >= 4:
                 (size,) = unpack(view, offset)
                 if size > limit:
-                    error = FormatError(f"frame length {size} exceeds the maximum frame size of {limit} "
-                                        "bytes", field="length")
+                    error = _too_long(size, self.max_frame_bytes)
                     break
                 if end - offset - 4 < size:
                     break
@@ -111,7 +130,7 @@ class FrameReceiver:
     memoryview of it: its bytes cross user space once, and no megabyte buffer is allocated (and page-faulted
     in) per frame. That view is valid until the next `get_buffer`: parse it before returning to the loop.
     The buffer grows to the largest frame seen (at most `max_frame_bytes`). The same limit applies as in
-    `Frames`: a length above `max_frame_bytes` raises FormatError.
+    `Frames`: a frame above `max_frame_bytes`, its length prefix included, raises FormatError.
     """
 
     __slots__ = (
@@ -167,10 +186,9 @@ class FrameReceiver:
         unpack = _LEN.unpack_from
         while end - start >= 4:
             (size,) = unpack(view, start)
-            if size > self.max_frame_bytes:
+            if size > max_payload_bytes(self.max_frame_bytes):
                 self._start = start
-                raise FormatError(f"frame length {size} exceeds the maximum frame size of "
-                                  f"{self.max_frame_bytes} bytes", field="length")
+                raise _too_long(size, self.max_frame_bytes)
             if end - start - 4 >= size:
                 out.append(view[start + 4 : start + 4 + size].tobytes())
                 start += 4 + size

@@ -135,6 +135,39 @@ def test_oversized_frame_fails_the_request(fake) -> None:  # type: ignore[no-unt
         fails_fast(client, "exceeds the maximum frame size")
 
 
+def read_answer_of(size: int) -> Handler:
+    """Answers every READ_ENTRY with an EOK Response of exactly `size` serialized bytes (the body pads it)."""
+    def handler(conn: socket.socket) -> None:
+        while True:
+            req = read_request(conn)
+            resp = pb.Response(status=pb.EOK)
+            resp.header.CopyFrom(req.header)
+            r = resp.readResponse
+            r.status, r.ledgerId, r.entryId = pb.EOK, req.readRequest.ledgerId, req.readRequest.entryId
+            r.body = b""
+            pad = size - resp.ByteSize()
+            while resp.ByteSize() != size:  # the body's length varint grows with the body
+                r.body = b"x" * pad
+                pad -= resp.ByteSize() - size
+            data = resp.SerializeToString()
+            conn.sendall(struct.pack(">I", len(data)) + data)
+
+    return handler
+
+
+def test_response_frame_limit_counts_the_length_prefix(fake) -> None:  # type: ignore[no-untyped-def]
+    """Netty's LengthFieldBasedFrameDecoder(maxFrameSize, 0, 4, 0, 4), as PerChannelBookieClient builds it,
+    adds the 4-byte length to the length it reads before comparing with maxFrameSize (5 MiB): the largest
+    response a Java client accepts is 5,242,876 bytes, and so is bkaudit's."""
+    largest = 5 * 1024 * 1024 - 4
+    with BookieClient("b", fake(read_answer_of(largest)).target, request_timeout_s=60) as client:
+        assert len(client.read_entry(1, 0).result(20)) > largest - 100
+    with BookieClient("b", fake(read_answer_of(largest + 1)).target, request_timeout_s=60) as client:
+        exc = client.read_entry(1, 0).exception(20)
+        assert isinstance(exc, BookieError) and exc.status == "UNAVAILABLE"
+        assert "exceeds the maximum frame size of 5242880" in str(exc)
+
+
 def test_truncated_frame_fails_the_request(fake) -> None:  # type: ignore[no-untyped-def]
     def truncated(conn: socket.socket) -> None:
         read_request(conn)
@@ -208,12 +241,13 @@ def test_spec_vector_of_the_listing_frame() -> None:
 
 
 def test_frames_decoder() -> None:
-    frames = Frames(max_frame_bytes=16)
+    frames = Frames(max_frame_bytes=20)  # Netty's limit counts the 4-byte length: 16-byte messages at most
     assert frames.feed(b"\x00\x00\x00\x02ab\x00\x00") == [b"ab"]
     assert frames.partial == 2
     assert frames.feed(b"\x00\x01c") == [b"c"]
     assert frames.partial == 0
-    with pytest.raises(FormatError, match="exceeds the maximum frame size of 16"):
+    assert frames.feed(b"\x00\x00\x00\x10" + b"x" * 16) == [b"x" * 16]
+    with pytest.raises(FormatError, match=r"frame of 21 bytes .* exceeds the maximum frame size of 20"):
         frames.feed(b"\x00\x00\x00\x11")
 
 
@@ -223,7 +257,7 @@ def test_frames_decoder_yields_every_message_however_cut(messages: list[bytes], 
     """Ground truth: the messages framed with BookKeeper's 4-byte big-endian length, cut anywhere."""
     stream = b"".join(struct.pack(">I", len(m)) + m for m in messages)
     bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
-    frames = Frames(max_frame_bytes=40)
+    frames = Frames(max_frame_bytes=44)
     got: list[bytes] = []
     for lo, hi in itertools.pairwise(bounds):
         got += frames.feed(stream[lo:hi])
@@ -232,7 +266,7 @@ def test_frames_decoder_yields_every_message_however_cut(messages: list[bytes], 
 
 
 def test_frames_decoder_keeps_the_bytes_from_an_oversized_frame_on() -> None:
-    frames = Frames(max_frame_bytes=4)
+    frames = Frames(max_frame_bytes=5)
     with pytest.raises(FormatError, match="exceeds"):
         frames.feed(b"\x00\x00\x00\x01a\x00\x00\x00\x09xyz")
     assert frames.partial == 7 and frames.take_rest() == b"\x00\x00\x00\x09xyz"
@@ -264,7 +298,7 @@ def test_frame_receiver_yields_every_message_however_cut(messages: list[bytes], 
     """Ground truth as above; frames on both sides of `direct_bytes`, a scratch buffer smaller than some."""
     stream = b"".join(struct.pack(">I", len(m)) + m for m in messages)
     bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
-    receiver = FrameReceiver(max_frame_bytes=300, scratch_bytes=64, direct_bytes=32)
+    receiver = FrameReceiver(max_frame_bytes=304, scratch_bytes=64, direct_bytes=32)
     got: list[bytes] = []
     kinds: list[type] = []
     for lo, hi in itertools.pairwise(bounds):
@@ -274,12 +308,12 @@ def test_frame_receiver_yields_every_message_however_cut(messages: list[bytes], 
 
 
 def test_frame_receiver_counts_a_truncated_frame_and_refuses_an_oversized_one() -> None:
-    receiver = FrameReceiver(max_frame_bytes=100, scratch_bytes=64, direct_bytes=16)
+    receiver = FrameReceiver(max_frame_bytes=104, scratch_bytes=64, direct_bytes=16)
     assert _receive(receiver, b"\x00\x00\x00\x02ab\x00\x00\x00\x14" + b"x" * 10) == [b"ab"]
     assert receiver.partial == 14  # the large frame's header and 10 of its 20 bytes
     assert _receive(receiver, b"y" * 10 + b"\x00\x00") == [b"x" * 10 + b"y" * 10]
     assert receiver.partial == 2
-    with pytest.raises(FormatError, match="exceeds the maximum frame size of 100"):
+    with pytest.raises(FormatError, match=r"frame of 105 bytes .* exceeds the maximum frame size of 104"):
         _receive(receiver, b"\x00\x65")
     with pytest.raises(ValueError):
         FrameReceiver(scratch_bytes=64, direct_bytes=33)
