@@ -40,6 +40,8 @@ class RpcSettings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_server_name: str = ""
+    # also check the bookie's name against its certificate (BookKeeper: tlsHostnameVerificationEnabled, false)
+    tls_hostname_verification: bool = False
 
     def __post_init__(self) -> None:
         if self.request_timeout_s <= 0:

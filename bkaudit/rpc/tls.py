@@ -5,6 +5,12 @@ BookKeeper's START_TLS; adding `tls_ca` makes it mutual: clients must present a 
 (BookKeeper: tlsClientAuthentication). Clients configure `[rpc] tls_ca` (to verify bookies) and, for mTLS,
 `tls_cert` + `tls_key`. The native transport uses Python's `ssl`; the optional gRPC transport its own
 credentials (grpc is imported only when that transport is used).
+
+Like a Java client, the native transport checks the bookie's certificate chain against the CA but not the
+name in it: ClientConfiguration's tlsHostnameVerificationEnabled is false by default, and TLSContextFactory
+only then sets the "HTTPS" endpoint identification. Bookies are addressed by ids and IPs that certificates
+often do not name. `[rpc] tls_hostname_verification = true` turns the check on (gRPC always checks the name;
+`tls_server_name` overrides the name checked).
 """
 
 from __future__ import annotations
@@ -33,19 +39,23 @@ def _read(path: str | Path | None, key: str) -> bytes | None:
 class TlsConfig:
     """Client-side TLS: the CA that signs bookie certificates, and our own certificate for mutual TLS.
 
-    `server_name` overrides the name checked against the bookie certificate (when bookies are addressed by an
-    IP or a name that is not in their certificate's SAN).
+    `hostname_verification` also checks the bookie's name against its certificate (BookKeeper:
+    tlsHostnameVerificationEnabled, off by default); `server_name` overrides that name (when bookies are
+    addressed by an IP or a name that is not in their certificate's SAN).
     """
 
     ca: str | None = None
     cert: str | None = None
     key: str | None = None
     server_name: str | None = None
+    hostname_verification: bool = False
 
     def ssl_context(self) -> ssl.SSLContext:
-        """Client context (native transport): verify the bookie against `ca`, present our cert if any."""
+        """Client context (native transport): verify the bookie against `ca` (and its name only when
+        `hostname_verification`), present our cert if any."""
         try:
             context = ssl.create_default_context(cafile=self.ca or None)
+            context.check_hostname = self.hostname_verification
             if self.cert:
                 context.load_cert_chain(self.cert, self.key)
         except (OSError, ssl.SSLError) as exc:
@@ -73,7 +83,8 @@ class TlsConfig:
         if not (rpc.tls_ca or rpc.tls_cert):
             return None
         return cls(ca=rpc.tls_ca or None, cert=rpc.tls_cert or None, key=rpc.tls_key or None,
-                   server_name=rpc.tls_server_name or None)
+                   server_name=rpc.tls_server_name or None,
+                   hostname_verification=rpc.tls_hostname_verification)
 
 
 def server_ssl_context(cert: str, key: str, ca: str | None = None) -> ssl.SSLContext:
