@@ -5,12 +5,15 @@ in completion order (clients correlate by txnId). One asyncio event loop thread 
 a request costs no thread hop until it reaches the storage writer or the read pool, and replies from those
 threads re-enter the loop once per burst. Replies ready together leave in one `write`.
 
-Like BookieNettyServer: frames above `max_frame_bytes` (nettyMaxFrameSizeBytes) or bytes that are not a v3
-Request close the connection (with a warning naming the peer), never the bookie. No AUTH exchange is needed
-(the null auth provider authenticates every channel). START_TLS is answered EOK in plaintext, then the TLS
-handshake runs on the same socket (a bookie without TLS answers EBADREQ, as BookieRequestProcessor does).
-A bookie with TLS configured answers every other request EUA until the handshake is done, as BookKeeper
-does with an auth provider that authenticates on the TLS upgrade (plaintext must not bypass mutual TLS).
+Like BookieNettyServer: a frame above `max_frame_bytes` (nettyMaxFrameSizeBytes, the 4-byte length
+counted) closes the connection (with a warning naming the peer), never the bookie. As
+BookieProtoEncoding.RequestDecoder, each connection is read as v3 until a frame is not a v3 Request; from that
+frame on it is read as the v2 protocol (bkaudit.bookie.servicev2), for good, and a frame v2 cannot read either
+closes it. START_TLS is answered EOK in plaintext, then the TLS handshake runs on the same socket (a bookie
+without TLS answers EBADREQ, as BookieRequestProcessor does). No AUTH exchange is needed: BookKeeper's default
+auth provider authenticates every channel when it opens, so a bookie with TLS serves plaintext clients too.
+`require_tls` (bkaudit's, what a TLS-based BookieAuthProvider does) answers EUA until the handshake instead,
+as AuthHandler does on a channel not yet authenticated.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import struct
 import threading
 from collections import deque
 
-from bkaudit.bookie.service import BookieService
+from bkaudit.bookie.service import BookieService, parse_request
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES, Frames
 
@@ -35,12 +38,14 @@ class NativeServer:
     """Serves a BookieService on `address:port` from a background event loop thread."""
 
     def __init__(self, service: BookieService, address: str, port: int, *,
-                 ssl_context: ssl.SSLContext | None = None,
+                 ssl_context: ssl.SSLContext | None = None, require_tls: bool = False,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.service = service
         self.address = address
         self.port = port
         self.ssl_context = ssl_context
+        self.require_tls = require_tls and ssl_context is not None
+        """Refuse (EUA) everything but START_TLS before the TLS handshake."""
         self.max_frame_bytes = max_frame_bytes
         self.connections: set[_Connection] = set()
         self._loop = asyncio.new_event_loop()
@@ -100,7 +105,8 @@ class _Connection(asyncio.Protocol):
         self.peer = "?"
         self.closed = False
         self.upgrading = False
-        self.secure = False  # TLS established (a TLS bookie answers EUA before that)
+        self.secure = False  # TLS established (a bookie with require_tls answers EUA before that)
+        self.v2 = False  # a frame was not a v3 Request: every later one is read as v2 (RequestDecoder)
         self._out: deque[bytes] = deque()
         self._scheduled = False
 
@@ -124,13 +130,20 @@ class _Connection(asyncio.Protocol):
             return
         service, reply = self.service, self.reply
         upgrade = self._upgrade if self.server.ssl_context is not None else None
-        authenticated = upgrade is None or self.secure
+        authenticated = self.secure or not self.server.require_tls
         for body in frames:
-            try:
-                service.dispatch(body, reply, upgrade=upgrade, strict=True, authenticated=authenticated)
-            except FormatError as exc:
-                self.close(f"not a BookKeeper v3 request: {exc}")
-                return
+            req = None if self.v2 else parse_request(body)
+            if req is not None:
+                service.serve(req, reply, upgrade=upgrade, authenticated=authenticated)
+            else:
+                if not self.v2:
+                    log.debug("connection from %s speaks the v2 protocol", self.peer)
+                    self.v2 = True
+                try:
+                    service.v2.dispatch(body, reply, authenticated=authenticated)
+                except FormatError as exc:
+                    self.close(f"not a BookKeeper request: {exc}")
+                    return
             if self.upgrading:
                 if self.frames.partial:
                     self.close("data after START_TLS before the TLS handshake")

@@ -29,6 +29,7 @@ from bkaudit.bookie.storage import Storage
 from bkaudit.config import Settings, ZkSettings
 from bkaudit.errors import ClusterError
 from bkaudit.formats import records
+from bkaudit.rpc.framing import max_payload_bytes
 from bkaudit.rpc.settings import BATCH_LISTING_PROPERTY, GRPC_PROTOCOL
 from bkaudit.rpc.tls import server_credentials, server_ssl_context
 from bkaudit.zk import client as zkclient
@@ -150,13 +151,17 @@ class BookieServer:
                                                read_threads=conf.read_threads,
                                                answer_listing=conf.answer_listing
                                                and not self.options.no_listing,
-                                               max_response_bytes=conf.max_frame_bytes)
+                                               max_response_bytes=max_payload_bytes(conf.max_frame_bytes))
         self._closers.append(service.close)
         context = None
         if conf.tls_cert:
             context = server_ssl_context(conf.tls_cert, conf.tls_key, conf.tls_ca or None)
+        if conf.tls_ca and not conf.require_tls:
+            log.warning("mutual TLS is configured but plaintext clients are served too, as a BookKeeper "
+                        "bookie with the default auth provider does; set [bookie] require_tls = true to "
+                        "refuse them")
         rpc = self.rpc = NativeServer(service, conf.listen_address, self.port, ssl_context=context,
-                                      max_frame_bytes=conf.max_frame_bytes)
+                                      require_tls=conf.require_tls, max_frame_bytes=conf.max_frame_bytes)
         self.port = rpc.start()
         self._closers.append(lambda: rpc.stop(grace=1.0))
         if conf.grpc_port >= 0:
@@ -197,7 +202,11 @@ class BookieServer:
         extra: tuple[records.Endpoint, ...] = ()
         if self.grpc_port is not None:
             extra = (records.Endpoint(GRPC_PROTOCOL, self.grpc_port, conf.advertised_address, GRPC_PROTOCOL),)
+        # BookieService.publishInfo: the "tls" extension when a TLS provider is configured. No "http"
+        # endpoint (HttpService's "httpserver"): this bookie runs no HTTP server of its own (`bkaudit admin
+        # serve` is one server for the whole cluster)
         info = records.bookie_service_info_for(self.bookie_id, conf.advertised_address, self.port,
+                                               rpc_extensions=("tls",) if conf.tls_cert else (),
                                                extra_endpoints=extra, properties=props)
         return records.encode_bookie_service_info(info)
 

@@ -1,10 +1,12 @@
 """The bookie's request processing: BookKeeper v3 `Request` bytes in, `Response` bytes out.
 
-Semantics follow BookKeeper's *ProcessorV3 classes (shared/spec/bookkeeper-formats.md section 4): the response
-copies the request header, the top-level status mirrors the sub-response's, a wrong protocol version is
-EBADVERSION, an unknown operation is EBADREQ without a sub-message. Each message is parsed here; bytes that
-are not a v3 Request raise FormatError for the native transport (which closes the connection, as a Java
-bookie does) and earn an EBADREQ reply (txnId 0) on the gRPC stream.
+Semantics follow BookKeeper's *ProcessorV3 classes (shared/spec/bookkeeper-formats.md section 4): a response
+header is {VERSION_THREE, operation, txnId} (PacketProcessorBaseV3.getHeader), the top-level status mirrors
+the sub-response's, a wrong protocol version is EBADVERSION, an operation BookieRequestProcessor has no case
+for is EBADREQ without a sub-message and with the request's header copied. Each message is parsed here
+(`parse_request`: what protobuf-java's parseFrom accepts); bytes that are not a v3 Request are the native
+transport's business (a Java bookie's RequestDecoder then reads the connection as v2:
+bkaudit.bookie.servicev2) and earn an EBADREQ reply (txnId 0) on the gRPC stream.
 
 Threading: `dispatch` runs on the RPC event loop and never blocks; adds, fences and WriteLac go to the
 storage's group-commit queue, reads and batch listings to a small thread pool; completions come back through
@@ -16,6 +18,7 @@ at once.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections.abc import Callable
 from queue import SimpleQueue
@@ -24,12 +27,13 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from bkaudit.bookie.listing import batch_response
+from bkaudit.bookie.servicev2 import V2Processor
 from bkaudit.bookie.storage import Storage
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.entry import parse_entry_header
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.formats.wire import length_delimited, varint
-from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES
+from bkaudit.rpc.framing import DEFAULT_MAX_PAYLOAD_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -109,17 +113,30 @@ class _Workers:
             t.join(timeout=10)
 
 
+def parse_request(data: bytes) -> pb.Request | None:
+    """The v3 Request in `data`, or None where protobuf-java's parseFrom throws InvalidProtocolBufferException
+    (undecodable bytes, or a required field missing anywhere, e.g. an operation outside the enum): then
+    BookieProtoEncoding.RequestDecoder decodes the connection as v2 from this frame on."""
+    req = pb.Request()
+    try:
+        req.MergeFromString(data)
+    except DecodeError:
+        return None
+    return req if req.IsInitialized() else None
+
+
 class BookieService:
     """Processes requests against one Storage; transport-agnostic (see bkaudit.bookie.rpcserver)."""
 
     def __init__(self, storage: Storage, mode: BookieMode | None = None, *, max_pending: int = 10000,
                  read_threads: int = 4, answer_listing: bool = True,
-                 max_response_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_response_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> None:
         self.storage = storage
         self.answer_listing = answer_listing
         """False: behave like DbLedgerStorage behind a Java bookie, which never answers a listing request."""
         self.max_response_bytes = max_response_bytes
-        """No listing answer is larger (the frame limit, nettyMaxFrameSizeBytes, that clients apply)."""
+        """No listing answer is larger: the largest message a client's frame decoder accepts
+        (nettyMaxFrameSizeBytes - 4, bkaudit.rpc.framing.max_payload_bytes)."""
         self.mode = mode or BookieMode()
         self.max_pending = max_pending
         self._pool = _Workers(read_threads)
@@ -136,6 +153,8 @@ class BookieService:
             pb.AUTH: self._auth,
             pb.FORCE_LEDGER: self._force_ledger,
         }
+        self.v2 = V2Processor(self)
+        """The pre-v3 protocol's ADD / READ / BATCH_READ / AUTH, on the same storage."""
 
     @property
     def inflight(self) -> int:
@@ -145,37 +164,51 @@ class BookieService:
     def close(self) -> None:
         self._pool.shutdown()
 
+    def begin(self, reply: Reply) -> Reply:
+        """Count a request in flight until its answer (`reply`, wrapped) is given; drain waits for it."""
+        with self._lock:
+            self._inflight += 1
+        return self._counted(reply)
+
+    @property
+    def overloaded(self) -> bool:
+        """More requests in flight than `max_pending`: answer ETOOMANYREQUESTS."""
+        return self._inflight > self.max_pending
+
+    def submit_read(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run `fn(*args)` on a read thread (reads never block the event loop)."""
+        self._pool.submit(fn, *args)
+
     # -- entry point -----------------------------------------------------------------------------------------
     def dispatch(self, data: bytes, reply: Reply, *, upgrade: Upgrade | None = None,
-                 strict: bool = False, authenticated: bool = True) -> None:
-        """Handle one request message; `reply` (thread-safe) gets the response bytes exactly once.
-
-        `upgrade` is the transport's START_TLS hook (None: TLS not configured, START_TLS is EBADREQ).
-        `strict`: bytes that are not a v3 Request with a header raise FormatError instead of an EBADREQ reply.
-        `authenticated` False (a TLS bookie before the handshake): everything but START_TLS is EUA, as
-        BookKeeper's AuthHandler answers on a channel its auth provider has not authenticated yet.
-        """
+                 authenticated: bool = True) -> None:
+        """Handle one request message as `serve` does; bytes that are not a Request at all are answered
+        EBADREQ (txnId 0), one missing required fields EBADREQ too (the gRPC stream has no v2 to fall back
+        to; the native transport parses with `parse_request` and calls `serve` itself)."""
         req = pb.Request()
         try:
             req.MergeFromString(data)
-        except DecodeError as exc:
-            if strict:
-                raise FormatError(f"undecodable request ({len(data)} bytes): {exc}") from None
-            req = None  # type: ignore[assignment]
-        if strict and not (req.HasField("header") and req.header.HasField("txnId")):
-            raise FormatError(f"request without a header ({len(data)} bytes)", field="header")
-        if req is not None and req.header.operation == pb.START_TLS and req.header.version == _V3:
+        except DecodeError:
+            self.begin(reply)(_undecodable())
+            return
+        self.serve(req, reply, upgrade=upgrade, authenticated=authenticated)
+
+    def serve(self, req: pb.Request, reply: Reply, *, upgrade: Upgrade | None = None,
+              authenticated: bool = True) -> None:
+        """Handle one parsed request; `reply` (thread-safe) gets the response bytes exactly once.
+
+        `upgrade` is the transport's START_TLS hook (None: TLS not configured, START_TLS is EBADREQ).
+        `authenticated` False (`[bookie] require_tls`, before the handshake): everything but START_TLS is
+        EUA, as BookKeeper's AuthHandler answers on a channel its auth provider has not authenticated yet
+        (BookKeeper's default provider authenticates every channel at once: plaintext is served).
+        """
+        if req.header.operation == pb.START_TLS:
             _start_tls(req, reply, upgrade)
             return
-        if not authenticated and req is not None:
+        if not authenticated:
             reply(_bare(req, pb.EUA))
             return
-        with self._lock:
-            self._inflight += 1
-        done = self._counted(reply)
-        if req is None:
-            done(_undecodable())
-            return
+        done = self.begin(reply)
         try:
             self._process(req, done)
         except Exception:  # a bug must cost one request, never the stream or the bookie
@@ -199,12 +232,12 @@ class BookieService:
         if not req.HasField("header") or not header.HasField("txnId"):
             done(_undecodable(header.txnId))
             return
+        handler = self._handlers.get(header.operation) if header.HasField("operation") else None
+        if handler is None:  # BookieRequestProcessor's default case: before any processor's version check
+            done(_bare(req, pb.EBADREQ))
+            return
         if header.version != pb.VERSION_THREE:
             done(_response(req, pb.EBADVERSION))
-            return
-        handler = self._handlers.get(header.operation) if header.HasField("operation") else None
-        if handler is None:
-            done(_bare(req, pb.EBADREQ))
             return
         if not req.IsInitialized():
             done(_response(req, pb.EBADREQ))
@@ -225,15 +258,14 @@ class BookieService:
             done(_response(req, pb.EREADONLY))
             return
         body = add.body
-        try:
-            ledger_id, entry_id, _, _ = parse_entry_header(body)
-        except FormatError:
-            ledger_id = entry_id = -1
-        if (ledger_id, entry_id) != (add.ledgerId, add.entryId) or entry_id < 0 or ledger_id < 0:
-            done(_response(req, pb.EBADREQ))  # not an entry of the ledger / entry the request names
+        ids = entry_header(body)
+        if ids is None or ids[0] < 0 or ids[1] < 0:
+            done(_response(req, pb.EBADREQ))  # BookieImpl cannot read the ids (an exception: EBADREQ)
             return
         recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
-        self.storage.submit_add(add.ledgerId, add.entryId, add.masterKey, body, recovery,
+        # stored under the ids in the body, whatever the request says (BookieImpl.addEntry /
+        # recoveryAddEntry read them there); the answer names the request's (WriteEntryProcessorV3)
+        self.storage.submit_add(ids[0], ids[1], add.masterKey, body, recovery,
                                 lambda status: done(_response(req, CODE[status])))
 
     def _read(self, req: pb.Request, done: Reply) -> None:
@@ -266,29 +298,57 @@ class BookieService:
             log.exception("read of ledger %s entry %s failed", r.ledgerId, r.entryId)
             done(_response(req, pb.EIO))
         else:
-            done(_response(req, EOK, body=body))
+            fenced = r.HasField("flag") and r.flag == pb.ReadRequest.FENCE_LEDGER
+            max_lac = None if fenced else self._max_lac(r.ledgerId, r.entryId, body)
+            done(_response(req, EOK, body=body, max_lac=max_lac))
+
+    def _max_lac(self, ledger_id: int, entry_id: int, body: bytes) -> int | None:
+        """ReadEntryProcessorV3 answers a read (not a fencing one) with the bookie's LAC for the ledger
+        (BookieImpl.readLastAddConfirmed), so a tailing reader sees it advance. Ledger storage keeps the
+        highest LAC its entries carried and, without it, takes the last entry's; writers send non-decreasing
+        LACs, so that is the last entry's. None (no maxLAC) when it cannot be told: a ledger in limbo, where
+        a Java bookie fails the read (getLastAddConfirmed throws DataUnknownException) while bkaudit serves
+        the entry it holds (docs/bookie.md)."""
+        try:
+            last = body if entry_id < 0 else self.storage.read_entry(ledger_id, -1)
+        except BookieError:
+            return None
+        ids = entry_header(last)
+        return None if ids is None else ids[2]
 
     def _read_lac(self, req: pb.Request, done: Reply) -> None:
         self._pool.submit(self._read_lac_body, req, done)
 
     def _read_lac_body(self, req: pb.Request, done: Reply) -> None:
+        """ReadLacProcessorV3: the explicit LAC, then the last entry; each failure sets the status, and
+        when neither body was read the answer is ENOENTRY whatever failed (an unknown ledger too). An
+        explicit LAC without entries is EIO (reading entry -1 throws NoEntryException, an IOException), the
+        LAC body still attached. Limbo stays EUNKNOWNLEDGERSTATE here (a Java bookie overwrites it with
+        ENOENTRY, the very "nothing here" limbo exists to avoid; docs/bookie.md)."""
         ledger_id = req.readLacRequest.ledgerId
         try:
             lac_body, last = self.storage.read_lac(ledger_id)
         except BookieError as exc:
-            done(_response(req, CODE.get(exc.status, pb.EIO)))
+            status = CODE.get(exc.status, pb.EIO)
+            done(_response(req, pb.ENOENTRY if status == pb.ENOLEDGER else status))
             return
         if lac_body is None and last is None:
             done(_response(req, pb.ENOENTRY))
             return
-        done(_response(req, EOK, lac_body=lac_body, last_entry=last))
+        status = EOK if last is not None else pb.EIO
+        done(_response(req, status, lac_body=lac_body, last_entry=last))
 
     def _write_lac(self, req: pb.Request, done: Reply) -> None:
         w = req.writeLacRequest
         if self.mode.readonly:
             done(_response(req, pb.EREADONLY))
             return
-        self.storage.submit_write_lac(w.ledgerId, w.masterKey, w.body,
+        if len(w.body) < 8:
+            done(_response(req, pb.EBADREQ))  # no ledger id to read (an exception: EBADREQ)
+            return
+        # the LAC is kept for the ledger its body names (BookieImpl.setExplicitLac reads it there)
+        (ledger_id,) = _LEDGER_ID.unpack_from(w.body, 0)
+        self.storage.submit_write_lac(ledger_id, w.masterKey, w.body,
                                       lambda status: done(_response(req, CODE[status])))
 
     def _bookie_info(self, req: pb.Request, done: Reply) -> None:
@@ -313,7 +373,7 @@ class BookieService:
         except BookieError as exc:
             done(_response(req, CODE.get(exc.status, pb.EIO)))
             return
-        answer = list_response(req.header.SerializeToString(), ledger_id, availability)
+        answer = list_response(response_header(req), ledger_id, availability)
         if len(answer) > self.max_response_bytes:
             log.warning("listing of ledger %d is %d bytes, above the %d-byte frame limit: answering EIO",
                         ledger_id, len(answer), self.max_response_bytes)
@@ -325,7 +385,7 @@ class BookieService:
 
     def _list_entries_batch_body(self, req: pb.Request, done: Reply) -> None:
         head = pb.Response(status=EOK)
-        head.header.CopyFrom(req.header)
+        head.header.MergeFromString(response_header(req))
         try:
             entries = self.storage.listing_items(req.getListOfEntriesOfLedgersRequest.ledgerId)
         except BookieError as exc:
@@ -366,8 +426,8 @@ def _start_tls(req: pb.Request, reply: Reply, upgrade: Upgrade | None) -> None:
 def list_response(header: bytes, ledger_id: int, availability: bytes | None) -> bytes:
     """The GET_LIST_OF_ENTRIES_OF_LEDGER Response (EOK with the bytes, or ENOLEDGER), assembled by hand.
 
-    `header` is the request's serialized BKPacketHeader, copied as BookKeeper copies it. Byte-identical to
-    `_response` (tests/unit/test_bookie_service_wire.py).
+    `header` is the serialized response header (`response_header`). Byte-identical to `_response`
+    (tests/unit/test_bookie_service_wire.py).
     """
     if availability is None:
         sub = b"\x08" + _ENOLEDGER + b"\x10" + varint(ledger_id)
@@ -378,6 +438,24 @@ def list_response(header: bytes, ledger_id: int, availability: bytes | None) -> 
     return length_delimited(b"\x0a", header) + b"\x10" + status + length_delimited(b"\xe2\x06", sub)
 
 _LISTING = frozenset({pb.GET_LIST_OF_ENTRIES_OF_LEDGER, pb.GET_LIST_OF_ENTRIES_OF_LEDGERS})
+_HEADER_V3 = b"\x08" + varint(_V3) + b"\x10"
+
+
+def response_header(req: pb.Request) -> bytes:
+    """The serialized BKPacketHeader of a processor's answer: {VERSION_THREE, operation, txnId}
+    (PacketProcessorBaseV3.getHeader), assembled by hand as protobuf writes it (fields in number order)."""
+    return _HEADER_V3 + varint(req.header.operation) + b"\x18" + varint(req.header.txnId)
+_LEDGER_ID = struct.Struct(">q")
+
+
+def entry_header(body: bytes) -> tuple[int, int, int] | None:
+    """(ledger id, entry id, LAC) at the head of an entry, as ledger storage reads them; None when the body
+    is shorter than an entry header."""
+    try:
+        ledger_id, entry_id, last_add_confirmed, _ = parse_entry_header(body)
+    except FormatError:
+        return None
+    return ledger_id, entry_id, last_add_confirmed
 
 
 def _undecodable(txn_id: int = 0) -> bytes:
@@ -396,11 +474,15 @@ def _bare(req: pb.Request, status: Any) -> bytes:
 
 def _response(req: pb.Request, status: Any, *, body: bytes | None = None, lac_body: bytes | None = None,
               last_entry: bytes | None = None, availability: bytes | None = None,
-              info: dict[str, int] | None = None) -> bytes:
-    """The Response for `req` with `status` in both the top level and the operation's sub-response."""
+              info: dict[str, int] | None = None, max_lac: int | None = None) -> bytes:
+    """The Response for `req` with `status` in both the top level and the operation's sub-response.
+
+    Its header is PacketProcessorBaseV3.getHeader's: version 3, the operation, the txnId; nothing else of the
+    request's header (priority) is copied.
+    """
     resp = pb.Response(status=status)
-    resp.header.CopyFrom(req.header)
     op = req.header.operation
+    resp.header.version, resp.header.operation, resp.header.txnId = _V3, op, req.header.txnId
     sub: Any
     if op == pb.ADD_ENTRY:
         a = req.addRequest
@@ -412,6 +494,8 @@ def _response(req: pb.Request, status: Any, *, body: bytes | None = None, lac_bo
         sub.status, sub.ledgerId, sub.entryId = status, r.ledgerId, r.entryId
         if body is not None:
             sub.body = body
+        if max_lac is not None:
+            sub.maxLAC = max_lac
     elif op == pb.READ_LAC:
         sub = resp.readLacResponse
         sub.status, sub.ledgerId = status, req.readLacRequest.ledgerId

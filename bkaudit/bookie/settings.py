@@ -21,6 +21,9 @@ class BookieSettings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+    # refuse (EUA) plaintext clients: only requests after START_TLS are served. Off, as BookKeeper's default
+    # auth provider serves any channel; what a TLS-authenticating bookieAuthProviderFactoryClass does
+    require_tls: bool = False
     # read-only below max(min_free_bytes, min_free_fraction * total); writable again above 1.1x that
     min_free_fraction: float = 0.05
     min_free_bytes: int = 0
@@ -29,7 +32,8 @@ class BookieSettings:
     max_pending_requests: int = 10000
     group_commit_max_batch: int = 2000
     read_threads: int = 4
-    # largest request frame accepted; larger ones close the connection (BookKeeper: nettyMaxFrameSizeBytes)
+    # largest request frame accepted, its 4-byte length included (Netty counts it); larger ones close the
+    # connection, and no listing answer is larger (BookKeeper: nettyMaxFrameSizeBytes)
     max_frame_bytes: int = 5 * 1024 * 1024
     # optional second listener speaking bkaudit's gRPC transport (endpoint protocol "bkaudit-grpc");
     # -1: off, 0: any free port
@@ -57,6 +61,8 @@ class BookieSettings:
             raise ConfigError("bookie.tls_cert", "tls_cert and tls_key must be set together")
         if self.tls_ca and not self.tls_cert:
             raise ConfigError("bookie.tls_ca", "mutual TLS (tls_ca) needs tls_cert and tls_key")
+        if self.require_tls and not self.tls_cert:
+            raise ConfigError("bookie.require_tls", "needs tls_cert and tls_key")
         if not -1 <= self.grpc_port <= 65535:
             raise ConfigError("bookie.grpc_port", f"must be -1 (off) or a TCP port, got {self.grpc_port}")
         if self.max_frame_bytes < 1024:

@@ -533,15 +533,17 @@ def bookie_service_info_for(
     host: str,
     port: int,
     *,
+    rpc_extensions: Iterable[str] = (),
     extra_endpoints: Iterable[Endpoint] = (),
     properties: Mapping[str, str] | None = None,
 ) -> BookieServiceInfo:
-    """The registration a BookKeeper bookie publishes: endpoint id "bookie", protocol "bookie-rpc".
+    """The registration a BookKeeper bookie publishes: endpoint id "bookie", protocol "bookie-rpc", with
+    `rpc_extensions` (BookieService.publishInfo adds "tls" when TLS is configured).
 
     `bookie_id` must be a valid BookKeeper bookie id (it names the registration znode).
     """
     _check_bookie_id(bookie_id)
-    rpc = Endpoint(DEFAULT_ENDPOINT_ID, port, host, BOOKIE_RPC_PROTOCOL)
+    rpc = Endpoint(DEFAULT_ENDPOINT_ID, port, host, BOOKIE_RPC_PROTOCOL, extensions=tuple(rpc_extensions))
     return BookieServiceInfo((rpc, *extra_endpoints), tuple((properties or {}).items()))
 
 

@@ -18,6 +18,7 @@ from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.rpc.tls import TlsConfig
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import paths
+from tests.bookkeeper_wire import KEY, V2, Messages, Wire, entry, v2_call
 from tests.pki import make_pki
 
 pytestmark = pytest.mark.cluster
@@ -42,11 +43,18 @@ def test_tls_bookie(cluster_factory, pki, tmp_path) -> None:  # type: ignore[no-
         cluster.zk_client().get(paths.available_path(b.id, root=cluster.root))[0], b.id)
     assert info.properties_dict()["bkaudit.tls"] == "tls"
     with BookieClient(b.id, b.id, connect_timeout_s=2) as plain:
-        assert _status(plain) == "EUA"  # no START_TLS: not authenticated
+        assert _status(plain) == "EOK"  # BookKeeper's default auth provider: plaintext is served too
     with BookieClient(b.id, b.id, tls=TlsConfig(ca=pki["other_ca"]), connect_timeout_s=2) as wrong_ca:
         assert _status(wrong_ca) == "UNAVAILABLE"
     with BookieClient(b.id, b.id, tls=TlsConfig(ca=pki["ca"])) as good:
         assert _status(good) == "EOK"
+    # as a Java client (tlsHostnameVerificationEnabled = false): the chain is checked, not the name
+    elsewhere = TlsConfig(ca=pki["ca"], server_name="not-this-bookie.example")
+    with BookieClient(b.id, b.id, tls=elsewhere) as unnamed:
+        assert _status(unnamed) == "EOK"
+    checked = TlsConfig(ca=pki["ca"], server_name="not-this-bookie.example", hostname_verification=True)
+    with BookieClient(b.id, b.id, tls=checked, connect_timeout_s=2) as strict:
+        assert _status(strict) == "UNAVAILABLE"
 
 
 def test_mutual_tls_rejects_clients_without_a_trusted_certificate(cluster_factory, pki, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -141,11 +149,11 @@ def _start_tls_then_info(address: tuple[str, int], context: ssl.SSLContext) -> p
 def test_start_tls_on_a_raw_socket(cluster_factory, pki, tmp_path) -> None:  # type: ignore[no-untyped-def]
     conf = tmp_path / "mtls.toml"
     conf.write_text(f'[bookie]\ntls_cert = "{pki["server_cert"]}"\ntls_key = "{pki["server_key"]}"\n'
-                    f'tls_ca = "{pki["ca"]}"\n')
+                    f'tls_ca = "{pki["ca"]}"\nrequire_tls = true\n')
     cluster = cluster_factory(bookies=1, racks=1, bookie_args=["--config", str(conf)])
     host, port = cluster.bookies[0].id.rsplit(":", 1)
     address = (host, int(port))
-    with socket.create_connection(address, timeout=20) as plain:  # before TLS: not authenticated
+    with socket.create_connection(address, timeout=20) as plain:  # require_tls: not authenticated before TLS
         req = _v3(pb.GET_BOOKIE_INFO, 9)
         req.getBookieInfoRequest.requested = 3
         plain.sendall(_frame(req))
@@ -164,3 +172,70 @@ def test_start_tls_on_a_raw_socket(cluster_factory, pki, tmp_path) -> None:  # t
     with pytest.raises(ssl.SSLError):
         if _start_tls_then_info(address, anonymous) is None:
             raise ssl.SSLError("connection closed by the bookie after the handshake")
+
+
+@pytest.fixture(scope="module")
+def bk(tmp_path_factory: pytest.TempPathFactory) -> Messages:
+    return Messages(tmp_path_factory.mktemp("proto"))
+
+
+def _tls_bookie(cluster_factory, pki, tmp_path, *, require_tls: bool):  # type: ignore[no-untyped-def]
+    conf = tmp_path / "tls.toml"
+    conf.write_text(f'[bookie]\ntls_cert = "{pki["server_cert"]}"\ntls_key = "{pki["server_key"]}"\n'
+                    f'tls_ca = "{pki["ca"]}"\nrequire_tls = {str(require_tls).lower()}\n')
+    cluster = cluster_factory(bookies=1, racks=1, bookie_args=["--config", str(conf)])
+    host, port = cluster.bookies[0].id.rsplit(":", 1)
+    return cluster, (host, int(port))
+
+
+def test_a_tls_bookie_serves_plaintext_v3_and_v2_clients_as_java_does(  # type: ignore[no-untyped-def]
+        bk, cluster_factory, pki, tmp_path) -> None:
+    """AuthProviderFactoryFactory's default (AuthenticationDisabledAuthProviderFactory) completes the
+    authentication as the channel opens, so AuthHandler.ServerSideHandler passes every request through, with
+    or without TLS (here even mutual TLS). BookieService.publishInfo registers the "tls" extension on the
+    bookie-rpc endpoint when TLS is configured. Far end: tests/bookkeeper_wire.py (BookKeeper's code)."""
+    cluster, address = _tls_bookie(cluster_factory, pki, tmp_path, require_tls=False)
+    b = cluster.bookies[0]
+    info = bk.BookieServiceInfoFormat.FromString(
+        cluster.zk_client().get(paths.available_path(b.id, root=cluster.root))[0])
+    (rpc,) = [e for e in info.endpoints if e.protocol == "bookie-rpc"]
+    assert (rpc.id, list(rpc.extensions), rpc.port) == ("bookie", ["tls"], address[1])
+    assert [e.protocol for e in info.endpoints] == ["bookie-rpc"]  # no HTTP server: no "http" endpoint
+    lid = 8_000
+    plain = Wire(bk, address)
+    try:
+        (answer,) = plain.call(plain.request("GET_BOOKIE_INFO", getBookieInfoRequest={"requested": 3}))
+        assert answer.status == bk.status["EOK"]
+        (added,) = v2_call(plain, V2.add(entry(lid, 0, b"plain v2")))
+        (read,) = v2_call(plain, V2.read(lid, 0))
+        assert (added.rc, read.rc, read.data) == (V2.EOK, V2.EOK, entry(lid, 0, b"plain v2"))
+    finally:
+        plain.close()
+    # a v2 client with TLS: START_TLS (v3, ResponseDecoder expects it), then v2 inside TLS
+    trusted = ssl.create_default_context(cafile=pki["ca"])
+    trusted.load_cert_chain(pki["client_cert"], pki["client_key"])
+    with socket.create_connection(address, timeout=20) as sock:
+        start = Wire(bk, address, sock=sock)
+        (started,) = start.call(start.request("START_TLS", startTLSRequest={}))
+        assert started.status == bk.status["EOK"]
+        with trusted.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            secure = Wire(bk, address, sock=tls)
+            (read,) = v2_call(secure, V2.read(lid, 0))
+            assert (read.rc, read.data) == (V2.EOK, entry(lid, 0, b"plain v2"))
+
+
+def test_require_tls_refuses_plaintext_as_an_unauthenticated_channel(  # type: ignore[no-untyped-def]
+        bk, cluster_factory, pki, tmp_path) -> None:
+    """`[bookie] require_tls` (what a TLS-authenticating bookieAuthProviderFactoryClass does): before the
+    handshake AuthHandler answers v3 requests and v2 ADD / READ with EUA and closes on other v2 packets."""
+    _, address = _tls_bookie(cluster_factory, pki, tmp_path, require_tls=True)
+    plain = Wire(bk, address)
+    try:
+        (answer,) = plain.call(plain.request("GET_BOOKIE_INFO", getBookieInfoRequest={"requested": 3}))
+        assert answer.status == bk.status["EUA"]
+        refused = v2_call(plain, V2.add(entry(8_001, 0, b"x")), V2.read(8_001, 0))
+        assert sorted((r.op, r.rc) for r in refused) == [(V2.ADDENTRY, V2.EUA), (V2.READENTRY, V2.EUA)]
+        plain.sock.sendall(V2.batch_read(8_001, 0, request_id=1, max_count=1, max_size=1 << 20, key=KEY))
+        assert plain.closed_by_peer()
+    finally:
+        plain.close()

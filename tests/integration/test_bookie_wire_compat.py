@@ -1,14 +1,8 @@
 """A bkaudit bookie driven the way a BookKeeper v3 client drives a Java bookie, over a raw TCP socket.
 
 Nothing here goes through bkaudit's client or rpc code. The peer is built from BookKeeper's definitions only:
-- the messages come from compiling the protocol's .proto file in this test (protoc via grpc_tools, into a
-  private descriptor pool): bkaudit/formats/proto/BookkeeperProtocol.proto is field-for-field BookKeeper's
-  bookkeeper-proto/src/main/proto/BookkeeperProtocol.proto (its one extension, numbers >= 1000, is never used
-  here);
-- the framing is BookKeeper's (BookieProtoEncoding / LengthFieldBasedFrameDecoder(5 MiB, 0, 4, 0, 4)): a
-  4-byte big-endian length, then the serialized Request; responses come back the same way, matched by txnId;
-- entries are packaged as BookKeeper's DUMMY digest type does (ledgerId, entryId, lac, length: big-endian
-  int64s, then the payload);
+- the messages, framing and entries of tests/bookkeeper_wire.py (BookKeeper's .proto compiled in the test,
+  BookieProtoEncoding's 4-byte length, the DUMMY digest layout); responses are matched by txnId;
 - the listing answer is decoded as AvailabilityOfEntriesOfLedger's layout (64-byte header, 24-byte groups).
 Only bkaudit.cluster (to start the bookie process under test) is imported from bkaudit.
 """
@@ -18,44 +12,23 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
-from pathlib import Path
 from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from bkaudit.cluster.local import LocalCluster
+from tests.bookkeeper_wire import KEY, NETTY_MAX_FRAME_SIZE, Messages, Wire, entry, frame
 
 pytestmark = pytest.mark.cluster
 
-PROTO = Path(__file__).resolve().parents[2] / "bkaudit" / "formats" / "proto" / "BookkeeperProtocol.proto"
-MAX_FRAME = 5 * 1024 * 1024
-KEY = bytes(range(20))  # a 20-byte master key, as SHA1("ledger" + password) would be
-_txn = itertools.count(1)
+MAX_FRAME = NETTY_MAX_FRAME_SIZE
 _ledgers = itertools.count(70_000)
 
 
 @pytest.fixture(scope="module")
-def bk(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def bk(tmp_path_factory: pytest.TempPathFactory) -> Messages:
     """BookKeeper's messages, compiled from the .proto in this test (never bkaudit's generated module)."""
-    from grpc_tools import protoc
-
-    out = tmp_path_factory.mktemp("proto") / "bk.desc"
-    rc = protoc.main(["protoc", f"-I{PROTO.parent}", f"--descriptor_set_out={out}", PROTO.name])
-    assert rc == 0
-    files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
-    pool = descriptor_pool.DescriptorPool()
-    for f in files.file:
-        pool.Add(f)
-    package = files.file[0].package
-
-    class Messages:
-        Request = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Request"))
-        Response = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Response"))
-        ops = {v.name: v.number for v in pool.FindEnumTypeByName(f"{package}.OperationType").values}
-        status = {v.name: v.number for v in pool.FindEnumTypeByName(f"{package}.StatusCode").values}
-
-    return Messages
+    return Messages(tmp_path_factory.mktemp("proto"))
 
 
 @pytest.fixture(scope="module")
@@ -64,75 +37,11 @@ def bookie(cluster3: LocalCluster) -> tuple[str, int]:
     return host, int(port)
 
 
-class Wire:
-    """One TCP connection speaking BookKeeper's framing."""
-
-    def __init__(self, bk: Any, address: tuple[str, int]) -> None:
-        self.bk = bk
-        self.sock = socket.create_connection(address, timeout=20)
-        self.buf = b""
-
-    def request(self, op: str, **sub: Any) -> Any:
-        req = self.bk.Request()
-        req.header.version = 3  # VERSION_THREE
-        req.header.operation = self.bk.ops[op]
-        req.header.txnId = next(_txn)
-        for field, values in sub.items():
-            getattr(req, field).SetInParent()
-            for k, v in values.items():
-                setattr(getattr(req, field), k, v)
-        return req
-
-    def send(self, *requests: Any) -> None:
-        self.sock.sendall(b"".join(self.frame(r.SerializeToString()) for r in requests))
-
-    @staticmethod
-    def frame(data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + data
-
-    def receive(self) -> Any:
-        """The next response, or None when the bookie closed the connection."""
-        while True:
-            if len(self.buf) >= 4:
-                (size,) = struct.unpack(">I", self.buf[:4])
-                assert size <= MAX_FRAME
-                if len(self.buf) >= 4 + size:
-                    resp = self.bk.Response.FromString(self.buf[4 : 4 + size])
-                    self.buf = self.buf[4 + size :]
-                    return resp
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                return None
-            self.buf += chunk
-
-    def call(self, *requests: Any) -> list[Any]:
-        """Pipeline `requests`, return their responses in request order (matched by txnId)."""
-        self.send(*requests)
-        by_txn = {}
-        while len(by_txn) < len(requests):
-            resp = self.receive()
-            assert resp is not None, "connection closed before every request was answered"
-            by_txn[resp.header.txnId] = resp
-        return [by_txn[r.header.txnId] for r in requests]
-
-    def closed_by_peer(self) -> bool:
-        """True once the bookie closes the connection (nothing else may arrive before)."""
-        return self.receive() is None
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
-def wire(bk: Any, bookie: tuple[str, int]) -> Any:
+def wire(bk: Messages, bookie: tuple[str, int]) -> Any:
     w = Wire(bk, bookie)
     yield w
     w.close()
-
-
-def entry(ledger_id: int, entry_id: int, payload: bytes) -> bytes:
-    """A DUMMY-digest entry: ledgerId, entryId, lastAddConfirmed, length (big-endian int64), payload."""
-    return struct.pack(">qqqq", ledger_id, entry_id, entry_id - 1, len(payload)) + payload
 
 
 def available(data: bytes) -> list[int]:
@@ -218,7 +127,7 @@ def test_protocol_errors_are_answered(bk: Any, wire: Wire) -> None:
 
 def test_garbage_frame_closes_the_connection(bk: Any, bookie: tuple[str, int], wire: Wire) -> None:
     ok = wire.request("GET_BOOKIE_INFO", getBookieInfoRequest={"requested": 3})
-    wire.sock.sendall(wire.frame(b"\xff\xfe not a protobuf request \x00"))
+    wire.sock.sendall(frame(b"\xff\xfe not a protobuf request \x00"))
     assert wire.closed_by_peer()
     other = Wire(bk, bookie)  # the bookie itself keeps serving
     try:
@@ -245,3 +154,169 @@ def test_truncated_frame_then_half_close_closes_the_connection(bk: Any, wire: Wi
     wire.sock.sendall(struct.pack(">I", 100) + b"\x0a\x06\x08\x03")  # 4 of 100 bytes, then no more
     wire.sock.shutdown(socket.SHUT_WR)
     assert wire.closed_by_peer()
+
+
+# -- what ReadEntryProcessorV3, ReadLacProcessorV3, WriteEntryProcessorV3 / BookieImpl and
+#    PacketProcessorBaseV3 answer (apache/bookkeeper release-4.17.3) ---------------------------------------
+def read(wire: Wire, lid: int, eid: int, **extra: Any) -> Any:
+    return wire.request("READ_ENTRY", readRequest={"ledgerId": lid, "entryId": eid, **extra})
+
+
+def add(wire: Wire, lid: int, eid: int, body: bytes) -> Any:
+    return wire.request("ADD_ENTRY", addRequest={"ledgerId": lid, "entryId": eid, "masterKey": KEY,
+                                                 "body": body})
+
+
+def test_reads_carry_the_bookies_lac(bk: Any, wire: Wire) -> None:
+    """ReadEntryProcessorV3.readEntry: a read (not a fencing one) answers maxLAC =
+    BookieImpl.readLastAddConfirmed, the LAC ledger storage learnt from the entries' headers, so a tailing
+    Java reader (ReadCompletion, PendingReadOp.updateLastConfirmed) sees it advance."""
+    ok = bk.status["EOK"]
+    lid = next(_ledgers)
+    assert {r.status for r in wire.call(*(add(wire, lid, e, entry(lid, e, b"p")) for e in range(4)))} == {ok}
+    first, last = wire.call(read(wire, lid, 0), read(wire, lid, -1))
+    assert first.readResponse.HasField("maxLAC") and first.readResponse.maxLAC == 2  # entry 3 carries LAC 2
+    assert last.readResponse.maxLAC == 2 and last.readResponse.entryId == -1
+    assert wire.call(add(wire, lid, 4, entry(lid, 4, b"p")))[0].status == ok
+    assert wire.call(read(wire, lid, 1))[0].readResponse.maxLAC == 3  # the tail advanced
+    (fence,) = wire.call(read(wire, lid, -1, masterKey=KEY, flag=1))
+    assert fence.status == ok and not fence.readResponse.HasField("maxLAC")  # getFenceResponse sets none
+
+
+def test_read_lac_statuses(bk: Any, wire: Wire) -> None:
+    """ReadLacProcessorV3: each failed read sets the status, and with neither the explicit LAC nor the last
+    entry read the answer is ENOENTRY, an unknown ledger included (NoLedgerException twice). An explicit LAC
+    without entries is EIO: reading entry -1 throws NoEntryException, an IOException; the LAC body stays."""
+    st = bk.status
+    lid = next(_ledgers)
+    (unknown,) = wire.call(wire.request("READ_LAC", readLacRequest={"ledgerId": lid}))
+    assert unknown.status == st["ENOENTRY"] and unknown.readLacResponse.status == st["ENOENTRY"]
+    lac = struct.pack(">qq", lid, 5)  # DigestManager.computeDigestAndPackageForSendingLac, DUMMY digest
+    (written,) = wire.call(wire.request("WRITE_LAC", writeLacRequest={"ledgerId": lid, "lac": 5,
+                                                                      "masterKey": KEY, "body": lac}))
+    assert written.status == st["EOK"]
+    (only_lac,) = wire.call(wire.request("READ_LAC", readLacRequest={"ledgerId": lid}))
+    assert only_lac.status == st["EIO"] and only_lac.readLacResponse.status == st["EIO"]
+    assert only_lac.readLacResponse.lacBody == lac and not only_lac.readLacResponse.HasField("lastEntryBody")
+    assert wire.call(add(wire, lid, 0, entry(lid, 0, b"p")))[0].status == st["EOK"]
+    (both,) = wire.call(wire.request("READ_LAC", readLacRequest={"ledgerId": lid}))
+    assert both.status == st["EOK"]
+    assert (both.readLacResponse.lacBody, both.readLacResponse.lastEntryBody) == (lac, entry(lid, 0, b"p"))
+
+
+def test_adds_and_lacs_take_their_ids_from_the_body(bk: Any, wire: Wire) -> None:
+    """BookieImpl.addEntry / recoveryAddEntry find the ledger from the entry's first long
+    (getLedgerForEntry) and ledger storage its entry id from the second; setExplicitLac takes the ledger from
+    the LAC body. The answers name the request's ids (WriteEntryProcessorV3, WriteLacProcessorV3)."""
+    st = bk.status
+    lid, other = next(_ledgers), next(_ledgers)
+    (added,) = wire.call(add(wire, lid, 0, entry(lid, 7, b"seven")))
+    assert added.status == st["EOK"]
+    assert (added.addResponse.ledgerId, added.addResponse.entryId) == (lid, 0)
+    seven, zero = wire.call(read(wire, lid, 7), read(wire, lid, 0))
+    assert seven.readResponse.body == entry(lid, 7, b"seven") and zero.status == st["ENOENTRY"]
+    lac = struct.pack(">qq", lid, 7)
+    (written,) = wire.call(wire.request("WRITE_LAC", writeLacRequest={"ledgerId": other, "lac": 7,
+                                                                      "masterKey": KEY, "body": lac}))
+    assert written.status == st["EOK"] and written.writeLacResponse.ledgerId == other
+    mine, theirs = wire.call(wire.request("READ_LAC", readLacRequest={"ledgerId": lid}),
+                             wire.request("READ_LAC", readLacRequest={"ledgerId": other}))
+    assert mine.readLacResponse.lacBody == lac and theirs.status == st["ENOENTRY"]
+
+
+def test_answers_carry_version_operation_and_txn_only(bk: Any, wire: Wire) -> None:
+    """PacketProcessorBaseV3.getHeader: {VERSION_THREE, the operation, the txnId}; a request's priority is
+    not copied. (Only BookieRequestProcessor's default case and AUTH copy the request's header.)"""
+    lid = next(_ledgers)
+    requests = [
+        add(wire, lid, 0, entry(lid, 0, b"p")),
+        read(wire, lid, 0),
+        wire.request("READ_LAC", readLacRequest={"ledgerId": lid}),
+        wire.request("WRITE_LAC", writeLacRequest={"ledgerId": lid, "lac": 0, "masterKey": KEY,
+                                                   "body": struct.pack(">qq", lid, 0)}),
+        wire.request("GET_BOOKIE_INFO", getBookieInfoRequest={"requested": 3}),
+        wire.request("GET_LIST_OF_ENTRIES_OF_LEDGER", getListOfEntriesOfLedgerRequest={"ledgerId": lid}),
+        wire.request("FORCE_LEDGER", forceLedgerRequest={"ledgerId": lid}),
+    ]
+    for req in requests:
+        req.header.priority = 100
+        (resp,) = wire.call(req)  # one at a time: the read must see the add
+        assert resp.status == bk.status["EOK"], (req.header.operation, resp.status)
+        assert [f.name for f, _ in resp.header.ListFields()] == ["version", "operation", "txnId"]
+        assert (resp.header.version, resp.header.operation, resp.header.txnId) == (
+            3, req.header.operation, req.header.txnId)
+
+
+def sized_add(wire: Wire, size: int) -> Any:
+    """An ADD_ENTRY Request of exactly `size` serialized bytes (the entry's payload pads it)."""
+    lid = next(_ledgers)
+    req = add(wire, lid, 0, entry(lid, 0, b""))
+    pad = size - req.ByteSize()
+    while req.ByteSize() != size:  # the body's length varint grows with the body
+        req.addRequest.body = entry(lid, 0, b"x" * pad)
+        pad -= req.ByteSize() - size
+    return req
+
+
+def test_the_frame_limit_counts_the_length_prefix(bk: Any, bookie: tuple[str, int]) -> None:
+    """BookieNettyServer's LengthFieldBasedFrameDecoder(nettyMaxFrameSizeBytes, 0, 4, 0, 4) adds the 4-byte
+    length to the length it reads before comparing with the limit: a 5,242,876-byte request is the largest
+    a Java bookie takes, one byte more closes the connection."""
+    for size, served in ((MAX_FRAME - 4, True), (MAX_FRAME - 3, False)):
+        w = Wire(bk, bookie)
+        try:
+            req = sized_add(w, size)
+            assert len(req.SerializeToString()) == size
+            if served:
+                assert w.call(req)[0].status == bk.status["EOK"]
+                continue
+            try:
+                w.send(req)
+            except (BrokenPipeError, ConnectionResetError):
+                continue  # closed (and reset) while the rest of the frame was still being sent
+            assert w.closed_by_peer()
+        finally:
+            w.close()
+
+
+def test_a_listing_answer_fills_a_frame_to_the_byte_and_no_further(  # type: ignore[no-untyped-def]
+        bk: Any, wire: Wire, cluster_factory, tmp_path) -> None:
+    """A Java client drops the connection on an answer above nettyMaxFrameSizeBytes - 4 (its frame decoder,
+    PerChannelBookieClient.exceptionCaught on TooLongFrameException), and a Java bookie would send one
+    (GetListOfEntriesOfLedgerProcessorV3 has no bound). bkaudit's bookie answers EIO instead, the status
+    that processor gives when the listing cannot be produced, from exactly one byte above the limit.
+
+    The answer's size N is measured on a default bookie; a second bookie runs with max_frame_bytes = N + 4
+    and holds the same entries: asked with a txnId of the same varint length it answers the N bytes, with
+    one a byte longer it answers EIO."""
+    lid = next(_ledgers)
+    ids = [e for k in range(45) for e in range(5 * k, 5 * k + 1 + k % 2)]  # runs of 1 and 2: many groups
+
+    def fill(w: Wire) -> None:
+        assert {r.status for r in w.call(*(add(w, lid, e, entry(lid, e, b"p")) for e in ids))} == {0}
+
+    def listing(w: Wire, txn: int) -> Any:
+        req = w.request("GET_LIST_OF_ENTRIES_OF_LEDGER", getListOfEntriesOfLedgerRequest={"ledgerId": lid})
+        req.header.txnId = txn
+        w.send(req)
+        data = w.receive_frame()
+        assert data is not None
+        return len(data), bk.Response.FromString(data)
+
+    fill(wire)
+    size, resp = listing(wire, 1)
+    assert resp.status == bk.status["EOK"] and size > 1020
+    assert available(resp.getListOfEntriesOfLedgerResponse.availabilityOfEntriesOfLedger) == ids
+    conf = tmp_path / "frame.toml"
+    conf.write_text(f"[bookie]\nmax_frame_bytes = {size + 4}\n")
+    small = cluster_factory(bookies=1, racks=1, bookie_args=["--config", str(conf)])
+    host, port = small.bookies[0].id.rsplit(":", 1)
+    w = Wire(bk, (host, int(port)))
+    try:
+        fill(w)
+        at_limit, resp = listing(w, 2)
+        assert (at_limit, resp.status) == (size, bk.status["EOK"])
+        _, over = listing(w, 200)  # a 2-byte txnId: one byte above the limit
+        assert over.status == over.getListOfEntriesOfLedgerResponse.status == bk.status["EIO"]
+    finally:
+        w.close()

@@ -213,7 +213,7 @@ def _config(run: SecureRun, admin_port: int) -> str:
     return "\n".join([
         "[zk]", f'auth_digest = "{USER}:{s.zk_password}"', "enable_security = true",
         "[bookie]", f'tls_cert = "{p["server_cert"]}"', f'tls_key = "{p["server_key"]}"',
-        f'tls_ca = "{p["ca"]}"',
+        f'tls_ca = "{p["ca"]}"', "require_tls = true",
         "[rpc]", f'tls_ca = "{p["ca"]}"', f'tls_cert = "{p["client_cert"]}"',
         f'tls_key = "{p["client_key"]}"',
         "[admin]", f'admin_tokens = ["ops:{hash_token(s.admin_token)}"]',

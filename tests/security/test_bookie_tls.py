@@ -1,4 +1,5 @@
-"""TLS on both bookie listeners of a mutual-TLS bookie (`[bookie] tls_cert/tls_key/tls_ca`, `grpc_port`):
+"""TLS on both bookie listeners of a mutual-TLS bookie (`[bookie] tls_cert/tls_key/tls_ca`, `require_tls`,
+`grpc_port`):
 only a client that trusts the bookie's CA and presents a certificate that CA signed gets served, on the
 native protocol (START_TLS) and on the gRPC listener alike. Refused clients cannot write: an entry one of
 them tried to add is not on the bookie afterwards (read back by a trusted client).
@@ -42,7 +43,7 @@ def mtls_bookie(zk_server, tmp_path_factory):  # type: ignore[no-untyped-def]
     pki = make_pki(tmp_path_factory.mktemp("pki"))
     conf = tmp_path_factory.mktemp("conf") / "mtls.toml"
     conf.write_text(f'[bookie]\ntls_cert = "{pki["server_cert"]}"\ntls_key = "{pki["server_key"]}"\n'
-                    f'tls_ca = "{pki["ca"]}"\ngrpc_port = 0\n')
+                    f'tls_ca = "{pki["ca"]}"\nrequire_tls = true\ngrpc_port = 0\n')
     cluster = _make(zk_server, tmp_path_factory, bookies=1, racks=1, bookie_args=["--config", str(conf)])
     try:
         b = cluster.bookies[0]
@@ -89,7 +90,8 @@ def test_clients_without_a_trusted_certificate_are_refused(mtls_bookie, transpor
     with _client(transport, mtls_bookie, CLIENTS[who](mtls_bookie["pki"])) as refused:
         with pytest.raises(BookieError) as info:
             refused.get_bookie_info().result(30)
-        # native plaintext: the bookie answers EUA (not authenticated) as BookKeeper's AuthHandler; a failed
+        # native plaintext: with require_tls the bookie answers EUA (not authenticated) as BookKeeper's
+        # AuthHandler does under a TLS-authenticating auth provider; a failed
         # TLS handshake or a refused gRPC channel is UNAVAILABLE
         expected = "EUA" if (transport, who) == ("native", "plaintext") else "UNAVAILABLE"
         assert info.value.status == expected

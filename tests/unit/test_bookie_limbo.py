@@ -111,11 +111,15 @@ def test_limbo_ledger_is_fenced_takes_recovery_adds_and_adopts_their_key(
     storage.enter_limbo(LEDGER)
     assert add(service, 0, recovery=False).status == pb.EFENCED
     assert add(service, 0, recovery=True).status == pb.EOK  # recovery write-back / copy lands
-    assert read(service, 0).status == pb.EOK  # held entries are served in limbo
+    held = read(service, 0)
+    assert held.status == pb.EOK  # held entries are served in limbo
+    assert not held.readResponse.HasField("maxLAC")  # the LAC is unknown (a Java bookie fails the read)
     assert read(service, 1).status == pb.EUNKNOWNLEDGERSTATE  # absent ones stay unknown
     assert storage.ledger_state(LEDGER).master_key == KEY  # the keyless ledger adopted the first key
     assert add(service, 1, recovery=True, key=master_key(b"other")).status == pb.EUA
     assert read(service, 0, fence=True).status == pb.EOK
+    storage.clear_limbo(LEDGER)
+    assert read(service, 0).readResponse.maxLAC == -1  # known again: entry 0 carries LAC -1
 
 
 def test_limbo_is_durable_and_clearing_restores_final_answers(tmp_path: Path) -> None:
