@@ -20,10 +20,12 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 PROTO_DIR = Path(__file__).resolve().parents[1] / "bkaudit" / "formats" / "proto"
@@ -62,6 +64,28 @@ def entry(ledger_id: int, entry_id: int, payload: bytes, *, lac: int | None = No
     """A DUMMY-digest entry; its piggy-backed LAC is entry_id - 1 unless given."""
     lac = entry_id - 1 if lac is None else lac
     return struct.pack(">qqqq", ledger_id, entry_id, lac, len(payload)) + payload
+
+
+def bookie_address(request: Any, zk_server: Any, tmp_path_factory: Any) -> Iterator[tuple[str, int]]:
+    """For a module fixture parametrized by bookie kind: a bkaudit bookie (`cluster3`'s second), or Apache
+    BookKeeper's own (4.17.3, SortedLedgerStorage, every other setting BookKeeper's default) in a cluster of
+    its own, so a test's expectations are checked against Java as well."""
+    from bkaudit.cluster.local import LocalCluster
+    from tests.fixtures.cluster import running_cluster
+
+    def address(cluster: LocalCluster, index: int) -> tuple[str, int]:
+        host, port = cluster.bookies[index].id.rsplit(":", 1)
+        return host, int(port)
+
+    if request.param == "bkaudit":
+        yield address(request.getfixturevalue("cluster3"), 1)
+        return
+    request.getfixturevalue("java_bookkeeper")  # fails, never skips, without the jars (make bookkeeper)
+    with running_cluster(zk_server, tmp_path_factory, bookies=1, racks=1, java={0: "sorted"}) as cluster:
+        yield address(cluster, 0)
+
+
+BOOKIE_KINDS = ["bkaudit", pytest.param("java", marks=pytest.mark.java)]
 
 
 def frame(data: bytes) -> bytes:

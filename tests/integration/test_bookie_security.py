@@ -18,7 +18,7 @@ from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.rpc.tls import TlsConfig
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import paths
-from tests.bookkeeper_wire import KEY, V2, Messages, Wire, entry, v2_call
+from tests.bookkeeper_wire import BOOKIE_KINDS, KEY, V2, Messages, Wire, entry, v2_call
 from tests.pki import make_pki
 
 pytestmark = pytest.mark.cluster
@@ -179,7 +179,17 @@ def bk(tmp_path_factory: pytest.TempPathFactory) -> Messages:
     return Messages(tmp_path_factory.mktemp("proto"))
 
 
-def _tls_bookie(cluster_factory, pki, tmp_path, *, require_tls: bool):  # type: ignore[no-untyped-def]
+def _tls_bookie(cluster_factory, pki, tmp_path, *, require_tls: bool, kind: str = "bkaudit"):  # type: ignore[no-untyped-def]
+    """A bookie with mutual TLS: bkaudit's, or Apache BookKeeper's own with the same PEM files
+    (TLSContextFactory, tlsClientAuthentication, every other setting BookKeeper's default)."""
+    if kind == "java":
+        cluster = cluster_factory(bookies=1, racks=1, java={0: "sorted"}, java_settings={
+            "tlsProviderFactoryClass": "org.apache.bookkeeper.tls.TLSContextFactory",
+            "tlsKeyStoreType": "PEM", "tlsKeyStore": pki["server_key"],
+            "tlsCertificatePath": pki["server_cert"], "tlsTrustStoreType": "PEM", "tlsTrustStore": pki["ca"],
+            "tlsClientAuthentication": True})
+        host, port = cluster.bookies[0].id.rsplit(":", 1)
+        return cluster, (host, int(port))
     conf = tmp_path / "tls.toml"
     conf.write_text(f'[bookie]\ntls_cert = "{pki["server_cert"]}"\ntls_key = "{pki["server_key"]}"\n'
                     f'tls_ca = "{pki["ca"]}"\nrequire_tls = {str(require_tls).lower()}\n')
@@ -188,19 +198,26 @@ def _tls_bookie(cluster_factory, pki, tmp_path, *, require_tls: bool):  # type: 
     return cluster, (host, int(port))
 
 
+@pytest.mark.parametrize("kind", BOOKIE_KINDS)
 def test_a_tls_bookie_serves_plaintext_v3_and_v2_clients_as_java_does(  # type: ignore[no-untyped-def]
-        bk, cluster_factory, pki, tmp_path) -> None:
-    """AuthProviderFactoryFactory's default (AuthenticationDisabledAuthProviderFactory) completes the
+        bk, cluster_factory, pki, tmp_path, kind, request) -> None:
+    """Also run against Apache BookKeeper's own bookie with the same certificates (parameter `kind`).
+    AuthProviderFactoryFactory's default (AuthenticationDisabledAuthProviderFactory) completes the
     authentication as the channel opens, so AuthHandler.ServerSideHandler passes every request through, with
     or without TLS (here even mutual TLS). BookieService.publishInfo registers the "tls" extension on the
     bookie-rpc endpoint when TLS is configured. Far end: tests/bookkeeper_wire.py (BookKeeper's code)."""
-    cluster, address = _tls_bookie(cluster_factory, pki, tmp_path, require_tls=False)
+    if kind == "java":
+        request.getfixturevalue("java_bookkeeper")  # fails, never skips, without the jars
+    cluster, address = _tls_bookie(cluster_factory, pki, tmp_path, require_tls=False, kind=kind)
     b = cluster.bookies[0]
     info = bk.BookieServiceInfoFormat.FromString(
         cluster.zk_client().get(paths.available_path(b.id, root=cluster.root))[0])
     (rpc,) = [e for e in info.endpoints if e.protocol == "bookie-rpc"]
     assert (rpc.id, list(rpc.extensions), rpc.port) == ("bookie", ["tls"], address[1])
-    assert [e.protocol for e in info.endpoints] == ["bookie-rpc"]  # no HTTP server: no "http" endpoint
+    # a Java bookie with httpServerEnabled also registers HttpService's {id: httpserver, protocol: http};
+    # a bkaudit bookie runs no HTTP server of its own
+    others = {(e.id, e.protocol) for e in info.endpoints} - {("bookie", "bookie-rpc")}
+    assert others == ({("httpserver", "http")} if kind == "java" else set())
     lid = 8_000
     plain = Wire(bk, address)
     try:

@@ -4,7 +4,9 @@ Nothing here goes through bkaudit's client or rpc code. The peer is built from B
 - the messages, framing and entries of tests/bookkeeper_wire.py (BookKeeper's .proto compiled in the test,
   BookieProtoEncoding's 4-byte length, the DUMMY digest layout); responses are matched by txnId;
 - the listing answer is decoded as AvailabilityOfEntriesOfLedger's layout (64-byte header, 24-byte groups).
-Only bkaudit.cluster (to start the bookie process under test) is imported from bkaudit.
+Only bkaudit.cluster (to start the bookie process under test) is imported from bkaudit. Every test taking
+`bookie` or `wire` also runs against Apache BookKeeper 4.17.3's own bookie (`[java]`, SortedLedgerStorage):
+the expectations are Java's answers, not only our reading of its source.
 """
 
 from __future__ import annotations
@@ -12,12 +14,22 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from bkaudit.cluster.local import LocalCluster
-from tests.bookkeeper_wire import KEY, NETTY_MAX_FRAME_SIZE, Messages, Wire, entry, frame
+from tests.bookkeeper_wire import (
+    BOOKIE_KINDS,
+    KEY,
+    NETTY_MAX_FRAME_SIZE,
+    Messages,
+    Wire,
+    bookie_address,
+    entry,
+    frame,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -31,10 +43,10 @@ def bk(tmp_path_factory: pytest.TempPathFactory) -> Messages:
     return Messages(tmp_path_factory.mktemp("proto"))
 
 
-@pytest.fixture(scope="module")
-def bookie(cluster3: LocalCluster) -> tuple[str, int]:
-    host, port = cluster3.bookies[1].id.rsplit(":", 1)
-    return host, int(port)
+@pytest.fixture(scope="module", params=BOOKIE_KINDS)
+def bookie(request, zk_server, tmp_path_factory) -> Iterator[tuple[str, int]]:  # type: ignore[no-untyped-def]
+    """A bkaudit bookie, and Apache BookKeeper's own: every expectation here holds for both."""
+    yield from bookie_address(request, zk_server, tmp_path_factory)
 
 
 @pytest.fixture
@@ -280,7 +292,7 @@ def test_the_frame_limit_counts_the_length_prefix(bk: Any, bookie: tuple[str, in
 
 
 def test_a_listing_answer_fills_a_frame_to_the_byte_and_no_further(  # type: ignore[no-untyped-def]
-        bk: Any, wire: Wire, cluster_factory, tmp_path) -> None:
+        bk: Any, cluster3: LocalCluster, cluster_factory, tmp_path) -> None:
     """A Java client drops the connection on an answer above nettyMaxFrameSizeBytes - 4 (its frame decoder,
     PerChannelBookieClient.exceptionCaught on TooLongFrameException), and a Java bookie would send one
     (GetListOfEntriesOfLedgerProcessorV3 has no bound). bkaudit's bookie answers EIO instead, the status
@@ -303,8 +315,11 @@ def test_a_listing_answer_fills_a_frame_to_the_byte_and_no_further(  # type: ign
         assert data is not None
         return len(data), bk.Response.FromString(data)
 
+    host, port = cluster3.bookies[1].id.rsplit(":", 1)
+    wire = Wire(bk, (host, int(port)))
     fill(wire)
     size, resp = listing(wire, 1)
+    wire.close()
     assert resp.status == bk.status["EOK"] and size > 1020
     assert available(resp.getListOfEntriesOfLedgerResponse.availabilityOfEntriesOfLedger) == ids
     conf = tmp_path / "frame.toml"

@@ -8,7 +8,8 @@ source, nothing from bkaudit's. What each answer must be comes from release-4.17
   anything else or on a short packet, and BookieRequestHandler.exceptionCaught closes the channel;
 - BookieRequestProcessor's v2 branch, WriteEntryProcessor, ReadEntryProcessor, BatchedReadEntryProcessor,
   PacketProcessorBase.isVersionCompatible, ResponseBuilder, ResponseEnDeCoderPreV3.encode.
-Only bkaudit.cluster (to start the bookie process) is imported from bkaudit.
+Only bkaudit.cluster (to start the bookie process) is imported from bkaudit. Every test also runs against
+Apache BookKeeper 4.17.3's own bookie (`[java]`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from bkaudit.cluster.local import LocalCluster
-from tests.bookkeeper_wire import KEY, V2, Messages, V2Response, Wire, entry, frame, v2_call
+from tests.bookkeeper_wire import (
+    BOOKIE_KINDS,
+    KEY,
+    V2,
+    Messages,
+    V2Response,
+    Wire,
+    bookie_address,
+    entry,
+    frame,
+    v2_call,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -32,10 +43,10 @@ def bk(tmp_path_factory: pytest.TempPathFactory) -> Messages:
     return Messages(tmp_path_factory.mktemp("proto"))
 
 
-@pytest.fixture(scope="module")
-def bookie(cluster3: LocalCluster) -> tuple[str, int]:
-    host, port = cluster3.bookies[2].id.rsplit(":", 1)
-    return host, int(port)
+@pytest.fixture(scope="module", params=BOOKIE_KINDS)
+def bookie(request, zk_server, tmp_path_factory) -> Iterator[tuple[str, int]]:  # type: ignore[no-untyped-def]
+    """A bkaudit bookie, and Apache BookKeeper's own: every expectation here holds for both."""
+    yield from bookie_address(request, zk_server, tmp_path_factory)
 
 
 @pytest.fixture
