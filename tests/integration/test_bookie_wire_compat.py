@@ -168,6 +168,32 @@ def test_truncated_frame_then_half_close_closes_the_connection(bk: Any, wire: Wi
     assert wire.closed_by_peer()
 
 
+def test_requests_protobuf_java_refuses_close_the_connection(bk: Any, bookie: tuple[str, int]) -> None:
+    """protobuf-java's parseFrom refuses a Request missing a required field, and an operation outside the
+    enum is such a field (proto2 keeps the number as an unknown field). BookieProtoEncoding.RequestDecoder
+    then reads the frame as v2, whose decoder finds op code 6 (the header's length) and throws: the channel is
+    closed (a Java bookie may not even answer the requests before it: those run on other threads)."""
+    info = bk.Request()
+    info.header.version, info.header.operation, info.header.txnId = 3, bk.ops["GET_BOOKIE_INFO"], 7
+    info.getBookieInfoRequest.requested = 3
+    header = b"\x08\x03\x10\x4d\x18\x09"  # version 3, operation 77, txnId 9
+    missing = bk.Request()
+    missing.header.version, missing.header.operation, missing.header.txnId = 3, bk.ops["ADD_ENTRY"], 8
+    missing.addRequest.ledgerId = 1  # no entryId, masterKey, body
+    for refused in (b"\x0a" + bytes([len(header)]) + header, missing.SerializePartialToString()):
+        w = Wire(bk, bookie)
+        try:
+            w.sock.sendall(frame(refused) + frame(info.SerializeToString()))
+            assert w.closed_by_peer()
+        finally:
+            w.close()
+    w = Wire(bk, bookie)  # the bookie carries on
+    try:
+        assert w.call(info)[0].status == bk.status["EOK"]
+    finally:
+        w.close()
+
+
 # -- what ReadEntryProcessorV3, ReadLacProcessorV3, WriteEntryProcessorV3 / BookieImpl and
 #    PacketProcessorBaseV3 answer (apache/bookkeeper release-4.17.3) ---------------------------------------
 def read(wire: Wire, lid: int, eid: int, **extra: Any) -> Any:
