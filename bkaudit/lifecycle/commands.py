@@ -60,6 +60,27 @@ def _transition(bookie: str, target: str, reason: str, as_json: bool, **zk_args:
 
     doc = _run(action=act, **zk_args)
     emit(doc, as_json, lambda d: f"{d['bookie']}: {d['previous']} -> {d['state']} (by {d['by']}, {d['at']})")
+    if target == "Draining" and not doc.get("already"):
+        _say_how_it_serves_reads_only(bookie, **zk_args)
+
+
+def _say_how_it_serves_reads_only(bookie: str, **zk_args: Any) -> None:
+    """On stderr: how a bookie that does not follow its state znode (a Java bookie) becomes read-only, or
+    why it cannot (no HTTP endpoint), at once rather than when the drain ends DrainingFailed."""
+    from bkaudit.lifecycle import serving
+
+    try:
+        check = _run(action=lambda client, r, sr: serving.inspect(client, bookie, root=r), **zk_args)
+    except (SystemExit, Exception):  # advice only: the transition itself is done
+        return
+    if check.serving is not serving.Serving.WRITABLE:
+        return
+    if check.error:
+        click.echo(f"warning: {bookie} is {check.error}. The drain moves its ledgers, but while it stays "
+                   "writable it is never Drained (docs/lifecycle.md)", err=True)
+    else:
+        click.echo(f"note: {bookie} does not follow its lifecycle state itself (a BookKeeper bookie): the "
+                   f"Auditor's next drain pass makes it read-only through PUT {check.url}", err=True)
 
 
 def _already(
@@ -136,6 +157,9 @@ def state(bookie: str, as_json: bool, **zk_args: Any) -> None:
             p = d["progress"]
             lines.append(f"  drain: {p.get('ledgers_left')} ledgers / {p.get('bytes_left')} bytes left, "
                          f"{p.get('failures')} failures, data loss {p.get('data_loss_ledgers')}")
+            if p.get("serving_error"):
+                passes = p.get("serving_attempts", 1)
+                lines.append(f"  still writable ({passes} passes): {p['serving_error']}")
         return "\n".join(lines)
 
     emit(doc, as_json, human)

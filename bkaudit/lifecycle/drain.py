@@ -9,6 +9,14 @@ Runs beside the elected Auditor (one per cluster), every `[lifecycle] drain_chec
 4. no ledger left -> Drained; every ledger left is bad (data-loss record, or `drain_max_failures` failed
    replications reported by workers) -> DrainingFailed, naming the bad ledgers. Good ledgers are always
    drained first: DrainingFailed means "everything that could move has moved".
+
+Before that, every pass makes each Draining, DrainingFailed and Drained bookie that is registered writable
+and does not follow its state znode itself (Apache BookKeeper's bookie) serve reads only, through its HTTP
+admin API (`bkaudit.lifecycle.serving`). A bookie still registered writable is never declared Drained: a
+writable bookie can be given a new ledger at any moment. When nothing references it any more but it stays
+writable (no HTTP endpoint, or its API refuses; or `drain_max_failures` passes in a row failed to reach it),
+the drain ends DrainingFailed with that reason, and the operator stops it (or makes it read-only) and marks
+it drained.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bkaudit.errors import BkAuditError, MetadataConflict
-from bkaudit.lifecycle import service
+from bkaudit.lifecycle import service, serving
 from bkaudit.lifecycle.index import ledgers_of
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
@@ -102,6 +110,7 @@ class Drainer:
         self.max_in_flight = max_in_flight
         self.passes = 0
         self._pass = threading.Lock()  # one pass at a time: the interval thread and `settle` (`--once`)
+        self._serving_failures: dict[str, int] = {}  # bookie -> passes in a row it stayed writable
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="drainer", daemon=True)
 
@@ -134,8 +143,13 @@ class Drainer:
             return self._step()
 
     def _step(self) -> dict[str, dict[str, Any]]:
-        draining = sorted(service.in_state(self.zk, S.DRAINING, root=self.root))
+        states = service.states(self.zk, root=self.root)
         self.passes += 1
+        leaving = sorted(b for b, s in states.items() if s.serves_reads_only)
+        checks = {b: self._serve_reads_only(b, states[b]) for b in leaving}
+        for gone in set(self._serving_failures) - set(leaving):
+            del self._serving_failures[gone]
+        draining = [b for b in leaving if states[b] is S.DRAINING]
         if not draining:
             return {}
         open_ledgers: set[int] = set()
@@ -154,8 +168,27 @@ class Drainer:
         published: set[int] = set()
         for bookie in draining:
             out[bookie] = self._one(bookie, index[bookie], lost, by_ledger, published, enabled=enabled,
-                                    open_ledgers=open_ledgers)
+                                    open_ledgers=open_ledgers, check=checks[bookie])
         return out
+
+    def _serve_reads_only(self, bookie: str, state: lc.LifecycleState) -> serving.ServingCheck:
+        """Make a leaving bookie that does not follow its state znode read-only (its HTTP admin API)."""
+        try:
+            check = serving.ensure_read_only(self.zk, bookie, root=self.root,
+                                             timeout_s=self.settings.bookie_http_timeout_s)
+        except Exception as exc:  # ZooKeeper trouble reading its registration: asked again next pass
+            check = serving.ServingCheck(bookie, serving.Serving.WRITABLE, f"could not look: {exc!r}")
+        if check.serving is serving.Serving.MADE_READ_ONLY:
+            self.emit("drain_read_only", bookie=bookie, state=state.value, url=check.url)
+        if check.ok:
+            self._serving_failures.pop(bookie, None)
+            return check
+        attempts = self._serving_failures[bookie] = self._serving_failures.get(bookie, 0) + 1
+        log.warning("%s bookie %s is still registered writable (pass %d): %s", state.value, bookie, attempts,
+                    check.error)
+        self.emit("drain_read_only_failed", bookie=bookie, state=state.value, error=check.error,
+                  permanent=check.permanent, attempts=attempts)
+        return check
 
     def _one(
         self,
@@ -167,6 +200,7 @@ class Drainer:
         *,
         enabled: bool,
         open_ledgers: set[int] | None = None,
+        check: serving.ServingCheck | None = None,
     ) -> dict[str, Any]:
         failures = store.list_failures(self.zk, bookie, root=self.root, state_root=self.state_root)
         # an OPEN ledger is waiting (for its writer, or the grace + fencing that closes it), not failing: its
@@ -187,8 +221,22 @@ class Drainer:
             "waiting_open_ledgers": sorted(waiting - lost)[:100],
             "updated": service.now_iso(),
         }
-        if not ledgers:
+        check = check or serving.ServingCheck(bookie, serving.Serving.ABSENT)
+        progress.update(check.to_dict())
+        attempts = self._serving_failures.get(bookie, 0)
+        if attempts:
+            progress["serving_attempts"] = attempts
+        if not ledgers and check.ok:
             self._decide(bookie, S.DRAINED, "no ledger references the bookie any more", progress)
+        elif not ledgers:
+            # never Drained while registered writable: a new ledger may land on it at any moment
+            if check.permanent or attempts >= self.settings.drain_max_failures:
+                why = (
+                    f"no ledger references the bookie any more, but it is still registered writable and "
+                    f"bkaudit cannot make it read-only ({check.error}); stop it (or make it read-only), "
+                    f"then `bkaudit lifecycle mark-drained`"
+                )
+                self._decide(bookie, S.DRAINING_FAILED, why, progress)
         elif len(bad) == len(ledgers):
             why = (
                 f"{len(bad)} ledgers cannot be replicated: data loss recorded "
