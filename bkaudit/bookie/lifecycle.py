@@ -52,6 +52,14 @@ def operator_read_only(data: bytes | None) -> bool:
     return isinstance(value, dict) and value.get("readOnly") is True
 
 
+def _removed(zk: KazooClient, bookie_id: str, *, root: str) -> bool:
+    try:
+        return zk.exists(paths.cookie_path(bookie_id, root=root)) is None
+    except Exception as exc:  # unknown: stay as we are (read-only) rather than open for writes
+        log.warning("could not look up the cookie of %s (%s): serving reads only", bookie_id, exc)
+        return True
+
+
 def watch(
     zk: KazooClient, bookie_id: str, mode: BookieMode, *, root: str, state_root: str | None = None
 ) -> None:
@@ -62,6 +70,12 @@ def watch(
 
     def on_state(data: bytes | None, _stat: object) -> None:
         reads_only = serves_reads_only(data)
+        if data is None and LIFECYCLE_REASON in mode.reasons and _removed(zk, bookie_id, root=root):
+            # `lifecycle remove` deleted the state with the cookie while this bookie still runs: it stays
+            # read-only until it is stopped, as a decommissioned BookKeeper bookie (its restart is refused:
+            # no cookie). Only a state znode gone with the cookie still there means Active again.
+            log.info("bookie %s was removed from the cluster: serving reads only until it stops", bookie_id)
+            reads_only = True
         if reads_only != (LIFECYCLE_REASON in mode.reasons):
             log.info("lifecycle state of %s: %s", bookie_id, "serving reads only" if reads_only else "active")
         mode.set(LIFECYCLE_REASON, reads_only)

@@ -39,3 +39,20 @@ def test_read_only_switch_follows_the_operator(cluster_factory) -> None:  # type
     wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "readonly")
     store.write_serving(zk, b, False, by="test", at="now", root=cluster.root)
     wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "writable")
+
+
+def test_a_removed_bookie_stays_read_only_while_it_runs(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """As a decommissioned BookKeeper bookie: removal (cookie and state gone) never opens it for writes."""
+    import time
+
+    cluster = cluster_factory(bookies=1, racks=1)
+    zk = cluster.zk_client()
+    b = cluster.bookies[0].id
+    S, by = lc.LifecycleState, {"by": "test", "root": cluster.root}
+    service.transition(zk, b, S.DRAINING, actor=lc.Actor.OPERATOR, **by)
+    service.transition(zk, b, S.DRAINED, actor=lc.Actor.AUDITOR, **by)  # it holds no ledger
+    wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "readonly")
+    service.transition(zk, b, S.REMOVED, actor=lc.Actor.OPERATOR, **by)
+    assert registry.read_cookie(zk, b, cluster.root) is None
+    time.sleep(2)  # the bookie saw its state znode go (a watch): it must not re-register writable
+    assert registry.bookie_state(zk, b, cluster.root) == "readonly"
