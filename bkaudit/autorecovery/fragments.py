@@ -6,6 +6,11 @@ a `Striping` (BookKeeper's LedgerFragment with one bad index). It is under-repli
 hold. The worker gathers those answers; this module only decides, so every rule here is tested without
 servers.
 
+A bookie that cannot list a ledger it holds (a Java bookie on DbLedgerStorage never answers that request) is
+judged from reads instead, as BookKeeper's LedgerChecker judges every bookie: `entries_to_read` says which
+entries (LedgerChecker's first and last stored entry of each fragment, or every entry of a bookie the marker
+names), `ReadEvidence` is what the reads showed.
+
 Two repairs exist:
 - replace: the bookie is lost (or read-only / unreachable and named by the marker): copy its whole striping
   to a new bookie chosen by the placement policy, then swap it into that segment's ensemble;
@@ -22,6 +27,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from bkaudit.audit.reads import first_stored, last_stored
 from bkaudit.model.ledger import LedgerMetadata, LedgerState
 from bkaudit.model.placement import PlacementPolicy
 from bkaudit.model.quorum import Striping, entries_of_bookie
@@ -84,6 +90,56 @@ class Fragment:
         if self.missing is not None:
             return sum(hi - lo + 1 for lo, hi in self.missing)
         return self.expected.count() if self.expected is not None else 0
+
+
+@dataclass(frozen=True)
+class ReadEvidence:
+    """A bookie's copy as reads showed it (an `AvailabilityLike`): the entries it answered ENOENTRY for, or
+    whose bytes did not verify, are `absent`; entries not read count as present (BookKeeper's LedgerChecker
+    reads only some), so what it reports missing is proven missing."""
+
+    absent: frozenset[int] = frozenset()
+    read: int = 0
+
+    def missing(
+        self, first: int, last: int, expected: Striping | Iterable[int] | None = None
+    ) -> list[tuple[int, int]]:
+        wanted = (e for e in sorted(self.absent) if first <= e <= last)
+        if expected is not None:
+            holds = expected if isinstance(expected, Striping) else frozenset(expected)
+            wanted = (e for e in wanted if e in holds)
+        runs: list[tuple[int, int]] = []
+        for e in wanted:
+            if runs and runs[-1][1] == e - 1:
+                runs[-1] = (runs[-1][0], e)
+            else:
+                runs.append((e, e))
+        return runs
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id not in self.absent
+
+
+def entries_to_read(
+    metadata: LedgerMetadata, bookie: str, lac: int | None, *, every: bool
+) -> list[int]:
+    """What to read from a bookie that cannot list: per segment it stores entries of (closed, or the open last
+    one up to `lac`), the first and the last entry it stores there (LedgerChecker at BookKeeper's default
+    auditorLedgerVerificationPercentage of 0), or with `every` each of them (a bookie the marker names: a
+    hole between the two must be found, else the marker would be resolved with the hole still there)."""
+    chosen: set[int] = set()
+    for seg_index, segment, _ in metadata.segment_ranges():
+        for b, member in enumerate(segment.ensemble):
+            if member != bookie:
+                continue
+            expected = expected_entries(metadata, seg_index, b, lac)
+            if expected is None or expected.count() == 0:
+                continue
+            if every:
+                chosen.update(expected)
+            else:
+                chosen.update(e for e in (first_stored(expected), last_stored(expected)) if e is not None)
+    return sorted(chosen)
 
 
 def bookie_state(bookie: str, writable: Collection[str], readonly: Collection[str]) -> BookieState:

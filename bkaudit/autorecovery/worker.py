@@ -7,6 +7,9 @@ One pass over a locked ledger (BookKeeper's `rereplicate`, shared/spec/bookkeepe
    stores (`FragmentCopier`), then swap the targets into that segment's ensemble with a metadata CAS;
 4. re-evaluate; when clean, delete the marker at the version seen at lock time (a re-marked ledger stays
    queued) and release the lock.
+A bookie that leaves a listing unanswered but answers reads (a Java bookie on DbLedgerStorage, for every
+ledger it holds) is judged from reads, as BookKeeper's LedgerChecker judges every bookie, and for
+`LISTING_RETRY_S` this process no longer asks it to list: one deadline per bookie, not one per ledger.
 The last segment of an OPEN ledger is never copied: the lock is held for `open_ledger_rereplication_grace`,
 then the ledger is fenced and recovered (closed) if it still has a missing bookie, and replicated as closed.
 A failed pass holds the lock for an exponential delay. Entries no surviving replica holds are retried
@@ -20,6 +23,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -31,10 +35,12 @@ from bkaudit.autorecovery.events import EventLog
 from bkaudit.autorecovery.fragments import (
     Answer,
     BookieState,
+    ReadEvidence,
     SegmentRepair,
     bookie_state,
     bookies_to_probe,
     choose_targets,
+    entries_to_read,
     find_fragments,
     open_last_segment_at_risk,
     plan_repairs,
@@ -59,6 +65,8 @@ from bkaudit.zk import underreplication as ur
 log = logging.getLogger(__name__)
 
 MAX_EVALUATIONS = 4  # passes over one ledger while its metadata keeps changing under us
+LISTING_RETRY_S = 600.0  # a bookie found not answering listings is judged from reads this long
+READS_IN_FLIGHT = 500  # entry reads outstanding while judging bookies from reads
 
 
 class Outcome(enum.Enum):
@@ -101,6 +109,21 @@ class Shared:
     failures: dict[int, int] = field(default_factory=dict)
     data_loss_attempts: dict[int, int] = field(default_factory=dict)
     last_error: dict[int, str] = field(default_factory=dict)
+    listing_silent: dict[str, float] = field(default_factory=dict)  # bookie -> judged from reads until
+
+    def judged_by_reads(self, bookie: str) -> bool:
+        """True while `bookie` is known to leave listings unanswered (see learn_listing_silent)."""
+        with self.lock:
+            return self.listing_silent.get(bookie, 0.0) > time.monotonic()
+
+    def learn_listing_silent(self, bookie: str) -> bool:
+        """Judge `bookie` from reads for LISTING_RETRY_S (then its listing is tried again); True when it was
+        not known yet."""
+        now = time.monotonic()
+        with self.lock:
+            known = self.listing_silent.get(bookie, 0.0) > now
+            self.listing_silent[bookie] = now + LISTING_RETRY_S
+            return not known
 
     def count_failure(self, ledger_id: int, why: str) -> int:
         with self.lock:
@@ -327,7 +350,7 @@ class ReplicationWorker:
             if not left and not open_last_segment_at_risk(metadata, writable, draining):
                 return self._resolve(ledger_id, version), None
             return None, RepairReport()  # not clean: re-read and evaluate fully
-        answers = self._probe(ledger_id, bookies_to_probe(metadata, states, lac))
+        answers = self._probe(ledger_id, metadata, bookies_to_probe(metadata, states, lac), lac)
         marked = (
             self._marked(ledger_id) if any(isinstance(a, BaseException) for a in answers.values()) else ()
         )
@@ -509,25 +532,102 @@ class ReplicationWorker:
         return None
 
     # -- probes ----------------------------------------------------------------------------------------------
-    def _probe(self, ledger_id: int, bookies: list[str]) -> dict[str, Answer]:
-        """GetListOfEntries from each bookie to judge, in parallel: Availability, None (no ledger), error."""
+    def _probe(
+        self, ledger_id: int, metadata: LedgerMetadata, bookies: list[str], lac: int | None
+    ) -> dict[str, Answer]:
+        """What each bookie to judge holds, in parallel: Availability, None (no ledger), ReadEvidence, error.
+
+        GetListOfEntries first; a bookie known to leave listings unanswered, or that leaves this one
+        unanswered, is judged from reads (`_read_evidence`). One that answers neither stays an error.
+        """
         from bkaudit.formats import availability
 
+        sh = self.shared
+        by_reads = [b for b in bookies if sh.judged_by_reads(b)]
         futures: dict[str, Any] = {}
         answers: dict[str, Answer] = {}
         for bookie in bookies:
+            if bookie in by_reads:
+                continue
             try:
-                futures[bookie] = self.shared.pool.get(bookie).get_list_of_entries(ledger_id)
+                futures[bookie] = sh.pool.get(bookie).get_list_of_entries(ledger_id)
             except Exception as exc:
                 answers[bookie] = exc
+        silent: list[str] = []
         for bookie, fut in futures.items():
             try:
-                answers[bookie] = availability.decode(fut.result(self.shared.read_timeout_s))
+                answers[bookie] = availability.decode(fut.result(sh.read_timeout_s))
             except BookieError as exc:
                 answers[bookie] = None if exc.status == "ENOLEDGER" else exc
-            except (FormatError, FutureTimeout) as exc:
+                if exc.status == "UNAVAILABLE":
+                    silent.append(bookie)
+            except FutureTimeout as exc:
                 answers[bookie] = exc
+                silent.append(bookie)
+            except FormatError as exc:
+                answers[bookie] = exc
+        if by_reads or silent:
+            marked = self._marked(ledger_id)
+            read = self._read_evidence(ledger_id, metadata, by_reads + silent, lac, marked)
+            for bookie in silent:
+                if isinstance(read[bookie], BaseException):
+                    continue  # no answer to reads either: unreachable, keep the listing's error
+                if sh.learn_listing_silent(bookie):
+                    sh.events.emit(
+                        "listing_unanswered", bookie=bookie, ledger=ledger_id, judged_by="reads",
+                        for_s=LISTING_RETRY_S, worker=self.name,
+                    )
+                answers[bookie] = read[bookie]
+            answers.update({b: read[b] for b in by_reads})
         return answers
+
+    def _read_evidence(
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        bookies: list[str],
+        lac: int | None,
+        marked: set[str],
+    ) -> dict[str, Answer]:
+        """Judge bookies from reads (BookKeeper's LedgerChecker): the first and last entry each stores per
+        fragment, every entry of a bookie the marker names. ENOENTRY or a digest that does not verify = the
+        entry is absent; ENOLEDGER = nothing held (None); any other failure = the bookie stays unjudged."""
+        from bkaudit.formats.entry import DigestManager
+
+        sh = self.shared
+        digest = DigestManager(ledger_id, metadata.password, metadata.digest_type)
+        work = [
+            (b, e) for b in bookies for e in entries_to_read(metadata, b, lac, every=b in marked)
+        ]
+        absent: dict[str, set[int]] = {b: set() for b in bookies}
+        failed: dict[str, Answer] = {}
+        for start in range(0, len(work), READS_IN_FLIGHT):
+            sent = []
+            for bookie, entry_id in work[start : start + READS_IN_FLIGHT]:
+                if bookie in failed:
+                    continue
+                try:
+                    sent.append((bookie, entry_id, sh.pool.get(bookie).read_entry(ledger_id, entry_id)))
+                except Exception as exc:
+                    failed[bookie] = exc
+            for bookie, entry_id, fut in sent:
+                if bookie in failed:
+                    continue
+                try:
+                    digest.verify(fut.result(sh.read_timeout_s), entry_id=entry_id)
+                except BookieError as exc:
+                    if exc.status == "ENOENTRY":
+                        absent[bookie].add(entry_id)
+                    else:
+                        failed[bookie] = None if exc.status == "ENOLEDGER" else exc
+                except FormatError:  # the stored bytes do not verify: not a replica
+                    absent[bookie].add(entry_id)
+                except FutureTimeout as exc:
+                    failed[bookie] = exc
+        counts = Counter(b for b, _ in work)
+        return {
+            b: failed[b] if b in failed else ReadEvidence(frozenset(absent[b]), counts[b]) for b in bookies
+        }
 
     def _lac(self, ledger_id: int, metadata: LedgerMetadata) -> int | None:
         from bkaudit.client.reader import read_last_add_confirmed

@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 
 from bkaudit.autorecovery.fragments import (
     BookieState,
+    ReadEvidence,
     Reason,
     bookie_state,
     bookies_to_probe,
     choose_targets,
+    entries_to_read,
     find_fragments,
     open_last_segment_at_risk,
     plan_repairs,
@@ -122,6 +124,40 @@ def test_unreachable_bookie_counts_only_when_the_marker_names_it() -> None:
     assert find_fragments(m, states, answers) == []
     (f,) = find_fragments(m, states, answers, marked={"b"})
     assert f.reason is Reason.UNREACHABLE and f.replace
+
+
+def test_entries_to_read_are_ledgercheckers_first_and_last_per_fragment_or_every_one() -> None:
+    """LedgerChecker.verifyLedgerFragment at auditorLedgerVerificationPercentage 0: per fragment, the first
+    and the last entry the bookie stores (getFirstStoredEntryId / getLastStoredEntryId)."""
+    m = md([(0, "abc"), (10, "adc")], e=3, wq=2, last=29)
+
+    def stores(index: int, first: int, last: int) -> list[int]:
+        return [x for x in range(first, last + 1) if stores_entry(index, x, 3, 2)]
+
+    a0, a1, c0, c1 = stores(0, 0, 9), stores(0, 10, 29), stores(2, 0, 9), stores(2, 10, 29)
+    d1 = stores(1, 10, 29)
+    assert entries_to_read(m, "a", None, every=False) == sorted({a0[0], a0[-1], a1[0], a1[-1]})
+    assert entries_to_read(m, "c", None, every=True) == sorted(set(c0) | set(c1))
+    assert entries_to_read(m, "d", None, every=False) == [d1[0], d1[-1]]
+    assert entries_to_read(m, "z", None, every=True) == []
+
+
+def test_entries_to_read_in_an_open_last_segment_stop_at_the_lac() -> None:
+    m = md([(0, "abc")], state=LedgerState.OPEN)
+    assert entries_to_read(m, "a", None, every=True) == []  # LAC unknown: nothing known to be there
+    assert entries_to_read(m, "a", 7, every=True) == [x for x in range(8) if stores_entry(0, x, 3, 2)]
+
+
+def test_read_evidence_judges_like_a_listing_of_everything_but_the_absent_entries() -> None:
+    m = md([(0, "abc")], last=29)
+    answers: dict = full(m)
+    answers["b"] = ReadEvidence(frozenset({4, 5, 6, 28}), read=20)  # 5 is not b's: index 1 stores 0, 1 mod 3
+    (f,) = find_fragments(m, dict.fromkeys("abc", W), answers)
+    assert f.reason is Reason.MISSING_ENTRIES and f.bookie == "b"
+    assert f.entry_ranges() == [(4, 4), (6, 6), (28, 28)]
+    assert 4 not in answers["b"] and 7 in answers["b"]  # an entry not read counts as present
+    assert find_fragments(m, dict.fromkeys("abc", W), {**full(m), "b": ReadEvidence()}) == []
+    assert ReadEvidence(frozenset({3, 4, 5, 9})).missing(4, 9) == [(4, 5), (9, 9)]
 
 
 def test_empty_ledger_with_a_lost_bookie_still_needs_a_swap() -> None:
