@@ -13,6 +13,18 @@
  *   bulk    {count, ensemble, wq, aq, digest, password, entries, size, open_every, inflight, metadata}
  *   list    {bookie, ledger, timeout_ms, upto} BookKeeperAdmin.asyncGetListOfEntriesOfLedger (ids 0..upto)
  *   delete  {ledger}
+ * The under-replication queue through BookKeeper's own ZkLedgerUnderreplicationManager (what its Auditor and
+ * ReplicationWorker call), so a test can write markers and locks exactly as Java AutoRecovery does:
+ *   urmark    {ledger, replicas: [bookie id]}  markLedgerUnderreplicatedAsync (the Auditor's publish)
+ *   urlock    {ledger}    acquireUnderreplicatedLedger: the EPHEMERAL lock, held by this JVM's session
+ *   urrelease {ledger}    releaseUnderreplicatedLedger
+ *   urinfo    {ledger}    {marked, replicas, ctime, worker}: getLedgerUnreplicationInfo and the lock holder
+ *                         (getReplicationWorkerIdRereplicatingLedger)
+ *   check     {ledger, percentage}  {fragments: [{first, last, bookies}]}: BookKeeper's LedgerChecker (what its
+ *                         Auditor and ReplicationWorker run) on a no-recovery handle, reading `percentage` of
+ *                         each fragment (0: the first and last entry each bookie stores), as Java sees holes
+ *   auditor   {}          {auditor: bookie id or null}: BookKeeperAdmin.getCurrentAuditor, what `shell
+ *                         whoisauditor` prints, without a JVM per question
  *   quit
  * Every answer is {"ok": true, ...} or {"ok": false, "error": "...", "code": BKException code or null}.
  *
@@ -45,6 +57,7 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.NavigableMap;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Semaphore;
@@ -57,10 +70,14 @@ import org.apache.bookkeeper.client.BKException;
 import org.apache.bookkeeper.client.BookKeeper;
 import org.apache.bookkeeper.client.BookKeeper.DigestType;
 import org.apache.bookkeeper.client.BookKeeperAdmin;
+import org.apache.bookkeeper.client.LedgerChecker;
 import org.apache.bookkeeper.client.LedgerEntry;
+import org.apache.bookkeeper.client.LedgerFragment;
 import org.apache.bookkeeper.client.LedgerHandle;
 import org.apache.bookkeeper.conf.ClientConfiguration;
 import org.apache.bookkeeper.conf.ServerConfiguration;
+import org.apache.bookkeeper.meta.LedgerUnderreplicationManager;
+import org.apache.bookkeeper.meta.UnderreplicatedLedger;
 import org.apache.bookkeeper.net.BookieId;
 import org.apache.bookkeeper.util.AvailabilityOfEntriesOfLedger;
 
@@ -71,6 +88,7 @@ public final class BkDriver {
     private final ClientConfiguration conf;
     private final Map<Long, LedgerHandle> open = new ConcurrentHashMap<>();
     private BookKeeperAdmin admin;
+    private LedgerUnderreplicationManager underreplication;
 
     private BkDriver(ClientConfiguration conf) throws Exception {
         this.conf = conf;
@@ -151,6 +169,9 @@ public final class BkDriver {
             if (admin != null) {
                 admin.close();
             }
+            if (underreplication != null) {
+                underreplication.close();
+            }
             bk.close();
         } catch (Exception ignored) {
             // shutting down
@@ -173,6 +194,15 @@ public final class BkDriver {
                 return bulk(cmd);
             case "list":
                 return list(cmd);
+            case "urmark":
+            case "urlock":
+            case "urrelease":
+            case "urinfo":
+                return queue(cmd);
+            case "auditor":
+                return auditor();
+            case "check":
+                return check(cmd);
             case "delete":
                 bk.deleteLedger(cmd.path("ledger").asLong());
                 open.remove(cmd.path("ledger").asLong());
@@ -364,12 +394,55 @@ public final class BkDriver {
         return out;
     }
 
-    private ObjectNode list(JsonNode cmd) throws Exception {
-        synchronized (this) {
-            if (admin == null) {
-                admin = new BookKeeperAdmin(bk, conf);
-            }
+    private synchronized BookKeeperAdmin admin() {
+        if (admin == null) {
+            admin = new BookKeeperAdmin(bk, conf);
         }
+        return admin;
+    }
+
+    private ObjectNode check(JsonNode cmd) throws Exception {
+        LedgerHandle lh = bk.openLedgerNoRecovery(cmd.path("ledger").asLong(), digest(cmd), password(cmd));
+        try {
+            CompletableFuture<Set<LedgerFragment>> found = new CompletableFuture<>();
+            new LedgerChecker(bk).checkLedger(lh, (rc, fragments) -> {
+                if (rc == BKException.Code.OK) {
+                    found.complete(fragments);
+                } else {
+                    found.completeExceptionally(BKException.create(rc));
+                }
+            }, cmd.path("percentage").asLong(0));
+            ArrayNode out = JSON.createArrayNode();
+            for (LedgerFragment f : found.get(120, TimeUnit.SECONDS)) {
+                ObjectNode one = JSON.createObjectNode();
+                one.put("first", f.getFirstEntryId());
+                one.put("last", f.getLastKnownEntryId());
+                ArrayNode bookies = JSON.createArrayNode();
+                f.getAddresses().forEach(b -> bookies.add(b.toString()));
+                one.set("bookies", bookies);
+                out.add(one);
+            }
+            ObjectNode answer = describe(lh);
+            answer.set("fragments", out);
+            return answer;
+        } finally {
+            lh.close();
+        }
+    }
+
+    private ObjectNode auditor() throws Exception {
+        BookieId current = admin().getCurrentAuditor();
+        ObjectNode out = JSON.createObjectNode();
+        if (current == null) {
+            out.putNull("auditor");
+        } else {
+            out.put("auditor", current.toString());
+        }
+        return out;
+    }
+
+    private ObjectNode list(JsonNode cmd) throws Exception {
+        admin();
         ObjectNode out = JSON.createObjectNode();
         try {
             AvailabilityOfEntriesOfLedger av = admin.asyncGetListOfEntriesOfLedger(
@@ -393,6 +466,46 @@ public final class BkDriver {
             out.put("error", String.valueOf(c));
             out.put("code", c instanceof BKException ? ((BKException) c).getCode() : 0);
         }
+        return out;
+    }
+
+    private ObjectNode queue(JsonNode cmd) throws Exception {
+        synchronized (this) {
+            if (underreplication == null) {
+                underreplication = bk.getLedgerManagerFactory().newLedgerUnderreplicationManager();
+            }
+        }
+        long ledger = cmd.path("ledger").asLong();
+        ObjectNode out = JSON.createObjectNode();
+        switch (cmd.path("op").asText()) {
+            case "urmark":
+                List<String> replicas = new ArrayList<>();
+                cmd.path("replicas").forEach(r -> replicas.add(r.asText()));
+                underreplication.markLedgerUnderreplicatedAsync(ledger, replicas).get(30, TimeUnit.SECONDS);
+                break;
+            case "urlock":
+                underreplication.acquireUnderreplicatedLedger(ledger);
+                break;
+            case "urrelease":
+                underreplication.releaseUnderreplicatedLedger(ledger);
+                break;
+            default:
+                UnderreplicatedLedger info = underreplication.getLedgerUnreplicationInfo(ledger);
+                out.put("marked", info != null);
+                if (info != null) {
+                    ArrayNode ids = JSON.createArrayNode();
+                    info.getReplicaList().forEach(ids::add);
+                    out.set("replicas", ids);
+                    out.put("ctime", info.getCtime());
+                }
+                String worker = underreplication.getReplicationWorkerIdRereplicatingLedger(ledger);
+                if (worker == null) {
+                    out.putNull("worker");
+                } else {
+                    out.put("worker", worker);
+                }
+        }
+        out.put("ledger", ledger);
         return out;
     }
 
