@@ -39,6 +39,22 @@ def default_node_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def check_vote_id(node_id: str) -> None:
+    """ConfigError unless `node_id` is a BookKeeper BookieId: the elected auditor's vote is parsed as one by
+    BookKeeper (ZkLedgerAuditorManager.getCurrentAuditor: `shell whoisauditor`, BookKeeperAdmin, the HTTP
+    API's who_is_auditor), which would fail on anything else for as long as this process is the auditor."""
+    from bkaudit.errors import ConfigError
+    from bkaudit.formats.bookie_id import invalid_bookie_id_reason
+
+    reason = invalid_bookie_id_reason(node_id)
+    if reason is not None:
+        raise ConfigError(
+            "autorecovery --id",
+            f"{reason}; BookKeeper reads the auditor's vote as a BookieId (whoisauditor): only a valid one "
+            "may stand in the election (or run --no-auditor)",
+        )
+
+
 class AutoRecoveryService:
     """Start with `start()`; `drain()` for `--once`; `stop()` releases locks, leaves the election."""
 
@@ -62,6 +78,8 @@ class AutoRecoveryService:
         self.node_id = node_id or default_node_id()
         self.n_workers = self.conf.workers if workers is None else workers
         self.run_auditor = auditor
+        if auditor:
+            check_vote_id(self.node_id)
         self.metrics = m.AutoRecoveryMetrics(embedded=embedded)
         self.events = EventLog(events_path, node=self.node_id)
         self._zk = zk
