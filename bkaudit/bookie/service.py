@@ -133,7 +133,8 @@ class BookieService:
                  max_response_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> None:
         self.storage = storage
         self.answer_listing = answer_listing
-        """False: behave like DbLedgerStorage behind a Java bookie, which never answers a listing request."""
+        """False: behave like DbLedgerStorage behind a Java bookie: ENOLEDGER for a ledger it does not hold,
+        no answer at all for one it holds."""
         self.max_response_bytes = max_response_bytes
         """No listing answer is larger: the largest message a client's frame decoder accepts
         (nettyMaxFrameSizeBytes - 4, bkaudit.rpc.framing.max_payload_bytes)."""
@@ -225,7 +226,7 @@ class BookieService:
 
     def _process(self, req: pb.Request, done: Reply) -> None:
         header = req.header
-        if not self.answer_listing and header.operation in _LISTING:
+        if not self.answer_listing and header.operation in _LISTING and self._holds_listed(req):
             with self._lock:
                 self._inflight -= 1  # dropped unanswered, as DbLedgerStorage's UnsupportedOperationException
             return
@@ -246,6 +247,16 @@ class BookieService:
             done(_response(req, pb.ETOOMANYREQUESTS))
             return
         handler(req, done)
+
+    def _holds_listed(self, req: pb.Request) -> bool:
+        """Whether a listing request reaches the storage of a DbLedgerStorage-like bookie, which then throws
+        (`answer_listing` off): a Java bookie first looks the ledger up (HandleFactoryImpl.getReadOnlyHandle,
+        LedgerDescriptor.createReadOnly: NoLedgerException, answered ENOLEDGER by
+        GetListOfEntriesOfLedgerProcessorV3), so only a ledger it holds goes unanswered. The batch listing is
+        bkaudit's own and never advertised by such a bookie: always unanswered."""
+        if req.header.operation != pb.GET_LIST_OF_ENTRIES_OF_LEDGER:
+            return True
+        return self.storage.knows(req.getListOfEntriesOfLedgerRequest.ledgerId)
 
     # -- operations ------------------------------------------------------------------------------------------
     def _add(self, req: pb.Request, done: Reply) -> None:

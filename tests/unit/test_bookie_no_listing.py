@@ -1,4 +1,7 @@
-"""The DbLedgerStorage-like bookie mode: listing requests are dropped unanswered, everything else is served.
+"""The DbLedgerStorage-like bookie mode, as a Java bookie on DbLedgerStorage answers: a listing of a ledger it
+holds is dropped unanswered (the storage's UnsupportedOperationException escapes
+GetListOfEntriesOfLedgerProcessorV3), a listing of one it does not hold is ENOLEDGER (the handle lookup in
+HandleFactoryImpl / LedgerDescriptor.createReadOnly throws NoLedgerException first); the rest is served.
 
 Drives `BookieService` directly with v3 protobuf requests (the transport around it is not what is tested here)
 on a real on-disk Storage.
@@ -61,9 +64,27 @@ def serve(tmp_path, *, answer_listing: bool) -> list[tuple[int, int]]:
     return got
 
 
-def test_no_listing_mode_never_answers_listing(tmp_path):
+def test_no_listing_mode_never_answers_listing_of_a_ledger_it_holds(tmp_path):
     got = serve(tmp_path, answer_listing=False)
     assert got == [(3, pb.EOK)]
+
+
+def test_no_listing_mode_answers_enoledger_for_a_ledger_it_does_not_hold(tmp_path):
+    answers: queue.Queue[tuple[int, int]] = queue.Queue()
+
+    def reply(data: bytes) -> None:
+        resp = pb.Response()
+        resp.ParseFromString(data)
+        answers.put((resp.header.txnId, resp.status))
+
+    with Storage(tmp_path) as storage:
+        service = BookieService(storage, answer_listing=False)
+        try:
+            service.dispatch(request(1, pb.GET_LIST_OF_ENTRIES_OF_LEDGER, 8), reply)
+            assert answers.get(timeout=30) == (1, pb.ENOLEDGER)
+            assert service.inflight == 0
+        finally:
+            service.close()
 
 
 def test_default_mode_answers_listing(tmp_path):
