@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bkaudit.audit.base import Category, Check, Finding
-from bkaudit.audit.durability import BookieEvidence, LedgerEvidence, assess
+from bkaudit.audit.durability import (
+    BookieEvidence,
+    DurabilityAssessment,
+    LedgerEvidence,
+    assess,
+    open_segment_detail,
+)
 from bkaudit.audit.statuses import (
     ANSWERED,
     BOOKKEEPER_STATUSES,
@@ -35,6 +41,9 @@ REASON_INVALID_RESPONSE = "invalid_response"
 REASON_BOOKIE_ERROR = "bookie_error"
 REASON_NOT_CHECKED = "not_checked"
 REASON_METADATA_CHANGING = "metadata_changing"
+REASON_OPEN_SEGMENT_UNKNOWN = "open_segment_unknown"
+"""The last segment of an open ledger: its bookies' READ_LAC answers could not establish the LAC (where
+BookKeeper's checkAllLedgers cannot open the ledger), so that segment was not checked."""
 
 
 def should_retry(status: str) -> bool:
@@ -91,8 +100,16 @@ class LedgerAvailabilityCheck(Check[LedgerEvidence]):
     categories: ClassVar[tuple[Category, ...]] = (Category.LEDGER_UNVERIFIABLE,)
 
     def evaluate(self, subject: LedgerEvidence) -> list[Finding]:
-        unverified = assess(subject.shape, subject.evidence).unverified
-        return self.from_unverified(subject.shape.ledger_id, unverified)
+        return self.from_assessment(assess(subject.shape, subject.evidence))
+
+    def from_assessment(self, a: DurabilityAssessment) -> list[Finding]:
+        """`from_unverified`, saying `open_segment` when an unverified bookie is in the checked open segment's
+        ensemble (that segment is then unverified too)."""
+        found = self.from_unverified(a.ledger_id, a.unverified)
+        tail = a.open_segment
+        if tail is None or not {ev.bookie_id for ev in a.unverified} & set(tail.ensemble):
+            return found
+        return [f.with_detail(**open_segment_detail(tail)) for f in found]
 
     def from_unverified(self, ledger_id: int, unverified: Sequence[BookieEvidence]) -> list[Finding]:
         if not unverified:

@@ -14,9 +14,15 @@ The check works in two halves so that it can be distributed:
 
 What is checked, and why it differs from BookKeeper's replicas check (bookkeeper-behavior.md 1.6):
 
-* closed ledgers, and the closed segments of open / in-recovery ledgers (all but the last, whose end is
-  unknown); BookKeeper skips open ledgers entirely, so a long-lived Pulsar ledger was never checked;
+* closed ledgers, and every segment of open / in-recovery ledgers: the last one up to the last-add-confirmed
+  its bookies report (`LedgerShape.open_end`, `bkaudit.audit.open_segments`), as BookKeeper's
+  `checkAllLedgers` does (it opens every ledger without recovery and LedgerChecker checks the last segment
+  up to the LAC); only BookKeeper's replicas check skips open ledgers. Entries past the LAC are still being
+  written: never counted missing, never extra;
 * `ENOLEDGER` means "this bookie holds nothing", so every expected entry is missing (as BookKeeper);
+* a lost bookie (not registered, no answer through the delayed re-check: `STATUS_LOST_BOOKIE`) holds nothing
+  either: its copies count missing (`detail.cause = lost_bookie`), as the Auditor marks a lost bookie's
+  ledgers under-replicated;
 * any other failure leaves that bookie *unverified*: its entries are not counted missing (no false alarm), the
   ledger is reported `ledger_unverifiable` by the availability check, and what the other bookies proved
   missing is still reported, flagged `partial` (a lower bound on the damage).
@@ -30,7 +36,14 @@ from typing import Any, ClassVar, Protocol
 
 from bkaudit.audit.base import Category, Check, Finding, Range, cap_ranges, merge_ranges, range_count
 from bkaudit.audit.classification import durability_category
-from bkaudit.audit.statuses import ANSWERED, STATUS_NO_LEDGER, STATUS_NOT_CHECKED, STATUS_OK
+from bkaudit.audit.statuses import (
+    ANSWERED,
+    SETTLED,
+    STATUS_LOST_BOOKIE,
+    STATUS_NO_LEDGER,
+    STATUS_NOT_CHECKED,
+    STATUS_OK,
+)
 from bkaudit.model.quorum import Striping, entries_of_bookie
 from bkaudit.model.shape import LedgerShape
 
@@ -59,12 +72,14 @@ class SegmentSpan:
 
 
 def checked_segments(shape: LedgerShape) -> tuple[SegmentSpan, ...]:
-    """Segments whose entries must all be on their write sets: all of a closed ledger, else all but the last.
+    """Segments whose entries must all be on their write sets: all of a closed ledger; of one still open, all
+    but the last, and the last up to `shape.open_end` when the run established it.
 
     A middle segment ends right before the next one starts; the last segment of a closed ledger ends at
-    `last_entry_id`. Empty segments (no entries) are left out: nobody must hold anything for them. In a closed
-    ledger no segment reaches past `last_entry_id` (BookKeeper's check would expect entries that were never
-    written if a later segment started beyond the end; that is a false alarm we do not raise).
+    `last_entry_id`, that of an open ledger at `open_end` (its bookies' last-add-confirmed; entries past it
+    may still be in flight). Empty segments (no entries) are left out: nobody must hold anything for them. In
+    a closed ledger no segment reaches past `last_entry_id` (BookKeeper's check would expect entries that were
+    never written if a later segment started beyond the end; that is a false alarm we do not raise).
     """
     segs = shape.segments
     limit = len(segs) if shape.closed else len(segs) - 1
@@ -76,20 +91,35 @@ def checked_segments(shape: LedgerShape) -> tuple[SegmentSpan, ...]:
             last = min(last, shape.last_entry_id)
         if last >= first:
             out.append(SegmentSpan(i, first, last, segs[i].ensemble))
+    tail = open_segment(shape)
+    if tail is not None:
+        out.append(tail)
     return tuple(out)
+
+
+def open_segment(shape: LedgerShape) -> SegmentSpan | None:
+    """The last segment of a ledger that is not closed, as far as this run checks it (None: not checked)."""
+    if shape.closed or not shape.segments or shape.open_end is None:
+        return None
+    last = shape.segments[-1]
+    if shape.open_end < last.first_entry_id:
+        return None
+    return SegmentSpan(len(shape.segments) - 1, last.first_entry_id, shape.open_end, last.ensemble)
 
 
 def checked_limit(shape: LedgerShape) -> int | None:
     """Highest entry id whose placement is judged (None = no limit: a closed ledger owns no entry after it).
 
-    For an open ledger the last segment is still being written, so only entries before it are judged; a
-    bookie holding entries at or after the last segment's start is not holding anything "extra".
+    For an open ledger the last segment is still being written: entries up to its checked end (`open_end`)
+    are judged, later ones (in flight) are not; a bookie holding entries past that is not holding anything
+    "extra".
     """
     if shape.closed:
         return None
     if not shape.segments:
         return -1
-    return shape.segments[-1].first_entry_id - 1
+    tail = open_segment(shape)
+    return tail.last if tail is not None else shape.segments[-1].first_entry_id - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +190,11 @@ class BookieEvidence:
         return self.status in ANSWERED
 
     @property
+    def settled(self) -> bool:
+        """What the bookie holds is known (an answer, or a lost bookie): its missing entries count."""
+        return self.status in SETTLED
+
+    @property
     def missing_count(self) -> int:
         return sum(m.count for m in self.missing)
 
@@ -169,6 +204,13 @@ def failed_evidence(
 ) -> BookieEvidence:
     """Evidence for a bookie that could not be verified (nothing counted missing, nothing counted extra)."""
     return BookieEvidence(bookie_id=bookie_id, status=status, error=error, evidence=evidence)
+
+
+def lost_evidence(shape: LedgerShape, bookie_id: str, error: str | None = None) -> BookieEvidence:
+    """Evidence for a lost bookie: it holds none of its entries (every expected entry missing, as after
+    ENOLEDGER), with status LOST_BOOKIE so the findings can say why."""
+    ev = compare_bookie(shape, bookie_id, None)
+    return BookieEvidence(bookie_id, STATUS_LOST_BOOKIE, ev.missing, error=error)
 
 
 def compare_bookie(
@@ -354,6 +396,10 @@ class DurabilityAssessment:
     corrupt: tuple[BookieEvidence, ...] = ()
     basis: Mapping[str, Any] = field(default_factory=dict)
     """What the findings rest on (`evidence_basis`): listing (exact) or reads with the sampled fraction."""
+    lost: tuple[str, ...] = ()
+    """Lost bookies of the ledger (not registered, silent through the re-check): their copies are missing."""
+    open_segment: SegmentSpan | None = None
+    """The last segment of an open ledger, as far as it was checked (up to the LAC its bookies reported)."""
 
     @property
     def partial(self) -> bool:
@@ -382,7 +428,7 @@ def assess(shape: LedgerShape, evidence: Iterable[BookieEvidence]) -> Durability
     for ev in evidence:
         # a retry's answer replaces an earlier failure; an answer is never replaced by a failure
         prior = by_bookie.get(ev.bookie_id)
-        if prior is None or not prior.answered:
+        if prior is None or not prior.settled:
             by_bookie[ev.bookie_id] = ev
     needed = expected_by_bookie(shape)
     for bookie in needed:
@@ -392,7 +438,7 @@ def assess(shape: LedgerShape, evidence: Iterable[BookieEvidence]) -> Durability
     ensemble_of = {s.index: s.ensemble for s in spans}
     per_segment: dict[int, list[tuple[int, str, MissingRun]]] = {}
     for bookie, ev in by_bookie.items():
-        if not ev.answered:
+        if not ev.settled:
             continue
         for run in ev.missing:
             ensemble = ensemble_of.get(run.segment_index)
@@ -423,7 +469,7 @@ def assess(shape: LedgerShape, evidence: Iterable[BookieEvidence]) -> Durability
     min_replicas = max(wq - top, 0)
     category = durability_category(min_replicas, wq, shape.ack_quorum) if top else None
     answered_extra = tuple(ev for ev in by_bookie.values() if ev.answered and ev.extra_count > 0)
-    unverified = tuple(ev for ev in by_bookie.values() if not ev.answered)
+    unverified = tuple(ev for ev in by_bookie.values() if not ev.settled)
     corrupt = tuple(ev for ev in by_bookie.values() if ev.answered and ev.corrupt)
     return DurabilityAssessment(
         ledger_id=shape.ledger_id,
@@ -442,6 +488,8 @@ def assess(shape: LedgerShape, evidence: Iterable[BookieEvidence]) -> Durability
         unverified=unverified,
         corrupt=corrupt,
         basis=evidence_basis(by_bookie.values()),
+        lost=tuple(b for b, ev in by_bookie.items() if ev.status == STATUS_LOST_BOOKIE),
+        open_segment=open_segment(shape),
     )
 
 
@@ -465,6 +513,15 @@ def evidence_basis(evidence: Iterable[BookieEvidence]) -> dict[str, Any]:
         return {"evidence": "listing"}
     fraction = round(min(read / expected, 1.0), 6) if expected else None
     return {"evidence": "reads", "sampled_fraction": fraction}
+
+
+CAUSE_LOST_BOOKIE = "lost_bookie"
+"""`detail.cause` of a durability finding counting a lost bookie's copies as missing."""
+
+
+def open_segment_detail(span: SegmentSpan) -> dict[str, Any]:
+    """What a finding about the last segment of an open ledger says about it: `detail.open_segment`."""
+    return {"open_segment": {"segment": span.index, "first_entry": span.first, "checked_to": span.last}}
 
 
 # -- the check --------------------------------------------------------------------------------
@@ -503,6 +560,14 @@ class DurabilityCheck(Check[LedgerEvidence]):
     def findings(self, a: DurabilityAssessment) -> list[Finding]:
         return [f.with_detail(**a.basis) for f in self._findings(a)]
 
+    @staticmethod
+    def _open(a: DurabilityAssessment, ranges: Iterable[Range]) -> dict[str, Any]:
+        """`open_segment` detail when any of `ranges` lies in the ledger's checked open segment."""
+        span = a.open_segment
+        if span is None or not any(lo <= span.last and hi >= span.first for lo, hi in ranges):
+            return {}
+        return open_segment_detail(span)
+
     def _findings(self, a: DurabilityAssessment) -> list[Finding]:
         out: list[Finding] = []
         if a.category is not None:
@@ -520,6 +585,7 @@ class DurabilityCheck(Check[LedgerEvidence]):
                         "corrupt_entries": [list(r) for r in ranges],
                         "entries_read": ev.entries_read,
                         "ranges_truncated": cut,
+                        **self._open(a, ev.corrupt),
                     },
                 )
             )
@@ -534,6 +600,7 @@ class DurabilityCheck(Check[LedgerEvidence]):
                         "extra_count": ev.extra_count,
                         "extra_entries": [list(r) for r in ranges],
                         "ranges_truncated": cut,
+                        **self._open(a, ev.extra),
                     },
                 )
             )
@@ -542,6 +609,7 @@ class DurabilityCheck(Check[LedgerEvidence]):
     def _durability_finding(self, a: DurabilityAssessment) -> Finding:
         truncated = False
         per_bookie: list[dict[str, Any]] = []
+        open_index = a.open_segment.index if a.open_segment is not None else None
         for bookie, run in a.missing:
             ranges, cut = cap_ranges(run.ranges, self.max_ranges)
             truncated |= cut
@@ -552,6 +620,8 @@ class DurabilityCheck(Check[LedgerEvidence]):
                     "bookie_index": run.bookie_index,
                     "missing_count": run.count,
                     "missing": [list(r) for r in ranges],
+                    **({"cause": CAUSE_LOST_BOOKIE} if bookie in a.lost else {}),
+                    **({"open_segment": True} if run.segment_index == open_index else {}),
                 }
             )
         under, cut = cap_ranges(a.under_replicated, self.max_ranges)
@@ -575,6 +645,13 @@ class DurabilityCheck(Check[LedgerEvidence]):
             "unverified_bookies": [ev.bookie_id for ev in a.unverified],
             "ranges_truncated": truncated,
         }
+        lost = [b for b in bookies if b in a.lost]
+        if lost:
+            detail["cause"] = CAUSE_LOST_BOOKIE
+            detail["lost_bookies"] = lost
+        if any(run.segment_index == open_index for _b, run in a.missing):
+            assert a.open_segment is not None
+            detail.update(open_segment_detail(a.open_segment))
         assert a.category is not None
         return Finding(
             category=a.category,

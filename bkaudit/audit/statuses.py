@@ -5,7 +5,8 @@ StatusCode names (BookkeeperProtocol.proto) for what a bookie sent, and a few na
 judged about an answer or about a call that got none. Three classes, used by the fan-out, the per-ledger
 combine, the bookie statistics and the availability checks alike:
 
-* **answered** (`ANSWERED`): OK or ENOLEDGER, a final answer about the ledger (never retried);
+* **answered** (`ANSWERED`): OK or ENOLEDGER, a final answer about the ledger (never retried); with a lost
+  bookie's LOST_BOOKIE these are the **settled** statuses (`SETTLED`): what the bookie holds is known;
 * **judged** (`is_transport_failure` is False): the bookie was reached and answered something, even an error
   or undecodable bytes, or we know why it was not asked (not registered, never checked);
 * **transport failure**: no BookKeeper answer at all (UNAVAILABLE, CIRCUIT_OPEN, a timeout, ...).
@@ -27,6 +28,11 @@ STATUS_INVALID_RESPONSE = "INVALID_RESPONSE"
 """The bookie answered, but its bytes do not decode as AvailabilityOfEntriesOfLedger."""
 STATUS_NOT_REGISTERED = "NOT_REGISTERED"
 """The bookie has no registration to resolve an endpoint from (and no static address was configured)."""
+STATUS_LOST_BOOKIE = "LOST_BOOKIE"
+"""The bookie is lost: not registered, and it gave no answer through the delayed re-check. BookKeeper's
+Auditor marks its ledgers under-replicated (AuditorBookieCheckTask) and LedgerChecker counts its fragments bad
+without asking it (BookieWatcher.isBookieUnavailable): its copies are not copies. Judged on the driver after
+the re-check, never sent by a bookie."""
 STATUS_CIRCUIT_OPEN = "CIRCUIT_OPEN"
 """Not asked: earlier calls to the bookie failed at the transport level in this attempt (see the fan-out)."""
 STATUS_UNAVAILABLE = "UNAVAILABLE"
@@ -57,8 +63,11 @@ BOOKKEEPER_STATUSES = frozenset(
 ANSWERED = frozenset({STATUS_OK, STATUS_NO_LEDGER})
 """The two final answers about a ledger; everything else is retried after the delay (BP-34)."""
 
+SETTLED = frozenset({*ANSWERED, STATUS_LOST_BOOKIE})
+"""What the bookie holds of the ledger is known: an answer, or a lost bookie (nothing we can read)."""
+
 JUDGED = frozenset({STATUS_OK, *BOOKKEEPER_STATUSES, STATUS_INVALID_RESPONSE, STATUS_NOT_REGISTERED,
-                    STATUS_NOT_CHECKED})
+                    STATUS_NOT_CHECKED, STATUS_LOST_BOOKIE})
 """Statuses that are not transport failures: the bookie answered, or we know why it was not asked."""
 
 

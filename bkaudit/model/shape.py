@@ -8,7 +8,7 @@ placement, metadata and read-evidence checks, the fan-out and the decommission w
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bkaudit.model.ledger import LedgerMetadata, LedgerState, Segment
 
@@ -32,6 +32,17 @@ class LedgerShape:
     last_entry_id: int
     segments: tuple[Segment, ...]
     version: int | None = None
+    open_end: int | None = None
+    """For a ledger that is not closed: the last entry of its last segment checked in this run (the
+    last-add-confirmed its bookies reported, or the segment's first entry when that may have been written:
+    `bkaudit.audit.open_segments`, LedgerChecker.checkLedger). None: the last segment is not checked (its
+    end is not known, or nothing was written to it). Always None for a closed ledger."""
+
+    def with_open_end(self, open_end: int | None) -> LedgerShape:
+        """This shape with its open segment checked up to `open_end` (None: not checked)."""
+        if self.closed or open_end == self.open_end:
+            return self
+        return replace(self, open_end=open_end)
 
     @classmethod
     def from_metadata(

@@ -31,7 +31,7 @@ from bkaudit.model.shape import LedgerShape
 POOL = [f"10.0.0.{i}:3181" for i in range(1, 9)]
 
 
-def shape(E, WQ, AQ, segments, *, closed=True, last=-1, ledger_id=7):
+def shape(E, WQ, AQ, segments, *, closed=True, last=-1, ledger_id=7, open_end=None):
     return LedgerShape(
         ledger_id=ledger_id,
         ensemble_size=E,
@@ -40,6 +40,7 @@ def shape(E, WQ, AQ, segments, *, closed=True, last=-1, ledger_id=7):
         closed=closed,
         last_entry_id=last,
         segments=tuple(Segment(first, tuple(ens)) for first, ens in segments),
+        open_end=None if closed else open_end,
     )
 
 
@@ -47,6 +48,8 @@ def shape(E, WQ, AQ, segments, *, closed=True, last=-1, ledger_id=7):
 
 
 def naive_spans(s: LedgerShape):
+    """Closed: every segment to the last entry. Open: every segment but the last, and the last from its first
+    entry up to the LAC the run established (`open_end`), as LedgerChecker checks an open ledger."""
     segs = s.segments
     n = len(segs) if s.closed else len(segs) - 1
     for i in range(n):
@@ -55,6 +58,8 @@ def naive_spans(s: LedgerShape):
         if s.closed:
             last = min(last, s.last_entry_id)
         yield i, first, last, segs[i].ensemble
+    if not s.closed and segs and s.open_end is not None:
+        yield len(segs) - 1, segs[-1].first_entry_id, s.open_end, segs[-1].ensemble
 
 
 def naive_expected(s: LedgerShape) -> dict[str, set[int]]:
@@ -82,6 +87,8 @@ def naive_copies(s: LedgerShape, held: dict[str, set[int] | None], failed: set[s
 
 def naive_extra(s: LedgerShape, bookie: str, held: set[int]) -> set[int]:
     limit = None if s.closed else s.segments[-1].first_entry_id - 1
+    if not s.closed and s.open_end is not None:
+        limit = max(limit, s.open_end)  # entries past the LAC may be in flight: never extra
     should = naive_expected(s).get(bookie, set())
     return {e for e in held if e >= 0 and (limit is None or e <= limit) and e not in should}
 
@@ -114,7 +121,9 @@ def ledgers(draw, allow_duplicates=False):
             ensembles.append(tuple(draw(st.permutations(POOL))[:E]))
     closed = draw(st.booleans())
     last = draw(st.integers(-1, 50))
-    return shape(E, WQ, AQ, list(zip([0, *starts], ensembles, strict=True)), closed=closed, last=last)
+    open_end = draw(st.one_of(st.none(), st.integers(-1, 55)))
+    return shape(E, WQ, AQ, list(zip([0, *starts], ensembles, strict=True)), closed=closed, last=last,
+                 open_end=open_end)
 
 
 @st.composite
