@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,6 +149,15 @@ def bookie_stats(
             )
         )
     return out
+
+
+def lost_bookies(bookies: Sequence[BookieCheck], *, registered_now: Collection[str]) -> frozenset[str]:
+    """Bookies the run counts as lost: no answer in their last attempt (after BP-34's delayed re-check), and
+    registered neither when the run began nor after the re-check (`registered_now`). BookKeeper's Auditor
+    marks the ledgers of a bookie in no registration under-replicated (AuditorBookieCheckTask): their copies
+    count missing (`combine.refine_status`)."""
+    now = frozenset(registered_now)
+    return frozenset(b.bookie_id for b in bookies if not (b.reachable or b.registered or b.bookie_id in now))
 
 
 def bookie_findings(bookies: Sequence[BookieCheck], *, state_of: Callable[[str], str]) -> list[Located]:

@@ -66,6 +66,12 @@ def read_cluster_view(zk: KazooClient, *, root: str, known: Iterable[str]) -> Cl
     )
 
 
+def registered_now(zk: KazooClient, *, root: str) -> frozenset[str]:
+    """Bookies registered (writable or read-only) now: read again after the fan-out's delayed re-check, so a
+    bookie is lost only if it stayed unregistered through it (`bookie_stats.lost_bookies`)."""
+    return frozenset(registry.list_writable(zk, root)) | frozenset(registry.list_readonly(zk, root))
+
+
 @dataclass(frozen=True)
 class PlacementInputs:
     """What the placement check judges with (picklable: shipped to the ledger pass)."""

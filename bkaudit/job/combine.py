@@ -12,8 +12,13 @@ import pyarrow as pa
 
 from bkaudit.audit.availability import LedgerAvailabilityCheck
 from bkaudit.audit.base import Finding
-from bkaudit.audit.durability import BookieEvidence, DurabilityCheck, assess, failed_evidence
-from bkaudit.audit.statuses import STATUS_NOT_REGISTERED, is_transport_failure
+from bkaudit.audit.durability import (
+    BookieEvidence,
+    DurabilityCheck,
+    assess,
+    lost_evidence,
+)
+from bkaudit.audit.statuses import is_transport_failure
 from bkaudit.job.fanout import RESPONSE_SCHEMA, SHAPE_SCHEMA, evidence_of_row, shape_of
 from bkaudit.job.findings import FINDING_SCHEMA, Located, finding_row
 from bkaudit.model.shape import LedgerShape
@@ -24,17 +29,16 @@ COMBINE_SCHEMA = pa.schema([*SHAPE_SCHEMA, *(f for f in RESPONSE_SCHEMA if f.nam
 OUTPUT_ROWS = 2048
 
 
-def refine_status(ev: BookieEvidence, registered: Collection[str]) -> BookieEvidence:
-    """A transport failure of a bookie that is not registered is reported as such (the Auditor knows it)."""
-    if ev.answered or ev.bookie_id in registered:
+def refine_status(shape: LedgerShape, ev: BookieEvidence, lost: Collection[str]) -> BookieEvidence:
+    """A lost bookie's failure becomes its copies missing (LOST_BOOKIE): not registered, and it gave no
+    answer through the delayed re-check (`bookie_stats.lost_bookies`). BookKeeper's Auditor marks such a
+    bookie's ledgers under-replicated (AuditorBookieCheckTask), and LedgerChecker counts its fragments bad
+    without asking it. A registered bookie that does not answer stays unverified (it may come back)."""
+    if ev.settled or ev.bookie_id not in lost or not is_transport_failure(ev.status):
         return ev
-    if is_transport_failure(ev.status):
-        return failed_evidence(
-            ev.bookie_id,
-            STATUS_NOT_REGISTERED,
-            f"not registered in ZooKeeper; call failed with {ev.status}: {ev.error}",
-        )
-    return ev
+    return lost_evidence(
+        shape, ev.bookie_id, f"lost: not registered, no answer through the re-check ({ev.status}: {ev.error})"
+    )
 
 
 def ledger_findings(
@@ -42,20 +46,23 @@ def ledger_findings(
     evidence: Iterable[BookieEvidence],
     *,
     max_ranges: int,
-    registered: Collection[str],
+    lost: Collection[str],
 ) -> list[Finding]:
     """Durability, extra entries and unverifiable findings of one ledger from its bookies' evidence."""
-    a = assess(shape, [refine_status(ev, registered) for ev in evidence])
+    a = assess(shape, [refine_status(shape, ev, lost) for ev in evidence])
     found = DurabilityCheck(max_ranges).findings(a)
-    unverified = LedgerAvailabilityCheck().from_unverified(shape.ledger_id, a.unverified)
+    unverified = LedgerAvailabilityCheck().from_assessment(a)
     found += [f.with_detail(**a.basis) for f in unverified]
     return [f.with_detail(znode_version=shape.version) for f in found]
 
 
-def _ledger(rows: list[dict[str, Any]], max_ranges: int, registered: Collection[str]) -> list[Located]:
+def _ledger(
+    rows: list[dict[str, Any]], max_ranges: int, lost: Collection[str], open_ends: Mapping[int, int]
+) -> list[Located]:
     shape = shape_of(rows[0])
+    shape = shape.with_open_end(open_ends.get(shape.ledger_id))
     found = ledger_findings(
-        shape, (evidence_of_row(shape, r) for r in rows), max_ranges=max_ranges, registered=registered
+        shape, (evidence_of_row(shape, r) for r in rows), max_ranges=max_ranges, lost=lost
     )
     head = rows[0]
     return [
@@ -65,28 +72,34 @@ def _ledger(rows: list[dict[str, Any]], max_ranges: int, registered: Collection[
 
 
 def combine_rows(
-    rows: Iterable[dict[str, Any]], *, max_ranges: int, registered: Collection[str]
+    rows: Iterable[dict[str, Any]],
+    *,
+    max_ranges: int,
+    lost: Collection[str],
+    open_ends: Mapping[int, int] | None = None,
 ) -> Iterator[Located]:
-    """COMBINE rows, all rows of a ledger next to each other → its findings."""
+    """COMBINE rows, all rows of a ledger next to each other → its findings. `open_ends`: how far the run
+    checked each open ledger's last segment (`LedgerShape.open_end`), as the ledger pass did."""
+    ends = open_ends or {}
     current: list[dict[str, Any]] = []
     for row in rows:
         if current and row["ledger_id"] != current[0]["ledger_id"]:
-            yield from _ledger(current, max_ranges, registered)
+            yield from _ledger(current, max_ranges, lost, ends)
             current = []
         current.append(row)
     if current:
-        yield from _ledger(current, max_ranges, registered)
+        yield from _ledger(current, max_ranges, lost, ends)
 
 
 def combine_partition(
-    max_ranges: int, registered: frozenset[str]
+    max_ranges: int, lost: frozenset[str], open_ends: Mapping[int, int] | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The Spark task: COMBINE rows sorted by ledger → FINDING rows (a ledger's rows in one partition)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out: list[dict[str, Any]] = []
         rows = (row for batch in batches for row in batch.to_pylist())
-        for loc in combine_rows(rows, max_ranges=max_ranges, registered=registered):
+        for loc in combine_rows(rows, max_ranges=max_ranges, lost=lost, open_ends=open_ends):
             out.append(finding_row(loc))
             if len(out) >= OUTPUT_ROWS:
                 yield pa.RecordBatch.from_pylist(out, schema=FINDING_SCHEMA)
@@ -102,10 +115,11 @@ def combine_answers(
     shapes: Mapping[int, Mapping[str, Any]],
     *,
     max_ranges: int,
-    registered: Collection[str],
+    lost: Collection[str],
+    open_ends: Mapping[int, int] | None = None,
 ) -> list[Located]:
     """The combine on the driver: RESPONSE rows and SHAPE rows by ledger id (ledgers without a shape, i.e.
     unparseable metadata, are skipped: the ledger pass reported them)."""
     rows = [{**shapes[a["ledger_id"]], **a} for a in answers.to_pylist() if a["ledger_id"] in shapes]
     rows.sort(key=lambda r: (r["ledger_id"], r["bookie_id"], r["attempt"]))
-    return list(combine_rows(rows, max_ranges=max_ranges, registered=registered))
+    return list(combine_rows(rows, max_ranges=max_ranges, lost=lost, open_ends=open_ends))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,9 +171,11 @@ def ledger_pass_partition(
     straight into the bookie fan-out in the same Spark job.
 
     Per ledger: unparseable metadata or metadata BookKeeper would refuse → `metadata_unparseable`; otherwise
-    placement of every segment, and one request row per (ledger, bookie) that must hold entries. Open
-    ledgers get requests for their closed segments unless `check_open_ledgers` is off (BookKeeper skips them).
-    A bookie in `reads.bookies` gets the entries to read (LedgerChecker's choice) instead of a digest.
+    placement of every segment, and one request row per (ledger, bookie) that must hold entries. Ledgers
+    that are not closed get requests for every segment, the last one up to `open_ends` (the LAC the run
+    established: `LedgerShape.open_end`), unless `check_open_ledgers` is off (then none, as BookKeeper's
+    replicas check). A bookie in `reads.bookies` gets the entries to read (LedgerChecker's choice) instead of
+    a digest.
     """
     read_plan = plan.reads
 
@@ -215,6 +217,8 @@ def ledger_pass_partition(
                     findings.append({"kind": "finding", **finding_row(loc)})
                 if problems or shape is None or (not shape.closed and not plan.check_open_ledgers):
                     continue
+                if not shape.closed:
+                    shape = shape.with_open_end(plan.open_ends.get(shape.ledger_id))
                 wanted, n = digests.expected_requests(shape)
                 if not wanted:
                     continue
@@ -246,6 +250,23 @@ def ledger_pass_partition(
 
     return run
 
+
+
+def read_requests(
+    failed: pa.Table, shapes: Mapping[int, LedgerShape], *, percentage: float, seed: str
+) -> pa.Table:
+    """REQUEST rows verifying `failed` (listing requests of bookies that switched to reads during the run) by
+    reads instead: each row gets LedgerChecker's entry choice for its (ledger, bookie), as the ledger pass
+    gives a bookie in `ReadEvidencePlan.bookies`. Rows of a ledger without a shape are dropped (none: the
+    ledger pass made a request only for shapes)."""
+    keep: list[dict[str, Any]] = []
+    for row in failed.select(REQUEST_SCHEMA.names).to_pylist():
+        shape = shapes.get(int(row["ledger_id"]))
+        if shape is None:
+            continue
+        chosen = plan_reads(shape, str(row["bookie_id"]), percentage, seed=seed)
+        keep.append({**row, "expected_digest": None, "read_entries": list(chosen.entries)})
+    return pa.Table.from_pylist(keep, schema=REQUEST_SCHEMA)
 
 
 def ledger_pass_files(
@@ -309,6 +330,8 @@ class LedgerPassPlan:
     check_open_ledgers: bool
     side_dir: str
     reads: ReadEvidencePlan = field(default_factory=ReadEvidencePlan)
+    open_ends: Mapping[int, int] = field(default_factory=dict)
+    """Ledger → the last entry of its open segment checked in this run (`LedgerShape.open_end`)."""
 
 
 @dataclass(frozen=True)

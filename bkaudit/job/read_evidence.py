@@ -1,6 +1,7 @@
 """Verification by reads, for bookies that cannot list a ledger's entries (a Java bookie on DbLedgerStorage).
 
-`probe_listing` decides per bookie and run whether the listing works; `read_and_verify` reads the planned
+`probe_listing` decides per bookie and run whether the listing works, asked about ledgers the bookie should
+hold (`probe_targets`); `read_and_verify` reads the planned
 entries (LedgerChecker's choice, `bkaudit.audit.reads.plan_reads`) with bounded pipelining and a circuit
 breaker, and checks each entry's digest.
 """
@@ -8,15 +9,19 @@ breaker, and checks each entry's digest.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+import pyarrow as pa
+
+from bkaudit.audit.durability import expected_by_bookie
 from bkaudit.audit.reads import (
     EVIDENCE_LISTING,
     EVIDENCE_READS,
     ReadSummary,
+    plan_reads,
     summarise_reads,
     verify_entry,
 )
@@ -33,6 +38,7 @@ from bkaudit.audit.statuses import (
 from bkaudit.errors import BookieError
 from bkaudit.job.breaker import Breaker
 from bkaudit.job.fanout import CallInfo
+from bkaudit.job.ledger_pass import iter_shapes
 
 
 def read_and_verify(
@@ -123,18 +129,73 @@ def read_and_verify(
                 yield finish(p)
 
 
+PROBE_LEDGERS = 3
+"""Ledgers each bookie is probed with (closed, with entries the metadata places on it)."""
+PROBE_SCAN_LEDGERS = 200_000
+"""At most this many closed ledgers are looked at to find each bookie its probe ledgers."""
 
 
-def probe_listing(client: Any, *, timeout_s: float, ledger_id: int = 0) -> tuple[str, str]:
+def probe_targets(
+    batches: Iterable[pa.RecordBatch], bookies: Iterable[str], *, per_bookie: int = PROBE_LEDGERS,
+    max_ledgers: int = PROBE_SCAN_LEDGERS,
+) -> dict[str, list[tuple[int, int]]]:
+    """Per bookie, up to `per_bookie` (ledger, entry) pairs to probe it with: closed ledgers with entries
+    whose metadata places some on it, and the first entry it must store of each (LedgerChecker's first read).
+
+    Only ledgers a bookie should hold tell its evidence mode: a Java bookie answers ENOLEDGER to a listing of
+    a ledger it does not hold (HandleFactoryImpl.getReadOnlyHandle → LedgerDescriptor.createReadOnly throws
+    NoLedgerException, which GetListOfEntriesOfLedgerProcessorV3 answers), on any storage; only for a ledger
+    it holds does DbLedgerStorage throw UnsupportedOperationException, and no answer is sent.
+    `batches`: LEDGER_INPUT rows, in a stable order (the same probes on every run of one snapshot).
+    """
+    wanted = set(bookies)
+    out: dict[str, list[tuple[int, int]]] = {}
+    seen = 0
+    for batch in batches:
+        for row, shape in iter_shapes(batch):
+            if not wanted:
+                return out
+            seen += 1
+            if seen > max_ledgers:
+                return out
+            if shape is None or not shape.closed or shape.last_entry_id < 0 or shape.problems():
+                continue
+            if not wanted.intersection(b for seg in shape.segments for b in seg.ensemble):
+                continue
+            for bookie, expected in expected_by_bookie(shape).items():
+                if bookie not in wanted:
+                    continue
+                entries = plan_reads(shape, bookie, 0.0, expected=expected).entries
+                if not entries:
+                    continue
+                got = out.setdefault(bookie, [])
+                got.append((int(row["ledger_id"]), entries[0]))
+                if len(got) >= per_bookie:
+                    wanted.discard(bookie)
+    return out
+
+
+def probe_listing(client: Any, *, timeout_s: float, probes: Sequence[tuple[int, int]]) -> tuple[str, str]:
     """(evidence mode, why) for one bookie: does GET_LIST_OF_ENTRIES_OF_LEDGER work on it this run?
 
-    A listing request and an entry read go out together. Any answer to the listing (entries, ENOLEDGER,
-    EUNKNOWNLEDGERSTATE from a bookie holding the ledger in limbo, even bytes that later fail to decode) means
-    listing works. No answer in `timeout_s` (a Java bookie on
-    DbLedgerStorage sends none) or an error status means it does not, provided the bookie answers the read
-    (with anything: ENOLEDGER, ENOENTRY, an entry); a bookie that answers neither is simply unreachable and
-    keeps the listing path, which reports it as such.
+    `probes`: (ledger, entry) pairs the metadata says the bookie stores (`probe_targets`). For each, a
+    listing request and a read of that entry go out together, all bounded by one deadline of `timeout_s`.
+
+    * A listing answered with entries (even bytes that later fail to decode) or EUNKNOWNLEDGERSTATE (a
+      bkaudit bookie holding the ledger in limbo; a Java bookie with limbo support is DbLedgerStorage, which
+      never lists) → listing works.
+    * A listing with no answer in time (DbLedgerStorage sends none for a ledger it holds) or an error status,
+      for a ledger whose read the bookie answered (an entry, ENOENTRY, ENOLEDGER, any status) → reads; so is
+      a listing answering ENOLEDGER for a ledger whose entry the bookie returns.
+    * Every listing answered ENOLEDGER, reads agreeing: the bookie holds none of them, on any storage, and
+      the mode is not told → listing; should listings go unanswered later in the run while reads are
+      answered, the bookie switches to reads then (`bkaudit.job.live.switch_to_reads`).
+    * Neither answered → the bookie is unreachable and keeps the listing path, which reports it.
+    * No probe (no closed ledger with entries places any on it) → listing, with the same in-run switch.
     """
+    if not probes:
+        return EVIDENCE_LISTING, "no closed ledger with entries on it to probe with"
+
     def outcome(fut: Future[Any] | None) -> tuple[str | None, str]:
         """(the status of a BookKeeper answer — OK included — or None without one, what happened)."""
         if fut is None:
@@ -151,21 +212,40 @@ def probe_listing(client: Any, *, timeout_s: float, ledger_id: int = 0) -> tuple
             return None, f"{type(exc).__name__}: {exc}"
         return STATUS_OK, "answered"
 
-    deadline = time.monotonic() + timeout_s
-    futures: list[Future[Any] | None] = []
-    sends: tuple[Callable[[], Future[Any]], ...] = (
-        lambda: client.get_list_of_entries(ledger_id),
-        lambda: client.read_entry(ledger_id, 0),
-    )
-    for send in sends:
+    def send(call: Callable[..., Future[Any]], *args: int) -> Future[Any] | None:
         try:
-            futures.append(send())
+            return call(*args)
         except Exception:
-            futures.append(None)
-    listed, why = outcome(futures[0])
-    if listed in (STATUS_OK, STATUS_NO_LEDGER, STATUS_UNKNOWN_LEDGER_STATE):
-        return EVIDENCE_LISTING, "listing answered"
-    alive, read_why = outcome(futures[1])
-    if alive is not None:
-        return EVIDENCE_READS, f"listing probe failed ({why}); reads answered"
-    return EVIDENCE_LISTING, f"unreachable (listing: {why}; read: {read_why})"
+            return None
+
+    deadline = time.monotonic() + timeout_s
+    sent = [
+        (ledger, entry, send(client.get_list_of_entries, ledger), send(client.read_entry, ledger, entry))
+        for ledger, entry in probes
+    ]
+    unreachable: list[str] = []
+    undecided = 0
+    for ledger, entry, listing, read in sent:
+        listed, why = outcome(listing)
+        if listed in (STATUS_OK, STATUS_UNKNOWN_LEDGER_STATE):
+            return EVIDENCE_LISTING, f"listing of ledger {ledger} answered"
+        alive, read_why = outcome(read)
+        if alive is None:
+            unreachable.append(f"ledger {ledger}: listing {why}; read {read_why}")
+            continue
+        if listed is None or listed != STATUS_NO_LEDGER:
+            return EVIDENCE_READS, (
+                f"listing of ledger {ledger}, which it stores, failed ({why}); the read of entry {entry} "
+                f"was answered ({read_why})"
+            )
+        if alive == STATUS_OK:
+            return EVIDENCE_READS, (
+                f"listing of ledger {ledger} answered ENOLEDGER, yet it returned entry {entry}"
+            )
+        undecided += 1
+    if undecided:
+        return EVIDENCE_LISTING, (
+            f"listing answered ENOLEDGER for the {undecided} probed ledger(s) it lacks; reads take over if "
+            "listing stops answering during the run"
+        )
+    return EVIDENCE_LISTING, "unreachable (" + "; ".join(unreachable) + ")"

@@ -17,6 +17,7 @@ from bkaudit.audit.availability import REASON_METADATA_CHANGING, unverifiable
 from bkaudit.audit.base import Finding
 from bkaudit.audit.durability import BookieEvidence
 from bkaudit.audit.metadata import MetadataCheck, MetadataRecord
+from bkaudit.audit.open_segments import OpenSegment, open_segment_finding
 from bkaudit.audit.placement import PlacementCheck
 from bkaudit.audit.reconcile import MarkerState, Recheck, ZnodeVersion, apply_marker, recheck
 from bkaudit.errors import FormatError
@@ -33,6 +34,9 @@ AskBookies = Callable[
     [Sequence[LedgerShape], Mapping[int, tuple[str, bytes]]], Mapping[int, list[BookieEvidence]]
 ]
 """Shapes (and each ledger's digest type and password) → every bookie's evidence per ledger id."""
+OpenSegments = Callable[[Sequence[LedgerShape], Mapping[int, tuple[str, bytes]]], Mapping[int, OpenSegment]]
+"""Shapes of ledgers that are not closed (and their digest types) → how far each one's last segment is checked
+(`bkaudit.audit.open_segments`)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class LiveReads:
     znodes: Znodes
     markers: Markers
     ask: AskBookies
+    open_segments: OpenSegments | None = None
+    """None: the last segment of an open ledger is not checked (`check_open_ledgers` off)."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,8 @@ class RereadRules:
     """How to judge a re-evaluated ledger (the run's placement and durability settings)."""
 
     placement: PlacementCheck
-    registered: frozenset[str]
+    lost: frozenset[str]
+    """Lost bookies of the run (`bookie_stats.lost_bookies`): their copies count missing."""
     max_ranges: int
     max_rounds: int
 
@@ -156,10 +163,16 @@ def reevaluate(changed: Changed, *, reads: LiveReads, rules: RereadRules) -> Rer
             shape, creds, fresh[ledger_id] = evaluate_metadata(ledger_id, data, ver, rules.placement)
             if shape is not None and creds is not None:
                 shapes[ledger_id], digests[ledger_id] = shape, creds
+        still_open = [x for x in shapes.values() if not x.closed]
+        if still_open and reads.open_segments is not None:
+            for ledger_id, seg in reads.open_segments(still_open, digests).items():
+                shapes[ledger_id] = shapes[ledger_id].with_open_end(seg.end)
+                if not seg.known:
+                    fresh[ledger_id].append(open_segment_finding(seg))
         evidence = reads.ask(list(shapes.values()), digests)
         for ledger_id, shape in shapes.items():
             fresh[ledger_id] += ledger_findings(
-                shape, evidence.get(ledger_id, []), max_ranges=rules.max_ranges, registered=rules.registered
+                shape, evidence.get(ledger_id, []), max_ranges=rules.max_ranges, lost=rules.lost
             )
         # stable only if the znode did not move again while we were asking
         again = reads.znodes(sorted(todo))

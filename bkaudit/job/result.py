@@ -40,6 +40,8 @@ class CheckResult:
     bookies: list[BookieCheck] = field(default_factory=list)
     exit_code: int = 1
     metrics_error: str | None = None
+    check_stamps: tuple[str, ...] = ()
+    """The Auditor checks this run covered, whose `*ctime` znodes it stamps (`audit.coverage.stamps`)."""
 
     def summary(self) -> dict[str, Any]:
         """What `--json` prints: exactly the issue's keys."""

@@ -32,7 +32,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -40,15 +40,18 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bkaudit.audit.base import Category
 from bkaudit.audit.classification import FailOn, count_findings, count_under_repair, exit_code
+from bkaudit.audit.coverage import RunCoverage, stamps
+from bkaudit.audit.open_segments import OpenSegment, open_segment_finding
 from bkaudit.audit.reads import EVIDENCE_READS
 from bkaudit.audit.settings import CheckerSettings
 from bkaudit.config import Settings, ZkSettings
 from bkaudit.errors import BkAuditError
-from bkaudit.job.bookie_stats import bookie_findings, bookie_stats
+from bkaudit.job.bookie_stats import bookie_findings, bookie_stats, lost_bookies
 from bkaudit.job.check_options import CheckOptions, validate_options
-from bkaudit.job.cluster_view import ClusterView, read_cluster_view, read_placement_inputs
-from bkaudit.job.fanout import FanoutConfig
+from bkaudit.job.cluster_view import ClusterView, read_cluster_view, read_placement_inputs, registered_now
+from bkaudit.job.fanout import FanoutConfig, shape_of
 from bkaudit.job.findings import Located, violations_of
 from bkaudit.job.inputs import (
     ALL,
@@ -62,13 +65,31 @@ from bkaudit.job.inputs import (
     stage_ledger_input,
     staging_dir,
 )
-from bkaudit.job.ledger_pass import LedgerPassPlan, ReadEvidencePlan, read_side_output
-from bkaudit.job.live import Session, live_reads, overdue_markers, probe_evidence, record_check_times
+from bkaudit.job.ledger_pass import (
+    LEDGER_INPUT_SCHEMA,
+    LedgerPassPlan,
+    ReadEvidencePlan,
+    iter_shapes,
+    read_requests,
+    read_side_output,
+)
+from bkaudit.job.live import (
+    Session,
+    live_reads,
+    overdue_markers,
+    probe_evidence,
+    read_open_segments,
+    record_check_times,
+    switch_to_reads,
+)
 from bkaudit.job.publish import publish
+from bkaudit.job.read_evidence import PROBE_SCAN_LEDGERS, probe_targets
 from bkaudit.job.reread import RereadRules, reread
 from bkaudit.job.result import FAILED, SUCCEEDED, CheckFailed, CheckResult, new_run_id
 from bkaudit.job.run_metrics import export_run_metrics
 from bkaudit.job.sink import DeltaSink, ResultSink, RunInfo
+from bkaudit.model.shape import CLOSED, LedgerShape
+from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.rpc.settings import RpcSettings
 from bkaudit.rpc.tls import TlsConfig
 from bkaudit.spark.snapshot import run_snapshot
@@ -77,6 +98,7 @@ from bkaudit.tables.store import validate_snapshot_id
 from bkaudit.zk import registry
 from bkaudit.zk.client import acls, close, connect
 from bkaudit.zk.ledgers import read_layout
+from bkaudit.zk.paths import CHECK_CTIME_NODES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -236,9 +258,11 @@ def _check(
     t = _lap(result, "load", t)
 
     ctx.say("ledger pass and fan-out: metadata, placement, then every bookie asked for its entries")
+    tls = TlsConfig.from_settings(ctx.settings)
     candidates = sorted(ensemble_loads(inputs.table)) if inputs.table is not None else sorted(view.targets)
     modes = probe_evidence(
-        candidates, targets=view.targets, conf=conf, tls=TlsConfig.from_settings(ctx.settings)
+        candidates, probes=probe_targets(inputs.closed_sample(), candidates), targets=view.targets, conf=conf,
+        tls=tls,
     )
     readers = frozenset(b for b, (mode, _why) in modes.items() if mode == EVIDENCE_READS)
     if readers:
@@ -246,12 +270,17 @@ def _check(
             f"{len(readers)} bookie(s) without listing, verified by reads ({conf.verification_percentage:g}% "
             f"between first and last): {', '.join(sorted(readers))}"
         )
+    opened = open_segments(ctx, inputs, view, tls) if conf.check_open_ledgers else OpenSegments()
+    if opened.segments:
+        ctx.say(f"{len(opened.segments)} open ledgers: last segments checked up to their bookies' LAC "
+                f"({len(opened.unknown)} without an established LAC)")
     plan = LedgerPassPlan(
         placement=placement,
         writable=view.writable,
         check_open_ledgers=conf.check_open_ledgers,
         side_dir=f"{ctx.staging}/ledger-pass",
         reads=ReadEvidencePlan(readers, conf.verification_percentage, seed=ctx.run_id),
+        open_ends=opened.ends,
     )
     source = inputs.files if inputs.files is not None else inputs.frame()
     loads = {
@@ -270,7 +299,12 @@ def _check(
         loads=loads,
         staging=ctx.staging,
         say=ctx.say,
+        fallback=lambda failed: switch_fallback(
+            ctx, inputs, view, tls, failed, readers=readers, ends=opened.ends
+        ),
     )
+    for bookie, why in fan.switched.items():
+        modes[bookie] = (EVIDENCE_READS, why)
     passed = read_side_output(plan.side_dir)
     result.ledgers_checked = passed.ledgers
     result.ledgers_durability_checked = passed.durability_ledgers
@@ -283,15 +317,19 @@ def _check(
             "BookKeeper's (it counts only writable bookies: docs/placement.md)"
         )
 
-    located = passed.located + combine(spark, ctx, inputs, view, fan)
     result.bookies = bookie_stats(fan.calls, view=view, evidence=modes)
     result.bookies_checked = len(result.bookies)  # bookies asked (answered or not)
+    lost = lost_bookies(result.bookies, registered_now=registered_now(zk, root=ctx.zk.root))
+    if lost:
+        ctx.say(f"{len(lost)} lost bookie(s), not registered and silent through the re-check: their copies "
+                f"count missing ({', '.join(sorted(lost))})")
+    located = passed.located + opened.findings + combine(spark, ctx, inputs, fan, lost, opened.ends)
     t = _lap(result, "combine", t)
 
     ctx.say(f"re-reading {len({x.finding.ledger_id for x in located})} ledgers before reporting")
     rules = RereadRules(
         placement=placement.check(view.writable),
-        registered=frozenset(view.registered),
+        lost=lost,
         max_ranges=conf.max_ranges_per_row,
         max_rounds=conf.max_reevaluations,
     )
@@ -333,9 +371,19 @@ def _check(
     result.status = SUCCEEDED
     result.exit_code = exit_code(result.counts, ctx.fail_on)
     result.seconds = time.monotonic() - ctx.t0
+    covered = RunCoverage(
+        every_ledger=selection.complete,
+        open_segments=conf.check_open_ledgers and not opened.unknown,
+        unverified_ledgers=sum(1 for f in findings if f.category is Category.LEDGER_UNVERIFIABLE),
+        exact=conf.verification_percentage >= 100 or not any(m == EVIDENCE_READS for m, _w in modes.values()),
+    )
+    result.check_stamps = stamps(covered)
+    if conf.write_check_ctimes and result.check_stamps:
+        record_check_times(session, result.check_stamps, acl=acls(ctx.zk))
+    if conf.write_check_ctimes and selection.complete and len(result.check_stamps) < len(CHECK_CTIME_NODES):
+        ctx.say(f"the Auditor's check times this run did not cover are left alone (stamped: "
+                f"{', '.join(result.check_stamps) or 'none'}; docs/checker.md)")
     if selection.complete:
-        if conf.write_check_ctimes:
-            record_check_times(session, acl=acls(ctx.zk))
         export_run_metrics(result, success=True, conf=conf, options=ctx.options)
 
 
@@ -376,6 +424,127 @@ class RunInputs:
     files: list[str] | None
     frame: Callable[[], DataFrame]
     """The ledger input as a Spark frame (lazy; used when `files` is None, and by the Spark combine)."""
+
+    def closed_sample(self) -> list[pa.RecordBatch]:
+        """Closed ledgers with entries, in a stable order, at most `PROBE_SCAN_LEDGERS`: what each bookie's
+        evidence probe picks its ledgers from (`read_evidence.probe_targets`)."""
+        if self.table is not None:
+            table = self.table.filter(_closed_with_entries(self.table))
+            first = pc.sort_indices(table.column("ledger_id"))[:PROBE_SCAN_LEDGERS]
+            head: pa.Table = table.take(first)
+            return list(head.to_batches(max_chunksize=10_000))
+        from pyspark.sql import functions as F  # optional pyspark (see _check)
+
+        frame = self.frame().where((F.col("state") == CLOSED) & (F.col("last_entry_id") >= 0))
+        sample: pa.Table = frame.orderBy("ledger_id").limit(PROBE_SCAN_LEDGERS).toArrow()
+        return list(sample.to_batches(max_chunksize=10_000))
+
+    def open_ledgers(self) -> pa.Table:
+        """The ledger input rows of ledgers that are not closed (LEDGER_INPUT_SCHEMA)."""
+        if self.table is not None:
+            state = self.table.column("state")
+            return self.table.filter(pc.invert(pc.fill_null(pc.equal(state, CLOSED), False)))
+        from pyspark.sql import functions as F  # optional pyspark (see _check)
+
+        frame = self.frame().where(F.col("state").isNull() | (F.col("state") != CLOSED))
+        return frame.toArrow().cast(LEDGER_INPUT_SCHEMA)
+
+    def shapes(self, ledger_ids: Sequence[int], warehouse: str) -> dict[int, LedgerShape]:
+        """The shapes of a few ledgers of the input, by id (from the driver's table, else the snapshot)."""
+        wanted = pa.array(sorted(set(ledger_ids)), pa.int64())
+        rows = shape_rows(self.table, wanted) if self.table is not None else shapes_of(
+            warehouse, self.snapshot_id, ledger_ids)
+        return {i: shape_of(r) for i, r in rows.items()}
+
+
+def _closed_with_entries(table: pa.Table) -> pa.ChunkedArray:
+    closed = pc.fill_null(pc.equal(table.column("state"), CLOSED), False)
+    return pc.and_(closed, pc.fill_null(pc.greater_equal(table.column("last_entry_id"), 0), False))
+
+
+@dataclass(frozen=True)
+class OpenSegments:
+    """How far the run checks the last segment of each ledger that is not closed (`read_open_segments`)."""
+
+    segments: Mapping[int, OpenSegment] = dataclasses.field(default_factory=dict)
+    findings: list[Located] = dataclasses.field(default_factory=list)
+    """`ledger_unverifiable` for those whose LAC could not be established."""
+
+    @property
+    def ends(self) -> dict[int, int]:
+        return {i: seg.end for i, seg in self.segments.items() if seg.end is not None}
+
+    @property
+    def unknown(self) -> list[int]:
+        return sorted(i for i, seg in self.segments.items() if not seg.known)
+
+
+def open_segments(
+    ctx: RunContext, inputs: RunInputs, view: ClusterView, tls: TlsConfig | None
+) -> OpenSegments:
+    """The LAC of every open ledger from its last ensemble, as checkAllLedgers opens it (driver; open ledgers
+    are a small share of a cluster's: one per Pulsar topic)."""
+    rows = inputs.open_ledgers()
+    shapes: list[LedgerShape] = []
+    where: dict[int, dict[str, Any]] = {}
+    for batch in rows.to_batches(max_chunksize=10_000):
+        for row, shape in iter_shapes(batch):
+            if shape is None or shape.closed or not shape.segments or shape.problems():
+                continue
+            shapes.append(shape)
+            where[shape.ledger_id] = row
+    if not shapes:
+        return OpenSegments()
+    conf = ctx.conf
+    pool = BookieClientPool(static=view.targets, tls=tls, request_timeout_s=conf.call_timeout_s,
+                            connect_timeout_s=min(ctx.settings.get(RpcSettings).connect_timeout_s,
+                                                  conf.call_timeout_s),
+                            max_frame_bytes=ctx.settings.get(RpcSettings).max_frame_bytes)
+    try:
+        segments = read_open_segments(
+            pool, shapes, {i: r.get("digest_type") for i, r in where.items()}, conf=conf
+        )
+    finally:
+        pool.close()
+    findings = []
+    for i, seg in segments.items():
+        if seg.known:
+            continue
+        row = where[i]
+        f = open_segment_finding(seg, znode_version=row["znode_version"])
+        findings.append(Located(f, row["znode_version"], row["znode_mzxid"], row["managed_ledger"]))
+    return OpenSegments(segments, findings)
+
+
+def switch_fallback(
+    ctx: RunContext,
+    inputs: RunInputs,
+    view: ClusterView,
+    tls: TlsConfig | None,
+    failed: pa.Table,
+    *,
+    readers: frozenset[str],
+    ends: Mapping[int, int],
+) -> tuple[dict[str, str], pa.Table]:
+    """The fan-out's in-run switch (`fanout_stage(fallback=...)`): bookies whose listing went unanswered
+    while they answer reads (`live.switch_to_reads`), and their failed listing requests as reads."""
+
+    def shapes(ids: Sequence[int]) -> dict[int, LedgerShape]:
+        return {i: s.with_open_end(ends.get(i)) for i, s in inputs.shapes(ids, ctx.options.warehouse).items()}
+
+    switched = switch_to_reads(
+        failed, shapes=shapes, readers=readers, targets=view.targets, conf=ctx.conf, tls=tls
+    )
+    if not switched:
+        return {}, failed.slice(0, 0)
+    moved = failed.filter(pc.and_(
+        pc.is_in(failed.column("bookie_id"), pa.array(sorted(switched), pa.string())),
+        pc.is_null(failed.column("read_entries")),
+    ))
+    ids = sorted(set(moved.column("ledger_id").to_pylist()))
+    requests = read_requests(moved, shapes(ids), percentage=ctx.conf.verification_percentage,
+                             seed=ctx.run_id)
+    return switched, requests
 
 
 def load_inputs(
@@ -424,12 +593,18 @@ def fanout_config(ctx: RunContext, view: ClusterView, attempt: int) -> FanoutCon
 
 
 def combine(
-    spark: SparkSession, ctx: RunContext, inputs: RunInputs, view: ClusterView, fan: FanoutOutput
+    spark: SparkSession,
+    ctx: RunContext,
+    inputs: RunInputs,
+    fan: FanoutOutput,
+    lost: frozenset[str],
+    open_ends: Mapping[int, int],
 ) -> list[Located]:
     """Per ledger with anything to report, combine its bookies' evidence.
 
     On the driver over the staged answers for a few thousand ledgers (no shuffle of the whole ledger input
-    for a handful of rows); on Spark when many need it, e.g. after a bookie was wiped.
+    for a handful of rows); on Spark when many need it, e.g. after a bookie was wiped. `lost`: the run's lost
+    bookies (their copies count missing); `open_ends`: how far open ledgers' last segments were checked.
     """
     from bkaudit.spark.checker_stages import combine_on_driver, combine_stage  # optional pyspark (see _check)
 
@@ -437,11 +612,10 @@ def combine(
     if fan.final is None or not ids:
         return []
     ctx.say(f"combining answers of {len(ids)} ledgers")
-    registered = frozenset(view.registered)
     max_ranges = ctx.conf.max_ranges_per_row
     if len(ids) > DRIVER_COMBINE_MAX:
         return combine_stage(
-            spark, fan.final, ids, inputs.frame(), max_ranges=max_ranges, registered=registered
+            spark, fan.final, ids, inputs.frame(), max_ranges=max_ranges, lost=lost, open_ends=open_ends
         )
     wanted = pa.array(sorted(ids), pa.int64())
     shapes: Mapping[int, Mapping[str, object]]
@@ -449,4 +623,5 @@ def combine(
         shapes = shape_rows(inputs.table, wanted)
     else:
         shapes = shapes_of(ctx.options.warehouse, inputs.snapshot_id, ids)
-    return combine_on_driver(fan.response_paths, shapes, ids, max_ranges=max_ranges, registered=registered)
+    return combine_on_driver(fan.response_paths, shapes, ids, max_ranges=max_ranges, lost=lost,
+                             open_ends=open_ends)

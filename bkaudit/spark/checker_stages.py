@@ -84,12 +84,19 @@ def ledger_pass_stage(
 @dataclass
 class FanoutOutput:
     """The fan-out's answers: final responses (Spark over the staged files), the call log of every attempt,
-    and the ledgers whose evidence needs the per-ledger combine."""
+    the ledgers whose evidence needs the per-ledger combine, and the bookies that switched to reads."""
 
     final: DataFrame | None
     calls: pa.Table
     needs_combine: set[int] = field(default_factory=set)
     response_paths: list[str] = field(default_factory=list)
+    switched: dict[str, str] = field(default_factory=dict)
+    """Bookie → why, for bookies verified by reads from some attempt on (listing stopped answering)."""
+
+
+Fallback = Callable[[pa.Table], tuple[dict[str, str], pa.Table]]
+"""An attempt's failed rows (REQUEST columns and status) → (bookies that switch to reads, with why; the
+REQUEST rows verifying their failed listing requests by reads instead)."""
 
 
 def fanout_stage(
@@ -104,6 +111,7 @@ def fanout_stage(
     loads: Mapping[str, int],
     staging: str,
     say: Callable[[str], None],
+    fallback: Fallback | None = None,
 ) -> FanoutOutput:
     """Requests → responses, with BP-34's delayed re-check of failures.
 
@@ -111,7 +119,10 @@ def fanout_stage(
     read-only and never repeated downstream). A ledger needs the per-ledger combine when an answer differs
     from the expected entries, is ENOLEDGER, or a bookie never answered. `fused`: the first attempt's
     answers straight from the ledger pass's tasks (`ledger_pass_stage(fanout=...)`), instead of `requests`
-    repartitioned by bookie; the re-checks always go by bookie.
+    repartitioned by bookie; the re-checks always go by bookie. `fallback`: after each attempt with
+    failures, which bookies switch to reads (their listing went unanswered while they answer reads); their
+    failed listing requests are asked again as reads in the next attempt, one more than `retry_attempts`
+    if need be (that attempt then carries only them).
     """
     if requests is None and fused is None:
         raise ValueError("the fan-out needs requests or a fused ledger pass")
@@ -124,16 +135,14 @@ def fanout_stage(
     logs: list[pa.Table] = []
     interesting: set[int] = set()
     unanswered: set[int] = set()
+    given_up: set[int] = set()
     paths: list[str] = []
     final: DataFrame | None = None
     last_failed: DataFrame | None = None
-    failed = -1
-    for attempt in range(retry_attempts + 1):
-        if attempt:
-            if failed == 0:
-                break
-            say(f"re-checking {failed} failed (ledger, bookie) calls in {retry_delay_s:g}s")
-            time.sleep(retry_delay_s)
+    carried: DataFrame | None = None
+    switched: dict[str, str] = {}
+    attempt = 0
+    while True:
         path = f"{staging}/responses-{attempt}"
         if fused is not None and attempt == 0:
             answers = fused(config(attempt))
@@ -160,12 +169,41 @@ def fanout_stage(
         got = spark.read.schema(response_type).parquet(path)
         final = got.where(answered) if final is None else final.unionByName(got.where(answered))
         last_failed = got.where(~answered)
-        pending = last_failed.select(*REQUEST_SCHEMA.names)
+        switch: dict[str, str] = {}
+        replacement: pa.Table | None = None
+        if fallback is not None and failed:
+            not_answered = ~pc.field("status").isin(sorted(ANSWERED))
+            rows = pq.read_table(path, columns=[*REQUEST_SCHEMA.names, "status"], filters=not_answered)
+            switch, replacement = fallback(rows)
+            switched.update(switch)
+        if switch:
+            say(f"{len(switch)} bookie(s) stopped answering listing while answering reads: verified by reads "
+                f"from now on ({', '.join(sorted(switch))})")
+            moved = F.col("bookie_id").isin(*sorted(switch)) & F.col("read_entries").isNull()
+            kept = last_failed.where(~moved)
+            as_reads = spark.createDataFrame(replacement, schema=from_arrow_schema(REQUEST_SCHEMA))
+        retry = attempt < retry_attempts and failed > 0
+        if not retry and not switch:
+            break
+        if retry:
+            pending = (kept if switch else last_failed).select(*REQUEST_SCHEMA.names)
+            if switch:
+                pending = pending.unionByName(as_reads)
+        else:  # only the switched bookies' requests are asked again, the other failures stand
+            carried = kept if carried is None else carried.unionByName(kept)
+            given_up |= unanswered
+            pending = as_reads
+        attempt += 1
+        say(f"re-checking {failed} failed (ledger, bookie) calls in {retry_delay_s:g}s")
+        time.sleep(retry_delay_s)
     if final is None or last_failed is None:
         empty = pa.table({c: pa.array([], RESPONSE_SCHEMA.field(c).type) for c in CALL_LOG_COLUMNS})
-        return FanoutOutput(None, empty, interesting | unanswered, paths)
+        return FanoutOutput(None, empty, interesting | unanswered, paths, switched)
+    if carried is not None:
+        last_failed = carried.unionByName(last_failed)
     return FanoutOutput(
-        final.unionByName(last_failed), pa.concat_tables(logs), interesting | unanswered, paths
+        final.unionByName(last_failed), pa.concat_tables(logs), interesting | unanswered | given_up, paths,
+        switched,
     )
 
 
@@ -202,7 +240,8 @@ def combine_stage(
     ledger_input: DataFrame,
     *,
     max_ranges: int,
-    registered: frozenset[str],
+    lost: frozenset[str],
+    open_ends: Mapping[int, int],
 ) -> list[Located]:
     """The per-ledger combine on Spark (repartitioned and sorted by ledger), for many ledgers."""
     ids_table = pa.table({"ledger_id": pa.array(sorted(ids), pa.int64())})
@@ -215,7 +254,7 @@ def combine_stage(
     table = (
         joined.repartition(partitions, "ledger_id")
         .sortWithinPartitions("ledger_id", "bookie_id")
-        .mapInArrow(combine_partition(max_ranges, registered), from_arrow_schema(FINDING_SCHEMA))
+        .mapInArrow(combine_partition(max_ranges, lost, open_ends), from_arrow_schema(FINDING_SCHEMA))
         .toArrow()
     )
     return [located_of(r) for r in table.to_pylist()]
@@ -227,7 +266,8 @@ def combine_on_driver(
     ids: Iterable[int],
     *,
     max_ranges: int,
-    registered: frozenset[str],
+    lost: frozenset[str],
+    open_ends: Mapping[int, int],
 ) -> list[Located]:
     """The per-ledger combine on the driver: the staged answers of `ids`, read with Arrow."""
     wanted = pa.array(sorted(ids), pa.int64())
@@ -237,7 +277,7 @@ def combine_on_driver(
         .cast(RESPONSE_SCHEMA)
         for path in response_paths
     )
-    return combine_answers(answers, shapes, max_ranges=max_ranges, registered=registered)
+    return combine_answers(answers, shapes, max_ranges=max_ranges, lost=lost, open_ends=open_ends)
 
 
 def _murmur3_int(value: int, seed: int = 42) -> int:

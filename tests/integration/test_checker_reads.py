@@ -226,7 +226,10 @@ def world(cluster) -> dict[str, Any]:
     both = write_ledger(cluster, base, 2, 2)  # a middle entry deleted on nl0 and on its other holder
     corrupt = write_ledger(cluster, base, 3, 2)  # nl0's last entry corrupted: seen at 0% too
     healthy = write_ledger(cluster, base, 2, 2)
-    wiped = write_ledger(cluster, (nl1, l2, l3), 2, 2)  # nl1 loses its disk: ENOLEDGER for every read
+    # nl1 loses its disk: ENOLEDGER for every read, and for every listing too (a Java bookie on
+    # DbLedgerStorage answers the listing of a ledger it does not hold ENOLEDGER): the probe cannot tell its
+    # mode and keeps the listing, whose answers are as exact as reads' would be
+    wiped = write_ledger(cluster, (nl1, l2, l3), 2, 2)
     e_both = middle(both, nl0)
     other = next(b for b in both.holders(e_both) if b != nl0)
     inject(
@@ -247,6 +250,7 @@ def world(cluster) -> dict[str, Any]:
         "ledgers": ledgers,
         "damage": damage,
         "readers": {nl0, nl1},
+        "probed_readers": {nl0},  # nl1, wiped, answers every listing ENOLEDGER: it stays on listing
         "listers": {l2, l3},
         "corrupt": corrupt,
         "corrupt_entry": corrupt.stored(nl0)[-1],
@@ -261,6 +265,10 @@ def check_evidence(result, world, *, fraction_full: bool) -> None:
     assert rows
     wiped = world["damage"].wiped
     for r in rows:
+        on = [b for b in by_id[r.ledger_id].ensemble if b in world["readers"]]
+        if all(b in wiped for b in on):  # listed ENOLEDGER by the wiped no-listing bookie: exact
+            assert r.evidence == "listing", r
+            continue
         assert r.evidence == "reads", r
         # ENOLEDGER proves every entry missing: a wiped reader counts as fully read
         all_proven = all(b in wiped for b in by_id[r.ledger_id].ensemble if b in world["readers"])
@@ -268,11 +276,14 @@ def check_evidence(result, world, *, fraction_full: bool) -> None:
             assert r.sampled_fraction == 1.0, r
         else:
             assert 0 < r.sampled_fraction < 1, r
-    evidence = {b.bookie_id: b.evidence for b in result.bookies}
+    evidence = {b.bookie_id: (b.evidence, b.evidence_reason or "") for b in result.bookies}
     for b in world["readers"]:
-        assert evidence.get(b) == "reads"
+        if b in wiped:
+            assert evidence[b][0] == "listing" and "ENOLEDGER" in evidence[b][1], evidence[b]
+        else:
+            assert evidence[b][0] == "reads", evidence[b]
     for b in world["listers"]:
-        assert evidence.get(b) == "listing"
+        assert evidence[b][0] == "listing"
 
 
 def test_full_reads_find_every_injected_hole(spark, cluster, world, tmp_path):
@@ -334,14 +345,18 @@ def test_decommission_audit_uses_read_evidence(spark, cluster, world, tmp_path):
     (answer,) = summary["bookies"]
     assert {x["ledger_id"] for x in answer["blocking"]} == blocked
     assert not summary["safe"]
-    assert summary["evidence"]["verified_by_reads"] == sorted(world["readers"])
+    assert summary["evidence"]["verified_by_reads"] == sorted(world["probed_readers"])
     assert summary["evidence"]["exact"] is True
-    # each blocking ledger's recorded detail says its evidence came from reads
+    # each blocking ledger's recorded detail says where its evidence came from: reads of nl0, the listing
+    # (ENOLEDGER) of the wiped nl1
     from bkaudit.tables.read import read_arrow
 
+    wiped_ledgers = {led.ledger_id for led in world["ledgers"] if set(led.ensemble) & damage.wiped}
     table = read_arrow(str(tmp_path), "decommission_audits").to_pylist()
-    details = [json.loads(b["detail"]) for r in table for b in r["blocking"] or []]
-    assert details and all(d.get("evidence") == "reads" for d in details)
+    details = [(b["ledger_id"], json.loads(b["detail"])) for r in table for b in r["blocking"] or []]
+    assert details and all(
+        d.get("evidence", "listing") == ("listing" if lid in wiped_ledgers else "reads") for lid, d in details
+    ), details
 
 
 def test_metadata_changed_after_the_snapshot_is_re_read_by_reads(spark, cluster, world, tmp_path):

@@ -2,8 +2,9 @@
 
 Ledger metadata is written straight into a real ZooKeeper (BookKeeper bytes) and snapshotted by the real
 snapshot job. Nothing here needs a bookie to answer: the ledgers are empty, open with one segment, or on
-bookie ids nothing listens on (which must become `ledger_unverifiable`, never silence). Ground truth is the
-metadata each test wrote.
+bookie ids nothing listens on and nothing registers: lost bookies, whose copies count missing (as
+BookKeeper's Auditor marks a lost bookie's ledgers), and whose open ledger's LAC cannot be read (that segment
+is `ledger_unverifiable`, never silence). Ground truth is the metadata each test wrote.
 """
 
 from __future__ import annotations
@@ -128,12 +129,18 @@ def test_findings_match_what_was_written(spark, world, snapshot_id):
         "placement_fail": {ONE_RACK},
         "metadata_unparseable": {CORRUPT},
         "underreplicated_too_long": {STALE},
-        "ledger_unverifiable": {UNREACHABLE},
+        "no_replica": {UNREACHABLE},
+        "ledger_unverifiable": {OPEN_ONE_SEGMENT},
     }
+    # unreachable AND unregistered through the re-check: lost, as the Auditor sees them; their copies are
+    # not copies (no bookie row: the Auditor already knows they are gone)
+    lost = next(r for r in result.violations if r.category == "no_replica")
+    assert lost.detail["cause"] == "lost_bookie" and lost.detail["lost_bookies"] == [A, C]
+    assert lost.detail["entries_without_replica"] == 5 and lost.detail["partial"] is False
+    # the open ledger's LAC cannot be read from lost bookies: its last segment is unverifiable, not silent
     unverifiable = next(r for r in result.violations if r.category == "ledger_unverifiable")
     detail = unverifiable.detail
-    # unreachable AND unregistered: the Auditor knows they are gone, so no bookie row, but never silence
-    assert detail["reason_code"] == "bookie_not_registered"
+    assert detail["reason_code"] == "open_segment_unknown" and detail["open_segment"]["first_entry"] == 0
     assert {b["bookie"] for b in detail["bookies"]} == {A, C}
     assert result.counts["bookie_unreachable_but_registered"] == 0
     assert result.ledgers_checked == 6 and result.ledgers_durability_checked == 1
@@ -152,7 +159,7 @@ def test_tables_written_and_rerun_replaces(spark, world, snapshot_id):
     again = check(spark, world, snapshot_id, run_id="rerun-1")
     wh = world["warehouse"]
     rows = run_rows(wh, "violations", "rerun-1")
-    assert len(rows) == len(again.violations) == len(first.violations) == 4
+    assert len(rows) == len(again.violations) == len(first.violations) == 5
     assert {r["severity"] for r in rows} == {"critical", "warning"}
     assert all(r["snapshot_id"] == snapshot_id and r["run_date"] == again.run_date for r in rows)
     # quorum columns: what _md wrote (ensemble of 2, WQ 2, AQ 2); none for the unparseable znode
@@ -358,7 +365,15 @@ def test_publish_placement_marks_with_no_replicas(spark, world, snapshot_id):
     assert marker.replicas == () and records.parse_underreplicated_marker(data).ctime is not None
     row = next(r for r in result.violations if r.category == "placement_fail")
     assert row.published is True
-    assert not any(r.published for r in result.violations if r.category != "placement_fail")
+    # the lost bookies' ledger is marked with them as replicas, as the Auditor's bookie check marks it
+    assert {(r.category, r.ledger_id) for r in result.violations if r.published} == {
+        ("placement_fail", ONE_RACK), ("no_replica", UNREACHABLE)}
+    zk = connect(world["zk"])
+    try:
+        lost, _ = get_marker(zk, UNREACHABLE, root=world["root"])
+    finally:
+        close(zk)
+    assert set(lost.replicas) == {A, C}
 
 
 def test_partition_keys_land_in_distinct_spark_partitions(spark):
@@ -374,7 +389,9 @@ def test_partition_keys_land_in_distinct_spark_partitions(spark):
 
 
 def test_cluster_without_entries_to_verify(spark, zk_server, tmp_path):
-    """No (ledger, bookie) has anything to hold: no request at all, still a clean, complete run."""
+    """No (ledger, bookie) has anything to hold: no listing or read request at all, a complete run. The open
+    ledger's LAC is asked of its bookies, as checkAllLedgers opens it; nothing answers, so its last segment
+    is the one row."""
     from bkaudit.spark.snapshot import run_snapshot
 
     root = unique_path("t", "/ledgers")
@@ -386,7 +403,9 @@ def test_cluster_without_entries_to_verify(spark, zk_server, tmp_path):
     empty = {"zk": zk_server.connect_string, "root": root, "warehouse": str(tmp_path / "wh")}
     sid = str(run_snapshot(spark, settings(empty), warehouse=empty["warehouse"]).snapshot_id)
     result = check(spark, empty, sid)
-    assert result.status == "succeeded" and result.violations == [] and result.bookies == []
+    assert result.status == "succeeded" and result.bookies == []
+    assert [(v.category, v.ledger_id, v.detail["reason_code"]) for v in result.violations] == [
+        ("ledger_unverifiable", 2, "open_segment_unknown")]
     assert result.ledgers_checked == 2 and result.ledgers_durability_checked == 0 and result.exit_code == 0
 
 
@@ -402,16 +421,45 @@ def _proto_int64_field1(data: bytes) -> int:
     raise AssertionError("truncated varint")
 
 
-def test_a_successful_run_stamps_the_auditors_check_times(spark, world, snapshot_id):
-    """The checker stands in for the Auditor's periodic checks: their ctime znodes say when it last ran."""
+def test_only_a_run_covering_the_auditors_checks_stamps_their_times(spark, world, snapshot_id, zk_server,
+                                                                    tmp_path):
+    """A Java Auditor elected later delays each check by its interval minus the time since the stamp
+    (Auditor.java), a week for checkAllLedgers: a run stamps only the checks it covered (issue 30 item 4).
+    Here OPEN_ONE_SEGMENT's last segment cannot be checked (its LAC is not readable) and it is unverifiable:
+    not checkAllLedgers, not replicasCheck; every ledger's placement was judged: placementPolicyCheck."""
     before = int(time.time() * 1000)
     result = check(spark, world, snapshot_id, run_id="ctimes")
     after = int(time.time() * 1000)
-    assert result.status == "succeeded"
+    assert result.status == "succeeded" and result.check_stamps == ("placementpolicycheck",)
     zk = connect(world["zk"])
     try:
+        data, _ = zk.get(f"{world['root']}/underreplication/placementpolicycheckctime")
+        assert before <= _proto_int64_field1(data) <= after
+        for node in ("checkallledgersctime", "replicascheckctime"):
+            assert zk.exists(f"{world['root']}/underreplication/{node}") is None, node
+    finally:
+        close(zk)
+
+    # closed ledgers only, one of them on lost bookies (their copies counted missing): all covered
+    from bkaudit.spark.snapshot import run_snapshot
+
+    root = unique_path("t", "/ledgers")
+    zk = connect(zk_server.connect_string)
+    init_cluster(zk, root=root)
+    create_ledger_metadata(zk, 1, _md((A, C)), root=root)
+    create_ledger_metadata(zk, 2, _md((A, C), last=4), root=root)
+    close(zk)
+    covered = {"zk": zk_server.connect_string, "root": root, "warehouse": str(tmp_path / "wh")}
+    sid = str(run_snapshot(spark, settings(covered), warehouse=covered["warehouse"]).snapshot_id)
+    before = int(time.time() * 1000)
+    result = check(spark, covered, sid)
+    after = int(time.time() * 1000)
+    assert by_category(result.violations) == {"no_replica": {2}}
+    assert result.check_stamps == ("checkallledgers", "placementpolicycheck", "replicascheck")
+    zk = connect(zk_server.connect_string)
+    try:
         for node in ("checkallledgersctime", "placementpolicycheckctime", "replicascheckctime"):
-            data, _ = zk.get(f"{world['root']}/underreplication/{node}")
+            data, _ = zk.get(f"{root}/underreplication/{node}")
             assert before <= _proto_int64_field1(data) <= after, node
     finally:
         close(zk)

@@ -45,7 +45,7 @@ def metadata(ensemble: tuple[str, ...] = (A, B, C)) -> LedgerMetadata:
 def rules(max_rounds: int = 3) -> RereadRules:
     placement = PlacementCheck(DefaultPolicy(), Topology.from_mapping({}), "default")
     return RereadRules(
-        placement=placement, registered=frozenset({A, B, C}), max_ranges=100, max_rounds=max_rounds
+        placement=placement, lost=frozenset(), max_ranges=100, max_rounds=max_rounds
     )
 
 
@@ -127,6 +127,40 @@ def test_changed_metadata_is_judged_again_from_the_current_znode() -> None:
     out = reread([finding(7, version=1)], reads=live.reads(), rules=rules())
     assert live.asked == [7]
     assert out.findings == [] and out.reevaluated == 1 and out.changed == 1
+
+
+def test_a_reevaluated_open_ledger_is_checked_up_to_its_live_lac() -> None:
+    """An open ledger whose metadata moved is judged again with the LAC its bookies report now (issue 30 item
+    2); one whose LAC cannot be established is unverifiable, its last segment unchecked."""
+    from bkaudit.audit.open_segments import OpenSegment
+
+    md = LedgerMetadata(3, 2, 2, LedgerState.OPEN, -1, 0, DigestType.CRC32, b"", (Segment(0, (A, B, C)),))
+    current = serialize(md)
+    # B lost entry 4 (under the LAC 6) and everything past it; A and C hold 0-9
+    shape = LedgerShape.from_metadata(7, md).with_open_end(9)
+    held = {b: {e for x in exp for e in x.striping} for b, exp in expected_by_bookie(shape).items()}
+    holding = {A: held[A], B: {e for e in held[B] if e < 7 and e != 4}, C: held[C]}
+    seen: list[int] = []
+
+    def segments(shapes, _digests):  # type: ignore[no-untyped-def]
+        seen.extend(s.ledger_id for s in shapes)
+        return {s.ledger_id: OpenSegment(s.ledger_id, 0, 0, 6, 6, "checked up to the LAC 6") for s in shapes}
+
+    live = Live([{7: (current, ZnodeVersion(2, 20))}], holding=holding)
+    reads = LiveReads(znodes=live.znodes, markers=live.markers, ask=live.ask, open_segments=segments)
+    out = reread([finding(7, version=1)], reads=reads, rules=rules())
+    assert seen == [7]
+    (f,) = [x.finding for x in out.findings]
+    assert f.category is Category.BELOW_ACK_QUORUM and f.missing_entries == ((4, 4),)
+    assert f.detail["open_segment"] == {"segment": 0, "first_entry": 0, "checked_to": 6}
+
+    def unknown(shapes, _digests):  # type: ignore[no-untyped-def]
+        return {s.ledger_id: OpenSegment(s.ledger_id, 0, 0, None, None, "no coverage") for s in shapes}
+
+    live = Live([{7: (current, ZnodeVersion(2, 20))}], holding=holding)
+    reads = LiveReads(znodes=live.znodes, markers=live.markers, ask=live.ask, open_segments=unknown)
+    (g,) = [x.finding for x in reread([finding(7, version=1)], reads=reads, rules=rules()).findings]
+    assert g.category is Category.LEDGER_UNVERIFIABLE and g.detail["reason_code"] == "open_segment_unknown"
 
 
 def test_reevaluation_reports_what_the_bookies_hold_now() -> None:
@@ -240,7 +274,7 @@ def test_combine_on_the_driver_judges_each_ledger_from_its_rows() -> None:
         {"bookie_id": A, "ledger_id": 6, "status": "OK", "answer": None, "attempt": 0},  # no shape: skipped
     ]
     table = pa.Table.from_pylist(answers, schema=RESPONSE_SCHEMA)
-    out = combine_answers(table, {5: shape_row(5)}, max_ranges=100, registered={A, B, C})
+    out = combine_answers(table, {5: shape_row(5)}, max_ranges=100, lost=frozenset())
     # WQ=AQ=2 and B holds nothing: its entries keep one copy, below the ack quorum
     assert [(x.finding.category, x.finding.ledger_id) for x in out] == [(Category.BELOW_ACK_QUORUM, 5)]
     (x,) = out
@@ -249,7 +283,9 @@ def test_combine_on_the_driver_judges_each_ledger_from_its_rows() -> None:
     assert set(COMBINE_SCHEMA.names) >= set(RESPONSE_SCHEMA.names)
 
 
-def test_an_unregistered_bookie_that_failed_is_reported_as_not_registered() -> None:
+def test_a_lost_bookies_copies_are_missing_and_say_so() -> None:
+    """Not registered, silent through the re-check: BookKeeper's Auditor marks its ledgers (issue 30 item 3).
+    Ground truth: B held its whole share (WQ=AQ=2, E=3) and is gone, so its entries keep one copy."""
     shape = LedgerShape.of(
         ledger_id=5,
         ensemble_size=3,
@@ -267,8 +303,56 @@ def test_an_unregistered_bookie_that_failed_is_reported_as_not_registered() -> N
         BookieEvidence(C, "OK"),
         failed_evidence(B, "UNAVAILABLE", "refused"),
     ]
-    (f,) = ledger_findings(shape, evidence, max_ranges=10, registered={A, C})
-    assert f.category is Category.LEDGER_UNVERIFIABLE and f.detail["reason_code"] == "bookie_not_registered"
+    (f,) = ledger_findings(shape, evidence, max_ranges=10, lost={B})
+    held_by_b = sorted({e for x in expected_by_bookie(shape)[B] for e in x.striping})
+    assert f.category is Category.BELOW_ACK_QUORUM and f.min_replicas == 1
+    assert f.detail["cause"] == "lost_bookie" and f.detail["lost_bookies"] == [B]
+    assert f.detail["bookies_missing_entries"] == [B] and f.detail["partial"] is False
+    assert f.detail["entries_below_ack_quorum"] == len(held_by_b)
+    assert f.detail["missing_by_bookie"][0]["cause"] == "lost_bookie"
+    # every copy on lost bookies: no replica
+    (g,) = ledger_findings(shape, [BookieEvidence(A, "OK"), failed_evidence(B, "UNAVAILABLE", "x"),
+                                   failed_evidence(C, "CIRCUIT_OPEN", "x")], max_ranges=10, lost={B, C})
+    assert g.category is Category.NO_REPLICA and g.detail["lost_bookies"] == [B, C]
+
+
+def test_a_registered_bookie_that_does_not_answer_stays_unverified() -> None:
+    shape = LedgerShape.of(
+        ledger_id=5, ensemble_size=3, write_quorum=2, ack_quorum=2, state="CLOSED", last_entry_id=LAST,
+        segments=[(0, 0, (A, B, C))], version=4,
+    )
+    from bkaudit.job.combine import ledger_findings
+
+    evidence = [
+        BookieEvidence(A, "OK"), BookieEvidence(C, "OK"), failed_evidence(B, "UNAVAILABLE", "refused")
+    ]
+    (f,) = ledger_findings(shape, evidence, max_ranges=10, lost=frozenset())
+    assert f.category is Category.LEDGER_UNVERIFIABLE and f.detail["reason_code"] == "bookie_unreachable"
+    # a lost bookie that answered something (an error status) is reachable: not lost, unverified
+    (g,) = ledger_findings(shape, [BookieEvidence(A, "OK"), BookieEvidence(C, "OK"),
+                                   failed_evidence(B, "EIO", "disk")], max_ranges=10, lost={B})
+    assert g.category is Category.LEDGER_UNVERIFIABLE and g.detail["reason_code"] == "bookie_error"
+
+
+def test_lost_bookies_are_silent_and_unregistered_through_the_recheck() -> None:
+    from bkaudit.job.bookie_stats import lost_bookies
+
+    calls = pa.table(
+        {
+            "ledger_id": [1, 1, 1, 1, 1, 1],
+            "bookie_id": [A, B, C, A, B, C],
+            "status": ["UNAVAILABLE", "UNAVAILABLE", "UNAVAILABLE", "OK", "UNAVAILABLE", "UNAVAILABLE"],
+            "error": ["x"] * 6,
+            "call_id": ["1", "2", "3", "4", "5", "6"],
+            "call_ms": [1.0] * 6,
+            "attempt": [0, 0, 0, 1, 1, 1],
+        }
+    )
+    view = ClusterView(registered={C: "writable"}, targets={})
+    stats = bookie_stats(calls, view=view, evidence={})
+    # A answered in its last attempt; C is registered; B is silent and unregistered, unless it came back
+    assert lost_bookies(stats, registered_now=frozenset()) == {B}
+    assert lost_bookies(stats, registered_now={B}) == frozenset()
 
 
 def test_findings_cross_the_executor_boundary_unchanged_and_report_in_order() -> None:

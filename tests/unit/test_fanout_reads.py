@@ -42,6 +42,8 @@ class Reader:
         self.reads: list[tuple[int, int]] = []
         self.lock = threading.Lock()
         self.listing: Any = "hang"
+        self.listings: dict[int, Any] = {}
+        """Per-ledger listing answers (else `listing`)."""
 
     def read_entry(self, ledger_id: int, entry_id: int) -> Future[Any]:
         fut: Future[Any] = Future()
@@ -68,10 +70,11 @@ class Reader:
 
     def get_list_of_entries(self, ledger_id: int) -> Future[Any]:
         fut: Future[Any] = Future()
-        if isinstance(self.listing, BaseException):
-            fut.set_exception(self.listing)
-        elif self.listing != "hang":
-            fut.set_result(self.listing)
+        listing = self.listings.get(ledger_id, self.listing)
+        if isinstance(listing, BaseException):
+            fut.set_exception(listing)
+        elif listing != "hang":
+            fut.set_result(listing)
         return fut
 
     def close(self) -> None:
@@ -164,21 +167,67 @@ def test_partition_function_reads_for_rows_with_read_entries():
 
 
 def test_probe_tells_no_listing_from_listing_from_dead():
-    alive = Reader({})
-    alive.listing = "hang"  # DbLedgerStorage: no response to the listing request
-    mode, why = probe_listing(alive, timeout_s=0.2)
-    assert mode == "reads" and "no answer" in why
+    """Probed with ledgers it stores (closed, with entries): DbLedgerStorage never answers the listing of one
+    of those (UnsupportedOperationException escapes GetListOfEntriesOfLedgerProcessorV3) while it answers the
+    read; a listing bookie answers it; a dead one answers nothing."""
+    probes = [(5, 0), (6, 3)]
+    alive = Reader({(5, 0): b"entry", (6, 3): BookieError("ENOENTRY", "hole")})
+    alive.listing = "hang"
+    mode, why = probe_listing(alive, timeout_s=0.2, probes=probes)
+    assert mode == "reads" and "no answer" in why and "ledger 5" in why
     alive.listing = BookieError("EBADREQ", "unknown operation")
-    assert probe_listing(alive, timeout_s=0.2)[0] == "reads"
-    alive.listing = BookieError("ENOLEDGER", "")
-    assert probe_listing(alive, timeout_s=0.2) == ("listing", "listing answered")
-    alive.listing = b"\x00\x00"
-    assert probe_listing(alive, timeout_s=0.2)[0] == "listing"
+    assert probe_listing(alive, timeout_s=0.2, probes=probes)[0] == "reads"
+    alive.listing = b"\x00\x00"  # answered, even if the bytes will not decode
+    assert probe_listing(alive, timeout_s=0.2, probes=probes)[0] == "listing"
     # a bookie holding the probed ledger in limbo answers the listing: it lists, the ledger is unknown
     alive.listing = BookieError("EUNKNOWNLEDGERSTATE", "ledger is in limbo")
-    assert probe_listing(alive, timeout_s=0.2) == ("listing", "listing answered")
-    dead = Reader({(0, 0): "hang"})  # answers nothing at all
+    assert probe_listing(alive, timeout_s=0.2, probes=probes)[0] == "listing"
+    dead = Reader({(5, 0): "hang", (6, 3): "hang"})  # answers nothing at all
     t0 = time.monotonic()
-    mode, why = probe_listing(dead, timeout_s=0.3)
+    mode, why = probe_listing(dead, timeout_s=0.3, probes=probes)
     assert mode == "listing" and why.startswith("unreachable")
-    assert time.monotonic() - t0 < 5, "one deadline for both probes"
+    assert time.monotonic() - t0 < 5, "one deadline for every probe"
+
+
+def test_probe_is_not_fooled_by_enoledger_for_a_ledger_the_bookie_lacks():
+    """A Java bookie answers ENOLEDGER for a ledger it does not hold on every storage (the handle lookup fails
+    before the storage is asked): that says nothing about listing. Ground truth: DbLedgerStorage semantics,
+    ledger 5 never reached the bookie, ledger 6 did."""
+    db = Reader({(5, 0): BookieError("ENOLEDGER", ""), (6, 3): b"entry"})
+    db.listings = {5: BookieError("ENOLEDGER", "")}  # 6: no answer
+    mode, why = probe_listing(db, timeout_s=0.2, probes=[(5, 0), (6, 3)])
+    assert mode == "reads" and "ledger 6" in why
+    # it lacks every probed ledger: not told, listing stays (the run switches if listings go unanswered)
+    mode, why = probe_listing(db, timeout_s=0.2, probes=[(5, 0)])
+    assert mode == "listing" and "ENOLEDGER" in why
+    # ENOLEDGER from the listing while it returns the entry: the listing is not to be trusted
+    liar = Reader({(5, 0): b"entry"})
+    liar.listings = {5: BookieError("ENOLEDGER", "")}
+    assert probe_listing(liar, timeout_s=0.2, probes=[(5, 0)])[0] == "reads"
+    assert probe_listing(db, timeout_s=0.2, probes=[])[0] == "listing"
+
+
+def test_probe_targets_are_ledgers_the_bookie_must_hold():
+    from bkaudit.job.ledger_pass import LEDGER_INPUT_SCHEMA
+    from bkaudit.job.read_evidence import probe_targets
+
+    def row(lid: int, state: str, last: int, ensemble: list[str]) -> dict[str, Any]:
+        return {"ledger_id": lid, "ensemble_size": 3, "write_quorum": 2, "ack_quorum": 2, "state": state,
+                "last_entry_id": last, "znode_version": 0, "znode_mzxid": 0, "managed_ledger": None,
+                "segments": [{"segment_index": 0, "first_entry_id": 0, "ensemble": ensemble}],
+                "parse_error": None, "raw_size": 10, "digest_type": "CRC32C"}
+
+    X, Y, Z, W = "x:1", "y:1", "z:1", "w:1"
+    rows = [
+        row(1, "OPEN", 10, [X, Y, Z]),  # open: not a probe
+        row(2, "CLOSED", -1, [X, Y, Z]),  # no entries
+        row(3, "CLOSED", 0, [X, Y, Z]),  # entry 0 on X and Y only
+        row(4, "CLOSED", 9, [X, Y, Z]),
+        row(5, "CLOSED", 9, [W, Y, Z]),
+    ]
+    batch = pa.RecordBatch.from_pylist(rows, schema=LEDGER_INPUT_SCHEMA)
+    got = probe_targets([batch], [X, Y, Z, W], per_bookie=2)
+    assert got[X] == [(3, 0), (4, 0)]
+    assert got[Y] == [(3, 0), (4, 0)]
+    assert got[Z] == [(4, 1), (5, 1)]  # entry 1's write set is indexes 1, 2
+    assert got[W] == [(5, 0)]
