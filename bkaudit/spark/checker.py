@@ -428,10 +428,10 @@ class RunInputs:
     def closed_sample(self) -> list[pa.RecordBatch]:
         """Closed ledgers with entries, in a stable order, at most `PROBE_SCAN_LEDGERS`: what each bookie's
         evidence probe picks its ledgers from (`read_evidence.probe_targets`)."""
-        if self.table is not None:
-            table = self.table.filter(_closed_with_entries(self.table))
-            first = pc.sort_indices(table.column("ledger_id"))[:PROBE_SCAN_LEDGERS]
-            head: pa.Table = table.take(first)
+        if self.table is not None:  # only the sample's rows are copied, not every closed ledger's
+            rows = pc.indices_nonzero(_closed_with_entries(self.table))
+            order = pc.sort_indices(pc.take(self.table.column("ledger_id"), rows))[:PROBE_SCAN_LEDGERS]
+            head: pa.Table = self.table.take(pc.take(rows, order))
             return list(head.to_batches(max_chunksize=10_000))
         from pyspark.sql import functions as F  # optional pyspark (see _check)
 
