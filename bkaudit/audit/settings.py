@@ -51,7 +51,8 @@ class CheckerSettings:
     bookie_failure_threshold: int = 2
     # Spark partitions per bookie in the fan-out (more = more parallel calls to one bookie)
     partitions_per_bookie: int = 1
-    # check the closed segments of open ledgers (BookKeeper never checks open ledgers)
+    # check open ledgers too, their last segment up to the LAC their bookies report (as BookKeeper's
+    # checkAllLedgers / LedgerChecker; only its replicasCheck skips open ledgers)
     check_open_ledgers: bool = True
     # re-evaluations of a ledger whose metadata keeps changing before it is reported unverifiable
     max_reevaluations: int = 3
