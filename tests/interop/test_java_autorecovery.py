@@ -221,29 +221,31 @@ def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
     """Damage Java's Auditor does not see, published by bkaudit's checker, repaired by Java's AutoRecovery.
 
     Java's ReplicationWorker re-checks a marked ledger with LedgerChecker at
-    `auditorLedgerVerificationPercentage` (default 0): per fragment and bookie it reads the first and the
-    last entry that bookie stores, so the entries deleted here are exactly those (a hole in between is
-    invisible to it and its marker would be resolved unrepaired: docs/compatibility.md).
+    `auditorLedgerVerificationPercentage` (default 0): per fragment and bookie it reads the first and the last
+    entry that bookie stores. Entries deleted there are repaired; one deleted in between is invisible to it,
+    so it resolves that marker unrepaired (ReplicationWorker.rereplicate): the next check finds that ledger
+    again, and bkaudit's worker repairs it.
     """
-    shapes = [(3, 2, 2), (3, 2, 2), (3, 3, 2), (3, 2, 2), (4, 2, 2), (3, 2, 2), (3, 2, 2), (3, 3, 2)]
+    shapes = [(3, 2, 2), (3, 2, 2), (3, 3, 2), (3, 2, 2), (4, 2, 2), (3, 2, 2), (3, 2, 2), (3, 3, 2)] + [
+        (3, 2, 2)] * 2
     written = write(client, shapes)
     wq = {lid: s[1] for lid, s in zip(written, shapes, strict=True)}
     # a bookie that loses its disk, and another that loses entries in ledgers the first is not in (no entry
     # loses every copy); that one lists its entries (not DbLedgerStorage), so the deletion is confirmed
     wiped, holed_bookie, holed = max(
-        ((w, h, [lid for lid, a in written.items() if names(a, h) and not names(a, w)][:2])
+        ((w, h, [lid for lid, a in written.items() if names(a, h) and not names(a, w)][:3])
          for w in cluster.ids() for h in cluster.ids() if h != w and cluster.bookie(h).storage != "db"),
         key=lambda c: (len(c[2]), sum(names(a, c[0]) for a in written.values())))
-    assert holed, "the scenario needs a ledger without the wiped bookie"
+    assert len(holed) >= 2, "the scenario needs ledgers without the wiped bookie"
     info = cluster.bookie(holed_bookie)
     holes: dict[int, tuple[int, ...]] = {}
     cluster.stop_bookie(holed_bookie)
-    for n, lid in enumerate(holed):
+    for n, lid in enumerate(holed):  # the first stored entry, one in the middle, the last stored entry
         mine = stored(written[lid], wq[lid], holed_bookie)
-        lost = (mine[0],) if n == 0 else (mine[-1],)  # where LedgerChecker reads
+        holes[lid] = (mine[(0, len(mine) // 2, -1)[n]],)
         damage(java_bookkeeper, storage=info.storage, data_dir=Path(info.data_dir), ledger_id=lid,
-               entries=lost)
-        holes[lid] = lost
+               entries=holes[lid])
+    middle = holed[1]  # where Java's LedgerChecker does not read at its default percentage
     cluster.start_bookie(holed_bookie)
     for lid, lost in holes.items():  # what the bookie itself now lists (BookKeeperAdmin's request)
         listed = wait_for(lambda lid=lid: answered(client.call("list", bookie=holed_bookie, ledger=lid,
@@ -273,15 +275,21 @@ def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
     finally:
         ar.stop()
     assert shell_underreplicated(cluster) == {}
+    # Java's own check, reading every entry, agrees: only the hole between the entries it reads is left
+    assert set(java_check(client, sorted(written))) == {middle}
 
-    second = check(spark, cluster, tmp_path / "w2", publish=False)
-    assert durability(second) == {}, second.violations
+    second = check(spark, cluster, tmp_path / "w2", publish=True)
+    assert set(durability(second)) == {middle}, second.violations
+    assert [v.ledger_id for v in second.violations if v.published] == [middle]
     assert not [v for v in second.violations if v.category == "ledger_unverifiable"], second.violations
+    code, summary = run_once(cluster, tmp_path, "bk-refill", "--no-auditor", timeout=120)
+    assert code == 0 and bk_replicated(tmp_path, "bk-refill") == [middle], summary
     answers = read_back(client, sorted(written))
     assert java_check(client, sorted(written)) == {}
-    for lid in damaged:  # Java replaced the bookie that lost entries (it never refills in place)
-        if names(written[lid], wiped):
-            assert not names(answers[lid], wiped)
+    assert set(answered(client.call("list", bookie=holed_bookie, ledger=middle, upto=ENTRIES))) == set(
+        stored(written[middle], wq[middle], holed_bookie))  # refilled in place
+    for lid in damaged - {middle}:  # Java replaced the bookie that lost entries (it never refills in place)
+        assert not names(answers[lid], wiped if names(written[lid], wiped) else holed_bookie)
 
 
 # -- 2. bkaudit's worker on Java bookies --------------------------------------------------------------------
