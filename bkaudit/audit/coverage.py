@@ -15,6 +15,10 @@ hold the real check back for up to a week, so each stamp needs the run to have c
   every entry: `verification_percentage` 100);
 * `placementpolicycheck` (`AuditorPlacementPolicyCheckTask`: the metadata of every ledger, no bookie asked):
   every ledger.
+
+A ledger whose metadata does not decode (`metadata_unparseable`) is covered by none of them: each Java task
+fails on it (its metadata read fails, `asyncProcessLedgers` ends with an error) and stamps nothing, so neither
+does the run.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class RunCoverage:
 
     every_ledger: bool
     """The run selected every ledger of the snapshot (not the decommission audit's selection)."""
+    unreadable_ledgers: int
+    """`metadata_unparseable` rows: ledgers no check could judge."""
     open_segments: bool
     """The last segments of open ledgers were checked, each up to an established LAC."""
     unverified_ledgers: int
@@ -44,7 +50,7 @@ class RunCoverage:
 
 def stamps(coverage: RunCoverage) -> tuple[str, ...]:
     """The `*ctime` kinds this run may stamp (possibly none)."""
-    if not coverage.every_ledger:
+    if not coverage.every_ledger or coverage.unreadable_ledgers:
         return ()
     out = [PLACEMENT_POLICY_CHECK]
     if coverage.unverified_ledgers == 0:

@@ -373,6 +373,7 @@ def _check(
     result.seconds = time.monotonic() - ctx.t0
     covered = RunCoverage(
         every_ledger=selection.complete,
+        unreadable_ledgers=sum(1 for f in findings if f.category is Category.METADATA_UNPARSEABLE),
         open_segments=conf.check_open_ledgers and not opened.unknown,
         unverified_ledgers=sum(1 for f in findings if f.category is Category.LEDGER_UNVERIFIABLE),
         exact=conf.verification_percentage >= 100 or not any(m == EVIDENCE_READS for m, _w in modes.values()),

@@ -128,21 +128,19 @@ def test_damage_in_a_closed_segment_of_an_open_ledger_does_not_say_open_segment(
 
 
 def test_a_run_stamps_only_what_it_covered():
-    full = RunCoverage(every_ledger=True, open_segments=True, unverified_ledgers=0, exact=True)
-    assert stamps(full) == ("checkallledgers", "placementpolicycheck", "replicascheck")
+    def cover(**changes: object) -> RunCoverage:
+        base: dict[str, object] = {"every_ledger": True, "unreadable_ledgers": 0, "open_segments": True,
+                                   "unverified_ledgers": 0, "exact": True}
+        return RunCoverage(**{**base, **changes})  # type: ignore[arg-type]
+
+    assert stamps(cover()) == ("checkallledgers", "placementpolicycheck", "replicascheck")
     # the decommission audit's selection: nothing
-    assert stamps(RunCoverage(every_ledger=False, open_segments=True, unverified_ledgers=0, exact=True)) == ()
+    assert stamps(cover(every_ledger=False)) == ()
+    # a ledger whose metadata does not decode: every Java task fails on it and stamps nothing
+    assert stamps(cover(unreadable_ledgers=1)) == ()
     # a bookie left unverified: only the placement check (it asks no bookie)
-    assert stamps(RunCoverage(every_ledger=True, open_segments=True, unverified_ledgers=1, exact=True)) == (
-        "placementpolicycheck",
-    )
+    assert stamps(cover(unverified_ledgers=1)) == ("placementpolicycheck",)
     # open segments not checked (or an LAC not established): not checkAllLedgers
-    assert stamps(RunCoverage(every_ledger=True, open_segments=False, unverified_ledgers=0, exact=True)) == (
-        "placementpolicycheck",
-        "replicascheck",
-    )
+    assert stamps(cover(open_segments=False)) == ("placementpolicycheck", "replicascheck")
     # sampled reads: not every entry compared, not replicasCheck
-    assert stamps(RunCoverage(every_ledger=True, open_segments=True, unverified_ledgers=0, exact=False)) == (
-        "checkallledgers",
-        "placementpolicycheck",
-    )
+    assert stamps(cover(exact=False)) == ("checkallledgers", "placementpolicycheck")
