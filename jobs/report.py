@@ -7,8 +7,9 @@ The same code path as `bkaudit report` (`bkaudit.report.outcome`): reads the run
 driver (no Spark context is started) and writes report-<run_id>.html and index.html into --out, a directory
 on the driver (in client mode: the machine that ran spark-submit). Submitted like the other jobs so a
 scheduler needs no second bkaudit environment for it. Prints {"report", "index", "run_id", "snapshot_id",
-"status", "counts", "fail_on", "fail_on_reached"} as JSON; exits 0, 3 when the run's new violations reach
---fail-on (after the page is written), 1 when it could not run (no such run), 2 for invalid settings.
+"status", "counts", "fail_on", "fail_on_reached", "unreadable"} as JSON; exits 0, 3 when the run's new
+violations reach --fail-on (after the page is written), 1 when it could not run (no such run) or a table of
+the run could not be read (the page says "could not read" there), 2 for invalid settings.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
     print(json.dumps(outcome.summary))
+    if outcome.error:  # a table could not be read: the page says so, and the job fails (exit 1)
+        print(f"error: {' '.join(outcome.error.split())}", file=sys.stderr)
     return outcome.exit_code
 
 

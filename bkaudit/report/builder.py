@@ -4,6 +4,8 @@ Sections (their `id`s are stable, tests and links rely on them): summary, catego
 severity, with a bar chart), bookies, managed-ledgers, trend (last runs, line chart, Delta history of the
 `violations` table), worst-ledgers (missing-entry ranges), validation (the snapshot's expectations).
 Every number cell carries its exact value in `data-value`, so the page can be checked by a parser.
+A table that could not be read (`ReportData.unreadable`) is named where its data would be, with the reason
+(`class="unreadable"`), and the verdict says "could not read", never "clean".
 """
 
 from __future__ import annotations
@@ -93,9 +95,23 @@ def _section(section_id: str, body: str) -> str:
     return f'<section id="{section_id}"><h2>{_esc(title)}</h2>\n{body}\n</section>'
 
 
+def could_not_read(unreadable: dict[str, str], table_name: str) -> str:
+    """The note standing where a table's data would be when it could not be read ("" when it was read)."""
+    reason = unreadable.get(table_name)
+    if reason is None:
+        return ""
+    return (f'<p class="unreadable" data-table="{_esc(table_name)}">Could not read the '
+            f'<code>{_esc(table_name)}</code> table: {_esc(reason)}. What it holds is unknown, not empty.'
+            '</p>')
+
+
 # -- sections ------------------------------------------------------------------------------------------------
-def verdict(cats: Sequence[dict[str, Any]]) -> tuple[str, str]:
-    """(css class, sentence) summing up the run for a person in a hurry."""
+def verdict(cats: Sequence[dict[str, Any]], unreadable: dict[str, str] | None = None) -> tuple[str, str]:
+    """(css class, sentence) summing up the run for a person in a hurry; never "clean" when the run's
+    violations could not be read."""
+    if unreadable and "violations" in unreadable:
+        return "unknown", ("Could not read the violations table: this run's findings are unknown (not "
+                           f"clean). {unreadable['violations']}")
     new = {c["category"]: c["new"] for c in cats}
     critical = sum(c["new"] for c in cats if c["severity"] == "critical")
     warning = sum(c["new"] for c in cats if c["severity"] == "warning")
@@ -110,7 +126,8 @@ def verdict(cats: Sequence[dict[str, Any]]) -> tuple[str, str]:
 
 def summary_section(data: ReportData, cats: Sequence[dict[str, Any]]) -> str:
     run, rows = data.run, data.violations.num_rows
-    cls, sentence = verdict(cats)
+    cls, sentence = verdict(cats, data.unreadable)
+    lost = "violations" in data.unreadable
     cards = [
         _card("status", "run status", run.get("status"), f'<span class="badge {_esc(run.get("status"))}">'
                                                           f'{_esc(run.get("status"))}</span>'),
@@ -118,8 +135,10 @@ def summary_section(data: ReportData, cats: Sequence[dict[str, Any]]) -> str:
         _card("ledgers_in_snapshot", "ledgers in snapshot", (data.snapshot or {}).get("ledgers")),
         _card("entries_checked", "entries checked", run.get("entries_checked")),
         _card("bookies_checked", "bookies asked", run.get("bookies_checked")),
-        _card("violations", "violation rows", rows),
-        _card("new_critical", "new critical", sum(c["new"] for c in cats if c["severity"] == "critical")),
+        _card("violations", "violation rows", None if lost else rows, "could not read" if lost else None),
+        _card("new_critical", "new critical", None if lost else sum(c["new"] for c in cats
+                                                                     if c["severity"] == "critical"),
+              "could not read" if lost else None),
         _card("published", "published to the UR queue", run.get("published")),
     ]
     facts = [("run id", run.get("run_id")), ("snapshot id", run.get("snapshot_id")),
@@ -134,11 +153,15 @@ def summary_section(data: ReportData, cats: Sequence[dict[str, Any]]) -> str:
     if run.get("error"):
         facts.append(("error", run["error"]))
     dl = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in facts if v)
-    return _section("summary", f'<div class="verdict {cls}">{_esc(sentence)}</div>'
+    notes = "".join(could_not_read(data.unreadable, t) for t in sorted(data.unreadable))
+    return _section("summary", f'<div class="verdict {cls}">{_esc(sentence)}</div>{notes}'
                                f'<div class="cards">{"".join(cards)}</div><table id="run-facts">{dl}</table>')
 
 
-def categories_section(cats: Sequence[dict[str, Any]], sev: Sequence[dict[str, Any]]) -> str:
+def categories_section(cats: Sequence[dict[str, Any]], sev: Sequence[dict[str, Any]],
+                       unreadable: dict[str, str] | None = None) -> str:
+    if unreadable and "violations" in unreadable:
+        return _section("categories", could_not_read(unreadable, "violations"))
     cat_table = table("by-category", [("category", "category", "code"), ("severity", "severity", "badge"),
                                       ("rows", "rows", "num"), ("new", "new", "num"),
                                       ("under_repair", "under repair", "num"), ("ledgers", "ledgers", "num"),
@@ -152,7 +175,7 @@ def categories_section(cats: Sequence[dict[str, Any]], sev: Sequence[dict[str, A
     return _section("categories", plot + cat_table + sev_table + note)
 
 
-def bookies_section(rows: Sequence[dict[str, Any]]) -> str:
+def bookies_section(rows: Sequence[dict[str, Any]], unreadable: dict[str, str] | None = None) -> str:
     cols: list[Column] = [("bookie_id", "bookie", "code"), ("violations", "violations naming it", "num"),
                           ("ledgers_missing_entries", "ledgers missing entries on it", "num"),
                           ("categories", "categories", "text"), ("state", "state", "text"),
@@ -160,10 +183,13 @@ def bookies_section(rows: Sequence[dict[str, Any]]) -> str:
                           ("reachable", "reachable", "bool"), ("calls", "calls", "num"),
                           ("errors", "errors", "num"), ("ledgers_unverified", "ledgers unverified", "num"),
                           ("latency_ms_p95", "p95 ms", "num")]
-    return _section("bookies", table("by-bookie", cols, rows, "bookie_id"))
+    notes = "".join(could_not_read(unreadable or {}, t) for t in ("bookie_checks", "violations"))
+    return _section("bookies", notes + table("by-bookie", cols, rows, "bookie_id"))
 
 
-def managed_ledgers_section(rows: Sequence[dict[str, Any]]) -> str:
+def managed_ledgers_section(rows: Sequence[dict[str, Any]], unreadable: dict[str, str] | None = None) -> str:
+    if unreadable and "violations" in unreadable:
+        return _section("managed-ledgers", could_not_read(unreadable, "violations"))
     if not rows:
         return _section("managed-ledgers", '<p class="note">No violation is on a ledger with Pulsar\'s '
                                            '<code>pulsar/managed-ledger</code> metadata.</p>')
@@ -173,7 +199,8 @@ def managed_ledgers_section(rows: Sequence[dict[str, Any]]) -> str:
     return _section("managed-ledgers", table("by-managed-ledger", cols, rows, "managed_ledger"))
 
 
-def trend_section(points: Sequence[dict[str, Any]], history: Sequence[dict[str, Any]]) -> str:
+def trend_section(points: Sequence[dict[str, Any]], history: Sequence[dict[str, Any]],
+                  unreadable: dict[str, str] | None = None) -> str:
     plot = f'<div class="plot" id="plot-trend">{plots.trend_lines(points)}</div>' if len(points) > 1 else (
         '<p class="note">One run so far: the trend chart appears from the second run on.</p>')
     rows = [{**p, "started": _when(p.get("started_at"))} for p in reversed(points)]
@@ -198,6 +225,8 @@ def trend_section(points: Sequence[dict[str, Any]], history: Sequence[dict[str, 
              if mine is not None else "This run's commit is not in the table's history (vacuumed or "
              "written by an older bkaudit).")
     note = ('<p class="note">Delta history of the <code>violations</code> table. ' + where + '</p>')
+    if unreadable and "violations" in unreadable:
+        hist, note = could_not_read(unreadable, "violations"), ""
     return _section("trend", plot + runs + "<h3>Table versions</h3>" + hist + note)
 
 
@@ -207,7 +236,9 @@ def _ms(value: Any) -> Any:
     return value
 
 
-def worst_section(rows: Sequence[dict[str, Any]]) -> str:
+def worst_section(rows: Sequence[dict[str, Any]], unreadable: dict[str, str] | None = None) -> str:
+    if unreadable and "violations" in unreadable:
+        return _section("worst-ledgers", could_not_read(unreadable, "violations"))
     if not rows:
         return _section("worst-ledgers", '<p class="note">No ledger is missing entries.</p>')
     shown = []
@@ -226,7 +257,13 @@ def worst_section(rows: Sequence[dict[str, Any]]) -> str:
     return _section("worst-ledgers", table("worst", cols, shown, "ledger_id"))
 
 
-def validation_section(rows: Sequence[dict[str, Any]]) -> str:
+def validation_section(rows: Sequence[dict[str, Any]], unreadable: dict[str, str] | None = None,
+                       absent: set[str] | frozenset[str] = frozenset()) -> str:
+    if unreadable and "validation_results" in unreadable:
+        return _section("validation", could_not_read(unreadable, "validation_results"))
+    if "validation_results" in absent:
+        return _section("validation", '<p class="note">The warehouse has no <code>validation_results</code> '
+                                      'table (the snapshot job writes it).</p>')
     if not rows:
         return _section("validation", '<p class="note">No validation results for this snapshot.</p>')
     shown = [{**r, "result": "ok" if r["success"] else r["severity"]} for r in rows]
@@ -241,14 +278,15 @@ def render(data: ReportData, *, now: datetime | None = None) -> str:
     """The report page for `data` as one HTML string."""
     rows = data.violations.to_pylist()
     cats = summary.by_category(rows)
+    lost = data.unreadable
     body = "\n".join([
         summary_section(data, cats),
-        categories_section(cats, summary.by_severity(rows)),
-        bookies_section(summary.by_bookie(rows, data.bookie_checks, data.lifecycle)),
-        managed_ledgers_section(summary.by_managed_ledger(rows)),
-        trend_section(summary.trend(data.runs), data.history),
-        worst_section(summary.worst_ledgers(rows)),
-        validation_section(data.validation),
+        categories_section(cats, summary.by_severity(rows), lost),
+        bookies_section(summary.by_bookie(rows, data.bookie_checks, data.lifecycle), lost),
+        managed_ledgers_section(summary.by_managed_ledger(rows), lost),
+        trend_section(summary.trend(data.runs), data.history, lost),
+        worst_section(summary.worst_ledgers(rows), lost),
+        validation_section(data.validation, lost, data.absent),
     ])
     templates = resources.files("bkaudit.report") / "templates"
     page = string.Template((templates / "report.html").read_text(encoding="utf-8"))

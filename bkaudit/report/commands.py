@@ -30,11 +30,36 @@ def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str
     settings = load_settings(None, None, None, config_path, need_zk=False,
                              **({"snapshot.warehouse": warehouse} if warehouse else {}))
     warehouse = warehouse_of(settings)
+    check_out_dir(out_dir)
     try:
         outcome = write_and_judge(warehouse=warehouse, run_id=run_id, out_dir=out_dir, fail_on=fail_on)
     except BkAuditError as exc:
         fail(str(exc), exit_code_for(exc))
         return
+    except OSError as exc:  # --out became unwritable, or the disk is full
+        fail(f"cannot write the report into {out_dir}: {exc.strerror or exc}")
+        return
     emit(outcome.summary, as_json, lambda r: f"report of run {r['run_id']}: {r['report']}")
+    if outcome.error:
+        fail(outcome.error, outcome.exit_code)
     if outcome.exit_code:
         raise SystemExit(outcome.exit_code)
+
+
+def check_out_dir(out_dir: str) -> None:
+    """--out must be a directory this process can write (or create): a usage error otherwise (exit 2)."""
+    import os
+    from pathlib import Path
+
+    from bkaudit.exitcodes import ExitCode
+
+    path = Path(out_dir)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == path and not path.is_dir():
+        fail(f"--out {out_dir} is not a directory", ExitCode.USAGE)
+    if not existing.is_dir():
+        fail(f"--out {out_dir}: {existing} is not a directory", ExitCode.USAGE)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        fail(f"--out {out_dir}: {existing} is not writable by this user", ExitCode.USAGE)

@@ -4,7 +4,12 @@ One checker run is the subject: `--run-id`, else the most recently finished 'suc
 (the checker commits that row last, so a half-written run is never picked). Around it: its `violations` and
 `bookie_checks` rows, the `snapshots` row and `validation_results` of the snapshot it checked, the last runs
 of `audit_runs` (trend) and the Delta history of `violations` (which table version each run committed).
-Tables other than `audit_runs` are optional: a section without data says so instead of failing.
+
+A table that cannot be read never looks clean or empty: `violations` and `bookie_checks` (every succeeded run
+commits both, empty or not) missing, and any table whose directory is there without a readable Delta log,
+are listed in `ReportData.unreadable` with the reason; the page says "could not read" where they would be
+shown and `bkaudit report` exits 1. `snapshots`, `validation_results` and `bookies` may be absent (a warehouse
+the snapshot job never wrote): their sections say so.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bkaudit.errors import BkAuditError
-from bkaudit.tables.store import is_delta_table, open_delta, table_uri
+from bkaudit.tables.read import TableNotFound, TableUnreadable, open_table, reading, table_state
+from bkaudit.tables.store import table_uri
 
 SUCCEEDED = "succeeded"
+RUN_TABLES = ("violations", "bookie_checks")
+"""Committed by every succeeded checker run (empty or not): missing means lost, never "nothing found"."""
 HISTORY_RUNS = 30
 """How many runs the trend covers."""
 
@@ -43,28 +51,27 @@ class ReportData:
     """Delta commits of `violations`, newest first; `this_run` marks the commit of the reported run."""
     lifecycle: dict[str, str] = field(default_factory=dict)
     """bookie -> lifecycle state in the run's snapshot (bookies with a cookie)."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """table -> why it could not be read; what it would show is "could not read", never clean or empty."""
+    absent: set[str] = field(default_factory=set)
+    """Optional tables the warehouse does not hold at all (`snapshots`, `validation_results`, `bookies`)."""
 
     @property
     def run_id(self) -> str:
         return str(self.run["run_id"])
 
 
-def _table(warehouse: str, name: str) -> Any | None:
-    uri = table_uri(warehouse, name)
-    return open_delta(uri) if is_delta_table(uri) else None
-
-
-def _rows_where(warehouse: str, name: str, column: str, value: str) -> pa.Table | None:
-    """The rows of `name` with `column == value` (pushed down to the Parquet scan), None if no table."""
+def _rows_where(warehouse: str, name: str, column: str, value: str) -> pa.Table:
+    """The rows of `name` with `column == value` (pushed down to the Parquet scan); TableNotFound when nothing
+    is at the table's location, TableUnreadable when it cannot be read."""
     import pyarrow.dataset as ds
 
     from bkaudit.tables.catalog import spec
 
-    dt = _table(warehouse, name)
-    if dt is None:
-        return None
-    data = dt.to_pyarrow_dataset().to_table(filter=ds.field(column) == value)
-    return data.select(spec(name).schema.names)
+    dt = open_table(warehouse, name)
+    with reading(name, table_uri(warehouse, name)):
+        data = dt.to_pyarrow_dataset().to_table(filter=ds.field(column) == value)
+        return data.select(spec(name).schema.names)
 
 
 def pick_run(runs: pa.Table, run_id: str | None) -> dict[str, Any]:
@@ -85,34 +92,53 @@ def pick_run(runs: pa.Table, run_id: str | None) -> dict[str, Any]:
 
 
 def load(warehouse: str, run_id: str | None = None, *, history_runs: int = HISTORY_RUNS) -> ReportData:
-    """Read one run and its context from `warehouse`; ReportError when there is no such run."""
+    """Read one run and its context from `warehouse`; ReportError when there is no such run, TableUnreadable
+    when `audit_runs` cannot be read. Other tables that cannot be read are listed in `unreadable`."""
     from bkaudit.tables.catalog import spec
 
-    runs_dt = _table(warehouse, "audit_runs")
-    if runs_dt is None:
+    if table_state(warehouse, "audit_runs") == "absent":
         raise ReportError(f"no audit_runs table in {warehouse} (run `bkaudit check --warehouse {warehouse}` "
                           "first)")
-    runs = runs_dt.to_pyarrow_table().select(spec("audit_runs").schema.names)
+    runs_dt = open_table(warehouse, "audit_runs")
+    with reading("audit_runs", table_uri(warehouse, "audit_runs")):
+        runs = runs_dt.to_pyarrow_table().select(spec("audit_runs").schema.names)
     run = pick_run(runs, run_id)
     rid = str(run["run_id"])
-    violations = _rows_where(warehouse, "violations", "run_id", rid)
+    unreadable: dict[str, str] = {}
+    absent: set[str] = set()
+
+    def rows(name: str, column: str, value: str) -> pa.Table | None:
+        try:
+            return _rows_where(warehouse, name, column, value)
+        except TableUnreadable as exc:
+            if isinstance(exc, TableNotFound) and name not in RUN_TABLES:
+                absent.add(name)
+            else:
+                unreadable[name] = exc.reason
+            return None
+
+    violations = rows("violations", "run_id", rid)
     if violations is None:
         violations = spec("violations").schema.empty_table()
-    data = ReportData(warehouse=warehouse, run=run, violations=violations,
-                      bookie_checks=_rows_where(warehouse, "bookie_checks", "run_id", rid))
-    snap = _rows_where(warehouse, "snapshots", "snapshot_id", str(run["snapshot_id"]))
+    data = ReportData(warehouse=warehouse, run=run, violations=violations, unreadable=unreadable,
+                      absent=absent, bookie_checks=rows("bookie_checks", "run_id", rid))
+    snap = rows("snapshots", "snapshot_id", str(run["snapshot_id"]))
     if snap is not None and snap.num_rows:
-        rows = snap.to_pylist()
-        data.snapshot = next((r for r in rows if r["status"] == SUCCEEDED), rows[0])
-    results = _rows_where(warehouse, "validation_results", "snapshot_id", str(run["snapshot_id"]))
+        snapshot_rows = snap.to_pylist()
+        data.snapshot = next((r for r in snapshot_rows if r["status"] == SUCCEEDED), snapshot_rows[0])
+    results = rows("validation_results", "snapshot_id", str(run["snapshot_id"]))
     if results is not None:
         data.validation = sorted(results.to_pylist(), key=lambda r: (r["success"], r["expectation"]))
-    bookies = _rows_where(warehouse, "bookies", "snapshot_id", str(run["snapshot_id"]))
+    bookies = rows("bookies", "snapshot_id", str(run["snapshot_id"]))
     if bookies is not None and "lifecycle_state" in bookies.column_names:
         data.lifecycle = {r["bookie_id"]: r["lifecycle_state"] for r in bookies.to_pylist()
                           if r.get("lifecycle_state")}
     data.runs = _trend_runs(runs, run, history_runs)
-    data.history = _violations_history(warehouse, rid)
+    if "violations" not in unreadable:
+        try:
+            data.history = _violations_history(warehouse, rid)
+        except TableUnreadable as exc:
+            unreadable["violations"] = exc.reason
     return data
 
 
@@ -135,11 +161,11 @@ def _violations_history(
     when later runs pushed it out of the last `limit` commits it is appended, so the version to time-travel
     to is always on the page.
     """
-    dt = _table(warehouse, "violations")
-    if dt is None:
-        return []
+    dt = open_table(warehouse, "violations")
+    with reading("violations", table_uri(warehouse, "violations")):
+        commits = dt.history(search)
     out = []
-    for i, entry in enumerate(dt.history(search)):
+    for i, entry in enumerate(commits):
         info = {k: v for k, v in entry.items() if str(k).startswith("bkaudit.") and k != "bkaudit.commit"}
         mine = entry.get("run_id") == run_id and info.get("bkaudit.operation") != "revert"
         if i >= limit and not mine:

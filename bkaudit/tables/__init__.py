@@ -23,6 +23,7 @@ _EXPORTS = {
     "table_exists": "bkaudit.tables.read",
     "native_delta_available": "bkaudit.tables.read",
     "TableNotFound": "bkaudit.tables.read",
+    "TableUnreadable": "bkaudit.tables.read",
     "NoSnapshot": "bkaudit.tables.read",
     "spec": "bkaudit.tables.catalog",
     "tables": "bkaudit.tables.catalog",

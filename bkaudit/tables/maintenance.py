@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from bkaudit.tables import location
+from bkaudit.tables.read import reading
 from bkaudit.tables.store import is_delta_table, open_delta
 
 MARKER_TABLES = ("audit_runs", "snapshots")
@@ -84,8 +85,9 @@ def upkeep(
     plans = []
     for name in warehouse_tables(warehouse):
         uri = location.join(warehouse, name)
-        dt = open_delta(uri)
-        parts = list(dt.metadata().partition_columns)
+        with reading(name, uri):  # a corrupt log: "could not read table ...", one line
+            dt = open_delta(uri)
+            parts = list(dt.metadata().partition_columns)
         plan = TablePlan(name, parts[0] if parts else None)
         if cutoff is not None and plan.partition is not None:
             for row in pa.table(dt.get_add_actions(flatten=False)).to_pylist():

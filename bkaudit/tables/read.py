@@ -13,6 +13,8 @@ committed last, so a run that failed or was killed midway is never picked.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -30,7 +32,18 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"
 
 
-class TableNotFound(BkAuditError):
+class TableUnreadable(BkAuditError):
+    """A table that cannot be read: missing where it should be, a directory without its Delta log, a corrupt
+    log, a data file gone. Readers say "could not read" with the reason, never show it as empty."""
+
+    def __init__(self, table: str, uri: str, reason: str) -> None:
+        super().__init__(f"could not read table {table!r} at {uri}: {reason}")
+        self.table = table
+        self.uri = uri
+        self.reason = reason
+
+
+class TableNotFound(TableUnreadable):
     """No Delta table at the expected location (has a snapshot ever run against this warehouse?)."""
 
 
@@ -38,11 +51,48 @@ class NoSnapshot(BkAuditError):
     """The warehouse holds no successful snapshot (or not the one asked for)."""
 
 
-def _delta_table(warehouse: str, table: str, version: int | None = None) -> Any:
+def first_line(exc: BaseException) -> str:
+    """An error's first line: delta-rs appends a native backtrace when RUST_BACKTRACE is set."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+@contextmanager
+def reading(table: str, uri: str) -> Iterator[None]:
+    """Failures of delta-rs / Arrow while reading `table` become TableUnreadable (one line, exit 1)."""
+    try:
+        yield
+    except BkAuditError:
+        raise
+    except Exception as exc:  # DeltaError (corrupt log), OSError (a file gone), ArrowInvalid (corrupt file)
+        raise TableUnreadable(table, uri, first_line(exc)) from exc
+
+
+def table_state(warehouse: str, table: str) -> str:
+    """"present" (a Delta table), "absent" (nothing at its location) or "broken" (something there, but no
+    Delta log: e.g. `_delta_log` deleted)."""
     uri = table_uri(warehouse, table)
-    if not is_delta_table(uri):
-        raise TableNotFound(f"no Delta table {table!r} at {uri}")
-    return open_delta(uri, version)
+    with reading(table, uri):
+        if is_delta_table(uri):
+            return "present"
+        return "broken" if location.exists(uri) else "absent"
+
+
+def open_table(warehouse: str, table: str, version: int | None = None) -> Any:
+    """delta-rs's DeltaTable of `table`: TableNotFound when nothing is at its location, TableUnreadable when
+    its Delta log is missing or cannot be read."""
+    uri = table_uri(warehouse, table)
+    state = table_state(warehouse, table)
+    if state == "absent":
+        raise TableNotFound(table, uri, "no such Delta table")
+    if state == "broken":
+        raise TableUnreadable(table, uri, "no Delta log (_delta_log is missing or empty)")
+    with reading(table, uri):
+        return open_delta(uri, version)
+
+
+def _delta_table(warehouse: str, table: str, version: int | None = None) -> Any:
+    return open_table(warehouse, table, version)
 
 
 def table_exists(warehouse: str, table: str) -> bool:
@@ -50,10 +100,13 @@ def table_exists(warehouse: str, table: str) -> bool:
 
 
 def snapshots(warehouse: str) -> pa.Table:
-    """The `snapshots` table (one row per run) as Arrow, newest first; empty if none ran yet."""
-    if not table_exists(warehouse, "snapshots"):
+    """The `snapshots` table (one row per run) as Arrow, newest first; empty if none ran yet (nothing at its
+    location); TableUnreadable when it is there but cannot be read."""
+    if table_state(warehouse, "snapshots") == "absent":
         return spec("snapshots").schema.empty_table()
-    data = _delta_table(warehouse, "snapshots").to_pyarrow_table()
+    dt = _delta_table(warehouse, "snapshots")
+    with reading("snapshots", table_uri(warehouse, "snapshots")):
+        data = dt.to_pyarrow_table()
     return data.sort_by([("finished_at", "descending"), ("started_at", "descending")])
 
 
@@ -81,7 +134,8 @@ def read_arrow(
 ) -> pa.Table:
     """A table (or one snapshot of it) as Arrow on the driver, via delta-rs: for small tables and tests."""
     dt = _delta_table(warehouse, table, version)
-    data = dt.to_pyarrow_table()
+    with reading(table, table_uri(warehouse, table)):
+        data = dt.to_pyarrow_table()
     if snapshot_id is not None:
         data = data.filter(pc.equal(data.column("snapshot_id"), snapshot_id))
     return data.select(spec(table).schema.names)
@@ -164,7 +218,10 @@ def current_files(warehouse: str, table: str, *, version: int | None = None) -> 
     The safe way to read a bkaudit table with plain Spark (no Delta jars): `spark.read.parquet` on the
     table directory also reads files that re-runs replaced and vacuum has not deleted yet.
     """
-    return _files(_delta_table(warehouse, table, version), table_uri(warehouse, table), None)
+    uri = table_uri(warehouse, table)
+    dt = _delta_table(warehouse, table, version)
+    with reading(table, uri):
+        return _files(dt, uri, None)
 
 
 def _files(dt: Any, uri: str, snapshot_id: str | None) -> list[str]:
@@ -187,7 +244,7 @@ def _files(dt: Any, uri: str, snapshot_id: str | None) -> list[str]:
 # -- checker runs (`bkaudit violations`, the admin API) ----------------------------------------------------
 def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
     """The `audit_runs` row of `run_id`, or of the latest succeeded run."""
-    if not table_exists(warehouse, "audit_runs"):
+    if table_state(warehouse, "audit_runs") == "absent":
         raise BkAuditError(f"no checker run in {warehouse} (run `bkaudit check` first)")
     runs = read_arrow(warehouse, "audit_runs")
     runs = runs.filter(pc.equal(runs.column("status"), "succeeded"))
