@@ -258,6 +258,7 @@ def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
     cluster.start_bookie(wiped)
     damaged = {lid for lid, a in written.items() if names(a, wiped)} | set(holed)
 
+    before_ms = time.time() * 1000
     first = check(spark, cluster, tmp_path / "w1", publish=True)
     assert set(durability(first)) == damaged, (wiped, holes, first.violations)
     assert {v.ledger_id for v in first.violations if v.published} == damaged
@@ -267,6 +268,8 @@ def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
         want = {b for b, lost in ((wiped, names(written[lid], wiped)), (holed_bookie, lid in holed)) if lost}
         assert {line.removeprefix("MissingReplica : ") for line in marked[lid]
                 if line.startswith("MissingReplica")} == want
+        (ctime,) = [int(line.removeprefix("Ctime : ")) for line in marked[lid] if line.startswith("Ctime")]
+        assert before_ms <= ctime <= time.time() * 1000  # epoch ms, as UnderreplicatedLedger.getCtime
 
     ar = cluster.start_java_autorecovery(JAVA_AR)
     try:
