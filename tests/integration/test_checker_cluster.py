@@ -115,6 +115,7 @@ class Scenario:
     lost: dict[str, set[tuple[int, int]] | str] = field(default_factory=dict)  # bookie -> pairs | "ALL"
     unknown: set[str] = field(default_factory=set)  # bookies that cannot answer
     marked: set[int] = field(default_factory=set)
+    written: dict[int, int] = field(default_factory=dict)  # open ledger -> entries its writer added
 
     def lose(self, bookie: str, ledger_id: int, entries) -> None:
         pairs = self.lost.setdefault(bookie, set())
@@ -130,6 +131,8 @@ def write(
         handle.add_entry(b"entry-%d" % i)
     if close:
         handle.close()
+    else:
+        sc.written[handle.ledger_id] = entries
     sc.ledgers.append(handle.ledger_id)
     return handle.ledger_id
 
@@ -139,7 +142,11 @@ def metadata(cluster, ledger_id: int) -> tuple[LedgerMetadata, int]:
     return md, stat.version
 
 
-def spans(md: LedgerMetadata) -> Iterator[tuple[int, int, tuple[str, ...]]]:
+def spans(md: LedgerMetadata, written: int | None = None) -> Iterator[tuple[int, int, tuple[str, ...]]]:
+    """The checked entries of each segment. An open ledger's last segment, given the `written` entries its
+    writer added one at a time (so each carries its predecessor as LAC, the last one `written - 2`), is
+    checked as LedgerChecker does: up to that LAC, or its first entry alone when the LAC is below it and that
+    entry was written."""
     segs = md.segments
     n = len(segs) if md.is_closed else len(segs) - 1
     for i in range(n):
@@ -147,6 +154,11 @@ def spans(md: LedgerMetadata) -> Iterator[tuple[int, int, tuple[str, ...]]]:
         if md.is_closed:
             last = min(last, md.last_entry_id)
         yield segs[i].first_entry_id, last, segs[i].ensemble
+    if not md.is_closed and written is not None:
+        first, lac = segs[-1].first_entry_id, written - 2
+        end = lac if lac >= first else first if written - 1 >= first else None
+        if end is not None:
+            yield first, end, segs[-1].ensemble
 
 
 def holders(md: LedgerMetadata, bookie: str) -> dict[int, list[int]]:
@@ -169,7 +181,7 @@ def truth(cluster, sc: Scenario) -> dict[str, set[int]]:
             continue
         least = md.write_quorum
         unverified = False
-        for first, last, ens in spans(md):
+        for first, last, ens in spans(md, sc.written.get(lid)):
             for e in range(first, last + 1):
                 copies = 0
                 for idx in write_set(e, md.ensemble_size, md.write_quorum):
