@@ -59,15 +59,54 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(module, attr)
         return command
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
-        """bkaudit's own errors escaping a command become one line and the exit code of bkaudit.exitcodes."""
-        from bkaudit.cli_common import command_error
+        """bkaudit's own errors escaping a command become one line and the exit code of bkaudit.exitcodes;
+        so do usage errors (exit 2) and ZooKeeper's refusals (kazoo's errors: NoAuth, ..., exit 1)."""
+        from bkaudit.cli_common import command_error, zookeeper_error
         from bkaudit.errors import BkAuditError
 
         try:
             return super().invoke(ctx)
         except BkAuditError as exc:
             raise command_error(exc) from None
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+        except Exception as exc:
+            refused = zookeeper_error(exc)
+            if refused is None:
+                raise
+            raise refused from None
+
+
+def _one_line(exc: click.UsageError) -> click.ClickException:
+    """A usage error as `error: ...` and exit 2 (docs/cli.md), with where to find help; a group called without
+    its subcommand still prints its help."""
+    from bkaudit.cli_common import CommandError
+
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        return exc
+    where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+    return CommandError(exc.format_message() + where, ExitCode.USAGE)
+
+
+def non_utf8_argument(argv: list[str]) -> str | None:
+    """The first argument that is not valid UTF-8 (Python keeps its bytes as lone surrogates), its bytes
+    escaped (`'/tmp/\\xff'`)."""
+    import os
+
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return repr(os.fsencode(arg))[1:]
+    return None
 
 
 def _unavailable(name: str, why: str) -> click.Command:
@@ -94,8 +133,13 @@ def cli(verbose: int) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run one command and return its exit code (docs/cli.md); a bug still prints its traceback (exit 1)."""
+    args = argv if argv is not None else sys.argv[1:]
+    bad = non_utf8_argument(args)
+    if bad is not None:  # every id, path and setting bkaudit takes is text: ZooKeeper and Delta need UTF-8
+        print(f"error: argument {bad} is not valid UTF-8", file=sys.stderr)
+        return int(ExitCode.USAGE)
     try:
-        cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="bkaudit")
+        cli.main(args=args, prog_name="bkaudit")
     except SystemExit as exc:
         return _code(exc.code)
     except KeyboardInterrupt:

@@ -41,6 +41,86 @@ def command_error(exc: BaseException) -> CommandError:
     return CommandError(str(exc), exit_code_for(exc))
 
 
+def zookeeper_error(exc: BaseException) -> CommandError | None:
+    """A kazoo error that escaped a command, as one line (exit 1); None for anything else.
+
+    NoAuth is what a ZooKeeper whose znodes carry ACLs answers a session without their credentials (an
+    existing node; a missing one answers nothing): the line says which setting is missing.
+    """
+    if not type(exc).__module__.startswith("kazoo"):
+        return None
+    from kazoo.exceptions import AuthFailedError, KazooException, NoAuthError
+
+    if not isinstance(exc, KazooException):
+        return None
+    if isinstance(exc, NoAuthError):
+        return CommandError("ZooKeeper refused the request (NoAuth): the znodes are ACL-protected and this "
+                            "session lacks their credentials; set [zk] auth_digest (BKAUDIT_ZK__AUTH_DIGEST) "
+                            "to the cluster's user:password")
+    if isinstance(exc, AuthFailedError):
+        return CommandError("ZooKeeper rejected the credentials of [zk] auth_digest (AuthFailed)")
+    detail = str(exc).strip()
+    return CommandError(f"ZooKeeper request failed: {type(exc).__name__}{': ' + detail if detail else ''}")
+
+
+# -- argument types: out-of-range or malformed input is a usage error (exit 2), never a traceback ----------
+LONG_MAX = 2**63 - 1
+"""Java's Long.MAX_VALUE: the largest ledger and entry id BookKeeper has."""
+MAX_SECONDS = 2**31 - 1
+"""The longest duration bkaudit accepts (68 years; BookKeeper's int seconds, as lostBookieRecoveryDelay)."""
+
+LEDGER_ID = click.IntRange(0, LONG_MAX)
+"""A BookKeeper ledger id: a non-negative Java long."""
+ENTRY_ID = click.IntRange(0, LONG_MAX)
+
+
+class Seconds(click.ParamType):
+    """A finite, non-negative number of seconds, at most MAX_SECONDS (nan, inf and 1e300 are refused)."""
+
+    name = "SECONDS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        import math
+
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not 0 <= seconds <= MAX_SECONDS:
+            self.fail(f"{value!r} is not a number of seconds in [0, {MAX_SECONDS}]", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
+
+
+def bookie_id_problem(value: object) -> str | None:
+    """Why `value` cannot be a bookie id (BookKeeper's BookieId rule, and a znode name), or None."""
+    from bkaudit.formats.bookie_id import invalid_bookie_id_reason
+
+    if isinstance(value, str) and value in (".", ".."):
+        return f"{value!r} is not a bookie id (a bookie id is host:port or a BookieId)"
+    reason = invalid_bookie_id_reason(value)
+    if reason is not None and isinstance(value, str):
+        return reason.replace(repr(value), ascii(value))  # NUL and control characters shown escaped
+    return reason
+
+
+class BookieIdType(click.ParamType):
+    """A bookie id BookKeeper accepts (BookieId.validateBookieId): anything else is a usage error."""
+
+    name = "BOOKIE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        reason = bookie_id_problem(value)
+        if reason is not None:
+            self.fail(reason, param, ctx)
+        return str(value)
+
+
+BOOKIE_ID = BookieIdType()
+
+
 def zk_options(func: F) -> F:
     """--zk HOST:PORT, or --dir D (reads D/cluster.json), or $BKAUDIT_ZK; plus --root and --config."""
     func = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,

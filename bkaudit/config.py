@@ -10,6 +10,11 @@ Top-level shortcuts: `BKAUDIT_ZK` (ZooKeeper connect string) and `BKAUDIT_ROOT` 
 dataclasses as declared: types, lax coercion of environment strings, then each class's `__post_init__`
 checks), so a bad value fails at start-up with one ConfigError naming the key and the reason; unknown keys
 and sections are errors too, with a did-you-mean (a typo should not silently fall back to a default).
+
+Rules every section gets on top of its own checks (`_check_bounds`): booleans are strict (a TOML file says
+`true` or `false`; text from the environment or a flag may also say yes/no/on/off/1/0, nothing else); numbers
+are finite (no nan, no inf); integers fit a Java int (BookKeeper's settings are ints), byte counts (`*_bytes`)
+a Java long; durations in seconds (`*_s`) are at most 2^31-1. The settings file must be UTF-8.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import dataclasses
 import difflib
 import functools
 import importlib
+import math
 import os
 import tomllib
 import types
@@ -34,6 +40,14 @@ T = TypeVar("T")
 __all__ = ["DEFAULT_PATH", "SECTIONS", "Settings", "ZkSettings", "load"]  # ZkSettings: the shared [zk]
 
 _SHORTCUTS = {"BKAUDIT_ZK": ("zk", "connect"), "BKAUDIT_ROOT": ("zk", "root")}
+TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
+FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+"""How text (environment, flags) spells a boolean; a settings file uses TOML's own true / false."""
+INT_MAX = 2**31 - 1  # Java's Integer.MAX_VALUE: BookKeeper's settings are ints ...
+LONG_MAX = 2**63 - 1  # ... byte counts are longs
+MAX_SECONDS = 2**31 - 1  # the longest duration (68 years)
+SECONDS_KEYS = frozenset({"open_ledger_rereplication_grace"})
+"""Durations in seconds whose names do not end in `_s` (names fixed by an issue)."""
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "conf" / "bkaudit.toml"
 
 #: Every settings section bkaudit knows: section name -> "module:Class" of its frozen dataclass.
@@ -80,8 +94,10 @@ class Settings:
         source: str,
         *,
         catalog: Mapping[str, SectionRef] = SECTIONS,
+        text: frozenset[tuple[str, str]] = frozenset(),
     ) -> None:
         self._raw = {k: dict(v) for k, v in values.items()}
+        self._text = text  # (section, key) whose value is text from the environment or a flag
         self._cache: dict[str, Any] = {}
         self._catalog = dict(catalog)
         self.source = source
@@ -94,7 +110,8 @@ class Settings:
                 known = ", ".join(sorted(self._catalog))
                 hint = f"did you mean [{close[0]}]?" if close else f"known: {known}"
                 raise ConfigError(name, f"unknown configuration section ({hint})")
-            self._cache[name] = _build(name, _resolve(ref), self._raw.get(name, {}))
+            text = {key for sec, key in self._text if sec == name}
+            self._cache[name] = _build(name, _resolve(ref), self._raw.get(name, {}), text)
         return self._cache[name]
 
     def get(self, cls: type[T]) -> T:
@@ -141,19 +158,28 @@ def load(
             data = tomllib.loads(chosen.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(str(chosen), f"not valid TOML: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(str(chosen), f"not UTF-8 (TOML files are): byte {exc.start} is "
+                                           f"{exc.object[exc.start:exc.start + 1]!r}") from None
+        except OSError as exc:
+            raise ConfigError(str(chosen), f"cannot read it: {exc.strerror or exc}") from None
         for name, values in data.items():
             if not isinstance(values, dict):
                 raise ConfigError(name, "top-level keys must be [sections]")
             merged.setdefault(name, {}).update(values)
     else:
         source = "defaults"
+    text: set[tuple[str, str]] = set()
     for var, value in environ.items():
         if var in _SHORTCUTS:
             sec, key = _SHORTCUTS[var]
-            merged.setdefault(sec, {})[key] = value
         elif var.startswith("BKAUDIT_") and "__" in var:
             sec, _, key = var[len("BKAUDIT_") :].partition("__")
-            merged.setdefault(sec.lower(), {})[key.lower()] = value
+            sec, key = sec.lower(), key.lower()
+        else:
+            continue
+        merged.setdefault(sec, {})[key] = value
+        text.add((sec, key))
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -161,13 +187,20 @@ def load(
         if not key:
             raise ConfigError(dotted, "override keys are 'section.key'")
         merged.setdefault(sec, {})[key] = value
-    settings = Settings(merged, source, catalog=catalog)
+        if isinstance(value, str):
+            text.add((sec, key))
+        else:
+            text.discard((sec, key))
+    settings = Settings(merged, source, catalog=catalog, text=frozenset(text))
     settings.validate_all()
     return settings
 
 
-def _build(name: str, cls: type[Any], values: Mapping[str, Any]) -> Any:
-    """Validate one section with pydantic (types, coercion of environment strings, the class's own checks)."""
+def _build(name: str, cls: type[Any], values: Mapping[str, Any], text: set[str] | frozenset[str] = frozenset()
+           ) -> Any:
+    """Validate one section with pydantic (types, coercion of environment strings, the class's own checks),
+    then the bounds every section shares (`_check_bounds`). `text`: keys whose value is text from the
+    environment or a flag (the spellings of booleans text may use)."""
     from pydantic import ValidationError
 
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -178,14 +211,52 @@ def _build(name: str, cls: type[Any], values: Mapping[str, Any]) -> Any:
             raise ConfigError(f"{name}.{key}", f"unknown key ({hint})")
     hints = typing.get_type_hints(cls)
     prepared = {key: _prepare(hints[key], value) for key, value in values.items()}
+    for key, value in prepared.items():
+        prepared[key] = _strict_bool(f"{name}.{key}", hints[key], value, key in text)
+        _check_number(f"{name}.{key}", key, prepared[key])
     try:
-        return _adapter(typing.cast(Hashable, cls)).validate_python(prepared)
+        section = _adapter(typing.cast(Hashable, cls)).validate_python(prepared)
     except ValidationError as exc:
         raise _config_error(name, exc) from None
     except ConfigError:
         raise
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ConfigError(name, str(exc)) from None
+    for field in dataclasses.fields(cls):
+        _check_number(f"{name}.{field.name}", field.name, getattr(section, field.name))
+    return section
+
+
+def _strict_bool(key: str, hint: Any, value: Any, is_text: bool) -> Any:
+    """A boolean setting takes a boolean: TOML's true / false, or (text from the environment or a flag)
+    true/false/yes/no/on/off/1/0. pydantic's lax mode would also take "y", "t", 1.0 or a TOML string "yes"."""
+    if hint is not bool and hint != (bool | None):
+        return value
+    if value is None or isinstance(value, bool):
+        return value
+    if is_text and isinstance(value, str):
+        word = value.strip().lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+        raise ConfigError(key, f"must be true or false (or yes/no, on/off, 1/0), got {value!r}")
+    raise ConfigError(key, f"must be a boolean, true or false, got {value!r}")
+
+
+def _check_number(key: str, name: str, value: Any) -> None:
+    """Finite numbers; integers within a Java int (byte counts: a Java long); durations at most 2^31-1 s."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number, got {value!r}")
+    if name.endswith("_s") or name in SECONDS_KEYS:
+        if abs(value) > MAX_SECONDS:
+            raise ConfigError(key, f"must be at most {MAX_SECONDS} seconds, got {value!r}")
+    elif isinstance(value, int):
+        bound = LONG_MAX if name.endswith("_bytes") else INT_MAX
+        if not -bound - 1 <= value <= bound:
+            raise ConfigError(key, f"must be within [{-bound - 1}, {bound}], got {value}")
 
 
 @functools.cache

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, zk_options
+from bkaudit.cli_common import LEDGER_ID, SECONDS, emit, exit_code_for, fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
 
 
@@ -41,7 +41,7 @@ def autorecovery() -> None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=None,
     help="seconds: with --once give up and exit 1; without, run this long",
 )
@@ -178,7 +178,7 @@ def set_delay(
 
 @autorecovery.command("clear-data-loss")
 @zk_options
-@click.option("--ledger", "ledger_id", type=int, required=True)
+@click.option("--ledger", "ledger_id", type=LEDGER_ID, required=True)
 def clear_data_loss(
     zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, ledger_id: int
 ) -> None:

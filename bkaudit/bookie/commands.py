@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, zk_options
+from bkaudit.cli_common import BOOKIE_ID, LEDGER_ID, emit, exit_code_for, fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
 
 
@@ -26,7 +26,7 @@ def bookie() -> None:
 @click.option("--data-dir", type=click.Path(file_okay=False), required=True, help="storage directory")
 @click.option("--rack", default=None, help="network location recorded in /bookies, e.g. /rack-1")
 @click.option("--readonly", is_flag=True, help="serve reads only (registered under available/readonly)")
-@click.option("--bookie-id", default=None, help="custom bookie id (default host:port)")
+@click.option("--bookie-id", type=BOOKIE_ID, default=None, help="custom bookie id (default host:port)")
 @click.option("--autorecovery", is_flag=True, help="also run AutoRecovery in this process (when available)")
 @click.option("--no-listing", is_flag=True,
               help="never answer listing requests, like a Java bookie on DbLedgerStorage (tests, demos)")
@@ -50,7 +50,7 @@ def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: 
 
 @bookie.command("format")
 @zk_options
-@click.option("--bookie", "bookie_id", required=True, help="bookie id whose cookie to delete")
+@click.option("--bookie", "bookie_id", type=BOOKIE_ID, required=True, help="bookie id whose cookie to delete")
 @click.option("--force", is_flag=True, help="even if the bookie is currently registered")
 def format_cookie(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
                   bookie_id: str, force: bool) -> None:
@@ -105,7 +105,7 @@ def admin() -> None:
 
 @admin.command("delete-entries")
 @click.option("--data-dir", type=click.Path(file_okay=False, exists=True), required=True)
-@click.option("--ledger", "ledger_id", type=int, required=True)
+@click.option("--ledger", "ledger_id", type=LEDGER_ID, required=True)
 @click.option("--entries", required=True, help="ids and inclusive ranges, e.g. 3,5-9")
 def delete_entries(data_dir: str, ledger_id: int, entries: str) -> None:
     """Durably remove entries from a stopped bookie (refused while the bookie holds its data directory)."""
@@ -125,7 +125,7 @@ def delete_entries(data_dir: str, ledger_id: int, entries: str) -> None:
 
 @admin.command("delete-ledger")
 @click.option("--data-dir", type=click.Path(file_okay=False, exists=True), required=True)
-@click.option("--ledger", "ledger_id", type=int, required=True)
+@click.option("--ledger", "ledger_id", type=LEDGER_ID, required=True)
 def delete_ledger(data_dir: str, ledger_id: int) -> None:
     """Durably remove a whole ledger (state and entries) from a stopped bookie."""
     from bkaudit.bookie.storage import Storage

@@ -18,7 +18,17 @@ from typing import Any, TypeVar
 
 import click
 
-from bkaudit.cli_common import CommandError, emit, exit_code_for, load_settings, zk_options
+from bkaudit.cli_common import (
+    ENTRY_ID,
+    LEDGER_ID,
+    LONG_MAX,
+    CommandError,
+    emit,
+    exit_code_for,
+    load_settings,
+    zk_options,
+    zookeeper_error,
+)
 from bkaudit.errors import BkAuditError
 from bkaudit.exitcodes import ExitCode
 
@@ -73,7 +83,7 @@ def _cli_errors(func: F) -> F:
         except TimeoutError:
             raise click.ClickException("timed out waiting for bookies (are they running?)") from None
         except Exception as exc:  # an unexpected failure still must not dump a traceback on operators
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+            raise zookeeper_error(exc) or click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -222,9 +232,10 @@ def _entry_json(entry: Any) -> dict[str, Any]:
 
 @ledger.command("read")
 @zk_options
-@click.argument("ledger_id", type=click.IntRange(min=0))
-@click.option("--first", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--last", type=int, default=None, help="last entry (default: last add confirmed)")
+@click.argument("ledger_id", type=LEDGER_ID)
+@click.option("--first", type=ENTRY_ID, default=0, show_default=True)
+@click.option("--last", type=click.IntRange(-1, LONG_MAX), default=None,
+              help="last entry (default: last add confirmed)")
 @click.option("--recover", is_flag=True, help="fence and recover first (stops a live writer)")
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
@@ -263,7 +274,7 @@ def read_cmd(
 
 @ledger.command("recover")
 @zk_options
-@click.argument("ledger_id", type=click.IntRange(min=0))
+@click.argument("ledger_id", type=LEDGER_ID)
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
 def recover_cmd(
@@ -308,7 +319,7 @@ def metadata_json(ledger_id: int, md: Any) -> dict[str, Any]:
 
 @ledger.command("metadata")
 @zk_options
-@click.argument("ledger_id", type=click.IntRange(min=0))
+@click.argument("ledger_id", type=LEDGER_ID)
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
 def metadata_cmd(
@@ -351,7 +362,7 @@ def list_cmd(
 
 @ledger.command("delete")
 @zk_options
-@click.argument("ledger_id", type=click.IntRange(min=0))
+@click.argument("ledger_id", type=LEDGER_ID)
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
 def delete_cmd(

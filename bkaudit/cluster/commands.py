@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, zk_options
+from bkaudit.cli_common import BOOKIE_ID, emit, exit_code_for, fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
 
 
@@ -121,7 +121,8 @@ def _cluster_op(cluster_dir: str, bookie_id: str, op: str) -> None:
 
 
 def _local_options(func: Any) -> Any:
-    func = click.option("--bookie", "bookie_id", required=True, help="bookie id (see cluster status)")(func)
+    func = click.option("--bookie", "bookie_id", type=BOOKIE_ID, required=True,
+                        help="bookie id (see cluster status)")(func)
     return click.option("--dir", "cluster_dir", type=click.Path(file_okay=False), required=True,
                         help="local cluster directory")(func)
 

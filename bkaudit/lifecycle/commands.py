@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, fail, load_settings, zk_options
+from bkaudit.cli_common import BOOKIE_ID, emit, fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
 
 
@@ -111,7 +111,7 @@ def _already(
 def _common(func: Any) -> Any:
     func = click.option("--json", "as_json", is_flag=True, help="print JSON")(func)
     func = zk_options(func)
-    return click.argument("bookie")(func)
+    return click.argument("bookie", type=BOOKIE_ID)(func)
 
 
 @lifecycle.command()

@@ -82,13 +82,34 @@ class TlsConfig:
         rpc = settings.get(RpcSettings)
         if not (rpc.tls_ca or rpc.tls_cert):
             return None
-        return cls(ca=rpc.tls_ca or None, cert=rpc.tls_cert or None, key=rpc.tls_key or None,
-                   server_name=rpc.tls_server_name or None,
-                   hostname_verification=rpc.tls_hostname_verification)
+        config = cls(ca=rpc.tls_ca or None, cert=rpc.tls_cert or None, key=rpc.tls_key or None,
+                     server_name=rpc.tls_server_name or None,
+                     hostname_verification=rpc.tls_hostname_verification)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """ConfigError (exit 2) naming the key when a file cannot be read or its PEM cannot be loaded: at
+        start-up, not as every bookie UNAVAILABLE when the first connection builds its context."""
+        for path, key in ((self.ca, "rpc.tls_ca"), (self.cert, "rpc.tls_cert"), (self.key, "rpc.tls_key")):
+            _read(path, key)
+        try:
+            context = ssl.create_default_context(cafile=self.ca or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError("rpc.tls_ca", f"cannot load {self.ca} as PEM CA certificates: {exc}") from exc
+        if self.cert:
+            try:
+                context.load_cert_chain(self.cert, self.key)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError("rpc.tls_cert",
+                                  f"cannot load {self.cert} with key {self.key}: {exc}") from exc
 
 
 def server_ssl_context(cert: str, key: str, ca: str | None = None) -> ssl.SSLContext:
-    """The bookie's context for START_TLS; with `ca`, clients must present a certificate it signed (mTLS)."""
+    """The bookie's context for START_TLS; with `ca`, clients must present a certificate it signed (mTLS).
+    ConfigError naming the key of a file that cannot be read."""
+    for path, name in ((cert, "bookie.tls_cert"), (key, "bookie.tls_key"), (ca, "bookie.tls_ca")):
+        _read(path, name)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(cert, key)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail
+from bkaudit.cli_common import SECONDS, emit, exit_code_for, fail
 from bkaudit.errors import BkAuditError
 
 DEFAULT_DATA_DIR = ".bkaudit/zk"
@@ -70,7 +70,7 @@ def _serve_until_signalled(server: Any) -> None:
 
 @zk.command("stop")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=DEFAULT_DATA_DIR, show_default=True)
-@click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=SECONDS, default=10.0, show_default=True,
               help="seconds to wait after SIGTERM before SIGKILL")
 @click.option("--json", "as_json", is_flag=True)
 def stop(data_dir: str, timeout_s: float, as_json: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from bkaudit.errors import ConfigError
-from bkaudit.zk.paths import validate_state_root
+from bkaudit.zk.paths import validate_root, validate_state_root
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,8 +28,10 @@ class ZkSettings:
     def __post_init__(self) -> None:
         if not self.connect.strip():
             raise ConfigError("zk.connect", "must not be empty")
-        if not self.root.startswith("/") or (len(self.root) > 1 and self.root.endswith("/")):
-            raise ConfigError("zk.root", f"must be an absolute path without trailing '/', got {self.root!r}")
+        try:  # `/a/../b`, `//x`, control characters: ZooKeeper would refuse the path later, mid-command
+            validate_root(self.root)
+        except ValueError as exc:
+            raise ConfigError("zk.root", str(exc)) from None
         if self.session_timeout_s <= 0:
             raise ConfigError("zk.session_timeout_s", "must be > 0")
         if self.layout not in ("hierarchical", "longhierarchical", "legacyhierarchical"):
