@@ -224,7 +224,7 @@ def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
     `auditorLedgerVerificationPercentage` (default 0): per fragment and bookie it reads the first and the last
     entry that bookie stores. Entries deleted there are repaired; one deleted in between is invisible to it,
     so it resolves that marker unrepaired (ReplicationWorker.rereplicate): the next check finds that ledger
-    again, and bkaudit's worker repairs it.
+    again, and Java AutoRecovery set to read every entry (auditorLedgerVerificationPercentage=100) repairs it.
     """
     shapes = [(3, 2, 2), (3, 2, 2), (3, 3, 2), (3, 2, 2), (4, 2, 2), (3, 2, 2), (3, 2, 2), (3, 3, 2)] + [
         (3, 2, 2)] * 2
@@ -285,13 +285,19 @@ def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
     assert set(durability(second)) == {middle}, second.violations
     assert [v.ledger_id for v in second.violations if v.published] == [middle]
     assert not [v for v in second.violations if v.category == "ledger_unverifiable"], second.violations
-    code, summary = run_once(cluster, tmp_path, "bk-refill", "--no-auditor", timeout=120)
-    assert code == 0 and bk_replicated(tmp_path, "bk-refill") == [middle], summary
+    # Java AutoRecovery reading every entry (auditorLedgerVerificationPercentage=100) sees that hole too
+    ar = cluster.start_java_autorecovery({**JAVA_AR, "auditorLedgerVerificationPercentage": 100})
+    try:
+        wait_for(lambda: not queue(cluster) and middle in java_replicated(ar), timeout_s=90,
+                 what="Java AutoRecovery at 100% to repair the last ledger")
+    finally:
+        ar.stop()
+    third = check(spark, cluster, tmp_path / "w3", publish=False)
+    assert durability(third) == {}, third.violations
+    assert not [v for v in third.violations if v.category == "ledger_unverifiable"], third.violations
     answers = read_back(client, sorted(written))
     assert java_check(client, sorted(written)) == {}
-    assert set(answered(client.call("list", bookie=holed_bookie, ledger=middle, upto=ENTRIES))) == set(
-        stored(written[middle], wq[middle], holed_bookie))  # refilled in place
-    for lid in damaged - {middle}:  # Java replaced the bookie that lost entries (it never refills in place)
+    for lid in damaged:  # Java replaced the bookie that lost entries (it never refills in place)
         assert not names(answers[lid], wiped if names(written[lid], wiped) else holed_bookie)
 
 
