@@ -501,10 +501,10 @@ def test_markers_and_locks_are_honoured_across_kinds(cluster: LocalCluster, clie
         time.sleep(0.5)
         assert sorted(done()) == sorted(pending | {bk_locked})  # each ledger exactly once
     finally:
-        if ja is not None and ja.alive():  # not the auditor: its elector's shutdown task waits 10 s behind
-            os.kill(ja.pid, signal.SIGTERM)  # the election (AuditorElector.shutdown); the rest goes meanwhile
         if bk is not None:
             stop(bk)
+        if ja is not None and ja.alive():  # not the auditor: its elector's shutdown task waits 10 s behind
+            os.kill(ja.pid, signal.SIGTERM)  # the election (AuditorElector.shutdown); the rest goes meanwhile
         zk.delete(vote)
         cluster.start_bookie(victim)
         if ja is not None:
