@@ -18,7 +18,9 @@ With {"decommission": true} the run goes on (docs/lifecycle.md):
                hours): done when every bookie is Drained; fails at once, naming the bad ledgers, when one is
                DrainingFailed.
 - final_*      the restricted check again on a fresh snapshot: nothing may reference the bookies any more.
-- remove       `bkaudit lifecycle remove` (cookie and state together), only if the final answer is safe.
+- remove       `bkaudit lifecycle remove --force` (cookie and state together), only if the final answer is
+               safe. Forced: the drained bookies usually still run (registered read-only), which a plain
+               `remove` refuses, as BookKeeper's decommissionbookie does; they stay read-only until stopped.
 
 Trigger with {"bookies": ["bk3:3181", "bk4:3181"]}; snapshot and audit ids are derived from the Airflow run
 id ("dc-manual__…"), so a retry replaces its own rows; lifecycle steps are idempotent on retry.
@@ -204,7 +206,8 @@ with DAG(
         p = params or {}
         removed = {}
         for bookie in p.get("bookies") or []:
-            argv = bkaudit_argv(p, "lifecycle", "remove", bookie, "--reason", f"airflow {run_id}", "--json")
+            argv = bkaudit_argv(p, "lifecycle", "remove", bookie, "--force", "--reason", f"airflow {run_id}",
+                                "--json")
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
             if proc.returncode != 0:
                 raise AirflowFailException(

@@ -99,11 +99,11 @@ def bookie_id_problem(value: object) -> str | None:
     from bkaudit.formats.bookie_id import invalid_bookie_id_reason
 
     if isinstance(value, str) and value in (".", ".."):
-        return f"{value!r} is not a bookie id (a bookie id is host:port or a BookieId)"
-    reason = invalid_bookie_id_reason(value)
-    if reason is not None and isinstance(value, str):
-        return reason.replace(repr(value), ascii(value))  # NUL and control characters shown escaped
-    return reason
+        return f"{value!r} is not a bookie id (host:port, or a BookieId)"
+    if invalid_bookie_id_reason(value) is None:
+        return None
+    shown = ascii(value) if isinstance(value, str) else repr(value)  # NUL and control characters escaped
+    return f"{shown} is not a bookie id: BookKeeper's BookieId is [a-zA-Z0-9:-_.\\-]+ and not 'readonly'"
 
 
 class BookieIdType(click.ParamType):

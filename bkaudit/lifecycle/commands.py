@@ -37,7 +37,8 @@ def _run(
         zkclient.close(client)
 
 
-def _transition(bookie: str, target: str, reason: str, as_json: bool, **zk_args: Any) -> None:
+def _transition(bookie: str, target: str, reason: str, as_json: bool, force: bool = False,
+                **zk_args: Any) -> None:
     from bkaudit.lifecycle import service
     from bkaudit.model import lifecycle as lc
 
@@ -48,7 +49,7 @@ def _transition(bookie: str, target: str, reason: str, as_json: bool, **zk_args:
         try:
             record = service.transition(
                 client, bookie, lc.LifecycleState.parse(target), actor=lc.Actor.OPERATOR,
-                by=f"cli:{getpass.getuser()}", reason=reason, root=r, state_root=sr,
+                by=f"cli:{getpass.getuser()}", reason=reason, root=r, state_root=sr, force=force,
             )
         except lc.TransitionRefused as exc:
             emit({"bookie": bookie, "refused": str(exc), "blockers": list(exc.blockers)}, as_json,
@@ -133,9 +134,13 @@ def mark_drained(bookie: str, reason: str, as_json: bool, **zk_args: Any) -> Non
 @lifecycle.command()
 @_common
 @click.option("--reason", default="", help="why (kept in the history)")
-def remove(bookie: str, reason: str, as_json: bool, **zk_args: Any) -> None:
-    """Drained -> removed: delete the cookie and the state together (refused unless Drained)."""
-    _transition(bookie, "Removed", reason, as_json, **zk_args)
+@click.option("--force", is_flag=True,
+              help="remove it even while it is still registered (running); it then stays read-only until it "
+                   "stops")
+def remove(bookie: str, reason: str, as_json: bool, force: bool, **zk_args: Any) -> None:
+    """Drained -> removed: delete the cookie and the state together (refused unless Drained, and while the
+    bookie is still registered unless --force)."""
+    _transition(bookie, "Removed", reason, as_json, force=force, **zk_args)
 
 
 @lifecycle.command()

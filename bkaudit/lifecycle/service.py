@@ -2,8 +2,10 @@
 
 It applies the model's transition rules (bkaudit.model.lifecycle), adds the checks that need the cluster
 (a bookie must have a cookie to be drained; DrainingFailed -> Drained and removal are refused while a ledger
-still references the bookie, and the refusal lists those ledgers), then writes through the ZooKeeper store
-with a compare-and-set plus a history record.
+still references the bookie, and the refusal lists those ledgers; removal is refused while the bookie is
+registered, writable or read-only, unless forced, as BookKeeperAdmin.decommissionBookie refuses a bookie
+that "is not shutdown yet"), then writes through the ZooKeeper store with a compare-and-set plus a history
+record.
 """
 
 from __future__ import annotations
@@ -94,13 +96,17 @@ def transition(
     root: str,
     state_root: str | None = None,
     expected: lc.LifecycleState | None = None,
+    force: bool = False,
 ) -> lc.StateRecord:
     """Move `bookie_id` to `target` (or remove it) by compare-and-set.
 
     UnknownBookie without a cookie; TransitionRefused when the rules or the cluster forbid it (its
     `blockers` name the ledgers in the way); MetadataConflict when another writer changed the state between
     our read and write. `expected` refuses unless the bookie is in that state now (an Auditor decision
-    made on an older reading must not apply to a newer state).
+    made on an older reading must not apply to a newer state). Removal of a bookie still registered
+    (running) is refused unless `force`: removed while it runs, a bkaudit bookie stays read-only until it
+    stops (bkaudit.bookie.lifecycle) and a Java one stays as its HTTP switch left it, but both keep serving
+    reads of ledgers nobody references any more, and an operator should stop it first.
     """
     paths.lifecycle_state_path(bookie_id, root=root)  # validates the id
     if registry.read_cookie(zk, bookie_id, root) is None:
@@ -109,6 +115,14 @@ def transition(
     if expected is not None and state is not expected:
         raise lc.TransitionRefused(f"{bookie_id} is {state.value}, not {expected.value}")
     lc.check_transition(state, target, actor=actor)
+    if target is lc.LifecycleState.REMOVED and not force:
+        registered = registry.bookie_state(zk, bookie_id, root)
+        if registered != "absent":
+            raise lc.TransitionRefused(
+                f"{bookie_id} is still registered ({registered}): stop the bookie first (BookKeeper's "
+                "decommissionbookie refuses a bookie that is not shut down), or force the removal",
+                blockers=(f"registered {registered}",),
+            )
     if actor is lc.Actor.OPERATOR and target in (lc.LifecycleState.DRAINED, lc.LifecycleState.REMOVED):
         found = blockers(zk, bookie_id, root=root, state_root=state_root)
         if found:

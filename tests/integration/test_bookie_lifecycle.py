@@ -52,7 +52,9 @@ def test_a_removed_bookie_stays_read_only_while_it_runs(cluster_factory) -> None
     service.transition(zk, b, S.DRAINING, actor=lc.Actor.OPERATOR, **by)
     service.transition(zk, b, S.DRAINED, actor=lc.Actor.AUDITOR, **by)  # it holds no ledger
     wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "readonly")
-    service.transition(zk, b, S.REMOVED, actor=lc.Actor.OPERATOR, **by)
+    with pytest.raises(lc.TransitionRefused, match="still registered"):  # it runs: stop it first ...
+        service.transition(zk, b, S.REMOVED, actor=lc.Actor.OPERATOR, **by)
+    service.transition(zk, b, S.REMOVED, actor=lc.Actor.OPERATOR, force=True, **by)  # ... or force it
     assert registry.read_cookie(zk, b, cluster.root) is None
     time.sleep(2)  # the bookie saw its state znode go (a watch): it must not re-register writable
     assert registry.bookie_state(zk, b, cluster.root) == "readonly"

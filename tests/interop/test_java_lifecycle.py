@@ -158,8 +158,11 @@ def test_drain_of_a_java_bookie_ends_drained_read_only_and_referenced_by_no_ledg
     fresh = client.call("create", ensemble=3, wq=2, aq=2, digest="CRC32C", password=PASSWORD, entries=5)
     assert all(victim.id not in ens for ens in fresh["ensembles"].values()), fresh  # type: ignore[union-attr]
 
-    # removed while it still runs: bkaudit never makes it writable again (no {"readOnly": false})
+    # removed while it still runs (refused unless forced, as BookKeeperAdmin.decommissionBookie refuses a
+    # bookie not shut down): bkaudit never makes it writable again (no {"readOnly": false})
     code, out, err = lifecycle_cli(cluster, "remove", victim.id, "--json")
+    assert code == 1 and "still registered (readonly)" in json.loads(out)["refused"], (out, err)
+    code, out, err = lifecycle_cli(cluster, "remove", victim.id, "--force", "--json")
     assert code == 0 and json.loads(out)["state"] == "Removed", (out, err)
     assert registry.read_cookie(zk, victim.id, cluster.root) is None
     assert java_says_read_only(victim)
