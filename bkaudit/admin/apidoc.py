@@ -31,18 +31,64 @@ curl -H "Authorization: Bearer $TOKEN" -X PUT -d '{"state": "Draining", "reason"
 
 Bearer tokens, configured only as SHA-256 hashes (`[admin] admin_tokens`, `read_tokens`: `name:<hex>`; the
 name is recorded as `api:<name>` in every change it makes). Every changing call needs an admin token; reads
-are open while `[admin] anonymous_read = true` (the default), else they need a read or admin token.
-No or an unknown token: **401** (`WWW-Authenticate: Bearer`); a read token on a changing call: **403**.
-tests/security/test_admin_tokens.py checks this for every changing route the app declares; docs/security.md
-has the whole threat model.
+need a read or admin token unless `[admin] anonymous_read = true` (the default). The webhook endpoints are
+admin-only, reads included (their URLs are configuration). No or an unknown token: **401**
+(`WWW-Authenticate: Bearer`); a read token on a changing call: **403**.
+
+The token is checked from the request's headers alone, **before any byte of the body is read or parsed**:
+a refused request is answered at once (with `Connection: close` when it announced a body, which is then never
+read), so a malformed body without a token is 401, not 422, and an unauthenticated upload cannot make the
+server buffer anything. The OpenAPI document declares the scheme (`bearer`) on every operation that takes it
+(optional on reads while anonymous reads are on).
+
+| page | token |
+|---|---|
+| `GET /heartbeat` (liveness) and `GET /` (a redirect to `/dashboard`) | never |
+| `GET /dashboard`, `GET /openapi.json`, every other `GET` | a read token, unless `anonymous_read = true` |
+| `GET /api/v1/webhooks...` and every `PUT`/`POST`/`DELETE` | an admin token |
+| an unknown path (**404**), a method the path lacks (**405**, `Allow`) | none, and no body is read |
+
+There is no `/docs` or `/redoc`: FastAPI's pages load Swagger UI / ReDoc from a CDN (broken offline, and a
+third party trusted with the page). This page is the reference; `/openapi.json` is the machine-readable
+document. tests/security/test_admin_tokens.py checks the roles for every route the app declares,
+tests/admin/test_guard.py the order, docs/security.md has the whole threat model.
+
+## Limits and headers
+
+Every request body, on every route, is bounded by `[admin] max_body_bytes` (64 KiB by default; the largest
+body the API takes, a webhook, is about 2.5 KB): an announced `Content-Length` above it is **413** before a
+byte is read, a chunked body is cut off with **413** when it passes it. Every answer carries
+`Content-Security-Policy` (`default-src 'none'`; the dashboard's own inline script and style allowed by their
+SHA-256 hashes, its calls by `connect-src 'self'`; `frame-ancestors 'none'`), `X-Frame-Options: DENY`,
+`X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and `Cache-Control: no-store`.
 
 ## Errors
 
-Always JSON: `{"error": "<message>", ...}`. Bad input is **400** (a bad value, e.g. an unknown state or a
-bookie id with `/`) or **422** (the request's shape: missing or unknown fields, wrong types, with `detail`);
-an unknown bookie or webhook is **404**; a refused transition is **409** and lists the ledgers in the way
-(`blockers`); a malformed znode is reported, never guessed. An unexpected failure is a JSON **500**; the
-server keeps serving.
+Always JSON: `{"error": "<message>", ...}` (schema `ErrorBody` in the OpenAPI document, which lists every
+status each operation can answer). Bad input is **400** (a bad value: an unknown state, a refused webhook URL,
+a bookie id outside BookKeeper's `BookieId` rule `[a-zA-Z0-9:-_.\\-]+` — a NUL, a `/`, a space — which is
+never handed to ZooKeeper) or **422** (the request's shape: missing or unknown fields, wrong types, malformed
+JSON; `{"error", "detail": [{"loc", "msg", "type"}]}`, schema `ValidationErrorBody`). Bodies are strict:
+`{"readOnly": "yes"}` or `{"readOnly": 1}` is 422, only JSON `true`/`false` are booleans. An unknown bookie or
+webhook is **404**; a refused transition is **409** and lists the ledgers in the way (`blockers`); a
+malformed znode is reported, never guessed. An unexpected failure is a JSON **500** (the type of the error,
+details in the server's log); the server keeps serving, and the client's connection stays usable.
+
+## The read-only switch
+
+`PUT /api/v1/bookie/state/readonly {"readOnly": true|false}` records the switch in ZooKeeper
+(`{state}/serving/<bookie>`), which every bkaudit bookie watches. An Apache BookKeeper bookie watches
+nothing of bkaudit's, so for `true` the call goes on as the drain does (`bkaudit.lifecycle.serving`,
+docs/lifecycle.md): a bookie registered writable that does not follow the switch is made read-only through
+its own HTTP admin API (`PUT /api/v1/bookie/state/readonly {"readOnly": true}` on the `http` endpoint of its
+registration,
+`httpServerEnabled`), within `[lifecycle] bookie_http_timeout_s`. The answer says what happened (`serving`:
+`follows_state`, `made_read_only`, `read_only`, `absent`; `serving_url`). When the bookie still takes writes
+the switch stays recorded and the answer is an error: **409** when asking again cannot help (no http endpoint
+in its registration, or the bookie refused: `readOnlyModeEnabled=false`), **502** for a transient failure
+(its API did not answer). `{"readOnly": false}` is recorded but never sent to a BookKeeper bookie: it can be
+read-only for its own reasons (disks full, `forceReadOnlyBookie`) that bkaudit cannot see; use the bookie's
+own API for that.
 
 ## Webhooks
 
@@ -57,19 +103,40 @@ its attempts are recorded under `{state}/webhook-deliveries/<id>/` (`GET .../del
 Delivery is claimed before it is sent (a znode create), so two servers never both send it; a receiver that
 answered but whose answer was lost may see a retry (verify the signature, de-duplicate on the delivery id).
 
+Where a webhook may go (an admin token must not turn the server into a proxy into its own network):
+- the URL is absolute `http`/`https` without spaces or control characters, with a valid port (1-65535) and
+  **no credentials** (`user:password@` is 400: receivers check the signature instead);
+- its host, and every address its name resolves to, must be a public address: **loopback, link-local
+  (169.254.169.254 included), private (10/8, 172.16/12, 192.168/16, fc00::/7), multicast, unspecified
+  (0.0.0.0, ::), shared (100.64/10) and reserved addresses are refused** (400), IPv4 inside IPv6 (`::ffff:`,
+  6to4, NAT64) judged as that IPv4, unless `[admin] webhook_allow_networks` lists a network holding it;
+- the same check runs **again at every delivery attempt**, on the addresses the name resolves to then, and
+  the connection goes to one of those checked addresses (the Host header and TLS still name the host), so a
+  DNS answer that changes after registration (DNS rebinding) is refused; deliveries use no proxy and do not
+  follow redirects (a 3xx is a failure).
+
+A delivery record says `delivered` or `failed`, and each failed attempt only a class of error: `refused` (the
+rules above; not retried), `unreachable` (no HTTP answer: the name did not resolve, the connection was refused
+or timed out, TLS failed, the port does not speak HTTP) or `http_status` (an answer other than 2xx). Neither
+the target's error text nor its status code is recorded, so the records cannot tell one internal port from
+another; the server's log has the details, naming the webhook id and `scheme://host:port` only. URLs are
+shown and logged without credentials (`<redacted>@`), also those registered before credentials were refused.
+
 ## Dashboard
 
 `GET /dashboard`: bookies (rack, lifecycle state, serving mode, disk use from GetBookieInfo, drain progress),
 the under-replication queue, data-loss records and the latest checker run's verdict and categories. One
-server-rendered page with a few lines of inline script and no external resources (works offline). Drain,
-mark drained and remove buttons appear after logging in with an admin token (kept in the tab's
-sessionStorage); they call the API below, which does every check. Loading the page is a read: a browser
-sends no bearer token when it navigates, so with `anonymous_read = false` the page answers 401 (put it behind
-the site's own authentication, or keep anonymous reads on; changes still need the admin token).
+server-rendered page with a few lines of inline script (allowed by its hash in the CSP, nothing else is) and
+no external resources (works offline). Drain, mark drained and remove buttons appear after logging in with
+an admin token (kept in the tab's sessionStorage); they call the API below, which does every check. Loading
+the page is a read: a browser sends no bearer token when it navigates, so with `anonymous_read = false` the
+page answers 401 (put it behind the site's own authentication, or keep anonymous reads on; changes still need
+the admin token).
 
 ## Endpoints
 
-Generated from the OpenAPI document (`/openapi.json`; interactive at `/docs`).
+Generated from the OpenAPI document (`/openapi.json`). Every operation also answers **413** (body over
+`max_body_bytes`); those that take a token **401**, and the admin ones **403**.
 """
 
 

@@ -4,25 +4,33 @@ BookKeeper's per-bookie endpoints take the bookie from the server they run on; h
 cluster, so the same paths take `?bookie=<id>`. Everything is read from and written to ZooKeeper, so the API
 works while a bookie host is down. Changing calls need an admin bearer token; reads need a read token unless
 `[admin] anonymous_read`. Errors are JSON `{"error": ..., ...}`; no request can take the server down.
+
+Every request passes `Guard` (bkaudit.admin.guard) first: the token is checked from the headers alone, before
+any byte of the body is read, and bodies are bounded by `[admin] max_body_bytes`; then FastAPI parses and
+validates. The route dependencies check the same token again (defence in depth, and what the OpenAPI
+document is built from).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bkaudit import __version__
-from bkaudit.admin import views, webhooks
+from bkaudit.admin import guard, views, webhooks
 from bkaudit.admin.auth import Caller, Role, TokenBook
 from bkaudit.admin.settings import AdminSettings
 from bkaudit.errors import BkAuditError, FormatError, MetadataConflict
-from bkaudit.lifecycle import service
+from bkaudit.formats.bookie_id import invalid_bookie_id_reason
+from bkaudit.lifecycle import service, serving
 from bkaudit.model import lifecycle as lc
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import paths, registry
@@ -30,69 +38,71 @@ from bkaudit.zk import underreplication as ur
 
 log = logging.getLogger(__name__)
 
-BookieParam = Annotated[str, Query(min_length=1, max_length=255, description="bookie id, e.g. 10.0.0.1:3181")]
-
-
-class ApiError(Exception):
-    """Answered as JSON `{"error": message, **extra}` with `status`."""
-
-    def __init__(self, status: int, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.extra = extra
+ApiError = guard.ApiError
 
 
 # -- auth: module level, so FastAPI resolves the annotations ---------------------------------------------
-def _caller(request: Request) -> Caller | None:
-    header = request.headers.get("authorization", "")
-    if not header:
-        return None
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "malformed Authorization header (expected 'Bearer <token>')")
-    found: Caller | None = request.app.state.tokens.identify(token.strip())
-    if found is None:
-        raise ApiError(401, "unknown token")
-    return found
-
-
 def _reader(request: Request) -> Caller:
-    who = _caller(request)
-    if who is None:
-        if request.app.state.anonymous_read:
-            return Caller("anonymous", Role.READ)
-        raise ApiError(401, "a bearer token is required")
-    return who
+    return guard.authorize(request.headers.get("authorization", ""), Role.READ, request.app.state.tokens,
+                           anonymous_read=request.app.state.anonymous_read)
 
 
 def _admin(request: Request) -> Caller:
-    who = _caller(request)
-    if who is None:
-        raise ApiError(401, "a bearer token is required")
-    if who.role < Role.ADMIN:
-        raise ApiError(403, f"token {who.name!r} may only read")
-    return who
+    return guard.authorize(request.headers.get("authorization", ""), Role.ADMIN, request.app.state.tokens,
+                           anonymous_read=request.app.state.anonymous_read)
 
 
 Reader = Annotated[Caller, Depends(_reader)]
 Admin = Annotated[Caller, Depends(_admin)]
 
 
+def _valid_bookie(bookie: str) -> str:
+    reason = invalid_bookie_id_reason(bookie)
+    if reason is not None:  # NUL, '/', spaces, ...: never handed to ZooKeeper (BadArgumentsError)
+        raise ApiError(400, reason)
+    try:
+        paths.cookie_path(bookie)  # and no znode name ZooKeeper refuses ('.', '..')
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
+    return bookie
+
+
+_BOOKIE_DOC = "bookie id, e.g. 10.0.0.1:3181 (BookKeeper's BookieId rule: [a-zA-Z0-9:-_.\\-]+, else 400)"
+
+
+def _bookie(bookie: Annotated[str, Query(min_length=1, max_length=255, description=_BOOKIE_DOC)]) -> str:
+    return _valid_bookie(bookie)
+
+
+def _maybe_bookie(
+    bookie: Annotated[str | None, Query(min_length=1, max_length=255, description=_BOOKIE_DOC)] = None,
+) -> str | None:
+    return None if bookie is None else _valid_bookie(bookie)
+
+
+BookieParam = Annotated[str, Depends(_bookie)]
+
+
+# -- bodies: strict (no "yes" for true, no 1 for "1"), unknown fields refused ----------------------------
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ReadOnlyBody(_Body):
-    readOnly: bool
+    readOnly: bool = Field(description="true or false (JSON booleans only)")
 
 
 class LifecycleBody(_Body):
     state: str = Field(min_length=1, max_length=40, description="Draining, Drained or Removed")
     reason: str = Field(default="", max_length=1000)
+    force: bool = Field(default=False, description="Removed although the bookie is still registered")
 
 
 class WebhookBody(_Body):
-    url: str = Field(min_length=1, max_length=2000)
+    url: str = Field(min_length=1, max_length=2000,
+                     description="absolute http(s) URL without credentials; loopback, private, link-local, "
+                                 "multicast and unspecified addresses only inside "
+                                 "[admin] webhook_allow_networks")
     secret: str = Field(min_length=8, max_length=500)
 
 
@@ -100,61 +110,124 @@ class ReasonBody(_Body):
     reason: str = Field(default="", max_length=1000)
 
 
+# -- error bodies, as the OpenAPI document declares them ---------------------------------------------------
+class ErrorBody(BaseModel):
+    """Every error: a message, and for some errors more fields (`blockers` of a refused transition, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+    error: str
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorBody(BaseModel):
+    """422: the request's shape (missing or unknown fields, wrong types, malformed JSON)."""
+
+    error: str
+    detail: list[ValidationIssue]
+
+
+_WHY = {
+    400: "a bad value: an invalid bookie id (BookKeeper's BookieId rule), an unknown state, a refused "
+         "webhook URL",
+    401: "no token, an unknown token or a malformed Authorization header (WWW-Authenticate: Bearer)",
+    403: "a read token on a call that needs an admin token",
+    404: "an unknown bookie, webhook or run",
+    409: "refused in the cluster's current state (a transition's `blockers`, an unreadable znode)",
+    413: "the request body is larger than [admin] max_body_bytes (refused before it is read)",
+    502: "the bookie's own HTTP admin API did not make it read-only (the switch is recorded)",
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody, "description": _WHY[code]} for code in codes}
+
+
+def role_of(route: APIRoute) -> Role | None:
+    """The role a route needs (from its dependencies), None for an open route."""
+    found: set[Any] = set()
+    stack = list(route.dependant.dependencies)
+    while stack:
+        dep = stack.pop()
+        found.add(dep.call)
+        stack.extend(dep.dependencies)
+    return Role.ADMIN if _admin in found else Role.READ if _reader in found else None
+
+
 def create_app(
     zk: Any, *, root: str, settings: AdminSettings, warehouse: str = "", pool: Any = None,
-    state_root: str | None = None,
+    state_root: str | None = None, bookie_http_timeout_s: float = 10.0,
 ) -> FastAPI:
     """The app over one started kazoo client (the caller owns it and the optional bookie client pool).
 
     `state_root` is `[zk] state_root` (None: `/bkaudit<root>`): where lifecycle, webhook, serving and
-    data-loss records live.
+    data-loss records live. `bookie_http_timeout_s` (`[lifecycle] bookie_http_timeout_s`) bounds the call to
+    a BookKeeper bookie's own HTTP admin API that the read-only switch makes.
     """
+    from bkaudit.admin.dashboard import SCRIPT, STYLE
+
     paths.bkaudit_state_root(root=root, state_root=state_root)  # validates both
-    app = FastAPI(title="bkaudit admin API", version=__version__,
+    # no /docs or /redoc: FastAPI's pages load Swagger UI / ReDoc from a CDN; docs/http-api.md is the
+    # reference, /openapi.json the machine-readable document (a read: open only with anonymous_read)
+    app = FastAPI(title="bkaudit admin API", version=__version__, docs_url=None, redoc_url=None,
+                  openapi_url=None,
                   description="Cluster-level BookKeeper management: lifecycle, serving state, cookies, "
                               "webhooks, under-replication, data loss, audit verdicts (docs/http-api.md).")
 
-    app.state.tokens = TokenBook(admin=settings.admin_tokens, read=settings.read_tokens)
+    tokens = TokenBook(admin=settings.admin_tokens, read=settings.read_tokens)
+    app.state.tokens = tokens
     app.state.anonymous_read = settings.anonymous_read
+    allow = settings.allowed_networks()
+    roles: list[tuple[Any, Role | None]] = []
 
-    # -- errors: always JSON, never a crash ------------------------------------------------------------------
+    def route_roles() -> list[tuple[Any, Role | None]]:
+        if not roles:
+            roles.extend((r, role_of(r) if isinstance(r, APIRoute) else None) for r in app.router.routes)
+        return roles
+
+    app.add_middleware(guard.Guard, routes=route_roles, tokens=tokens, anonymous_read=settings.anonymous_read,
+                       max_body_bytes=settings.max_body_bytes,
+                       headers=guard.security_headers((SCRIPT,), (STYLE,)))
+
+    # -- errors: always JSON, never a crash (an escaping exception: guard.Guard answers 500) -----------------
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse({"error": str(exc), **exc.extra}, status_code=exc.status, headers=headers)
+        return JSONResponse({"error": str(exc), **exc.extra}, status_code=exc.status, headers=exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+        detail = [{"loc": [p if isinstance(p, str | int) else str(p) for p in e.get("loc", ())],
+                   "msg": str(e.get("msg", "")), "type": str(e.get("type", "value_error"))}
+                  for e in exc.errors()]
         return JSONResponse({"error": "invalid request", "detail": detail}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        log.exception("request failed")
-        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Starlette names the first route's methods; a path can have several
+            methods = {m for r in app.router.routes if isinstance(r, APIRoute)
+                       and r.path_regex.match(request.url.path) for m in r.methods or ()}
+            headers["Allow"] = ", ".join(sorted(methods | {"HEAD"} if "GET" in methods else methods))
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=headers)
 
     def known(bookie: str) -> str:
-        try:
-            paths.lifecycle_state_path(bookie, root=root)
-        except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
         registered = registry.bookie_state(zk, bookie, root) != "absent"
         if not registered and not registry.exists(zk, paths.cookie_path(bookie, root=root)):
             raise ApiError(404, f"unknown bookie {bookie}")
         return bookie
 
-    def change(bookie: str, target: str, who: Caller, reason: str) -> dict[str, Any]:
+    def change(bookie: str, target: str, who: Caller, reason: str, force: bool = False) -> dict[str, Any]:
         try:
             state = lc.LifecycleState.parse(target)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         try:
             record = service.transition(zk, bookie, state, actor=lc.Actor.OPERATOR, by=f"api:{who.name}",
-                                        reason=reason, root=root, state_root=state_root)
+                                        reason=reason, root=root, state_root=state_root, force=force)
         except service.UnknownBookie as exc:
             raise ApiError(404, str(exc)) from None
         except lc.TransitionRefused as exc:
@@ -166,7 +239,8 @@ def create_app(
         return {"bookie": bookie, **record.to_dict()}
 
     # -- BookKeeper's endpoints ------------------------------------------------------------------------------
-    @app.get("/heartbeat", tags=["bookkeeper"], summary="liveness (BookKeeper: /heartbeat)")
+    @app.get("/heartbeat", tags=["bookkeeper"],
+             summary="liveness (BookKeeper: /heartbeat); never needs a token")
     def heartbeat() -> dict[str, str]:
         return {"status": "OK"}
 
@@ -184,7 +258,8 @@ def create_app(
         return views.bookies(zk, root=root, state_root=state_root, pool=pool,
                              timeout_s=settings.disk_info_timeout_s)
 
-    @app.get("/api/v1/bookie/state", tags=["bookkeeper"], summary="a bookie's serving and lifecycle state")
+    @app.get("/api/v1/bookie/state", tags=["bookkeeper"], summary="a bookie's serving and lifecycle state",
+             responses=_errors(400, 404))
     def bookie_state(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
         registration = registry.bookie_state(zk, bookie, root)
@@ -196,19 +271,32 @@ def create_app(
                 "shuttingDown": False, "availableForHighPriorityWrites": registration == "writable",
                 "lifecycleState": lifecycle}
 
-    @app.get("/api/v1/bookie/state/readonly", tags=["bookkeeper"], summary="read-only switch and actual mode")
+    @app.get("/api/v1/bookie/state/readonly", tags=["bookkeeper"], summary="read-only switch and actual mode",
+             responses=_errors(400, 404))
     def get_readonly(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
         return {"bookie": bookie, "readOnly": registry.bookie_state(zk, bookie, root) == "readonly",
-                "readOnlyRequested": store.read_serving(zk, bookie, root=root, state_root=state_root)}
+                "readOnlyRequested": store.read_serving(zk, bookie, root=root, state_root=state_root),
+                **serving.inspect(zk, bookie, root=root).to_dict()}
 
     @app.put("/api/v1/bookie/state/readonly", tags=["bookkeeper"],
-             summary="ask a bookie to serve reads only (or writes again); kept in ZooKeeper")
+             summary="ask a bookie to serve reads only (or writes again): the switch in ZooKeeper, which "
+                     "bkaudit bookies follow; a registered-writable BookKeeper bookie is also made read-only "
+                     "through its own HTTP admin API (readOnly true only)",
+             responses=_errors(400, 404, 409, 502))
     def put_readonly(who: Admin, bookie: BookieParam, body: ReadOnlyBody) -> dict[str, Any]:
         known(bookie)
         store.write_serving(zk, bookie, body.readOnly, by=f"api:{who.name}", at=service.now_iso(), root=root,
                             state_root=state_root)
-        return {"bookie": bookie, "readOnlyRequested": body.readOnly}
+        out: dict[str, Any] = {"bookie": bookie, "readOnlyRequested": body.readOnly}
+        if not body.readOnly:  # bkaudit never asks a BookKeeper bookie for writes (serving.py says why)
+            return {**out, **serving.inspect(zk, bookie, root=root).to_dict()}
+        check = serving.ensure_read_only(zk, bookie, root=root, timeout_s=bookie_http_timeout_s)
+        if not check.ok:
+            raise ApiError(409 if check.permanent else 502,
+                           f"the switch is recorded, but bookie {bookie} still takes writes: {check.error}",
+                           **out, **check.to_dict())
+        return {**out, **check.to_dict()}
 
     @app.get("/api/v1/autorecovery/list_under_replicated_ledger", tags=["bookkeeper"],
              summary="the under-replication queue (BookKeeper's printmissingreplica adds the replicas)")
@@ -223,31 +311,32 @@ def create_app(
         return {"Auditor": ur.current_auditor(zk, root=root)}
 
     # -- lifecycle (the design's additions) ------------------------------------------------------------------
-    @app.get("/api/v1/bookie/lifecycle", tags=["lifecycle"], summary="lifecycle state, who set it, progress")
+    @app.get("/api/v1/bookie/lifecycle", tags=["lifecycle"], summary="lifecycle state, who set it, progress",
+             responses=_errors(400, 404))
     def get_lifecycle(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
         return service.describe(zk, bookie, root=root, state_root=state_root)
 
     @app.put("/api/v1/bookie/lifecycle", tags=["lifecycle"],
-             summary="operator transition: Draining (from Active), Drained (from DrainingFailed), Removed")
+             summary="operator transition: Draining (from Active), Drained (from DrainingFailed), Removed",
+             responses=_errors(400, 404, 409))
     def put_lifecycle(who: Admin, bookie: BookieParam, body: LifecycleBody) -> dict[str, Any]:
         known(bookie)
-        return change(bookie, body.state, who, body.reason)
+        return change(bookie, body.state, who, body.reason, body.force)
 
-    @app.get("/api/v1/bookie/lifecycle/history", tags=["lifecycle"], summary="every transition, oldest first")
+    @app.get("/api/v1/bookie/lifecycle/history", tags=["lifecycle"], summary="every transition, oldest first",
+             responses=_errors(400))
     def lifecycle_history(_who: Reader, bookie: BookieParam) -> list[dict[str, Any]]:
-        try:
-            paths.lifecycle_history_root(bookie, root=root, state_root=state_root)
-        except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
         return [h.to_dict() for h in store.history(zk, bookie, root=root, state_root=state_root)]
 
     @app.get("/api/v1/bookie/drain_progress", tags=["lifecycle"],
-             summary="per draining / drained / failed bookie: ledgers and bytes left, failures")
-    def drain_progress(_who: Reader, bookie: str | None = Query(default=None, max_length=255)) -> list[Any]:
+             summary="per draining / drained / failed bookie: ledgers and bytes left, failures",
+             responses=_errors(400))
+    def drain_progress(_who: Reader, bookie: Annotated[str | None, Depends(_maybe_bookie)]) -> list[Any]:
         return views.drain_progress(zk, root=root, state_root=state_root, bookie=bookie)
 
-    @app.get("/api/v1/bookie/cookie", tags=["lifecycle"], summary="a bookie's cookie")
+    @app.get("/api/v1/bookie/cookie", tags=["lifecycle"], summary="a bookie's cookie",
+             responses=_errors(400, 404, 409))
     def get_cookie(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
         try:
@@ -262,10 +351,16 @@ def create_app(
                 "instanceId": cookie.instance_id}
 
     @app.delete("/api/v1/bookie/cookie", tags=["lifecycle"],
-                summary="remove a Drained bookie: cookie and lifecycle state deleted together")
-    def delete_cookie(who: Admin, bookie: BookieParam, body: ReasonBody | None = None) -> dict[str, Any]:
+                summary="remove a Drained bookie: cookie and lifecycle state deleted together (refused while "
+                        "it is registered, unless force=true)",
+                responses=_errors(400, 404, 409))
+    def delete_cookie(
+        who: Admin, bookie: BookieParam, body: ReasonBody | None = None,
+        force: Annotated[Literal["true", "false"], Query(description="although still registered")] = "false",
+    ) -> dict[str, Any]:
         known(bookie)
-        return change(bookie, lc.LifecycleState.REMOVED.value, who, body.reason if body else "")
+        reason = body.reason if body else ""
+        return change(bookie, lc.LifecycleState.REMOVED.value, who, reason, force == "true")
 
     # -- data loss and audits --------------------------------------------------------------------------------
     @app.get("/api/v1/autorecovery/data_loss", tags=["audit"], summary="ledgers with entries no replica has")
@@ -279,7 +374,8 @@ def create_app(
         return {p["bookie"]: {"state": p["state"], "data_loss_ledgers": p.get("data_loss_ledgers", []),
                               "failed_ledgers": p.get("failed_ledgers", [])} for p in progress}
 
-    @app.get("/api/v1/audit/verdicts", tags=["audit"], summary="the latest checker run's verdict, violations")
+    @app.get("/api/v1/audit/verdicts", tags=["audit"], summary="the latest checker run's verdict, violations",
+             responses=_errors(404))
     def audit_verdicts(_who: Reader, limit: Annotated[int, Query(ge=0, le=10000)] = 200) -> dict[str, Any]:
         if not warehouse:
             raise ApiError(404, "no warehouse configured ([admin] warehouse or [snapshot] warehouse)")
@@ -293,29 +389,31 @@ def create_app(
     def list_webhooks(_who: Admin) -> list[dict[str, Any]]:
         return [h.public() for h in webhooks.list_all(zk, root=root, state_root=state_root)]
 
-    @app.post("/api/v1/webhooks", tags=["webhooks"], status_code=201,
+    @app.post("/api/v1/webhooks", tags=["webhooks"], status_code=201, responses=_errors(400),
               summary="register a URL for lifecycle transitions (HMAC-SHA256 signed with the secret)")
     def add_webhook(who: Admin, body: WebhookBody) -> dict[str, Any]:
         try:
             hook = webhooks.register(zk, url=body.url, secret=body.secret, by=f"api:{who.name}",
-                                     at=service.now_iso(), root=root, state_root=state_root)
+                                     at=service.now_iso(), root=root, state_root=state_root, allow=allow)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         return hook.public()
 
-    @app.delete("/api/v1/webhooks/{hook_id}", tags=["webhooks"], summary="unregister a webhook")
+    @app.delete("/api/v1/webhooks/{hook_id}", tags=["webhooks"], summary="unregister a webhook",
+                responses=_errors(400, 404))
     def delete_webhook(who: Admin, hook_id: Annotated[str, Depends(_hook_id)]) -> dict[str, Any]:
         if not webhooks.delete(zk, hook_id, root=root, state_root=state_root):
             raise ApiError(404, f"no webhook {hook_id}")
         return {"deleted": hook_id}
 
-    @app.get("/api/v1/webhooks/{hook_id}/deliveries", tags=["webhooks"], summary="delivery records")
+    @app.get("/api/v1/webhooks/{hook_id}/deliveries", tags=["webhooks"], responses=_errors(400, 404),
+             summary="delivery records: delivered or failed, with a class of error per attempt")
     def webhook_deliveries(_who: Admin, hook_id: Annotated[str, Depends(_hook_id)]) -> list[dict[str, Any]]:
         if webhooks.get(zk, hook_id, root=root, state_root=state_root) is None:
             raise ApiError(404, f"no webhook {hook_id}")
         return webhooks.deliveries(zk, hook_id, root=root, state_root=state_root)
 
-    # -- dashboard -------------------------------------------------------------------------------------------
+    # -- dashboard and the OpenAPI document ------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
     def index() -> RedirectResponse:
         return RedirectResponse("/dashboard")
@@ -339,10 +437,59 @@ def create_app(
             verdict=verdict, verdict_error=verdict_error, root=root, version=__version__,
         ))
 
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi_json(_who: Reader) -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _document(app, anonymous_read=settings.anonymous_read)
+        return app.openapi_schema
+
+    app.openapi = document  # type: ignore[method-assign]
     return app
 
 
+def _document(app: FastAPI, *, anonymous_read: bool) -> dict[str, Any]:
+    """FastAPI's document, completed: the bearer scheme and who needs it, 401/403/413 where they can be
+    answered, and the 422 body this API sends instead of FastAPI's."""
+    doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for model in (ErrorBody, ValidationErrorBody):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    doc["components"]["securitySchemes"] = {"bearer": {
+        "type": "http", "scheme": "bearer",
+        "description": "a token whose SHA-256 is in [admin] admin_tokens (may change things) or read_tokens "
+                       "(may read); checked before the request body is read"}}
+
+    def error(schema: str, why: str) -> dict[str, Any]:
+        return {"description": why,
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+
+    routes = [r for r in app.routes if isinstance(r, APIRoute)]
+    roles = {(m.lower(), r.path): role_of(r) for r in routes for m in r.methods or ()}
+    for path, operations in doc["paths"].items():
+        for method, op in operations.items():
+            role = roles.get((method, path))
+            responses = op.setdefault("responses", {})
+            if role is not None:
+                op["security"] = [{"bearer": []}] + ([{}] if role is Role.READ and anonymous_read else [])
+                responses["401"] = error("ErrorBody", _WHY[401])
+                if role is Role.ADMIN:
+                    responses["403"] = error("ErrorBody", _WHY[403])
+            responses["413"] = error("ErrorBody", _WHY[413])
+            if "422" in responses:
+                responses["422"] = error("ValidationErrorBody", "the request's shape: missing or unknown "
+                                         "fields, wrong types (no \"yes\" for true), malformed JSON")
+            op["responses"] = dict(sorted(responses.items()))
+    return doc
+
+
 def _hook_id(hook_id: str) -> str:
-    if not hook_id.isalnum() or len(hook_id) > 64:
+    if not (hook_id.isascii() and hook_id.isalnum()) or len(hook_id) > 64:
         raise ApiError(400, f"bad webhook id {hook_id!r}")
     return hook_id

@@ -11,6 +11,7 @@ import click
 
 from bkaudit.cli_common import fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
+from bkaudit.exitcodes import ExitCode
 
 
 @click.group()
@@ -32,6 +33,7 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
     from bkaudit.admin.server import AdminServer
     from bkaudit.admin.settings import AdminSettings
     from bkaudit.config import ZkSettings
+    from bkaudit.lifecycle.settings import LifecycleSettings
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.rpc.tls import TlsConfig
     from bkaudit.spark.settings import SnapshotSettings
@@ -39,6 +41,7 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # its INFO lines carry whole URLs
     overrides: dict[str, Any] = {"admin.listen": listen, "admin.port": port, "admin.tls_cert": tls_cert,
                                  "admin.tls_key": tls_key, "admin.warehouse": warehouse}
     settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
@@ -57,11 +60,16 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
                             request_timeout_s=timeout, connect_timeout_s=timeout)
     warehouse_used = conf.warehouse or snapshot_warehouse
     server = AdminServer(client, zk_settings.root, conf, state_root=zk_settings.state_root or None,
-                         warehouse=warehouse_used, pool=pool)
+                         warehouse=warehouse_used, pool=pool,
+                         bookie_http_timeout_s=settings.get(LifecycleSettings).bookie_http_timeout_s)
     scheme = "https" if conf.tls_cert else "http"
-    click.echo(f"bkaudit admin API on {scheme}://{conf.listen}:{conf.port}/ (dashboard /dashboard, "
-               f"OpenAPI /docs)", err=True)
     try:
+        try:
+            server.listen()
+        except OSError as exc:  # a taken port, an address not on this host: one line, exit 1
+            fail(f"cannot listen on {conf.listen}:{conf.port}: {exc.strerror or exc}", code=ExitCode.ERROR)
+        click.echo(f"bkaudit admin API on {scheme}://{conf.listen}:{conf.port}/ (dashboard /dashboard, "
+                   f"OpenAPI document /openapi.json)", err=True)
         server.run()
     finally:
         pool.close()

@@ -1,5 +1,9 @@
 """The admin dashboard: one server-rendered page, a few lines of inline script for the actions, no CDN.
 
+The page's one inline script and one inline style are allowed by their SHA-256 in the Content-Security-Policy
+(bkaudit.admin.guard), nothing else is: no inline event handlers, no `style=` attributes, no external
+resources.
+
 Tables come straight from the same read models as the API. Actions (drain, mark drained, remove) call the
 API with the admin token entered in the login box (kept in the tab's sessionStorage, sent as a bearer token);
 the API does every check, so the page holds no rules of its own.
@@ -25,7 +29,7 @@ function show() {
   const on = !!token();
   document.querySelectorAll('.admin').forEach(e => e.style.display = on ? '' : 'none');
   document.getElementById('login-form').style.display = on ? 'none' : '';
-  document.getElementById('logout').style.display = on ? '' : 'none';
+  document.getElementById('logout').hidden = !on;
 }
 async function login(ev) {
   ev.preventDefault();
@@ -139,7 +143,7 @@ def render(
 <h1>bkaudit admin <span class="muted">{_e(root)} · bkaudit {_e(version)}</span></h1>
 <form id="login-form">admin token <input id="token" type="password" autocomplete="off">
 <button id="login" type="submit">log in</button></form>
-<button id="logout" style="display:none">log out</button><span id="status"></span>
+<button id="logout" hidden>log out</button><span id="status"></span>
 <h2>Bookies</h2>
 {_table("bookies", ["bookie", "rack", "state", "serving", "disk", "drain progress", "actions"], bookie_rows,
         "no bookies")}

@@ -24,6 +24,7 @@ READER = {"Authorization": f"Bearer {READ_TOKEN}"}
 def settings(**kw: Any) -> AdminSettings:
     kw.setdefault("webhook_poll_s", 0.2)
     kw.setdefault("webhook_backoff_s", 0.05)
+    kw.setdefault("webhook_allow_networks", ("127.0.0.0/8",))  # the tests' receivers are on loopback
     return AdminSettings(admin_tokens=(f"ops:{hash_token(ADMIN_TOKEN)}",),
                          read_tokens=(f"viewer:{hash_token(READ_TOKEN)}",), **kw)
 
@@ -61,3 +62,60 @@ def write_audit_run(warehouse: str, run_id: str, start: datetime, rows: list[dic
     run = {**keys, "status": "succeeded", "started_at": start, "finished_at": start + timedelta(seconds=9),
            "seconds": 9.0, "ledgers_checked": 40, "counts": list(counts.items()), "published": 0}
     write_table(warehouse, "audit_runs", pa.Table.from_pylist([run], schema=cs.AUDIT_RUNS.schema), **same)
+
+
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection on a plain socket: what a client sends byte by byte (a body that is
+    announced but not sent, several requests on one connection) and what the server does with it."""
+
+    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.sock = socket.create_connection((self.host, parts.port or 80), timeout=timeout_s)
+        self.buffer = b""
+
+    def send(self, method: str, target: str, headers: dict[str, str] | None = None,
+             body: bytes = b"") -> None:
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host}"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(65536)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def response(self) -> tuple[int, dict[str, str], bytes]:
+        """The next answer: (status, headers with lower-case names, body); the socket's timeout if none."""
+        while b"\r\n\r\n" not in self.buffer:
+            if not self._fill():
+                raise ConnectionError("the server closed the connection before answering")
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        while len(self.buffer) < length:
+            if not self._fill():
+                raise ConnectionError("the server closed the connection in the middle of an answer")
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return int(status_line.split()[1]), headers, body
+
+    def closed_by_server(self) -> bool:
+        """True when the server closes the connection (reads whatever else it sends first)."""
+        try:
+            while self._fill():
+                pass
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+        return True
+
+    def close(self) -> None:
+        self.sock.close()

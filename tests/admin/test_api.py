@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
+from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.zk import dataloss, paths, registry
 from bkaudit.zk import lifecycle as store
@@ -22,7 +23,7 @@ def api(zk, zk_root, tmp_path):
     for b in (A, B, C):
         add_cookie(zk, zk_root, b)
     zk.ensure_path(paths.readonly_root(root=zk_root))
-    registry.register(zk, A, b"", root=zk_root)
+    registry.register(zk, A, bkaudit_registration(A), root=zk_root)  # follows the switch itself
     registry.register(zk, B, b"", readonly=True, root=zk_root)
     warehouse = str(tmp_path / "wh")
     server = serve(zk, zk_root, warehouse=warehouse)
@@ -32,6 +33,12 @@ def api(zk, zk_root, tmp_path):
             yield client
     finally:
         server.stop()
+
+
+def bkaudit_registration(bookie: str) -> bytes:
+    host, port = bookie.rsplit(":", 1)
+    info = records.bookie_service_info_for(bookie, host, int(port), properties={"bkaudit.version": "test"})
+    return records.encode_bookie_service_info(info)
 
 
 def error_of(response: httpx.Response, status: int) -> dict:
@@ -78,6 +85,95 @@ def test_bookie_state_and_read_only_switch(api: httpx.Client, zk, zk_root) -> No
     assert r.status_code == 200 and store.read_serving(zk, A, root=zk_root)
 
 
+def test_the_read_only_switch_takes_json_booleans_only(api: httpx.Client, zk, zk_root) -> None:
+    put = "/api/v1/bookie/state/readonly"
+    for value in ("yes", "true", "on", 1, 0, "1", None, [], {}):
+        r = api.put(put, params={"bookie": A}, json={"readOnly": value}, headers=ADMIN)
+        body = error_of(r, 422)
+        assert body["detail"][0]["loc"] == ["body", "readOnly"], value
+    assert not store.read_serving(zk, A, root=zk_root)  # none of them switched it on
+    assert api.put(put, params={"bookie": A}, json={"readOnly": True}, headers=ADMIN).status_code == 200
+    assert store.read_serving(zk, A, root=zk_root)
+
+
+class JavaBookieHttp:
+    """BookKeeper's BookieStateReadOnlyService on loopback: GET answers the mode, PUT {"readOnly": true}
+    re-registers the bookie read-only (BookieStateManager.doTransitionToReadOnlyMode) and answers it;
+    `refuse` answers 400 as a bookie with readOnlyModeEnabled=false does."""
+
+    def __init__(self, zk, root: str, bookie: str) -> None:  # type: ignore[no-untyped-def]
+        import http.server
+        import threading
+
+        self.puts: list[bytes] = []
+        self.refuse = False
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _reply(self, code: int, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_PUT(self) -> None:
+                outer.puts.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if outer.refuse:
+                    self._reply(400, b"Bookie is disabled ReadOnly mode, cannot transit to readOnly mode")
+                    return
+                registry.register(zk, bookie, outer.registration, readonly=True, root=root)
+                self._reply(200, b'{"readOnly" : true}')
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        host, port = bookie.rsplit(":", 1)
+        http_endpoint = records.Endpoint("httpserver", self.server.server_address[1], "0.0.0.0", "http")
+        self.registration = records.encode_bookie_service_info(
+            records.bookie_service_info_for(bookie, host, int(port), extra_endpoints=(http_endpoint,)))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_read_only_switch_makes_a_java_bookie_read_only_through_its_http_api(
+    api: httpx.Client, zk, zk_root
+) -> None:
+    java = "127.0.0.1:3181"  # a stand-in Apache BookKeeper bookie: no bkaudit property, an http endpoint
+    add_cookie(zk, zk_root, java)
+    bookie_api = JavaBookieHttp(zk, zk_root, java)
+    try:
+        registry.register(zk, java, bookie_api.registration, root=zk_root)
+        put = "/api/v1/bookie/state/readonly"
+        assert api.get(put, params={"bookie": java}).json()["serving"] == "writable"
+        r = api.put(put, params={"bookie": java}, json={"readOnly": True}, headers=ADMIN)
+        assert r.status_code == 200, r.text
+        assert r.json()["serving"] == "made_read_only" and r.json()["serving_url"].endswith(put)
+        assert bookie_api.puts == [b'{"readOnly":true}']
+        assert registry.bookie_state(zk, java, zk_root) == "readonly"
+        assert api.get(put, params={"bookie": java}).json()["readOnly"] is True
+        # {"readOnly": false} is recorded but never sent to a BookKeeper bookie (lifecycle/serving.py)
+        r = api.put(put, params={"bookie": java}, json={"readOnly": False}, headers=ADMIN)
+        assert r.status_code == 200 and r.json()["serving"] == "read_only" and len(bookie_api.puts) == 1
+        # a bookie that refuses, or publishes no http endpoint, still takes writes: the caller is told so
+        registry.register(zk, java, bookie_api.registration, root=zk_root)
+        bookie_api.refuse = True
+        body = error_of(api.put(put, params={"bookie": java}, json={"readOnly": True}, headers=ADMIN), 409)
+        assert "still takes writes" in body["error"] and body["serving"] == "writable"
+        assert store.read_serving(zk, java, root=zk_root)  # the switch itself is recorded
+        registry.register(zk, java, b"", root=zk_root)  # no http endpoint (httpServerEnabled=false)
+        body = error_of(api.put(put, params={"bookie": java}, json={"readOnly": True}, headers=ADMIN), 409)
+        assert "httpServerEnabled" in body["error"]
+        # the bookie's API is down: a transient failure, 502
+        registry.register(zk, java, bookie_api.registration, root=zk_root)
+    finally:
+        bookie_api.close()
+    error_of(api.put(put, params={"bookie": java}, json={"readOnly": True}, headers=ADMIN), 502)
+
+
 def test_lifecycle_endpoints_change_zookeeper_by_the_rules(api: httpx.Client, zk, zk_root) -> None:
     add_ledger(zk, zk_root, 5, (A, B), length=4096)
     assert api.get("/api/v1/bookie/lifecycle", params={"bookie": A}).json()["state"] == "Active"
@@ -119,8 +215,12 @@ def test_lifecycle_endpoints_change_zookeeper_by_the_rules(api: httpx.Client, zk
     zk.delete(paths.ledger_path(5, root=zk_root))
     assert api.put("/api/v1/bookie/lifecycle", params={"bookie": A}, json={"state": "Drained"},
                    headers=ADMIN).status_code == 200
-    r = api.request("DELETE", "/api/v1/bookie/cookie", params={"bookie": A}, json={"reason": "retired"},
-                    headers=ADMIN)
+    # A is still registered (running): removal needs force, as BookKeeper's decommissionbookie
+    body = error_of(api.delete("/api/v1/bookie/cookie", params={"bookie": A}, headers=ADMIN), 409)
+    assert body["blockers"] == ["registered writable"]
+    error_of(api.delete("/api/v1/bookie/cookie", params={"bookie": A, "force": "yes"}, headers=ADMIN), 422)
+    r = api.request("DELETE", "/api/v1/bookie/cookie", params={"bookie": A, "force": "true"},
+                    json={"reason": "retired"}, headers=ADMIN)
     assert r.status_code == 200 and r.json()["state"] == "Removed"
     assert registry.read_cookie(zk, A, zk_root) is None
     assert not zk.exists(paths.lifecycle_state_path(A, root=zk_root))

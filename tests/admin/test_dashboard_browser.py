@@ -125,6 +125,7 @@ def test_dashboard_shows_the_cluster_and_drains_from_the_page(cluster_factory, b
 
         drain_a = browser.find_element(By.CSS_SELECTOR, f'button[data-action="drain"][data-bookie="{a}"]')
         assert not drain_a.is_displayed()  # actions need the admin login
+        assert not browser.find_element(By.ID, "logout").is_displayed()
         browser.find_element(By.ID, "token").send_keys("wrong-token")
         browser.find_element(By.ID, "login").click()
         wait_for(lambda: "refused" in browser.find_element(By.ID, "status").text, 60)
@@ -133,7 +134,10 @@ def test_dashboard_shows_the_cluster_and_drains_from_the_page(cluster_factory, b
         token_box.clear()
         token_box.send_keys(ADMIN_TOKEN)
         browser.find_element(By.ID, "login").click()
-        wait_for(lambda: drain_a.is_displayed(), 60)
+        wait_for(lambda: drain_a.is_displayed(), 60)  # the inline script runs under the page's CSP
+        assert browser.find_element(By.ID, "logout").is_displayed()
+        csp = httpx.get(url + "/dashboard", timeout=30).headers["content-security-policy"]
+        assert "script-src 'sha256-" in csp and "unsafe-inline" not in csp
         drain_a.click()
         wait_for(lambda: service.current(zk, a, root=cluster.root)[0] is lc.LifecycleState.DRAINING, 60)
         record, _ = service.current(zk, a, root=cluster.root)[1:]

@@ -219,6 +219,7 @@ def _config(run: SecureRun, admin_port: int) -> str:
         "[admin]", f'admin_tokens = ["ops:{hash_token(s.admin_token)}"]',
         f'read_tokens = ["viewer:{hash_token(s.read_token)}"]', "anonymous_read = false",
         f"port = {admin_port}", "webhook_poll_s = 0.2",
+        'webhook_allow_networks = ["127.0.0.0/8"]',  # the receiver is on loopback
         "[snapshot]", f'warehouse = "{run.directory / "warehouse"}"',
         "[checker]", f'metrics_file = "{run.directory / "metrics" / "checker.prom"}"',
         "[autorecovery]", f'metrics_file = "{run.directory / "metrics" / "autorecovery.prom"}"',

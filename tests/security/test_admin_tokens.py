@@ -2,8 +2,8 @@
 written here), on a real uvicorn server over the embedded ZooKeeper:
 
 - every changing route (POST/PUT/PATCH/DELETE) refuses a missing token (401), an unknown token (401), a
-  malformed Authorization header (401) and a read-only token (403), and the refusals change nothing in
-  ZooKeeper;
+  malformed Authorization header (401) and a read-only token (403), whatever the body (malformed JSON too:
+  the token is checked before the body is read), and the refusals change nothing in ZooKeeper;
 - every reading route answers a read-only token (admin-only reads, such as the webhook list whose URLs are
   configuration, answer 403), and with `anonymous_read = false` refuses a missing token.
 """
@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 
 from bkaudit.admin import app as admin_app
 from bkaudit.admin import webhooks
-from tests.admin.support import ADMIN, READER, add_cookie, add_ledger, serve
+from tests.admin.support import ADMIN, READER, add_cookie, add_ledger, serve, settings
 
 pytestmark = pytest.mark.cluster
 
@@ -58,7 +58,7 @@ def served(zk, zk_root):  # type: ignore[no-untyped-def]
     add_cookie(zk, zk_root, BOOKIE)
     add_ledger(zk, zk_root, 7, (BOOKIE,))
     hook = webhooks.register(zk, url="http://127.0.0.1:9/hook", secret="s3cret-hook", by="test", at="now",
-                             root=zk_root)
+                             root=zk_root, allow=settings().allowed_networks())
     server = serve(zk, zk_root, anonymous_read=False)
     try:
         yield server, hook.id
@@ -85,14 +85,17 @@ def test_every_changing_route_refuses_missing_wrong_and_read_only_tokens(served,
     base = zk_root.rsplit("/", 1)[0]
     before = _tree(zk, base)
     bodies = ({}, {"readOnly": True}, {"state": "Draining"},
-              {"url": "http://127.0.0.1:9/x", "secret": "0123456789"})
+              {"url": "http://127.0.0.1:9/x", "secret": "0123456789"},
+              b'{"state":', b"\xff\xfe not json", b"[" * 10000)  # malformed: refused before parsing
     with httpx.Client(base_url=server.url, timeout=30) as http:
         for method, route in changing:
             assert admin_app._admin in _dependencies(route), f"{method} {route.path} is not admin-only"
             url = _url(route, {"hook_id": hook_id})
             for why, (headers, status) in REFUSED.items():
                 for body in bodies:  # valid bodies too: authorization comes before anything else
-                    r = http.request(method, url, params={"bookie": BOOKIE}, json=body, headers=headers)
+                    sent = {"content": body} if isinstance(body, bytes) else {"json": body}
+                    r = http.request(method, url, params={"bookie": BOOKIE}, **sent,
+                                     headers={"Content-Type": "application/json", **headers})
                     assert r.status_code == status, f"{method} {route.path}, {why}: {r.status_code} {r.text}"
                     assert r.json()["error"]
                     if status == 401:
