@@ -74,7 +74,7 @@ LEDGER_ID = click.IntRange(0, LONG_MAX)
 ENTRY_ID = click.IntRange(0, LONG_MAX)
 
 
-class Seconds(click.ParamType):
+class Seconds(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on
     """A finite, non-negative number of seconds, at most MAX_SECONDS (nan, inf and 1e300 are refused)."""
 
     name = "SECONDS"
@@ -106,7 +106,7 @@ def bookie_id_problem(value: object) -> str | None:
     return f"{shown} is not a bookie id: BookKeeper's BookieId is [a-zA-Z0-9:-_.\\-]+ and not 'readonly'"
 
 
-class BookieIdType(click.ParamType):
+class BookieIdType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on
     """A bookie id BookKeeper accepts (BookieId.validateBookieId): anything else is a usage error."""
 
     name = "BOOKIE"

@@ -19,10 +19,19 @@ Resources that must be released (ZooKeeper sessions, Spark, files) are closed by
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import signal
 import sys
 import threading
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+T = TypeVar("T")
+
+STOP_GRACE_S = 20.0
+"""How long a long-running command (`autorecovery run`, `admin serve`; `bookie run` adds its drain timeout)
+may take to stop once asked: inside Kubernetes' default 30 s termination grace period."""
 
 
 def exit_process(code: int) -> NoReturn:
@@ -42,4 +51,92 @@ def exit_process(code: int) -> NoReturn:
         os._exit(code)
 
 
-__all__ = ["exit_process"]
+class StopWatchdog:
+    """Bounds the stop of a long-running command whatever it is blocked on (a ZooKeeper call while ZooKeeper
+    is down waits for a reconnect that may never come): once `arm()`ed, the process ends within `grace_s` —
+    if the orderly stop has not called `done()` by then, one line on stderr and `os._exit(code)`.
+
+    Locks, votes and registrations a process holds in ZooKeeper are ephemeral: what it could not release
+    goes when its session expires, as after a crash; only the process's own work is cut short.
+    """
+
+    def __init__(self, grace_s: float, what: str, *, code: int = 1) -> None:
+        self.grace_s = grace_s
+        self.what = what
+        self.code = code
+        self._armed = threading.Lock()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def armed(self) -> bool:
+        return self._thread is not None
+
+    def arm(self) -> None:
+        """Start the clock (idempotent: the first call counts)."""
+        with self._armed:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
+            self._thread.start()
+
+    def done(self) -> None:
+        """The orderly stop finished: the watchdog stands down."""
+        self._done.set()
+
+    def _watch(self) -> None:
+        if self._done.wait(self.grace_s):
+            return
+        _die(self.code, f"error: {self.what} did not stop within {self.grace_s:g}s; exiting without a clean "
+                        "release (what it holds in ZooKeeper expires with its session)")
+
+
+def _die(code: int, line: str) -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
+    os._exit(code)
+
+
+@contextlib.contextmanager
+def stop_signals(on_stop: Callable[[], None], watchdog: StopWatchdog) -> Iterator[None]:
+    """SIGTERM / SIGINT ask for a graceful stop (`on_stop`) and arm `watchdog`; a second one ends the process
+    at once (exit 1: the operator insisted, nothing more was released). Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(signum: int, _frame: Any) -> None:
+        if watchdog.armed:
+            _die(watchdog.code, f"error: {watchdog.what}: signal {signum} again, exiting at once")
+        watchdog.arm()
+        on_stop()
+
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def within(seconds: float, fn: Callable[[], T], *, name: str = "bounded") -> tuple[bool, T | None]:
+    """Run `fn` on a daemon thread for at most `seconds`: (True, its result), or (False, None) when it did not
+    finish (it is left running; the process is about to end) or raised (logged by the caller's `fn`)."""
+    result: list[T] = []
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            result.append(fn())
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    thread.join(max(0.0, seconds))
+    return (True, result[0]) if result else (False, None)
+
+
+__all__ = ["STOP_GRACE_S", "StopWatchdog", "exit_process", "stop_signals", "within"]

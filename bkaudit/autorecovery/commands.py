@@ -11,17 +11,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from bkaudit.cli_common import LEDGER_ID, SECONDS, emit, exit_code_for, fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
+from bkaudit.shutdown import STOP_GRACE_S, StopWatchdog, stop_signals
 
 
 @click.group()
@@ -79,17 +78,26 @@ def run(
     except BkAuditError as exc:
         fail(str(exc), exit_code_for(exc))
     stop = threading.Event()
-    with _signals(stop.set):
+    watchdog = StopWatchdog(STOP_GRACE_S, "autorecovery run")
+    summary: Any = None
+    with stop_signals(stop.set, watchdog):
         try:
             if once:
                 summary = _drain(service, stop, timeout)
             else:
                 stop.wait(timeout)
-                summary = service.summary(service.left(), timed_out=False)
+                summary = _summary(service, timed_out=False)
         finally:
-            service.stop()
-    emit(summary.data, as_json, lambda _d: summary.human())
-    sys.exit(summary.exit_code if once else 0)
+            released = _stop(service, watchdog)
+    if summary is not None:
+        emit(summary.data, as_json, lambda _d: summary.human())
+    if not released:
+        zs = service.zk_settings
+        fail(f"stopped without releasing what this process holds: ZooKeeper ({zs.connect}) is unreachable; "
+             f"its locks and auditor vote expire with its session ({zs.session_timeout_s:g}s)")
+    if once:
+        sys.exit(summary.exit_code if summary is not None else 1)
+    sys.exit(0)
 
 
 def _drain(service: Any, stop: threading.Event, timeout: float | None) -> Any:
@@ -101,7 +109,56 @@ def _drain(service: Any, stop: threading.Event, timeout: float | None) -> Any:
         thread.join(0.2)
     if result:
         return result[0]
-    return service.summary(service.left(), timed_out=True)
+    return _summary(service, timed_out=True)
+
+
+def _zk_connected(service: Any) -> bool:
+    client = service.zk
+    return bool(client is not None and client.connected)
+
+
+def _summary(service: Any, *, timed_out: bool) -> Any:
+    """The run's summary, read from ZooKeeper in a bounded time; None when ZooKeeper does not answer."""
+    from bkaudit.shutdown import within
+
+    if not _zk_connected(service):
+        return None
+    ok, summary = within(STOP_GRACE_S / 4, lambda: service.summary(service.left(), timed_out=timed_out),
+                         name="autorecovery-summary")
+    return summary if ok else None
+
+
+def _stop(service: Any, watchdog: StopWatchdog) -> bool:
+    """Stop the service within the watchdog's grace, whatever ZooKeeper's state; True when it released its
+    locks and vote itself (ZooKeeper connected and the stop finished), False otherwise (exit 1).
+
+    With ZooKeeper unreachable, its session is closed first: requests waiting for a reconnect (a worker's
+    lock, the vote's delete) fail at once instead of holding the stop, and the ephemeral nodes go with the
+    session."""
+    import logging
+
+    from bkaudit.shutdown import within
+    from bkaudit.zk import client as zkclient
+
+    watchdog.arm()
+    log = logging.getLogger("bkaudit.autorecovery")
+    connected = _zk_connected(service)
+    if not connected:
+        log.error("stopping with ZooKeeper unreachable: locks and the auditor vote are left to expire with "
+                  "the session")
+        within(2.0, lambda: zkclient.close(service.zk), name="autorecovery-zk-close")
+
+    def stop_service() -> bool:
+        try:
+            service.stop()
+        except Exception as exc:
+            log.warning("stopping: %s", exc)
+            return False
+        return True
+
+    finished, ok = within(watchdog.grace_s - 3.0, stop_service, name="autorecovery-stop")
+    watchdog.done()
+    return connected and finished and bool(ok)
 
 
 @autorecovery.command()
@@ -227,22 +284,6 @@ def _with_zk(
             zkclient.close(client)
     except BkAuditError as exc:
         fail(str(exc), exit_code_for(exc))
-
-
-@contextlib.contextmanager
-def _signals(handler: Callable[[], None]) -> Iterator[None]:
-    """SIGTERM / SIGINT end the run gracefully (locks released, vote deleted, summary printed)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    for sig in previous:
-        signal.signal(sig, lambda _signum, _frame: handler())
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def _setup_logging() -> None:

@@ -11,7 +11,6 @@ import importlib
 import logging
 import os
 import shutil
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from bkaudit.formats import records
 from bkaudit.rpc.framing import max_payload_bytes
 from bkaudit.rpc.settings import BATCH_LISTING_PROPERTY, GRPC_PROTOCOL
 from bkaudit.rpc.tls import server_credentials, server_ssl_context
+from bkaudit.shutdown import STOP_GRACE_S, StopWatchdog, stop_signals
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import registry
 
@@ -111,6 +111,9 @@ class BookieServer:
         """The data-integrity check when enabled (bkaudit.autorecovery.integrity.IntegrityCheck)."""
         self.failure: str | None = None
         """Why the bookie shut itself down (its storage was lost), None otherwise."""
+        self.released: bool | None = None
+        """After `stop()`: whether it announced read-only and deregistered itself (ZooKeeper answered); False
+        when ZooKeeper was unreachable (its registration then goes with the session)."""
 
     # -- start -----------------------------------------------------------------------------------------------
     def start(self) -> BookieServer:
@@ -265,15 +268,27 @@ class BookieServer:
             self._stopped.wait(self.conf.drain_timeout_s + 30)
             return
         self._stop.set()
+        zk = getattr(self, "zk", None)
+        reachable = zk is not None and bool(zk.connected)
         log.info("bookie %s stopping: switching to read-only", self.bookie_id)
         if self.registration is not None:
             self.mode.set("shutdown", True)
-            try:
-                self.registration.set_readonly(True, wait=True)
-            except Exception as exc:
-                log.warning("could not announce read-only: %s", exc)
+            if reachable:
+                try:
+                    self.registration.set_readonly(True, wait=True)
+                except Exception as exc:
+                    log.warning("could not announce read-only: %s", exc)
+            else:  # a request would wait for a reconnect that may never come
+                log.warning("ZooKeeper unreachable: cannot announce read-only nor deregister; the "
+                            "registration goes when the session expires")
         self._drain()
+        if zk is not None and not reachable:
+            try:  # close the session first: what still waits on ZooKeeper (deregistering) fails at once
+                zkclient.close(zk)
+            except Exception as exc:
+                log.debug("closing the ZooKeeper session: %s", exc)
         self._close_all()
+        self.released = reachable
         log.info("bookie %s stopped", self.bookie_id)
 
     def _drain(self) -> None:
@@ -308,19 +323,25 @@ def run(settings: Settings, options: BookieOptions) -> int:
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
     server = BookieServer(settings, options)
     requested = threading.Event()
+    # bounded whatever ZooKeeper's state: the drain, then STOP_GRACE_S for the rest (bkaudit.shutdown)
+    watchdog = StopWatchdog(server.conf.drain_timeout_s + STOP_GRACE_S, f"bookie {server.bookie_id}")
 
-    def on_signal(signum: int, frame: Any) -> None:
-        log.info("received signal %d", signum)
+    def on_stop() -> None:
+        log.info("received a stop signal")
         requested.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    server.start()
-    print(f"bookie {server.bookie_id} ready on port {server.port}", flush=True)
-    while not requested.wait(0.5) and server.failure is None:
-        pass
-    server.stop()
+    with stop_signals(on_stop, watchdog):
+        server.start()
+        print(f"bookie {server.bookie_id} ready on port {server.port}", flush=True)
+        while not requested.wait(0.5) and server.failure is None:
+            pass
+        watchdog.arm()
+        server.stop()
+        watchdog.done()
     if server.failure is not None:
         log.error("bookie %s exits: storage lost (%s)", server.bookie_id, server.failure)
+        return 1
+    if not server.released:
+        log.error("bookie %s stopped without deregistering: ZooKeeper unreachable", server.bookie_id)
         return 1
     return 0
