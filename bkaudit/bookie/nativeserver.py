@@ -14,6 +14,15 @@ without TLS answers EBADREQ, as BookieRequestProcessor does). No AUTH exchange i
 auth provider authenticates every channel when it opens, so a bookie with TLS serves plaintext clients too.
 `require_tls` (bkaudit's, what a TLS-based BookieAuthProvider does) answers EUA until the handshake instead,
 as AuthHandler does on a channel not yet authenticated.
+
+What a peer can hold, authenticated or not (BookKeeper's Netty server bounds none of these):
+- connections: beyond `max_connections` a new one is closed at once (reset);
+- time: a request frame must arrive whole within `frame_timeout_s` of its first byte (of the end of the
+  frame before it), else the connection closes: a peer sending part of a frame, then nothing, holds nothing;
+- memory: one connection buffers at most one incomplete frame, `max_frame_bytes`, and before its TLS
+  handshake under `require_tls` (only START_TLS is served then) at most PRE_TLS_MAX_FRAME_BYTES; incomplete
+  frames of all connections together at most `max_buffered_bytes`, past which the connection whose bytes
+  would exceed it is closed.
 """
 
 from __future__ import annotations
@@ -33,13 +42,24 @@ log = logging.getLogger(__name__)
 
 _LEN = struct.Struct(">I")
 
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_FRAME_TIMEOUT_S = 30.0
+DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
+PRE_TLS_MAX_FRAME_BYTES = 64 * 1024
+"""Largest frame a connection may send before its TLS handshake when the bookie requires TLS: everything but
+START_TLS (a few dozen bytes) is answered EUA then, so a larger frame is refused with the connection."""
+REFUSAL_LOG_INTERVAL_S = 10.0
+
 
 class NativeServer:
     """Serves a BookieService on `address:port` from a background event loop thread."""
 
     def __init__(self, service: BookieService, address: str, port: int, *,
                  ssl_context: ssl.SSLContext | None = None, require_tls: bool = False,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 frame_timeout_s: float = DEFAULT_FRAME_TIMEOUT_S,
+                 max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES) -> None:
         self.service = service
         self.address = address
         self.port = port
@@ -47,6 +67,14 @@ class NativeServer:
         self.require_tls = require_tls and ssl_context is not None
         """Refuse (EUA) everything but START_TLS before the TLS handshake."""
         self.max_frame_bytes = max_frame_bytes
+        self.max_connections = max_connections
+        self.frame_timeout_s = frame_timeout_s
+        self.max_buffered_bytes = max_buffered_bytes
+        self.buffered = 0
+        """Bytes of incomplete request frames held by every connection together (the loop thread's)."""
+        self.refused = 0
+        """Connections closed at once because `max_connections` were open."""
+        self._refusal_logged = 0.0
         self.connections: set[_Connection] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -100,7 +128,11 @@ class _Connection(asyncio.Protocol):
         self.service = server.service
         self.loop = server._loop
         self.loop_thread = server._thread.ident
-        self.frames = Frames(server.max_frame_bytes)
+        # before the handshake a bookie that requires TLS serves START_TLS only: small frames only
+        limit = min(PRE_TLS_MAX_FRAME_BYTES, server.max_frame_bytes) if server.require_tls else None
+        self.frames = Frames(limit or server.max_frame_bytes)
+        self.held = 0  # bytes of an incomplete frame, counted in server.buffered
+        self._frame_timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.closed = False
@@ -115,18 +147,35 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.server.connections.add(self)
+        server = self.server
+        if len(server.connections) >= server.max_connections:
+            self.closed = True
+            server.refused += 1
+            now = self.loop.time()
+            if now - server._refusal_logged >= REFUSAL_LOG_INTERVAL_S:
+                server._refusal_logged = now
+                log.warning("refusing connection from %s: %d connections open (max_connections); %d refused "
+                            "so far", self.peer, len(server.connections), server.refused)
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        server.connections.add(self)
+
+    def _secured(self) -> None:
+        self.secure = True
+        self.frames.max_frame_bytes = self.server.max_frame_bytes
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
         if self.upgrading:  # reading was paused at START_TLS: this came decrypted, after the handshake
             self.upgrading = False
-            self.secure = True
+            self._secured()
         try:
             frames = self.frames.feed(data)
         except FormatError as exc:
             self.close(f"bad frame: {exc}")
+            return
+        if not self._account(bool(frames)):
             return
         service, reply = self.service, self.reply
         upgrade = self._upgrade if self.server.ssl_context is not None else None
@@ -150,11 +199,49 @@ class _Connection(asyncio.Protocol):
                 return
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        was_closed, self.closed = self.closed, True
         self.server.connections.discard(self)
-        if self.frames.partial:
+        if self.frames.partial and not was_closed:  # the peer went mid-frame (not closed by us)
             log.warning("connection from %s closed in the middle of a frame (%d bytes buffered)", self.peer,
                         self.frames.partial)
+        self._release()
+
+    # -- what an incomplete frame holds ----------------------------------------------------------------------
+    def _account(self, completed: bool) -> bool:
+        """Count this connection's incomplete frame in the server's total and (re)start its clock; False when
+        the connection was closed for it."""
+        server = self.server
+        held = self.frames.partial
+        total = server.buffered + held - self.held
+        if held and total > server.max_buffered_bytes:
+            self.close(f"incomplete frames of all connections would hold {total} bytes "
+                       f"(max_buffered_bytes {server.max_buffered_bytes})")
+            return False
+        server.buffered = total
+        self.held = held
+        if not held or completed:  # the clock runs from the start of the frame still incomplete
+            self._cancel_timer()
+        if held and self._frame_timer is None:
+            self._frame_timer = self.loop.call_later(server.frame_timeout_s, self._frame_timed_out)
+        return True
+
+    def _frame_timed_out(self) -> None:
+        self._frame_timer = None
+        if not self.closed and self.frames.partial:
+            self.close(f"a frame did not arrive whole within {self.server.frame_timeout_s:g}s "
+                       f"({self.frames.partial} bytes of it buffered; frame_timeout_s)")
+
+    def _cancel_timer(self) -> None:
+        if self._frame_timer is not None:
+            self._frame_timer.cancel()
+            self._frame_timer = None
+
+    def _release(self) -> None:
+        self._cancel_timer()
+        self.server.buffered -= self.held
+        self.held = 0
+        if self.frames.partial:
+            self.frames.take_rest()  # the bytes go now, not when the connection object does
 
     def pause_writing(self) -> None:  # the client does not read its answers: stop reading its requests
         if self.transport is not None:
@@ -210,6 +297,7 @@ class _Connection(asyncio.Protocol):
             log.warning("TLS handshake with %s failed: %s", self.peer, exc)
             self.closed = True
             self.server.connections.discard(self)
+            self._release()
             if self.transport is not None:
                 self.transport.abort()
             return
@@ -218,7 +306,7 @@ class _Connection(asyncio.Protocol):
             return
         self.transport = transport
         self.upgrading = False
-        self.secure = True
+        self._secured()
         log.info("TLS session with %s (%s)", self.peer, transport.get_extra_info("cipher"))
 
     def close(self, reason: str, *, level: int = logging.WARNING) -> None:
@@ -228,6 +316,7 @@ class _Connection(asyncio.Protocol):
         self._flush()  # answers to the requests before the bad one still go out, as Netty's writes do
         self.closed = True
         self.server.connections.discard(self)
+        self._release()
         if self.transport is not None:
             self.transport.close()
             self.loop.call_later(5.0, self.transport.abort)  # a peer that does not read cannot hold it

@@ -164,7 +164,10 @@ class BookieServer:
                         "bookie with the default auth provider does; set [bookie] require_tls = true to "
                         "refuse them")
         rpc = self.rpc = NativeServer(service, conf.listen_address, self.port, ssl_context=context,
-                                      require_tls=conf.require_tls, max_frame_bytes=conf.max_frame_bytes)
+                                      require_tls=conf.require_tls, max_frame_bytes=conf.max_frame_bytes,
+                                      max_connections=conf.max_connections,
+                                      frame_timeout_s=conf.frame_timeout_s,
+                                      max_buffered_bytes=conf.max_buffered_bytes)
         self.port = rpc.start()
         self._closers.append(lambda: rpc.stop(grace=1.0))
         if conf.grpc_port >= 0:

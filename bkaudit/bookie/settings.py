@@ -53,6 +53,12 @@ class BookieSettings:
     data_integrity_interval_s: float = 3.0
     # bound of the cached listing encodings (LRU; a 50,000-entry E3/WQ2 ledger costs about 400 KB)
     listing_cache_bytes: int = 256 * 1024 * 1024
+    # what clients may hold (BookKeeper's Netty server bounds none of it): open connections (more are closed
+    # at once), the time a request frame may take to arrive whole, the bytes incomplete frames of every
+    # connection hold together (one connection holds at most one frame, max_frame_bytes)
+    max_connections: int = 1000
+    frame_timeout_s: float = 30.0
+    max_buffered_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -76,6 +82,13 @@ class BookieSettings:
         if self.data_integrity_stamp_missing_cookies and not self.data_integrity_checking:
             raise ConfigError("bookie.data_integrity_stamp_missing_cookies",
                               "needs data_integrity_checking (the check is what makes re-stamping safe)")
+        if self.max_connections < 1:
+            raise ConfigError("bookie.max_connections", "must be >= 1")
+        if self.frame_timeout_s <= 0:
+            raise ConfigError("bookie.frame_timeout_s", "must be > 0")
+        if self.max_buffered_bytes < self.max_frame_bytes:
+            raise ConfigError("bookie.max_buffered_bytes",
+                              f"must be >= max_frame_bytes ({self.max_frame_bytes}): one frame must fit")
         if self.listing_cache_bytes < 0:
             raise ConfigError("bookie.listing_cache_bytes", "must be >= 0 (0: no cache)")
         for key in ("max_pending_requests", "group_commit_max_batch", "read_threads"):
