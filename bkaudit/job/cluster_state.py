@@ -77,15 +77,16 @@ def read_cluster_state(
     for bookie_id in cookies - set(seen):
         seen[bookie_id] = BookieRecord(bookie_id, UNAVAILABLE, True)
     state.bookies = _with_lifecycle(zk, root, list(seen.values()), cookies)
-    _read_racks(zk, state)
+    _read_racks(zk, root, state)
     state.markers = _read_markers(zk, root, max_in_flight, rate_limiter)
     return state
 
 
-def _read_racks(zk: Any, state: ClusterState) -> None:
-    """Pulsar's /bookies JSON → Topology; an unreadable one is a warning, not a failed snapshot."""
+def _read_racks(zk: Any, root: str, state: ClusterState) -> None:
+    """Pulsar's /bookies JSON → Topology, keys resolved through the registrations as Pulsar does; an
+    unreadable one is a warning, not a failed snapshot."""
     try:
-        racks = registry.read_racks(zk)
+        racks = registry.read_rack_config(zk, root=root)
         state.topology = Topology.from_rack_config(racks) if racks else None
     except Exception as exc:
         state.warnings.append(f"rack configuration /bookies unreadable: {exc}")

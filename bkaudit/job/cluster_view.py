@@ -84,16 +84,17 @@ class PlacementInputs:
         return PlacementCheck(self.policy, self.topology, self.policy_name, writable=writable)
 
 
-def read_placement_inputs(zk: KazooClient, settings: Settings) -> PlacementInputs:
+def read_placement_inputs(zk: KazooClient, settings: Settings, *, root: str) -> PlacementInputs:
     """The policy and topology of `[placement]`, with the one precedence rule of client and worker:
-    Pulsar's `/bookies` rack map wins over `[placement] locations` (`model.topology.resolve_topology`).
+    Pulsar's `/bookies` rack map wins over `[placement] locations` (`model.topology.resolve_topology`), its
+    keys resolved through the registrations under `root` as client and worker do (`read_rack_config`).
 
     Unreadable rack JSON must not stop an audit: it is logged and the configured locations are used.
     """
     conf = settings.get(PlacementSettings)
     racks: Mapping[str, object]
     try:
-        racks = registry.read_racks(zk)
+        racks = registry.read_rack_config(zk, root=root)
     except FormatError as exc:
         log.warning("rack configuration /bookies unreadable (%s); using [placement] locations", exc)
         racks = {}

@@ -254,7 +254,7 @@ def _check(
     inputs = load_inputs(spark, ctx, snapshot_id, selection)
     known = inputs.bookies.column("bookie_id").to_pylist()
     view = read_cluster_view(zk, root=ctx.zk.root, known=known)
-    placement = read_placement_inputs(zk, ctx.settings)
+    placement = read_placement_inputs(zk, ctx.settings, root=ctx.zk.root)
     t = _lap(result, "load", t)
 
     ctx.say("ledger pass and fan-out: metadata, placement, then every bookie asked for its entries")

@@ -72,7 +72,7 @@ def locations(topology: Topology) -> dict[str, str]:
 
 
 @pytest.mark.usefixtures("racks_znode")
-def test_client_and_worker_resolve_bookies_keys_through_registrations(zk, zk_root, tmp_path) -> None:
+def test_client_worker_and_checker_resolve_bookies_keys_through_registrations(zk, zk_root, tmp_path) -> None:
     registrations(zk, zk_root)
     write_racks(zk, RACKS)
     conf = settings(tmp_path)
@@ -84,6 +84,15 @@ def test_client_and_worker_resolve_bookies_keys_through_registrations(zk, zk_roo
     while locations(view.topology()) != EXPECTED and time.monotonic() < deadline:
         time.sleep(0.05)  # the view learns /bookies and the registrations through watches
     assert locations(view.topology()) == EXPECTED
+
+    # the checker's placement and the snapshot's bookies table resolve the same way
+    from bkaudit.job.cluster_state import read_cluster_state
+    from bkaudit.job.cluster_view import read_placement_inputs
+
+    assert locations(read_placement_inputs(zk, conf, root=zk_root).topology) == EXPECTED
+    state = read_cluster_state(zk, zk_root)
+    assert state.topology is not None
+    assert locations(state.topology) == EXPECTED
 
     # what it means for placement: two custom ids on one host are one rack, as for BookKeeper
     assert RackAwarePolicy().adherence(["bookie-a", "bookie-b"], 2, 2, client) is Adherence.FAIL
