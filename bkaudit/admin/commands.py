@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 import sys
+import threading
 from typing import Any
 
 import click
@@ -12,6 +13,7 @@ import click
 from bkaudit.cli_common import fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
 from bkaudit.exitcodes import ExitCode
+from bkaudit.shutdown import STOP_GRACE_S, StopWatchdog, stop_signals
 
 
 @click.group()
@@ -63,17 +65,53 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
                          warehouse=warehouse_used, pool=pool,
                          bookie_http_timeout_s=settings.get(LifecycleSettings).bookie_http_timeout_s)
     scheme = "https" if conf.tls_cert else "http"
-    try:
+    stop = threading.Event()
+    watchdog = StopWatchdog(STOP_GRACE_S, "admin serve")
+    released = False
+    # our signal handlers, not uvicorn's: uvicorn re-raises the signal once it has stopped, which kills the
+    # process before the session is closed; the stop is bounded whatever ZooKeeper's state (bkaudit.shutdown)
+    with stop_signals(stop.set, watchdog):
         try:
-            server.listen()
-        except OSError as exc:  # a taken port, an address not on this host: one line, exit 1
-            fail(f"cannot listen on {conf.listen}:{conf.port}: {exc.strerror or exc}", code=ExitCode.ERROR)
-        click.echo(f"bkaudit admin API on {scheme}://{conf.listen}:{conf.port}/ (dashboard /dashboard, "
-                   f"OpenAPI document /openapi.json)", err=True)
-        server.run()
-    finally:
+            try:
+                host, bound = server.listen()
+            except OSError as exc:  # a taken port, an address not on this host: one line, exit 1
+                fail(f"cannot listen on {conf.listen}:{conf.port}: {exc.strerror or exc}",
+                     code=ExitCode.ERROR)
+            server.start()
+            click.echo(f"bkaudit admin API on {scheme}://{host}:{bound}/ (dashboard /dashboard, "
+                       f"OpenAPI document /openapi.json)", err=True)
+            while not stop.wait(0.5) and server.serving:
+                pass
+        finally:
+            watchdog.arm()
+            released = _stop(server, pool, client, watchdog)
+    if not stop.is_set():
+        fail("the HTTP server stopped on its own (see the log above)")
+    if not released:
+        fail(f"stopped with ZooKeeper ({zk_settings.connect}) unreachable: its session was not closed "
+             "cleanly")
+
+
+def _stop(server: Any, pool: Any, client: Any, watchdog: Any) -> bool:
+    """Stop serving, the webhook dispatcher, the pool and the session within the watchdog's grace; True when
+    ZooKeeper answered to the end (with it unreachable the session is closed first, so a dispatcher waiting
+    on it fails at once)."""
+    from bkaudit.shutdown import within
+    from bkaudit.zk import client as zkclient
+
+    reachable = bool(client.connected)
+    if not reachable:
+        within(2.0, lambda: zkclient.close(client), name="admin-zk-close")
+
+    def stop_all() -> bool:
+        server.stop()
         pool.close()
         zkclient.close(client)
+        return True
+
+    finished, _ = within(watchdog.grace_s - 3.0, stop_all, name="admin-stop")
+    watchdog.done()
+    return reachable and finished
 
 
 @admin.command("hash-token")

@@ -104,6 +104,11 @@ class AdminServer:
         return self
 
     @property
+    def serving(self) -> bool:
+        """True while the HTTP server started by `start()` runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def url(self) -> str:
         assert self.bound is not None
         scheme = "https" if self.settings.tls_cert else "http"
