@@ -25,8 +25,8 @@ VIOLATIONS = [
 
 
 def make_warehouse(root: Path) -> str:
-    """Write `audit_runs`, `violations` and `bookie_checks` for RUN_ID under `root`, as a succeeded checker run
-    commits them; returns the warehouse path."""
+    """Write `audit_runs`, `violations` and `bookie_checks` for RUN_ID under `root`, as a succeeded checker
+    run commits them; returns the warehouse path."""
     from bkaudit.tables import store
     from bkaudit.tables.catalog import spec
 
