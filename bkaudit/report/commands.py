@@ -6,6 +6,8 @@ exit 3 when the run's new violations reach that severity, as `bkaudit check --fa
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, warehouse_of
@@ -27,8 +29,8 @@ def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str
     from bkaudit.errors import BkAuditError
     from bkaudit.report.outcome import write_and_judge
 
-    settings = load_settings(None, None, None, config_path, need_zk=False,
-                             **({"snapshot.warehouse": warehouse} if warehouse else {}))
+    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse} if warehouse else {}
+    settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
     warehouse = warehouse_of(settings)
     check_out_dir(out_dir)
     try:
