@@ -4,8 +4,11 @@ Used by the demo, the tests and the benchmarks. Every process runs in the backgr
 `<directory>/cluster.json`, so any later command (`bkaudit bookie kill --dir D ...`) can act on it:
 
     {"zk": "127.0.0.1:P", "root": "/ledgers", "racks": 3, "bookie_args": [],
-     "bookies": [{"id", "rack", "port", "pid", "data_dir", "host", "listing", "readonly"}],
-     "zookeeper": {"pid", "port", "data_dir", "heap_mb"} | null}
+     "bookies": [{"id", "rack", "port", "pid", "data_dir", "host", "listing", "readonly",
+                  "kind", "storage", "http_port"}],
+     "zookeeper": {"pid", "port", "data_dir", "heap_mb"} | null, "java_settings": {...}}
+
+A bookie's `kind` is "bkaudit" or "java" (Apache BookKeeper's own bookie on `storage`, bkaudit.cluster.java).
 
 Each bookie has a loopback address of its own (127.0.0.2, 127.0.0.3, ...), binds and advertises it, and its id
 is `<that address>:<port>`. BookKeeper looks racks up by host, so bookies sharing 127.0.0.1 would be one rack

@@ -38,7 +38,8 @@ def test_local_cluster_lifecycle_through_the_cli(tmp_path: Path) -> None:
         state = json.loads((Path(d) / "cluster.json").read_text())
         assert set(state) >= {"zk", "root", "bookies", "zookeeper"}
         assert set(state["zookeeper"]) == {"pid", "port", "data_dir", "heap_mb"}
-        keys = {"id", "rack", "port", "pid", "data_dir", "host", "listing", "readonly"}
+        keys = {"id", "rack", "port", "pid", "data_dir", "host", "listing", "readonly", "kind", "storage",
+                "http_port"}
         assert all(set(b) == keys for b in state["bookies"])
         assert [b["host"] for b in state["bookies"]] == ["127.0.0.2", "127.0.0.3"]  # one address per bookie
         assert [b["state"] for b in up["bookies"]] == ["writable", "writable"]
