@@ -93,11 +93,12 @@ from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.rpc.settings import RpcSettings
 from bkaudit.rpc.tls import TlsConfig
 from bkaudit.spark.snapshot import run_snapshot
-from bkaudit.tables.read import latest_snapshot_id, read_arrow, snapshot_versions
+from bkaudit.tables.checker_schemas import CHECKER_TABLES
+from bkaudit.tables.read import latest_snapshot_id, read_arrow, require_writable, snapshot_versions
 from bkaudit.tables.store import validate_snapshot_id
 from bkaudit.zk import registry
 from bkaudit.zk.client import acls, close, connect
-from bkaudit.zk.ledgers import read_layout
+from bkaudit.zk.ledgers import read_layout, require_cluster
 from bkaudit.zk.paths import CHECK_CTIME_NODES
 
 if TYPE_CHECKING:
@@ -241,12 +242,15 @@ def _check(
 
     conf = ctx.conf
     t = time.monotonic()
+    if isinstance(sink, DeltaSink):  # a broken table fails the run before the snapshot commits anything
+        require_writable(ctx.options.warehouse, (*CHECKER_TABLES, "audit_runs"))
     snapshot_id = resolve_snapshot(spark, ctx)
     result.snapshot_id = snapshot_id
     t = _lap(result, "snapshot", t)
 
     zk = connect(ctx.zk)
     cleanup.callback(_close_quietly, zk)
+    require_cluster(zk, root=ctx.zk.root)  # a wrong root is an error, not a clean audit of nothing
     session = Session(
         zk, ctx.zk.root, read_layout(zk, root=ctx.zk.root), TlsConfig.from_settings(ctx.settings),
         ctx.settings.get(RpcSettings).max_frame_bytes,

@@ -276,6 +276,7 @@ class _Run:
 
     def _stage_and_commit(self) -> None:
         t = time.monotonic()
+        self._preflight()
         ensemble_bookies = self._stage_ledgers()
         t = self._lap("ledgers", t)
         known = self._stage_cluster_state(ensemble_bookies)
@@ -294,6 +295,20 @@ class _Run:
         self.result.status = SUCCEEDED
         self._write_snapshot_row(replace={"snapshot_id": self.result.snapshot_id})
         self._lap("commit", t)
+
+    def _preflight(self) -> None:
+        """Before anything is staged: the root holds a BookKeeper cluster (a wrong root is an error, not an
+        empty snapshot), and every table this run commits to can take a commit."""
+        from bkaudit.tables.read import require_writable
+        from bkaudit.zk.client import close, connect
+        from bkaudit.zk.ledgers import require_cluster
+
+        client = connect(self.zk)
+        try:
+            require_cluster(client, root=self.zk.root)
+        finally:
+            close(client)
+        require_writable(self.warehouse, (*SNAPSHOT_TABLES, "snapshots"))
 
     def _stage_ledgers(self) -> set[str]:
         """Step 1 (Spark): stage `ledgers` and `ledger_segments`; returns the bookies named in ensembles."""

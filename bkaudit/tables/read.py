@@ -13,7 +13,7 @@ committed last, so a run that failed or was killed midway is never picked.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,20 @@ def reading(table: str, uri: str) -> Iterator[None]:
         raise
     except Exception as exc:  # DeltaError (corrupt log), OSError (a file gone), ArrowInvalid (corrupt file)
         raise TableUnreadable(table, uri, first_line(exc)) from exc
+
+
+def require_writable(warehouse: str, tables: Iterable[str]) -> None:
+    """TableUnreadable for the first of `tables` a job could not commit to: something at its location but no
+    Delta log, or a log delta-rs cannot read. Jobs ask before they stage anything, so a warehouse with a
+    broken table fails the run before any of its tables took a commit (no orphan rows)."""
+    for table in tables:
+        uri = table_uri(warehouse, table)
+        state = table_state(warehouse, table)
+        if state == "broken":
+            raise TableUnreadable(table, uri, "a directory without its Delta log (_delta_log)")
+        if state == "present":
+            with reading(table, uri):
+                open_delta(uri).version()
 
 
 def table_state(warehouse: str, table: str) -> str:

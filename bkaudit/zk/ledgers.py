@@ -132,6 +132,19 @@ def read_layout(zk: KazooClient, *, root: str = DEFAULT_ROOT) -> str:
     return str(records.layout_name(records.parse_ledger_layout(data)))
 
 
+def require_cluster(zk: KazooClient, *, root: str = DEFAULT_ROOT) -> None:
+    """ZooKeeperError unless `root` holds a BookKeeper cluster: the root with its `LAYOUT` or `INSTANCEID`
+    (BookKeeper's `metaformat` / `initnewcluster` write both; a client's first use writes LAYOUT). A wrong or
+    uninitialised `--root` must be an error, never an audit of nothing that passes as clean."""
+    if zk.exists(root) is None:
+        raise ZooKeeperError(f"no BookKeeper cluster at {root}: the znode does not exist (wrong --root / "
+                             "[zk] root?)")
+    markers = (paths.layout_path(root=root), paths.instanceid_path(root=root))
+    if all(zk.exists(path) is None for path in markers):
+        raise ZooKeeperError(f"no BookKeeper cluster at {root}: it has neither LAYOUT nor INSTANCEID (wrong "
+                             "--root / [zk] root, or a cluster never initialised)")
+
+
 # -- ledger ids --------------------------------------------------------------------------------------------
 def generate_ledger_id(zk: KazooClient, *, root: str = DEFAULT_ROOT, acl: list[ACL] | None = None) -> int:
     """A new, cluster-unique ledger id, exactly as BookKeeper's hierarchical id generators make it.
