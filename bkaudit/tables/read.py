@@ -75,11 +75,21 @@ def require_writable(warehouse: str, tables: Iterable[str]) -> None:
     for table in tables:
         uri = table_uri(warehouse, table)
         state = table_state(warehouse, table)
-        if state == "broken":
-            raise TableUnreadable(table, uri, "a directory without its Delta log (_delta_log)")
+        if state == "broken" and _holds_data(uri):  # a log gone under committed files: rows would vanish
+            raise TableUnreadable(table, uri, "data files without their Delta log (_delta_log)")
         if state == "present":
             with reading(table, uri):
                 open_delta(uri).version()
+
+
+def _holds_data(uri: str) -> bool:
+    """Any Parquet file under `uri` (a failed first run leaves only an empty directory behind)."""
+    import pyarrow.fs as pafs
+
+    fs, path = location.filesystem(uri)
+    with reading("?", uri):
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    return any(i.type == pafs.FileType.File and i.path.endswith(".parquet") for i in infos)
 
 
 def table_state(warehouse: str, table: str) -> str:

@@ -112,6 +112,9 @@ def _write_run(wh: str, run_id: str, n: int, minute: int = 0) -> None:
                            max_rows_per_file=5)
     writer.write(pa.Table.from_pylist(_rows(run_id, n), schema=cs.VIOLATIONS.schema))
     commit(wh, "violations", writer.close(), replace={"run_id": run_id}, info={"run_id": run_id})
+    # a succeeded checker run always commits bookie_checks too (here: no bookie worth a row)
+    write_table(wh, "bookie_checks", cs.BOOKIE_CHECKS.schema.empty_table(), snapshot_id=f"snap-{run_id}",
+                snapshot_date="2026-11-24", replace={"run_id": run_id})
     start = T0 + timedelta(minutes=minute)
     run = {"run_id": run_id, "snapshot_id": f"snap-{run_id}", "run_date": "2026-11-24", "status": "succeeded",
            "started_at": start, "finished_at": start + timedelta(minutes=1)}
