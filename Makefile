@@ -65,8 +65,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check bkaudit jobs tests bench airflow_dags
 	$(VENV)/bin/mypy
 
+# two workers, each test file on one (module fixtures stay whole): the suite mostly waits on bookies,
+# ZooKeeper sessions and JVMs, so 2 cores run two files at once (24.5 -> 16.4 min measured)
+PYTEST_WORKERS ?= 2
+
 test: $(STAMP) $(AIRFLOW_STAMP) browser bookkeeper lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP) bookkeeper lint
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -1,4 +1,14 @@
-"""Shared fixtures live in tests/fixtures/ (one module per real component), loaded as plugins here."""
+"""Shared fixtures live in tests/fixtures/ (one module per real component), loaded as plugins here.
+
+`make test` runs the suite on two pytest-xdist workers. A worker's `__main__` (execnet's) has neither
+`__spec__` nor `__file__`, which pyspark.sql.connect takes for a doctest run and answers with sys.exit(0) when
+great-expectations imports it: the worker's `__main__` gets a file name, as any script has.
+"""
+
+import __main__
+
+if not hasattr(__main__, "__file__") and getattr(__main__, "__spec__", None) is None:
+    __main__.__file__ = "pytest-xdist-worker"
 
 pytest_plugins = [
     "tests.fixtures.zookeeper",
