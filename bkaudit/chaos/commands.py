@@ -68,6 +68,19 @@ from bkaudit.exitcodes import ExitCode
     show_default=True,
     help="chance a writer stops without closing its ledger (recovered later)",
 )
+@click.option(
+    "--java-bookies",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="the first N bookies are Apache BookKeeper's own (sorted, interleaved, db storage in turn; "
+    "`make bookkeeper` fetches them)",
+)
+@click.option(
+    "--java-autorecovery",
+    is_flag=True,
+    help="add Apache BookKeeper's AutoRecoveryMain to the election (and to the AutoRecovery faults)",
+)
 @click.option("--no-checker", is_flag=True, help="skip the checker runs (and invariants 4-5's checks)")
 @click.option(
     "--workdir",
@@ -94,6 +107,8 @@ def chaos(
     mean_gap: float,
     writers: int,
     crash_probability: float,
+    java_bookies: int,
+    java_autorecovery: bool,
     no_checker: bool,
     workdir: str | None,
     history_path: str | None,
@@ -110,6 +125,16 @@ def chaos(
         kinds = parse_kinds(faults)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--faults") from None
+    if java_bookies > bookies:
+        raise click.BadParameter(f"at most --bookies ({bookies})", param_hint="--java-bookies")
+    if java_bookies or java_autorecovery:
+        from bkaudit.cluster.java import JavaBookKeeper
+        from bkaudit.errors import ClusterError
+
+        try:
+            JavaBookKeeper.locate()
+        except ClusterError as exc:
+            raise click.UsageError(str(exc)) from None
     if max_bookie_failures >= bookies - 1:
         raise click.BadParameter("must leave at least two bookies up", param_hint="--max-bookie-failures")
     if runs > 1 and history_path:
@@ -127,7 +152,9 @@ def chaos(
     for n in range(runs):
         s = first + n
         if not as_json:
-            click.echo(f"chaos: seed {s}, {duration:g}s of faults, {bookies} bookies", err=True)
+            mixed = f" ({java_bookies} Java)" if java_bookies else ""
+            mixed += ", Java AutoRecovery" if java_autorecovery else ""
+            click.echo(f"chaos: seed {s}, {duration:g}s of faults, {bookies} bookies{mixed}", err=True)
         settings = ChaosSettings(
             seed=s,
             duration_s=duration,
@@ -137,6 +164,8 @@ def chaos(
             kinds=kinds,
             writers=writers,
             crash_probability=crash_probability,
+            java_bookies=java_bookies,
+            java_autorecovery=java_autorecovery,
             checker=not no_checker,
             mean_gap_s=mean_gap,
             workdir=Path(workdir) / f"seed-{s}" if workdir else None,

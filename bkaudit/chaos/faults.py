@@ -27,6 +27,7 @@ from bkaudit.chaos.history import History
 from bkaudit.chaos.proxy import ProxySet
 from bkaudit.chaos.schedule import BOOKIE_FAILURES, Fault, FaultKind
 from bkaudit.chaos.workloads import Shared
+from bkaudit.cluster.java import JavaProcess
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.zk import ledgers as zk_ledgers
 from bkaudit.zk import paths
@@ -38,6 +39,13 @@ DISK_FULL_CONFIG = (
     "[bookie]\nmin_free_bytes = 1000000000000000000\ndisk_check_interval_s = 0.5\n"
     "data_integrity_checking = true\n"  # as every chaos bookie (runner._bookie_args)
 )
+
+JAVA_DISK_FULL: dict[str, object] = {
+    "diskUsageThreshold": 0.02, "diskUsageWarnThreshold": 0.01, "diskUsageLwmThreshold": 0.01,
+    "diskCheckInterval": 500,
+}
+"""A Java bookie seeing a full disk: every ledger directory above diskUsageThreshold (LedgerDirsMonitor), so
+it runs read-only (readOnlyModeEnabled, BookKeeper's default)."""
 
 AUTORECOVERY_ENV = {
     "BKAUDIT_ZK__SESSION_TIMEOUT_S": "4",
@@ -53,22 +61,49 @@ AUTORECOVERY_ENV = {
 AUTORECOVERY_SESSION_S = 4.0
 
 
-class AutoRecoveryProcesses:
-    """N `bkaudit autorecovery run` processes (each stands for auditor and runs workers), events in files."""
+JAVA_AUTORECOVERY_SETTINGS = {
+    "lostBookieRecoveryDelay": 0,
+    "rwRereplicateBackoffMs": 500,
+    "openLedgerRereplicationGracePeriod": 2000,
+    "lockReleaseOfFailedLedgerGracePeriod": 1600,
+    "auditorPeriodicBookieCheckInterval": 30,
+    "zkTimeout": int(AUTORECOVERY_SESSION_S * 1000),
+}
+"""Apache BookKeeper's AutoRecoveryMain tuned as the bkaudit processes are (ServerConfiguration keys)."""
 
-    def __init__(self, cluster: LocalCluster, directory: Path, count: int) -> None:
+
+class AutoRecoveryProcesses:
+    """N `bkaudit autorecovery run` processes (each stands for auditor and runs workers), events in files,
+    and `java` of Apache BookKeeper's AutoRecoveryMain after them (indexes N..N+java-1) in the same election
+    (their repairs are seen in the metadata: `SwapWatcher`)."""
+
+    def __init__(self, cluster: LocalCluster, directory: Path, count: int, *, java: int = 0) -> None:
         self.cluster = cluster
         self.directory = directory
-        self.count = count
+        self.bkaudit = count
+        self.count = count + java
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.java_procs: dict[int, list[JavaProcess]] = {}  # every JVM an index ran, its log in each
 
     def name(self, i: int) -> str:
-        return f"ar{i}"
+        return f"ar{i}" if i < self.bkaudit else f"java-ar{i - self.bkaudit}"
+
+    def is_java(self, i: int) -> bool:
+        return i >= self.bkaudit
 
     def events_path(self, i: int) -> Path:
         return self.directory / f"{self.name(i)}.events"
 
+    def _java_alive(self, i: int) -> JavaProcess | None:
+        runs = self.java_procs.get(i, [])
+        return runs[-1] if runs and runs[-1].alive() else None
+
     def start(self, i: int) -> None:
+        if self.is_java(i):
+            if self._java_alive(i) is None:  # AutoRecoveryMain exits on session expiry: start it again
+                self.java_procs.setdefault(i, []).append(self.cluster.start_java_autorecovery(
+                    JAVA_AUTORECOVERY_SETTINGS))
+            return
         proc = self.procs.get(i)
         if proc is not None and proc.poll() is None:
             return
@@ -102,6 +137,13 @@ class AutoRecoveryProcesses:
             self.start(i)
 
     def signal(self, i: int, sig: int) -> bool:
+        if self.is_java(i):
+            java = self._java_alive(i)
+            if java is None:
+                return False
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(java.pid, sig)
+            return True
         proc = self.procs.get(i)
         if proc is None or proc.poll() is not None:
             return False
@@ -110,6 +152,11 @@ class AutoRecoveryProcesses:
         return True
 
     def kill(self, i: int) -> bool:
+        if self.is_java(i):
+            java = self._java_alive(i)
+            if java is not None:
+                java.stop(kill=True)
+            return java is not None
         ok = self.signal(i, signal.SIGKILL)
         proc = self.procs.get(i)
         if proc is not None:
@@ -117,6 +164,11 @@ class AutoRecoveryProcesses:
         return ok
 
     def stop_all(self, timeout_s: float = 30) -> None:
+        for runs in self.java_procs.values():
+            for java in runs:
+                if java.alive():
+                    os.kill(java.pid, signal.SIGCONT)
+                    java.stop(timeout_s=timeout_s)
         for i in list(self.procs):
             self.signal(i, signal.SIGCONT)
             self.signal(i, signal.SIGTERM)
@@ -126,6 +178,45 @@ class AutoRecoveryProcesses:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+class SwapWatcher(threading.Thread):
+    """Records a repair when a damaged segment's ensemble stops naming the bookie whose copies the damage
+    destroyed: the worker copied the entries to a replacement and swapped it in. Apache BookKeeper's worker
+    writes no bkaudit events, so with a Java AutoRecovery in the election the metadata is the ground truth
+    of its repairs (`locked_t` is the last time the segment still named the damaged bookie)."""
+
+    def __init__(self, cluster: LocalCluster, history: History, *, interval_s: float = 0.5) -> None:
+        super().__init__(name="chaos-swap-watcher", daemon=True)
+        self.cluster, self.history, self.interval_s = cluster, history, interval_s
+        self.stop = threading.Event()
+        self._seen: dict[tuple[int, int, int, str], float] = {}  # damage -> last time still unrepaired
+        self._done: set[tuple[int, int, int, str]] = set()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval_s):
+            with contextlib.suppress(Exception):  # ZooKeeper restarting (a fault): look again next time
+                self.poll()
+
+    def poll(self) -> None:
+        zk = self.cluster.zk_client()
+        for d in self.history.of_type("damage"):
+            if d.get("kind") == "metadata":
+                continue
+            key = (int(d["ledger"]), int(d["segment"]), int(d["index"]), str(d["bookie"]))
+            if key in self._done:
+                continue
+            try:
+                md, _ = zk_ledgers.read_ledger_metadata(zk, key[0], root=self.cluster.root)
+            except Exception:
+                continue  # deleted, corrupted on purpose, or ZooKeeper away
+            now = self.history.now()
+            if key[1] < len(md.segments) and md.segments[key[1]].ensemble[key[2]] != key[3]:
+                self._done.add(key)
+                self.history.record("repair", ledger=key[0], segment=key[1], locked_t=self._seen.get(
+                    key, float(d["t"])), done_t=round(now, 4), node="metadata")
+            else:
+                self._seen[key] = round(now, 4)
 
 
 class Injector:
@@ -287,6 +378,9 @@ class Injector:
                 # disk (free-space threshold above the disk's size): it registers read-only, refuses adds
                 c.stop_bookie(bookie)
                 self._record(fault, "start", bookie=bookie)  # writers lose it now, not once it is back
+                if c.bookie(bookie).kind == "java":  # BookKeeper's own thresholds: every disk over its limit
+                    self._start_with_java_settings(bookie, JAVA_DISK_FULL)
+                    return lambda: self._restart_plain(bookie)
                 conf = self.workdir / "disk-full.toml"
                 conf.write_text(DISK_FULL_CONFIG, encoding="utf-8")
                 self._start_with_args(bookie, ["--config", str(conf)])
@@ -309,6 +403,14 @@ class Injector:
             self.cluster.start_bookie(bookie)
         finally:
             self.cluster.bookie_args = saved
+
+    def _start_with_java_settings(self, bookie: str, settings: dict[str, object]) -> None:
+        saved = dict(self.cluster.java_settings)
+        self.cluster.java_settings.update(settings)
+        try:
+            self.cluster.start_bookie(bookie)
+        finally:
+            self.cluster.java_settings = saved
 
     def _restart_plain(self, bookie: str) -> None:
         with self._lock:

@@ -25,7 +25,7 @@ from typing import Any
 from bkaudit.autorecovery.events import read_events
 from bkaudit.chaos import invariants
 from bkaudit.chaos.checkrun import run_checker
-from bkaudit.chaos.faults import AutoRecoveryProcesses, Injector
+from bkaudit.chaos.faults import AutoRecoveryProcesses, Injector, SwapWatcher
 from bkaudit.chaos.history import History, excerpt
 from bkaudit.chaos.proxy import ProxySet
 from bkaudit.chaos.schedule import FaultKind, Schedule, make_schedule
@@ -60,6 +60,10 @@ class ChaosSettings:
     readers: int = 1
     crash_probability: float = 0.3
     autorecovery: int = 2
+    java_bookies: int = 0
+    """The first N bookies are Apache BookKeeper's own, on sorted, interleaved and db storage in turn."""
+    java_autorecovery: bool = False
+    """One of Apache BookKeeper's AutoRecoveryMain in the election beside the bkaudit processes."""
     checker: bool = True
     mean_gap_s: float = 3.0
     drain_timeout_s: float = 180.0
@@ -73,7 +77,7 @@ class ChaosSettings:
             bookies=self.bookies,
             kinds=self.kinds,
             max_bookie_failures=self.max_bookie_failures,
-            autorecovery_processes=self.autorecovery,
+            autorecovery_processes=self.autorecovery + int(self.java_autorecovery),
             mean_gap_s=self.mean_gap_s,
             session_timeout_s=BOOKIE_SESSION_TIMEOUT_S,
         )
@@ -129,15 +133,21 @@ def run(settings: ChaosSettings) -> ChaosResult:
     )
     shared = Shared(history)
     proxies = ProxySet()
+    storages = ("sorted", "interleaved", "db")
     cluster = LocalCluster.up(
         workdir / "cluster", bookies=settings.bookies, racks=settings.racks, zk_port=free_port(),
         bookie_args=_bookie_args(workdir),
+        java={i: storages[i % len(storages)] for i in range(min(settings.java_bookies, settings.bookies))},
     )
-    autorecovery = AutoRecoveryProcesses(cluster, workdir, settings.autorecovery)
+    autorecovery = AutoRecoveryProcesses(cluster, workdir, settings.autorecovery,
+                                         java=int(settings.java_autorecovery))
     bk: BookKeeper | None = None
     injector: Injector | None = None
     checks: list[dict[str, Any]] = []
+    watcher = SwapWatcher(cluster, history) if settings.java_autorecovery else None
     try:
+        if watcher is not None:
+            watcher.start()
         autorecovery.start_all()
         conf = WorkloadSettings(
             seed=settings.seed,
@@ -186,6 +196,9 @@ def run(settings: ChaosSettings) -> ChaosResult:
         _import_autorecovery(history, cluster, autorecovery)
         _import_integrity(history, workdir)
     finally:
+        if watcher is not None:
+            watcher.stop.set()
+            watcher.join(10)
         if bk is not None:
             bk.close()
         proxies.close()

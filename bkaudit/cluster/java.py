@@ -316,7 +316,8 @@ class JavaProcess:
     """A long-running BookKeeper JVM (AutoRecovery, say) started from a conf file, its output in `log`.
     `stop()` signals it by its pid (SIGTERM, SIGKILL after `timeout_s`)."""
 
-    def __init__(self, java: JavaBookKeeper, main: str, conf: Path, log: Path, *, heap_mb: int = 256) -> None:
+    def __init__(self, java: JavaBookKeeper, main: str, conf: Path, log: Path, *, heap_mb: int = 256,
+                 log_level: str = "INFO") -> None:
         from bkaudit.zk.server import die_with_parent_prefix
 
         self.main = main
@@ -325,7 +326,8 @@ class JavaProcess:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             self._proc = subprocess.Popen(
-                [*die_with_parent_prefix(), *java.command(main, "--conf", str(conf), heap_mb=heap_mb)],
+                [*die_with_parent_prefix(),
+                 *java.command(main, "--conf", str(conf), heap_mb=heap_mb, log_level=log_level)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     @property

@@ -429,7 +429,8 @@ class LocalCluster:
         return java_bk.run_shell(java_bk.JavaBookKeeper.locate(), conf, *args, check=check,
                                  timeout_s=timeout_s)
 
-    def start_java_autorecovery(self, settings: Mapping[str, object] | None = None) -> java_bk.JavaProcess:
+    def start_java_autorecovery(self, settings: Mapping[str, object] | None = None, *,
+                                log_level: str = "INFO") -> java_bk.JavaProcess:
         """BookKeeper's AutoRecoveryMain (Auditor election + ReplicationWorker) on this cluster, on a loopback
         host of its own (127.0.1.N: its bookie id is its Auditor vote); stopped by `down()`."""
         n = sum(isinstance(p, java_bk.JavaProcess) and p.main == java_bk.AUTORECOVERY_MAIN
@@ -441,7 +442,7 @@ class LocalCluster:
             zk_timeout_ms=int(BOOKIE_SESSION_TIMEOUT_S * 1000),
             extra={**self.java_settings, **(settings or {})}))
         proc = java_bk.JavaProcess(java_bk.JavaBookKeeper.locate(), java_bk.AUTORECOVERY_MAIN, conf,
-                                   directory / LOG_FILE)
+                                   directory / LOG_FILE, log_level=log_level)
         self._java.append(proc)
         return proc
 

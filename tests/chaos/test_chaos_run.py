@@ -48,7 +48,8 @@ def chaos(tmp_path: Path, *args: str, timeout: float = 450) -> tuple[int, dict[s
 
 
 def verify(
-    tmp_path: Path, seed: int, duration: float, kinds: str, code: int, doc: dict[str, Any], err: str
+    tmp_path: Path, seed: int, duration: float, kinds: str, code: int, doc: dict[str, Any], err: str,
+    *, autorecovery: int = 2,
 ) -> list[dict[str, Any]]:
     assert doc, err
     assert code == 0 and doc["violations"] == [], json.dumps(doc, indent=1)[:6000]
@@ -65,7 +66,7 @@ def verify(
         bookies=5,
         kinds=parse_kinds(kinds),
         max_bookie_failures=1,
-        autorecovery_processes=2,
+        autorecovery_processes=autorecovery,
         mean_gap_s=3.0,
         session_timeout_s=BOOKIE_SESSION_TIMEOUT_S,
     )
@@ -107,9 +108,35 @@ def test_chaos_wipes_and_corruption_are_reported_then_repaired(tmp_path: Path) -
     assert {(2, "metadata_unparseable", lid) for lid in corrupted} <= found
 
 
+MIXED = "bookie_kill,bookie_pause,bookie_wipe,disk_full,autorecovery_kill,proxy_reset"
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.java
+@pytest.mark.parametrize("seed", [3303, 4434])
+def test_chaos_with_java_bookies_and_java_autorecovery(tmp_path: Path, seed: int) -> None:
+    """Apache BookKeeper's bookies (sorted, interleaved, db) and its AutoRecoveryMain in the schedule: killed,
+    paused, wiped and filled like bkaudit's; the same history invariants hold, the Java worker's repairs read
+    from its own log lines."""
+    code, doc, err = chaos(
+        tmp_path, "--seed", str(seed), "--duration", "25", "--faults", MIXED, "--crash-probability", "0",
+        "--java-bookies", "3", "--java-autorecovery",
+    )
+    events = verify(tmp_path, seed, 25, MIXED, code, doc, err, autorecovery=3)
+    java = {b["id"] for b in json.loads((tmp_path / f"seed-{seed}" / "cluster" / "cluster.json").read_text())[
+        "bookies"] if b["kind"] == "java"}
+    assert len(java) == 3
+    hit = {e.get("bookie") for e in events if e["type"] == "fault" and e["phase"] == "start"}
+    assert hit & java, "the schedule must strike a Java bookie"
+
+
 def test_bad_options_exit_2_without_starting_anything(tmp_path: Path) -> None:
     code, _, err = chaos(tmp_path, "--faults", "bookie_kill,bookie_explode", timeout=60)
     assert code == 2 and "bookie_explode" in err
     code, _, err = chaos(tmp_path, "--bookies", "3", "--max-bookie-failures", "2", timeout=60)
     assert code == 2 and "max-bookie-failures" in err
+    code, _, err = chaos(tmp_path, "--bookies", "3", "--java-bookies", "4", timeout=60)
+    assert code == 2 and "java-bookies" in err
     assert not list(tmp_path.iterdir())
