@@ -40,6 +40,7 @@ def shell_for(java: java_bk.JavaBookKeeper, tmp: Path, zk_connect: str, root: st
 
 def test_initnewcluster_makes_a_cluster_bkaudit_accepts(java_bookkeeper, zk, zk_server, tmp_path) -> None:
     root = unique_path("t", "/ledgers")
+    zk.ensure_path(root.rsplit("/", 1)[0])  # BookKeeper's initNewCluster creates the root, not its parents
     shell_for(java_bookkeeper, tmp_path, zk_server.connect_string, root, "initnewcluster")
     zk_ledgers.require_cluster(zk, root=root)
     assert zk_ledgers.read_layout(zk, root=root) == "hierarchical"
