@@ -71,16 +71,18 @@ def run(
 
     _setup_logging()
     settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False)  # a service waits for ZK
-    try:
-        service = AutoRecoveryService(
-            settings, node_id=node_id, workers=workers, events_path=events_path, auditor=not no_auditor
-        ).start()
-    except BkAuditError as exc:
-        fail(str(exc), exit_code_for(exc))
     stop = threading.Event()
     watchdog = StopWatchdog(STOP_GRACE_S, "autorecovery run")
     summary: Any = None
+    # the handlers go in before the service starts: a SIGTERM while it starts (its election is already
+    # running) only asks for the stop, which follows as soon as start() returns
     with stop_signals(stop.set, watchdog):
+        try:
+            service = AutoRecoveryService(
+                settings, node_id=node_id, workers=workers, events_path=events_path, auditor=not no_auditor
+            ).start()
+        except BkAuditError as exc:
+            fail(str(exc), exit_code_for(exc))
         try:
             if once:
                 summary = _drain(service, stop, timeout)

@@ -264,15 +264,18 @@ class AutoRecoveryService:
 
         When this process is the Auditor, an empty queue is followed by one drain pass: the bookie drains
         it started end Drained (or DrainingFailed) in this run, with fresh progress, rather than at the next
-        interval of a process that is about to exit. A pass that marks ledgers again keeps the run going.
+        interval of a process that is about to exit. Work queued meanwhile keeps the run going: markers that
+        pass wrote, or that the interval pass running beside it wrote first (then this one writes none).
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             left = self._left_if_idle()
-            if left is not None and all(item.reason == "data_lost" for item in left):
-                if self._settle_drains() > 0:
+            if left is not None and _only_data_lost(left):
+                marked = self._settle_drains()
+                after = self._left_if_idle()
+                if marked > 0 or after is None or not _only_data_lost(after):
                     continue
-                return self.summary(left, timed_out=False)
+                return self.summary(after, timed_out=False)
             if deadline is not None and time.monotonic() >= deadline:
                 return self.summary(self.left(), timed_out=True)
             time.sleep(DRAIN_CHECK_S)
@@ -373,3 +376,8 @@ class AutoRecoveryService:
 def start(settings: Settings, zk: Any, bookie_id: str) -> AutoRecoveryService:
     """The bookie's `--autorecovery` hook: run the auditor election and workers on the bookie's session."""
     return AutoRecoveryService(settings, zk=zk, node_id=bookie_id, embedded=True).start()
+
+
+def _only_data_lost(left: list[LeftLedger]) -> bool:
+    """Nothing left a worker can still do: every remaining marker is a ledger with recorded data loss."""
+    return all(item.reason == "data_lost" for item in left)

@@ -108,30 +108,6 @@ def test_chaos_wipes_and_corruption_are_reported_then_repaired(tmp_path: Path) -
     assert {(2, "metadata_unparseable", lid) for lid in corrupted} <= found
 
 
-MIXED = "bookie_kill,bookie_pause,bookie_wipe,disk_full,autorecovery_kill,proxy_reset"
-
-
-@pytest.mark.cluster
-@pytest.mark.slow
-@pytest.mark.spark
-@pytest.mark.java
-@pytest.mark.parametrize("seed", [3303, 4434])
-def test_chaos_with_java_bookies_and_java_autorecovery(tmp_path: Path, seed: int) -> None:
-    """Apache BookKeeper's bookies (sorted, interleaved, db) and its AutoRecoveryMain in the schedule: killed,
-    paused, wiped and filled like bkaudit's; the same history invariants hold, the Java worker's repairs read
-    from its own log lines."""
-    code, doc, err = chaos(
-        tmp_path, "--seed", str(seed), "--duration", "25", "--faults", MIXED, "--crash-probability", "0",
-        "--java-bookies", "3", "--java-autorecovery",
-    )
-    events = verify(tmp_path, seed, 25, MIXED, code, doc, err, autorecovery=3)
-    java = {b["id"] for b in json.loads((tmp_path / f"seed-{seed}" / "cluster" / "cluster.json").read_text())[
-        "bookies"] if b["kind"] == "java"}
-    assert len(java) == 3
-    hit = {e.get("bookie") for e in events if e["type"] == "fault" and e["phase"] == "start"}
-    assert hit & java, "the schedule must strike a Java bookie"
-
-
 def test_bad_options_exit_2_without_starting_anything(tmp_path: Path) -> None:
     code, _, err = chaos(tmp_path, "--faults", "bookie_kill,bookie_explode", timeout=60)
     assert code == 2 and "bookie_explode" in err
