@@ -302,7 +302,9 @@ class ReplicationWorker:
                 log.debug("releasing %s on stop: %s", ledger_id, exc)
 
     # -- one ledger ------------------------------------------------------------------------------------------
-    def _rereplicate(self, ledger_id: int, version: int) -> Outcome:
+    def _rereplicate(self, ledger_id: int, version: int, *, grace_over: bool = False) -> Outcome:
+        """`grace_over`: the open-ledger grace has passed, so an open fragment still missing copies is fenced
+        and recovered now (ReplicationWorker.deferLedgerLockRelease), not deferred again."""
         sh = self.shared
         repaired_any = False
         known: tuple[LedgerMetadata, int] | None = None  # the metadata our own clean repair just wrote
@@ -315,7 +317,9 @@ class ReplicationWorker:
                 verified = False
             else:
                 verified = True
-            outcome, report = self._evaluate_and_repair(ledger_id, version, known, verified=verified)
+            outcome, report = self._evaluate_and_repair(
+                ledger_id, version, known, verified=verified, grace_over=grace_over
+            )
             if report is not None and report.repaired:
                 repaired_any = True
             if outcome is not None:
@@ -330,7 +334,13 @@ class ReplicationWorker:
         return self._fail(ledger_id, version, "metadata kept changing during repair")
 
     def _evaluate_and_repair(
-        self, ledger_id: int, version: int, known: tuple[LedgerMetadata, int], *, verified: bool
+        self,
+        ledger_id: int,
+        version: int,
+        known: tuple[LedgerMetadata, int],
+        *,
+        verified: bool,
+        grace_over: bool = False,
     ) -> tuple[Outcome | None, RepairReport | None]:
         """One evaluation: the final outcome, or None to evaluate again (after a repair or a change).
 
@@ -359,6 +369,9 @@ class ReplicationWorker:
         if not repairs:
             at_risk = open_last_segment_at_risk(metadata, writable, draining)
             if at_risk or any(not f.closed for f in fragments):
+                if grace_over and not metadata.is_closed:
+                    self._fence_and_recover(ledger_id, metadata, "open fragment under-replicated")
+                    return None, None  # evaluate the closed ledger again
                 return self._defer_open(ledger_id, version), None
             return self._resolve(ledger_id, version), None
         report = self._repair(ledger_id, known, repairs, answers, states)
@@ -651,7 +664,10 @@ class ReplicationWorker:
         return Outcome.DEFERRED
 
     def _after_grace(self, ledger_id: int, version: int) -> Outcome:
-        """The grace is over: fence and recover if the writer did not fix its ensemble, then replicate."""
+        """The grace is over: fence and recover if the writer did not fix its ensemble, then replicate; an
+        open fragment that still misses copies is fenced too (`_rereplicate(grace_over=True)`), as
+        BookKeeper's ReplicationWorker.deferLedgerLockRelease recovery-opens the ledger for an
+        under-replicated fragment that is not closed."""
         sh = self.shared
         if not holds_lock(sh.zk, ledger_id, root=sh.root):
             return Outcome.LOCK_LOST
@@ -664,14 +680,19 @@ class ReplicationWorker:
             open_last_segment_at_risk(metadata, sh.view.writable(), draining)
             or self._draining_waits_on_lac(ledger_id, metadata, draining)
         ):
-            sh.events.emit("fencing", ledger=ledger_id, state=metadata.state.name, worker=self.name)
-            sh.recover(ledger_id)
-            sh.metrics.inc(m.LEDGERS_FENCED)
-            closed, _ = sh.store.read(ledger_id)
-            sh.events.emit(
-                "recovered", ledger=ledger_id, last_entry_id=closed.last_entry_id, state=closed.state.name
-            )
-        return self._rereplicate(ledger_id, version)
+            self._fence_and_recover(ledger_id, metadata, "last segment at risk")
+        return self._rereplicate(ledger_id, version, grace_over=True)
+
+    def _fence_and_recover(self, ledger_id: int, metadata: LedgerMetadata, why: str) -> None:
+        """Recovery-open the ledger (its writer, if any, loses it), as BookKeeper's worker after the grace."""
+        sh = self.shared
+        sh.events.emit("fencing", ledger=ledger_id, state=metadata.state.name, reason=why, worker=self.name)
+        sh.recover(ledger_id)
+        sh.metrics.inc(m.LEDGERS_FENCED)
+        closed, _ = sh.store.read(ledger_id)
+        sh.events.emit(
+            "recovered", ledger=ledger_id, last_entry_id=closed.last_entry_id, state=closed.state.name
+        )
 
     def _draining_waits_on_lac(
         self, ledger_id: int, metadata: LedgerMetadata, draining: frozenset[str]

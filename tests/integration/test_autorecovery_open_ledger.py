@@ -2,7 +2,9 @@
 
 The worker must not copy the open last fragment. After the (shortened) open-ledger grace it fences and
 recovers the ledger, which closes at the last acknowledged entry, then re-replicates it as a closed ledger;
-the writer, resuming, is fenced.
+the writer, resuming, is fenced. The same holds when every bookie of the last ensemble is up but one lost its
+disk: the open fragment misses copies, and after the grace BookKeeper's worker recovery-opens the ledger
+("Open Fragment. Opening Ledger for Recovery", ReplicationWorker.deferLedgerLockRelease).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import pytest
 from bkaudit.client import BookKeeper
 from bkaudit.errors import FencedError
 from bkaudit.model.ledger import LedgerState
+from bkaudit.zk import underreplication as ur
 from tests.integration.autorecovery_support import (
     assert_readable,
     durability_violations,
@@ -68,6 +71,52 @@ def test_idle_writer_is_fenced_after_the_grace_and_its_ledger_replicated(cluster
         assert durability_violations(cluster, bk, [ledger_id], lost={victim}) == []
         assert_readable(bk, {ledger_id: acked})
 
+        with pytest.raises(FencedError):
+            writer.add_entry(b"late", timeout=30)
+    finally:
+        writer.abandon()
+        bk.close()
+
+
+def test_open_fragment_missing_copies_on_a_live_bookie_is_recovered_after_the_grace(
+    cluster_factory, tmp_path
+) -> None:
+    cluster = cluster_factory(bookies=4, racks=4)
+    bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    writer = bk.create_ledger(3, 2, 2)
+    try:
+        acked = [payload(1, e) for e in range(30)]
+        for e, p in enumerate(acked):  # one at a time: the bookies learn the LAC (28)
+            assert writer.add_entry(p) == e
+        ledger_id = writer.ledger_id
+        victim = writer.metadata.segments[-1].ensemble[1]
+        cluster.stop_bookie(victim)
+        cluster.wipe_bookie(victim)  # same id, empty disk: registered and writable, every copy gone
+        cluster.format_bookie(victim)
+        cluster.start_bookie(victim)
+        assert ur.mark_underreplicated(cluster.zk_client(), ledger_id, [victim], root=cluster.root)
+
+        code, summary = run_once(
+            cluster,
+            tmp_path,
+            "ar",
+            "--timeout",
+            "90",
+            BKAUDIT_AUTORECOVERY__OPEN_LEDGER_REREPLICATION_GRACE="2",
+        )
+        assert code == 0, summary
+        assert summary["left"] == [] and summary["replicated"] == 1
+
+        seen = {e["event"]: e for e in events(tmp_path, "ar") if e.get("ledger") == ledger_id}
+        assert {"deferred_open", "fencing", "recovered", "replicated"} <= set(seen)
+        assert seen["fencing"]["t"] - seen["deferred_open"]["t"] >= 2.0 - 0.05  # the writer had its grace
+        assert seen["fencing"]["reason"] == "open fragment under-replicated"
+        metadata = bk.ledger_metadata(ledger_id)
+        assert metadata.state is LedgerState.CLOSED and metadata.last_entry_id == 29
+        assert victim in metadata.bookies()  # refilled in place: the bookie is up
+        assert queue(cluster) == []
+        assert durability_violations(cluster, bk, [ledger_id]) == []
+        assert_readable(bk, {ledger_id: acked})
         with pytest.raises(FencedError):
             writer.add_entry(b"late", timeout=30)
     finally:

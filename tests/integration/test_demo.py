@@ -53,7 +53,8 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "bkaudit.cli", "demo", "--dir", str(work), "--ledgers", str(LEDGERS),
            "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    failed = [line for line in proc.stderr.splitlines() if "FAIL" in line]
+    assert proc.returncode == 0, "\n".join(failed) + "\n...\n" + proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["ok"] is True
     names = {e["name"]: e["ok"] for e in summary["expectations"]}
