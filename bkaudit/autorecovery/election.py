@@ -58,6 +58,8 @@ class AuditorElector:
         self.acl = acl
         self.vote: str | None = None
         self.leader = False
+        self.decided = threading.Event()
+        """Set once a round has an outcome: this process leads (its Auditor started) or waits behind a vote."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._session_lost = threading.Event()
@@ -124,11 +126,13 @@ class AuditorElector:
                 self.leader = True
                 self._emit("elected", vote=self.vote)
                 self.on_elected()
+            self.decided.set()
             if self.zk.exists(self.vote, watch=lambda _event: self._wake.set()) is not None:
                 self._wake.wait()  # until our vote goes (session lost, deleted by hand) or we stop
             return
         if self.zk.exists(before, watch=lambda _event: self._wake.set()) is None:
             return  # predecessor already gone: re-run at once
+        self.decided.set()
         self._wake.wait()
 
     def _demote(self, why: str) -> None:

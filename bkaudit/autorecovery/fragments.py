@@ -121,7 +121,7 @@ class ReadEvidence:
 
 
 def entries_to_read(
-    metadata: LedgerMetadata, bookie: str, lac: int | None, *, every: bool
+    metadata: LedgerMetadata, bookie: str, lac: int | None, *, every: bool, open_end: int | None = None
 ) -> list[int]:
     """What to read from a bookie that cannot list: per segment it stores entries of (closed, or the open last
     one up to `lac`), the first and the last entry it stores there (LedgerChecker at BookKeeper's default
@@ -132,7 +132,7 @@ def entries_to_read(
         for b, member in enumerate(segment.ensemble):
             if member != bookie:
                 continue
-            expected = expected_entries(metadata, seg_index, b, lac)
+            expected = expected_entries(metadata, seg_index, b, lac, open_end=open_end)
             if expected is None or expected.count() == 0:
                 continue
             if every:
@@ -161,16 +161,23 @@ def segment_closed(metadata: LedgerMetadata, index: int, lac: int | None) -> boo
 
 
 def expected_entries(
-    metadata: LedgerMetadata, index: int, bookie_index: int, lac: int | None = None
+    metadata: LedgerMetadata,
+    index: int,
+    bookie_index: int,
+    lac: int | None = None,
+    *,
+    open_end: int | None = None,
 ) -> Striping | None:
     """What the index stores in the segment; in the open last segment of an OPEN ledger, up to the LAC when
-    known (BookKeeper's LedgerChecker checks the last fragment up to the LAC), else None."""
+    known (BookKeeper's LedgerChecker checks the last fragment up to the LAC), else None. `open_end` replaces
+    the LAC there when LedgerChecker's first-entry probe found the first entry may be written (`open_end`)."""
     last = metadata.segment_last_entry(index)
     first = metadata.segments[index].first_entry_id
     if last is None:
-        if lac is None or lac < first:
+        end = lac if open_end is None else open_end
+        if end is None or end < first:
             return None
-        last = lac
+        last = end
     return entries_of_bookie(bookie_index, first, last, metadata.ensemble_size, metadata.write_quorum)
 
 
@@ -182,6 +189,7 @@ def find_fragments(
     lac: int | None = None,
     marked: Collection[str] = (),
     draining: Collection[str] = (),
+    open_end: int | None = None,
 ) -> list[Fragment]:
     """Every under-replicated fragment of the ledger, closed ones and (for decisions only) open ones.
 
@@ -194,7 +202,7 @@ def find_fragments(
     for seg_index, segment, last in metadata.segment_ranges():
         closed = segment_closed(metadata, seg_index, lac)
         for b, bookie in enumerate(segment.ensemble):
-            expected = expected_entries(metadata, seg_index, b, lac)
+            expected = expected_entries(metadata, seg_index, b, lac, open_end=open_end)
             judged = _judge(states.get(bookie, BookieState.LOST), expected, answers, bookie, marked, draining)
             if judged is not None:
                 reason, missing = judged
@@ -239,7 +247,11 @@ def _judge(
 
 
 def bookies_to_probe(
-    metadata: LedgerMetadata, states: Mapping[str, BookieState], lac: int | None
+    metadata: LedgerMetadata,
+    states: Mapping[str, BookieState],
+    lac: int | None,
+    *,
+    open_end: int | None = None,
 ) -> list[str]:
     """Non-lost bookies that must store at least one entry: whom to ask. Closed segments, and the open last
     segment of an OPEN ledger up to its LAC: entries missing there are an open fragment, which makes the
@@ -250,7 +262,7 @@ def bookies_to_probe(
         if not segment_closed(metadata, seg_index, lac) and seg_index != last_index:
             continue
         for b, bookie in enumerate(segment.ensemble):
-            expected = expected_entries(metadata, seg_index, b, lac)
+            expected = expected_entries(metadata, seg_index, b, lac, open_end=open_end)
             if (
                 states.get(bookie, BookieState.LOST) is not BookieState.LOST
                 and expected is not None
@@ -258,6 +270,15 @@ def bookies_to_probe(
             ):
                 wanted[bookie] = None
     return list(wanted)
+
+
+def first_entry_unconfirmed(metadata: LedgerMetadata, lac: int | None) -> int | None:
+    """The open last segment's first entry when the LAC is known and below it: LedgerChecker then asks that
+    entry's write set whether it was written (audit.open_segments, EntryExistsCallback); else None."""
+    if metadata.is_closed or lac is None or not metadata.segments:
+        return None
+    first = metadata.segments[-1].first_entry_id
+    return first if lac < first else None
 
 
 def open_last_segment_at_risk(

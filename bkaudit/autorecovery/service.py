@@ -292,7 +292,10 @@ class AutoRecoveryService:
             return 0
 
     def _left_if_idle(self) -> list[LeftLedger] | None:
-        """What is left, or None while this process still has work in hand."""
+        """What is left, or None while this process still has work in hand (or has not yet learnt whether it
+        is the Auditor: before that, an empty queue says nothing about the drain pass it may run)."""
+        if self.elector is not None and not self.elector.decided.is_set():
+            return None
         auditor = self.auditor
         if auditor is not None and auditor.busy:
             return None

@@ -42,6 +42,7 @@ from bkaudit.autorecovery.fragments import (
     choose_targets,
     entries_to_read,
     find_fragments,
+    first_entry_unconfirmed,
     open_last_segment_at_risk,
     plan_repairs,
     segment_closed,
@@ -355,16 +356,21 @@ class ReplicationWorker:
         draining = self._draining = sh.lifecycle.draining() if sh.lifecycle is not None else frozenset()
         self._ensemble_bookies = frozenset(metadata.bookies())
         lac = None if metadata.is_closed else self._lac(ledger_id, metadata)
+        end = self._open_end(ledger_id, metadata, lac)
         if verified:
-            left = find_fragments(metadata, states, {}, lac=lac, draining=draining)
+            left = find_fragments(metadata, states, {}, lac=lac, draining=draining, open_end=end)
             if not left and not open_last_segment_at_risk(metadata, writable, draining):
                 return self._resolve(ledger_id, version), None
             return None, RepairReport()  # not clean: re-read and evaluate fully
-        answers = self._probe(ledger_id, metadata, bookies_to_probe(metadata, states, lac), lac)
+        answers = self._probe(
+            ledger_id, metadata, bookies_to_probe(metadata, states, lac, open_end=end), lac, end
+        )
         marked = (
             self._marked(ledger_id) if any(isinstance(a, BaseException) for a in answers.values()) else ()
         )
-        fragments = find_fragments(metadata, states, answers, lac=lac, marked=marked, draining=draining)
+        fragments = find_fragments(
+            metadata, states, answers, lac=lac, marked=marked, draining=draining, open_end=end
+        )
         repairs = plan_repairs(metadata, fragments)
         if not repairs:
             at_risk = open_last_segment_at_risk(metadata, writable, draining)
@@ -546,7 +552,12 @@ class ReplicationWorker:
 
     # -- probes ----------------------------------------------------------------------------------------------
     def _probe(
-        self, ledger_id: int, metadata: LedgerMetadata, bookies: list[str], lac: int | None
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        bookies: list[str],
+        lac: int | None,
+        open_end: int | None = None,
     ) -> dict[str, Answer]:
         """What each bookie to judge holds, in parallel: Availability, None (no ledger), ReadEvidence, error.
 
@@ -581,7 +592,7 @@ class ReplicationWorker:
                 answers[bookie] = exc
         if by_reads or silent:
             marked = self._marked(ledger_id)
-            read = self._read_evidence(ledger_id, metadata, by_reads + silent, lac, marked)
+            read = self._read_evidence(ledger_id, metadata, by_reads + silent, lac, marked, open_end)
             for bookie in silent:
                 if isinstance(read[bookie], BaseException):
                     continue  # no answer to reads either: unreachable, keep the listing's error
@@ -601,6 +612,7 @@ class ReplicationWorker:
         bookies: list[str],
         lac: int | None,
         marked: set[str],
+        open_end: int | None = None,
     ) -> dict[str, Answer]:
         """Judge bookies from reads (BookKeeper's LedgerChecker): the first and last entry each stores per
         fragment, every entry of a bookie the marker names. ENOENTRY or a digest that does not verify = the
@@ -610,7 +622,9 @@ class ReplicationWorker:
         sh = self.shared
         digest = DigestManager(ledger_id, metadata.password, metadata.digest_type)
         work = [
-            (b, e) for b in bookies for e in entries_to_read(metadata, b, lac, every=b in marked)
+            (b, e)
+            for b in bookies
+            for e in entries_to_read(metadata, b, lac, every=b in marked, open_end=open_end)
         ]
         absent: dict[str, set[int]] = {b: set() for b in bookies}
         failed: dict[str, Answer] = {}
@@ -654,6 +668,29 @@ class ReplicationWorker:
         except BkAuditError as exc:
             log.info("ledger %s: LAC unknown (%s); its non-last segments wait", ledger_id, exc)
             return None
+
+    def _open_end(self, ledger_id: int, metadata: LedgerMetadata, lac: int | None) -> int | None:
+        """Where the open last segment is checked to, when not at the LAC: LedgerChecker's first-entry probe.
+        With the LAC below the segment's first entry, that entry is read from its write set; unless every
+        bookie says NoSuchEntry / NoSuchLedger it may have been written, and the fragment [first, first] is
+        checked (as the checker does: audit.open_segments)."""
+        from bkaudit.audit.open_segments import first_entry_may_exist
+
+        first = first_entry_unconfirmed(metadata, lac)
+        if first is None:
+            return None
+        sh = self.shared
+        ensemble = metadata.segments[-1].ensemble
+        statuses = []
+        for index in write_set(first, metadata.ensemble_size, metadata.write_quorum):
+            try:
+                sh.pool.get(ensemble[index]).read_entry(ledger_id, first).result(sh.read_timeout_s)
+                statuses.append("OK")
+            except BookieError as exc:
+                statuses.append(exc.status)
+            except Exception as exc:  # no answer: it cannot say the entry was never written
+                statuses.append(type(exc).__name__)
+        return first if first_entry_may_exist(statuses) else None
 
     # -- open ledgers ----------------------------------------------------------------------------------------
     def _defer_open(self, ledger_id: int, version: int) -> Outcome:

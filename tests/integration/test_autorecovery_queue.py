@@ -109,6 +109,8 @@ def test_election_lowest_vote_wins_and_the_successor_takes_over(sessions, zk_roo
         wait_for(lambda n=len(electors): len(ur.list_votes(clients[0], root=zk_root)) == n, 10, "votes")
     observer = sessions()
     wait_for(lambda: terms == [("elected", "a")], 10, "a elected")
+    # every elector knows its place: a leads (its term started before `decided`), b and c wait behind a vote
+    wait_for(lambda: all(e.decided.is_set() for e in electors), 10, "decided")
     assert admin.who_is_auditor(observer, root=zk_root) == "a"
     close(clients[0])  # a's session ends: its vote goes, b (a's successor) is elected, c keeps waiting
     wait_for(lambda: ("elected", "b") in terms, 10, "b elected")

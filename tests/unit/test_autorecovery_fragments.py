@@ -17,6 +17,7 @@ from bkaudit.autorecovery.fragments import (
     choose_targets,
     entries_to_read,
     find_fragments,
+    first_entry_unconfirmed,
     open_last_segment_at_risk,
     plan_repairs,
     segment_closed,
@@ -218,6 +219,30 @@ def test_chaos_seed_103_open_segment_missing_confirmed_entries_is_an_open_fragme
     assert plan_repairs(m, [f]) == []
     assert find_fragments(m, states, full(md([(0, "abc")], last=30)), lac=30) == []  # complete: nothing
     assert find_fragments(m, states, answers, lac=None) == []  # LAC unknown: nothing to judge against
+
+
+def test_first_entry_probe_checks_the_open_segments_first_entry_alone() -> None:
+    """The demo's abandoned one-entry ledgers: LAC -1 (no later add carried 0), entry 0 on a wiped bookie.
+    LedgerChecker reads the first entry of the open segment when the LAC is below it and, since some bookie
+    holds it, checks the fragment [first, first]; the worker must see the same open fragment (else it
+    resolves the marker with entry 0 on one copy)."""
+    m = md([(0, "abc")], state=LedgerState.OPEN)
+    assert first_entry_unconfirmed(m, -1) == 0
+    assert first_entry_unconfirmed(m, 0) is None  # the LAC reaches it: checked up to the LAC
+    assert first_entry_unconfirmed(m, None) is None  # LAC unknown: nothing to ask about
+    assert first_entry_unconfirmed(md([(0, "abc")]), -1) is None  # closed
+    states = dict.fromkeys("abc", W)
+    answers = {"a": holding([0]), "b": holding([]), "c": holding([])}  # entry 0's write set: a, b
+    assert find_fragments(m, states, answers, lac=-1) == []  # the LAC alone: nothing is judged
+    assert bookies_to_probe(m, states, -1, open_end=0) == ["a", "b"]
+    assert entries_to_read(m, "b", -1, every=False, open_end=0) == [0]
+    (f,) = find_fragments(m, states, answers, lac=-1, open_end=0)
+    assert (f.bookie, f.closed, f.reason, f.missing) == ("b", False, Reason.MISSING_ENTRIES, ((0, 0),))
+    # a later segment: the LAC below its first entry keeps the earlier segment open (isClosed), whatever the
+    # probe says about the last segment
+    m2 = md([(0, "abc"), (10, "abd")], state=LedgerState.OPEN)
+    assert first_entry_unconfirmed(m2, 5) == 10
+    assert not segment_closed(m2, 0, 5)
 
 
 def test_bookie_state() -> None:

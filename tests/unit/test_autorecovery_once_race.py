@@ -1,4 +1,5 @@
-"""`autorecovery run --once` must not exit while the drain pass beside it has just queued work.
+"""`autorecovery run --once` must not exit while the drain pass beside it has just queued work, nor before its
+election has an outcome.
 
 The interval drain pass and the final pass run on different threads: when the interval pass marks a draining
 bookie's ledgers between the final pass's "queue empty" look and its own marking, the final pass writes no
@@ -8,6 +9,8 @@ exited with 3 ledgers left and the bookie still Draining. Here the race is scrip
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
 from typing import Any
 
 from bkaudit.autorecovery import service as svc
@@ -49,3 +52,16 @@ def test_data_lost_markers_alone_end_the_run(monkeypatch) -> None:
     lost = [LeftLedger(9, "data_lost")]
     ar, _ = scripted(looks=[lost, lost], settles=[0])
     assert ar.drain() == (lost, False)
+
+
+def test_an_empty_queue_means_nothing_until_the_election_has_an_outcome() -> None:
+    """Seen in CI: a `--once` run started beside a Draining Java bookie looked at the empty queue before its
+    election thread had made it the Auditor, found no drainer to settle, and exited with nothing replicated."""
+    ar = object.__new__(svc.AutoRecoveryService)
+    ar.elector = SimpleNamespace(decided=threading.Event())  # type: ignore[assignment]
+    ar.auditor = None
+    ar.workers = []
+    ar.left = lambda: []  # type: ignore[method-assign]
+    assert ar._left_if_idle() is None
+    ar.elector.decided.set()
+    assert ar._left_if_idle() == []
