@@ -59,7 +59,7 @@ class AuditorElector:
         self.vote: str | None = None
         self.leader = False
         self.decided = threading.Event()
-        """Set once a round has an outcome: this process leads (its Auditor started) or waits behind a vote."""
+        """Set once a round has an outcome: this process leads (Auditor started) or waits behind a vote."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._session_lost = threading.Event()

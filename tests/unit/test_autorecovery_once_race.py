@@ -56,7 +56,7 @@ def test_data_lost_markers_alone_end_the_run(monkeypatch) -> None:
 
 def test_an_empty_queue_means_nothing_until_the_election_has_an_outcome() -> None:
     """Seen in CI: a `--once` run started beside a Draining Java bookie looked at the empty queue before its
-    election thread had made it the Auditor, found no drainer to settle, and exited with nothing replicated."""
+    election thread had made it the Auditor, found no drainer to settle, exited with nothing replicated."""
     ar = object.__new__(svc.AutoRecoveryService)
     ar.elector = SimpleNamespace(decided=threading.Event())  # type: ignore[assignment]
     ar.auditor = None
