@@ -2,8 +2,13 @@
 
 `make test` runs the suite on two pytest-xdist workers. A worker's `__main__` (execnet's) has neither
 `__spec__` nor `__file__`, which pyspark.sql.connect takes for a doctest run and answers with sys.exit(0) when
-great-expectations imports it: the worker's `__main__` gets a file name, as any script has.
+great-expectations imports it: the worker's `__main__` gets a file name, as any script has. Which worker runs
+which file is decided in tests/scheduling.py.
 """
+
+from typing import Any
+
+import pytest
 
 import __main__
 
@@ -16,3 +21,12 @@ pytest_plugins = [
     "tests.fixtures.spark",
     "tests.fixtures.java",
 ]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadfile":
+        return None
+    from tests.scheduling import LongestFirstScheduling
+
+    return LongestFirstScheduling(config, log)
