@@ -1,4 +1,4 @@
-"""How `make test` spreads test files over its two xdist workers.
+"""How `make test` spreads test files over its xdist workers.
 
 `--dist loadfile` keeps each file on one worker (its module fixtures, often a whole cluster, stay whole), but
 xdist hands files out largest-test-count first, so the suite's longest files (one end-to-end test each) start

@@ -26,6 +26,15 @@ from tests.integration.autorecovery_support import (
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+GRACE_S = 2.0
+
+
+def run_with_short_grace(cluster, tmp_path):  # type: ignore[no-untyped-def]
+    """`autorecovery run --once` (events under "ar") with the open-ledger grace shortened to GRACE_S."""
+    return run_once(
+        cluster, tmp_path, "ar", "--timeout", "90",
+        BKAUDIT_AUTORECOVERY__OPEN_LEDGER_REREPLICATION_GRACE=str(GRACE_S),
+    )
 
 
 def test_idle_writer_is_fenced_after_the_grace_and_its_ledger_replicated(cluster_factory, tmp_path) -> None:
@@ -46,20 +55,13 @@ def test_idle_writer_is_fenced_after_the_grace_and_its_ledger_replicated(cluster
 
         cluster.kill_bookie(victim)
         wait_absent(cluster, victim)
-        code, summary = run_once(
-            cluster,
-            tmp_path,
-            "ar",
-            "--timeout",
-            "90",
-            BKAUDIT_AUTORECOVERY__OPEN_LEDGER_REREPLICATION_GRACE="2",
-        )
+        code, summary = run_with_short_grace(cluster, tmp_path)
         assert code == 0, summary
         assert summary["left"] == [] and summary["replicated"] == 1
 
         seen = {e["event"]: e for e in events(tmp_path, "ar") if e.get("ledger") == ledger_id}
         assert {"deferred_open", "fencing", "recovered", "swapped", "replicated"} <= set(seen)
-        assert seen["fencing"]["t"] - seen["deferred_open"]["t"] >= 2.0 - 0.05  # the writer had its grace
+        assert seen["fencing"]["t"] - seen["deferred_open"]["t"] >= GRACE_S - 0.05  # the writer had its grace
         assert seen["recovered"]["last_entry_id"] == 59
         copies = [e for e in events(tmp_path, "ar") if e["event"] == "copy" and e["ledger"] == ledger_id]
         assert copies and all(c["t"] > seen["recovered"]["t"] for c in copies)  # nothing copied while open
@@ -103,14 +105,7 @@ def test_open_fragment_missing_copies_on_a_live_bookie_is_recovered_after_the_gr
         cluster.start_bookie(victim)
         assert ur.mark_underreplicated(cluster.zk_client(), ledger_id, [victim], root=cluster.root)
 
-        code, summary = run_once(
-            cluster,
-            tmp_path,
-            "ar",
-            "--timeout",
-            "90",
-            BKAUDIT_AUTORECOVERY__OPEN_LEDGER_REREPLICATION_GRACE="2",
-        )
+        code, summary = run_with_short_grace(cluster, tmp_path)
         assert code == 0, summary
         # recovery writes back what it reads past the LAC to each entry's write set: with 30 entries that is
         # entry 29 (indexes 2, 0), not the victim's, so the worker copies; with one entry, entry 0 (indexes
@@ -119,7 +114,7 @@ def test_open_fragment_missing_copies_on_a_live_bookie_is_recovered_after_the_gr
 
         seen = {e["event"]: e for e in events(tmp_path, "ar") if e.get("ledger") == ledger_id}
         assert {"deferred_open", "fencing", "recovered", "replicated"} <= set(seen)
-        assert seen["fencing"]["t"] - seen["deferred_open"]["t"] >= 2.0 - 0.05  # the writer had its grace
+        assert seen["fencing"]["t"] - seen["deferred_open"]["t"] >= GRACE_S - 0.05  # the writer had its grace
         assert seen["fencing"]["reason"] == "open fragment under-replicated"
         metadata = bk.ledger_metadata(ledger_id)
         assert metadata.state is LedgerState.CLOSED and metadata.last_entry_id == entries - 1
