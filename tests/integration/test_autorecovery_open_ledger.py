@@ -29,6 +29,19 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 GRACE_S = 2.0
 
 
+def assert_closed_whole_and_fenced(cluster, bk, writer, acked, *, lost=frozenset()):  # type: ignore[no-untyped-def]
+    """Closed at the last acknowledged entry, queue empty, every copy in place and readable, writer fenced;
+    returns the metadata."""
+    metadata = bk.ledger_metadata(writer.ledger_id)
+    assert metadata.state is LedgerState.CLOSED and metadata.last_entry_id == len(acked) - 1
+    assert queue(cluster) == []
+    assert durability_violations(cluster, bk, [writer.ledger_id], lost=set(lost)) == []
+    assert_readable(bk, {writer.ledger_id: acked})
+    with pytest.raises(FencedError):
+        writer.add_entry(b"late", timeout=30)
+    return metadata
+
+
 def run_with_short_grace(cluster, tmp_path):  # type: ignore[no-untyped-def]
     """`autorecovery run --once` (events under "ar") with the open-ledger grace shortened to GRACE_S."""
     return run_once(
@@ -66,15 +79,8 @@ def test_idle_writer_is_fenced_after_the_grace_and_its_ledger_replicated(cluster
         copies = [e for e in events(tmp_path, "ar") if e["event"] == "copy" and e["ledger"] == ledger_id]
         assert copies and all(c["t"] > seen["recovered"]["t"] for c in copies)  # nothing copied while open
 
-        metadata = bk.ledger_metadata(ledger_id)
-        assert metadata.state is LedgerState.CLOSED and metadata.last_entry_id == 59
+        metadata = assert_closed_whole_and_fenced(cluster, bk, writer, acked, lost={victim})
         assert victim not in metadata.bookies()
-        assert queue(cluster) == []
-        assert durability_violations(cluster, bk, [ledger_id], lost={victim}) == []
-        assert_readable(bk, {ledger_id: acked})
-
-        with pytest.raises(FencedError):
-            writer.add_entry(b"late", timeout=30)
     finally:
         writer.abandon()
         bk.close()
@@ -116,14 +122,8 @@ def test_open_fragment_missing_copies_on_a_live_bookie_is_recovered_after_the_gr
         assert {"deferred_open", "fencing", "recovered", "replicated"} <= set(seen)
         assert seen["fencing"]["t"] - seen["deferred_open"]["t"] >= GRACE_S - 0.05  # the writer had its grace
         assert seen["fencing"]["reason"] == "open fragment under-replicated"
-        metadata = bk.ledger_metadata(ledger_id)
-        assert metadata.state is LedgerState.CLOSED and metadata.last_entry_id == entries - 1
+        metadata = assert_closed_whole_and_fenced(cluster, bk, writer, acked)
         assert victim in metadata.bookies()  # refilled in place: the bookie is up
-        assert queue(cluster) == []
-        assert durability_violations(cluster, bk, [ledger_id]) == []
-        assert_readable(bk, {ledger_id: acked})
-        with pytest.raises(FencedError):
-            writer.add_entry(b"late", timeout=30)
     finally:
         writer.abandon()
         bk.close()
