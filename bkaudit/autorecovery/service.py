@@ -186,7 +186,7 @@ class AutoRecoveryService:
             metrics=self.metrics,
             events=self.events,
             holder=self.node_id,
-            recover=lambda ledger_id: bk.open_ledger(ledger_id, recover=True),
+            recover=lambda ledger_id, lost: bk.open_ledger(ledger_id, recover=True, lost_copies=lost),
             acl=acl,
             lifecycle=LifecycleCache(self._zk, root=self.root),
             read_timeout_s=min(client_settings.read_timeout_s, rpc.request_timeout_s * 2),

@@ -36,6 +36,7 @@ from bkaudit.autorecovery.fragments import (
     Answer,
     BookieState,
     ReadEvidence,
+    Reason,
     SegmentRepair,
     bookie_state,
     bookies_to_probe,
@@ -81,6 +82,9 @@ class Outcome(enum.Enum):
     SKIPPED = "skipped"  # marker vanished or the ledger is already recorded as data-lost
 
 
+LOST_COPIES = (Reason.MISSING_ENTRIES, Reason.READONLY_INCOMPLETE)  # answered, without entries it stored
+
+
 @dataclass
 class Shared:
     """What every worker thread of one process shares (sessions, caches, counters, per-ledger history)."""
@@ -95,9 +99,9 @@ class Shared:
     metrics: m.AutoRecoveryMetrics
     events: EventLog
     holder: str
-    recover: Callable[
-        [int], object
-    ]  # fence + recover + close a ledger (BookKeeper.open_ledger(recover=True))
+    # fence + recover + close a ledger: (ledger id, bookies known to have lost copies) -> anything
+    # (BookKeeper.open_ledger(recover=True, lost_copies=...))
+    recover: Callable[[int, frozenset[str]], object]
     acl: Any = None
     state_root: str | None = None  # [zk] state_root: where data-loss records live (None = derived from root)
     lifecycle: Any = None  # lifecycle.drain.LifecycleCache: Draining bookies move out; none is a target
@@ -376,7 +380,8 @@ class ReplicationWorker:
             at_risk = open_last_segment_at_risk(metadata, writable, draining)
             if at_risk or any(not f.closed for f in fragments):
                 if grace_over and not metadata.is_closed:
-                    self._fence_and_recover(ledger_id, metadata, "open fragment under-replicated")
+                    lost = frozenset(f.bookie for f in fragments if f.reason in LOST_COPIES)
+                    self._fence_and_recover(ledger_id, metadata, "open fragment under-replicated", lost)
                     return None, None  # evaluate the closed ledger again
                 return self._defer_open(ledger_id, version), None
             return self._resolve(ledger_id, version), None
@@ -720,11 +725,18 @@ class ReplicationWorker:
             self._fence_and_recover(ledger_id, metadata, "last segment at risk")
         return self._rereplicate(ledger_id, version, grace_over=True)
 
-    def _fence_and_recover(self, ledger_id: int, metadata: LedgerMetadata, why: str) -> None:
-        """Recovery-open the ledger (its writer, if any, loses it), as BookKeeper's worker after the grace."""
+    def _fence_and_recover(
+        self, ledger_id: int, metadata: LedgerMetadata, why: str, lost: frozenset[str] = frozenset()
+    ) -> None:
+        """Recovery-open the ledger (its writer, if any, loses it), as BookKeeper's worker after the grace.
+        `lost`: live bookies the probe found missing entries they stored; their "no such entry" must not end
+        the ledger before an acknowledged entry (client/recovery.py)."""
         sh = self.shared
-        sh.events.emit("fencing", ledger=ledger_id, state=metadata.state.name, reason=why, worker=self.name)
-        sh.recover(ledger_id)
+        sh.events.emit(
+            "fencing", ledger=ledger_id, state=metadata.state.name, reason=why, worker=self.name,
+            lost_copies=sorted(lost),
+        )
+        sh.recover(ledger_id, lost)
         sh.metrics.inc(m.LEDGERS_FENCED)
         closed, _ = sh.store.read(ledger_id)
         sh.events.emit(

@@ -190,14 +190,20 @@ class BookKeeper:
         )
 
     def open_ledger(
-        self, ledger_id: int, recover: bool = True, password: bytes | str | None = None
+        self,
+        ledger_id: int,
+        recover: bool = True,
+        password: bytes | str | None = None,
+        *,
+        lost_copies: frozenset[str] = frozenset(),
     ) -> ReadHandle:
         """Open for reading. recover=True fences the writer and closes the ledger first (the only way to be
-        sure of its end); recover=False leaves a live writer alone and reads up to the current LAC."""
+        sure of its end); recover=False leaves a live writer alone and reads up to the current LAC.
+        `lost_copies`: bookies known to have lost entries (wiped), whose "no such entry" recovery ignores."""
         metadata, _ = self._ctx.store.read(ledger_id)
         _check_password(ledger_id, metadata, password)  # before fencing: a wrong password must not fence
         if recover:
-            metadata, _ = recover_ledger(self._ctx, ledger_id)
+            metadata, _ = recover_ledger(self._ctx, ledger_id, lost_copies=lost_copies)
         digest = digest_for(ledger_id, metadata.password, metadata.digest_type)
         if metadata.is_closed:
             lac = metadata.last_entry_id

@@ -8,6 +8,11 @@ This is BookKeeper's `ReadOnlyLedgerHandle.recover` + `LedgerRecoveryOp` + `clos
    found on the first valid answer from its write set and is absent once WQ-AQ+1 bookies of its write set say
    ENOENTRY/ENOLEDGER (so at most AQ-1 could hold it: never acknowledged). Found entries are written back
    with recovery adds to their whole write set (ensemble changes stay local until the close).
+   Deliberate difference: a bookie the caller knows lost its copies (`lost_copies`: wiped, back under the
+   same id) cannot vouch that an entry was never written, so its ENOENTRY counts as no answer, as a dead
+   bookie's would. BookKeeper counts it, and closes the ledger before acknowledged entries when the wiped
+   bookie answers first; it guards against that only with cookies and, opt-in, limbo
+   (`dataIntegrityCheckingEnabled`).
 4. CAS to CLOSED at the last recovered entry; a recoverer that loses that CAS to another one accepts the
    CLOSED result, so concurrent recoverers converge.
 """
@@ -77,6 +82,7 @@ def recovery_read(
     metadata: LedgerMetadata,
     entry_id: int,
     master_key: bytes,
+    lost_copies: frozenset[str] = frozenset(),
 ) -> Future[RecoveryRead]:
     """Read `entry_id` from its whole write set with fence + high priority; resolves once decided."""
     bookies = replicas(metadata, entry_id)
@@ -108,6 +114,8 @@ def recovery_read(
                 settle(lambda: state.failed(reason))
                 return
             settle(lambda: state.found(entry, bytes(body)))
+        elif getattr(exc, "status", None) in MISSING and bookie in lost_copies:
+            settle(lambda: state.failed(f"{bookie}: says missing, but it lost its copies"))
         elif getattr(exc, "status", None) in MISSING:
             settle(state.nothing)
         else:
@@ -138,8 +146,11 @@ def mark_in_recovery(ctx: ClientContext, ledger_id: int) -> tuple[LedgerMetadata
     return metadata, version
 
 
-def recover(ctx: ClientContext, ledger_id: int) -> tuple[LedgerMetadata, int]:
-    """Recover and close `ledger_id`; returns the CLOSED metadata and its version."""
+def recover(
+    ctx: ClientContext, ledger_id: int, *, lost_copies: frozenset[str] = frozenset()
+) -> tuple[LedgerMetadata, int]:
+    """Recover and close `ledger_id`; returns the CLOSED metadata and its version. `lost_copies`: bookies
+    known to miss entries they stored, whose "no such entry" is not evidence (module docstring, 3.)."""
     metadata, version = mark_in_recovery(ctx, ledger_id)
     if metadata.is_closed:
         return metadata, version
@@ -172,7 +183,7 @@ def recover(ctx: ClientContext, ledger_id: int) -> tuple[LedgerMetadata, int]:
         max_ensemble_changes=settings.max_ensemble_changes,
     )
     try:
-        last, length = _read_forward(ctx, digest, ledger_id, metadata, key, start, pipeline)
+        last, length = _read_forward(ctx, digest, ledger_id, metadata, key, start, pipeline, lost_copies)
         if not pipeline.wait_idle(settings.add_timeout_s * 4):
             raise RecoveryError("write-back of recovered entries did not complete", ledger_id=ledger_id)
         if pipeline.error is not None:
@@ -196,6 +207,7 @@ def _read_forward(
     key: bytes,
     start: int,
     pipeline: AddPipeline,
+    lost_copies: frozenset[str],
 ) -> tuple[int, int | None]:
     """Read entries after `start` until one is absent; write each back. Returns (last entry, its length)."""
     batch = ctx.settings.recovery_read_batch_size
@@ -205,7 +217,7 @@ def _read_forward(
     last, length = start, None
     while True:
         while len(in_flight) < batch:
-            in_flight.append(recovery_read(ctx, digest, ledger_id, metadata, nxt, key))
+            in_flight.append(recovery_read(ctx, digest, ledger_id, metadata, nxt, key, lost_copies))
             nxt += 1
         try:
             read = in_flight.popleft().result(timeout)

@@ -32,14 +32,24 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 def wait_for(predicate, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
-    """tests.helpers.wait_for, where an element gone stale because the page reloaded counts as "not yet"."""
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    """tests.helpers.wait_for, where an element gone stale because the page reloaded counts as "not yet"
+    (chromedriver reports a node replaced mid-read as a bare WebDriverException: "does not belong to the
+    document")."""
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        WebDriverException,
+    )
 
     def attempt():  # type: ignore[no-untyped-def]
         try:
             return predicate()
         except (StaleElementReferenceException, NoSuchElementException):
             return None
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return None
+            raise
 
     return helpers.wait_for(attempt, timeout_s, "the page", interval_s=0.1)
 

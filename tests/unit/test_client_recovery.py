@@ -309,3 +309,28 @@ def test_lac_read_ignores_a_limbo_bookie(cluster: FakeCluster) -> None:
 
     with pytest.raises(BookieError):  # not "LAC -1": a limbo bookie does not say the ledger is empty
         cluster.client().open_ledger(w.ledger_id, recover=False)
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_a_bookie_known_to_have_lost_its_copies_cannot_end_the_ledger(cluster: FakeCluster, declared) -> None:
+    # E2 WQ2 AQ2 (threshold 1): both bookies acknowledged entries 0..3, then one was wiped and came back under
+    # the same id (no limbo). Its ENOLEDGER alone ends the ledger at -1 when nobody says it lost its copies
+    # (BookKeeper's rule); declared as lost, it counts as no answer, so recovery waits for the other bookie
+    w = _writer(cluster, 2, 2, 2, entries=4)
+    w.abandon()
+    wiped, healthy = w.metadata.segments[0].ensemble
+    cluster.pool[wiped].entries.pop(w.ledger_id)
+    cluster.pool[healthy].down = True
+    lost = frozenset({wiped}) if declared else frozenset()
+    if not declared:
+        assert cluster.client().open_ledger(w.ledger_id, lost_copies=lost).metadata.last_entry_id == -1
+        return
+    with pytest.raises(RecoveryError, match="lost its copies"):
+        cluster.client().open_ledger(w.ledger_id, lost_copies=lost)
+    assert not cluster.store.read(w.ledger_id)[0].is_closed
+    cluster.pool[healthy].down = False
+    r = cluster.client().open_ledger(w.ledger_id, lost_copies=lost)
+    assert r.metadata.last_entry_id == 3
+    assert [e.payload for e in r.read_entries(0, 3)] == [b"payload-%d" % i for i in range(4)]
+    # recovery reads on from the healthy bookie's LAC (2) and writes entry 3 back; 0..2 are the worker's copy
+    assert set(cluster.pool[wiped].entries[w.ledger_id]) == {3}
