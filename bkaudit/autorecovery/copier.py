@@ -43,6 +43,8 @@ class CopyTask:
     ranges: Sequence[tuple[int, int]]  # inclusive runs of entry ids
     target: str
     excluded: frozenset[str] = frozenset()  # never read from these (lost / being replaced / the target)
+    # unregistered only briefly (restarting?): never read from, and their copies are unknown, not absent
+    unreachable: frozenset[str] = frozenset()
     holdings: Mapping[str, AvailabilityLike | BaseException | None] = field(default_factory=dict)
     size_hint: int = 1024  # expected bytes per entry, for the byte rate limit until real sizes are seen
 
@@ -54,13 +56,16 @@ class CopyTask:
         """Replicas to read `entry_id` from, best first, and how many replicas are known not to hold it.
 
         Bookies GetListOfEntries says hold the entry come first, bookies we could not ask next; bookies that
-        answered without it are skipped (they count as "missing" for data-loss accounting).
+        answered without it are skipped (they count as "missing" for data-loss accounting). An `unreachable`
+        bookie is skipped without counting: see `out_of_reach`.
         """
         first: list[str] = []
         unknown: list[str] = []
         absent = 0
         for index in write_set(entry_id, self.ensemble_size, self.write_quorum):
             bookie = self.ensemble[index]
+            if bookie in self.unreachable:
+                continue
             if bookie in self.excluded:
                 absent += 1
                 continue
@@ -72,6 +77,16 @@ class CopyTask:
             else:
                 absent += 1
         return first + unknown, absent
+
+    def out_of_reach(self, entry_id: int) -> list[str]:
+        """Why the `unreachable` replicas of `entry_id` were not asked: had no other replica had it, the entry
+        is not proven lost (a failure to retry, never data loss)."""
+        ensemble = self.ensemble
+        return [
+            f"{ensemble[i]}: not registered (restarting?), its copy unknown"
+            for i in write_set(entry_id, self.ensemble_size, self.write_quorum)
+            if ensemble[i] in self.unreachable
+        ]
 
 
 _UNKNOWN: Any = object()
@@ -163,7 +178,8 @@ class _CopyRun:
         with self.lock:
             self.pending.add(entry_id)
         sources, absent = self.task.sources(entry_id)
-        self._read(entry_id, sources, 0, absent, [])
+        unknown = self.task.out_of_reach(entry_id) if self.task.unreachable else []
+        self._read(entry_id, sources, 0, absent, unknown)
 
     def wait_all(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -181,6 +181,22 @@ def expected_entries(
     return entries_of_bookie(bookie_index, first, last, metadata.ensemble_size, metadata.write_quorum)
 
 
+def last_expected(
+    metadata: LedgerMetadata, bookie: str, lac: int | None = None, *, open_end: int | None = None
+) -> int | None:
+    """The highest entry `bookie` must hold (`expected_entries` over its segments), None for none: the one
+    entry a Java bookie's listing can hide (rpc.listing.confirm_tail)."""
+    lasts = [
+        held
+        for index, segment in enumerate(metadata.segments)
+        for b, member in enumerate(segment.ensemble)
+        if member == bookie
+        and (st := expected_entries(metadata, index, b, lac, open_end=open_end)) is not None
+        and (held := st.last_held()) is not None
+    ]
+    return max(lasts, default=None)
+
+
 def find_fragments(
     metadata: LedgerMetadata,
     states: Mapping[str, BookieState],

@@ -49,6 +49,9 @@ class AutoRecoverySettings:
     # passes whose only problem is entries no surviving replica has before the ledger is recorded as
     # data-lost and left alone (BookKeeper retries forever: #3316, #4872)
     data_loss_max_attempts: int = 3
+    # a bookie unregistered for less than this may be restarting: entries only it could still hold are
+    # retried, never recorded as lost (a Draining bookie that is down counts as gone at once)
+    data_loss_lost_bookie_grace_s: float = 300.0
     # ReplicationWorker threads per process (`--workers` overrides)
     workers: int = 1
     # how often an idle worker re-lists the queue (watches wake it earlier)
@@ -67,6 +70,7 @@ class AutoRecoverySettings:
             "rw_rereplicate_backoff_s",
             "zk_replication_task_rate_limit",
             "publish_rate_limit",
+            "data_loss_lost_bookie_grace_s",
         ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"autorecovery.{key}", "must be >= 0")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,8 @@ class BookieView:
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self._started = False
+        self._since = time.monotonic()  # bookies never seen registered count as absent from here
+        self._gone_at: dict[str, float] = {}  # bookie -> when it left both registration sets
 
     def start(self) -> BookieView:
         if self._started:
@@ -60,13 +63,24 @@ class BookieView:
     # -- watches (kazoo's event thread: no ZooKeeper calls here) ---------------------------------------------
     def _on_available(self, children: list[str]) -> None:
         with self._lock:
+            before = self._writable | self._readonly
             self._writable = frozenset(c for c in children if c != paths.READONLY_NODE)
+            self._note_absences(before)
         self._notify()
 
     def _on_readonly(self, children: list[str]) -> None:
         with self._lock:
+            before = self._writable | self._readonly
             self._readonly = frozenset(children)
+            self._note_absences(before)
         self._notify()
+
+    def _note_absences(self, before: frozenset[str]) -> None:
+        now = self._writable | self._readonly
+        for bookie in now:
+            self._gone_at.pop(bookie, None)
+        for bookie in before - now:
+            self._gone_at.setdefault(bookie, time.monotonic())
 
     def _on_racks(self, data: bytes | None, _stat: object) -> None:
         try:
@@ -106,6 +120,14 @@ class BookieView:
     def available(self) -> frozenset[str]:
         with self._lock:
             return self._writable | self._readonly
+
+    def absent_for(self, bookie: str) -> float:
+        """Seconds `bookie` has been in neither registration set (0 while registered; a bookie this view never
+        saw registered counts from the view's start): how long a "lost" bookie has really been gone."""
+        with self._lock:
+            if bookie in self._writable or bookie in self._readonly:
+                return 0.0
+            return time.monotonic() - self._gone_at.get(bookie, self._since)
 
     def cookies(self) -> list[str]:
         """Every bookie known to the cluster (BookKeeper's admin.getAllBookies): a registry read."""

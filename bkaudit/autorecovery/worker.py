@@ -44,6 +44,7 @@ from bkaudit.autorecovery.fragments import (
     entries_to_read,
     find_fragments,
     first_entry_unconfirmed,
+    last_expected,
     open_last_segment_at_risk,
     plan_repairs,
     segment_closed,
@@ -61,6 +62,7 @@ from bkaudit.errors import (
 )
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.model.quorum import write_set
+from bkaudit.rpc.listing import confirm_tail
 from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
 
@@ -424,6 +426,10 @@ class ReplicationWorker:
         key = master_key(metadata.password)
         unusable = {b for b, s in states.items() if s is not BookieState.WRITABLE}
         lost = {b for b, s in states.items() if s is BookieState.LOST}
+        grace = sh.settings.data_loss_lost_bookie_grace_s
+        unreachable = frozenset(
+            b for b in lost if b not in self._draining and sh.view.absent_for(b) < grace
+        )  # restarting, perhaps: its copies are unknown, not gone (docs/autorecovery.md, data loss)
         not_active = sh.lifecycle.not_active() if sh.lifecycle is not None else frozenset()
         unusable |= not_active  # never copy onto a bookie that is leaving (plan against every draining one)
         candidates = sorted(b for b in sh.view.writable() if b not in not_active)
@@ -443,7 +449,9 @@ class ReplicationWorker:
                 report.errors.append(f"segment {repair.segment_index}: {exc}")
                 report.cluster_problem = True
                 continue
-            if not self._copy_segment(ledger_id, metadata, repair, digest, key, answers, lost, report):
+            if not self._copy_segment(
+                ledger_id, metadata, repair, digest, key, answers, lost, report, unreachable
+            ):
                 continue
             if not repair.targets:
                 report.repaired += 1  # refilled in place: no metadata change
@@ -464,6 +472,7 @@ class ReplicationWorker:
         answers: Mapping[str, Answer],
         lost: set[str],
         report: RepairReport,
+        unreachable: frozenset[str] = frozenset(),
     ) -> bool:
         sh = self.shared
         # a draining bookie leaves the ensemble but stays a source while it answers
@@ -481,6 +490,7 @@ class ReplicationWorker:
                 fragment.entry_ranges(),
                 target,
                 excluded=frozenset(leaving | lost | {target}),
+                unreachable=unreachable,
                 holdings=answers,
                 size_hint=_entry_size(metadata),
             )
@@ -585,7 +595,14 @@ class ReplicationWorker:
         silent: list[str] = []
         for bookie, fut in futures.items():
             try:
-                answers[bookie] = availability.decode(fut.result(sh.read_timeout_s))
+                listed = confirm_tail(
+                    sh.pool.get(bookie),
+                    ledger_id,
+                    fut.result(sh.read_timeout_s),
+                    last_expected(metadata, bookie, lac, open_end=open_end),
+                    timeout_s=sh.read_timeout_s,
+                )
+                answers[bookie] = availability.decode(listed)
             except BookieError as exc:
                 answers[bookie] = None if exc.status == "ENOLEDGER" else exc
                 if exc.status == "UNAVAILABLE":

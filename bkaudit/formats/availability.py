@@ -484,6 +484,14 @@ class Availability:
         for first, last in self.runs():
             yield from range(first, last + 1)
 
+    @property
+    def last(self) -> int | None:
+        """The highest available id (None when nothing is), in O(1): pieces are ascending and disjoint."""
+        if not self._pieces:
+            return None
+        start, end, period, size = self._pieces[-1]
+        return start + (end - size + 1 - start) // period * period + size - 1
+
     def runs(self) -> Iterator[tuple[int, int]]:
         """Maximal inclusive (first, last) runs of available ids, ascending."""
         pending: tuple[int, int] | None = None
@@ -684,3 +692,27 @@ def _same_period_overlap(want: Striping, lo: int, hi: int, piece: _Piece) -> int
         if arc_lo <= both_hi:
             count += _pattern_count(start + arc_lo, period, both_hi - arc_lo + 1, lo, hi)
     return count
+
+
+# -- Java's listing that hides its newest entry --------------------------------------------------------------
+
+
+def listing_may_hide(held: Availability, last_entry: int | None) -> bool:
+    """Whether a bookie's listing may have left out `last_entry`, the highest entry the bookie must hold.
+
+    Java's InterleavedLedgerStorage (and SortedLedgerStorage once its memtable is flushed) lists the index
+    pages below `max(flushed pages x entries per page, highest entry in memory)`
+    (IndexInMemPageMgr.PageEntriesIterableImpl), so the bookie's highest entry is left out while it starts an
+    index page that is not flushed yet: a ledger whose only entry on that bookie is 0 lists as empty, a
+    1,025-entry ledger lists 0..1023 (BookKeeper 4.17.3, tests/interop/test_java_checker.py). Only an entry
+    past everything listed can be hidden so; the caller reads it before calling it missing.
+    """
+    if last_entry is None or last_entry in held:
+        return False
+    top = held.last
+    return top is None or top < last_entry
+
+
+def with_entry(data: bytes, entry_id: int) -> bytes:
+    """`data` (an encoded listing whose ids are all below `entry_id`) with `entry_id` added."""
+    return encode_runs([*decode(data).runs(), (entry_id, entry_id)])

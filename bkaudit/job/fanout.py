@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from xxhash import xxh3_128_digest
@@ -59,6 +59,7 @@ from bkaudit.job.breaker import Breaker
 from bkaudit.model.quorum import Striping, entries_of_bookie
 from bkaudit.model.shape import LedgerShape
 from bkaudit.rpc.client import BookieClient
+from bkaudit.rpc.listing import confirm_tail
 
 SEGMENT_STRUCT = pa.struct(
     [
@@ -93,13 +94,16 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("read_entries", pa.list_(pa.int64())),
         pa.field("digest_type", pa.string()),
         pa.field("answer_bytes", pa.int64()),
+        pa.field("last_entry", pa.int64()),
     ]
 )
 """One row per (ledger, bookie) to ask. `expected_digest`: digest of the canonical encoding of what the
 bookie must hold (null = always compare in detail); `ledger_entries` (entries checked) is set on one row per
 ledger, 0 on the others. `read_entries` set (a bookie without listing): verify by reading these entries
 (`bkaudit.audit.reads`) and checking each one's `digest_type` digest instead of asking for the list.
-`answer_bytes`: the size of a healthy answer (`audit.batching`), by which listing calls are cut (null: 0)."""
+`answer_bytes`: the size of a healthy answer (`audit.batching`), by which listing calls are cut (null: 0).
+`last_entry`: the highest entry the bookie must hold, read when a listing lacks it and stops short of it
+(`formats.availability.listing_may_hide`: Java's interleaved index can hide it; null: none)."""
 
 RESPONSE_SCHEMA = pa.schema(
     [
@@ -118,6 +122,7 @@ RESPONSE_SCHEMA = pa.schema(
         pa.field("entries_missing", pa.list_(pa.int64())),
         pa.field("entries_corrupt", pa.list_(pa.int64())),
         pa.field("answer_bytes", pa.int64()),
+        pa.field("last_entry", pa.int64()),
     ]
 )
 """One row per (ledger, bookie) asked. status OK with a null `answer`: exactly the expected entries. status OK
@@ -191,6 +196,14 @@ def shape_of(row: Mapping[str, Any]) -> LedgerShape:
     )
 
 
+class Expectation(NamedTuple):
+    """What one bookie must hold of one ledger, as a listing request carries it."""
+
+    digest: bytes | None  # of the canonical encoding (None: too many runs, always compare in detail)
+    size: int  # the healthy answer's bytes, by which listing calls are cut
+    last_entry: int | None  # the highest entry it must hold: a listing may hide it (rpc.listing.confirm_tail)
+
+
 class ExpectedDigests:
     """Digests of the canonical encoding of each bookie's expected entries, memoised twice.
 
@@ -205,15 +218,15 @@ class ExpectedDigests:
 
     def __init__(self) -> None:
         self._plans: dict[tuple[Any, ...], list[list[tuple[int, _Key, Striping]]]] = {}
-        self._known: dict[tuple[_Key, ...], tuple[bytes | None, int]] = {}
+        self._known: dict[tuple[_Key, ...], Expectation] = {}
 
     def expected(self, shape: LedgerShape) -> tuple[dict[str, bytes | None], int]:
         """({bookie: digest or None}, entries checked) — bookies in `expected_by_bookie` order."""
         wanted, n = self.expected_requests(shape)
-        return {bookie: d for bookie, (d, _) in wanted.items()}, n
+        return {bookie: x.digest for bookie, x in wanted.items()}, n
 
-    def expected_requests(self, shape: LedgerShape) -> tuple[dict[str, tuple[bytes | None, int]], int]:
-        """({bookie: (digest or None, healthy answer bytes)}, entries checked) — `expected`'s order."""
+    def expected_requests(self, shape: LedgerShape) -> tuple[dict[str, Expectation], int]:
+        """({bookie: its Expectation}, entries checked) — `expected`'s order."""
         spans = checked_segments(shape)
         e, wq = shape.ensemble_size, shape.write_quorum
         key = (e, wq, tuple((sp.first, sp.last) for sp in spans))
@@ -222,7 +235,7 @@ class ExpectedDigests:
             plan = [self._bookie_stripings(sp.first, sp.last, e, wq) for sp in spans]
             if len(self._plans) < self.MEMO_LIMIT:
                 self._plans[key] = plan
-        out: dict[str, tuple[bytes | None, int]] = {}
+        out: dict[str, Expectation] = {}
         if len(spans) == 1 and len(set(spans[0].ensemble)) == e:
             # one checked segment of distinct bookies (most ledgers): one striping each, nothing to group
             ensemble = spans[0].ensemble
@@ -249,11 +262,12 @@ class ExpectedDigests:
                 per.append((idx, (st.first, st.last, st.start, st.period, st.size), st))
         return per
 
-    def _expect(self, key: tuple[_Key, ...], stripings: Sequence[Striping]) -> tuple[bytes | None, int]:
-        """(digest or None, healthy answer bytes) of a bookie holding exactly `stripings`, memoised."""
+    def _expect(self, key: tuple[_Key, ...], stripings: Sequence[Striping]) -> Expectation:
+        """The Expectation of a bookie holding exactly `stripings`, memoised."""
         hit = self._known.get(key)
         if hit is None:
-            hit = (self._digest_of(stripings), answer_bytes(stripings))
+            last = max((held for s in stripings if (held := s.last_held()) is not None), default=None)
+            hit = Expectation(self._digest_of(stripings), answer_bytes(stripings), last)
             if len(self._known) < self.MEMO_LIMIT:
                 self._known[key] = hit
         return hit
@@ -418,12 +432,14 @@ def query_bookie(
     failure_threshold: int,
     call_prefix: str = "",
     max_call_bytes: int = CALL_BYTES,
+    read_timeout_s: float = 15.0,
 ) -> Iterator[tuple[LedgerShape, BookieEvidence, CallInfo | None]]:
     """Ask one bookie about `shapes` and judge every answer in detail (driver-side re-evaluation); calls
     are cut by the healthy answer bytes, as in the fan-out."""
     ids = [s.ledger_id for s in shapes]
     memo = ExpectedDigests()
-    sizes = [memo.expected_requests(s)[0].get(bookie_id, (None, 0))[1] for s in shapes]
+    wanted = [memo.expected_requests(s)[0].get(bookie_id) for s in shapes]
+    sizes = [x.size if x else 0 for x in wanted]
     for p, value, call in ask(
         client,
         bookie_id,
@@ -435,6 +451,9 @@ def query_bookie(
         sizes=sizes,
         max_call_bytes=max_call_bytes,
     ):
+        x = wanted[p]
+        if type(value) is bytes and x is not None and (x.digest is None or digest(value) != x.digest):
+            value = confirm_tail(client, ids[p], value, x.last_entry, timeout_s=read_timeout_s)
         yield shapes[p], judge_answer(shapes[p], bookie_id, value), call
 
 

@@ -26,8 +26,16 @@ import pyarrow.compute as pc
 from bkaudit.audit.statuses import STATUS_BAD_REQUEST, STATUS_INVALID_RESPONSE, STATUS_NO_LEDGER, STATUS_OK
 from bkaudit.errors import BookieError
 from bkaudit.job.breaker import Breaker
-from bkaudit.job.fanout import RESPONSE_SCHEMA, FanoutConfig, ask, digest, make_client, undecodable
+from bkaudit.job.fanout import (
+    RESPONSE_SCHEMA,
+    FanoutConfig,
+    ask,
+    digest,
+    make_client,
+    undecodable,
+)
 from bkaudit.job.read_evidence import read_and_verify
+from bkaudit.rpc.listing import confirm_tail
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +67,7 @@ class _Columns:
         "digest_type",
         "entries",
         "error",
+        "last_entry",
         "ledger",
         "missing",
         "reads",
@@ -79,6 +88,7 @@ class _Columns:
         self.missing: list[list[int] | None] = []
         self.corrupt: list[list[int] | None] = []
         self.answer_bytes: list[int | None] = []
+        self.last_entry: list[int | None] = []
 
     def __len__(self) -> int:
         return len(self.ledger)
@@ -102,6 +112,7 @@ class _Columns:
                 pa.array(self.missing, pa.list_(pa.int64())),
                 pa.array(self.corrupt, pa.list_(pa.int64())),
                 pa.array(self.answer_bytes, pa.int64()),
+                pa.array(self.last_entry, pa.int64()),
             ],
             schema=RESPONSE_SCHEMA,
         )
@@ -119,6 +130,8 @@ class BookieWork:
     digest_types: list[str | None]
     sizes: list[int | None]
     """Healthy answer bytes per request (`answer_bytes`), by which listing calls are cut."""
+    last_entries: list[int | None]
+    """The highest entry the bookie must hold, per request (`last_entry`)."""
 
 
 def group_by_bookie(requests: pa.Table) -> list[BookieWork]:
@@ -135,6 +148,7 @@ def group_by_bookie(requests: pa.Table) -> list[BookieWork]:
                 part.column("read_entries").to_pylist(),
                 part.column("digest_type").to_pylist(),
                 part.column("answer_bytes").to_pylist(),
+                part.column("last_entry").to_pylist(),
             )
         )
     return out
@@ -265,6 +279,7 @@ def _by_reads(link: _Link, cols: _Columns) -> _Columns:
         cols.missing.append(list(summary.missing))
         cols.corrupt.append(list(summary.corrupt))
         cols.answer_bytes.append(work.sizes[k])
+        cols.last_entry.append(work.last_entries[k])
         cols = link.flush(cols)
     return cols
 
@@ -290,6 +305,7 @@ def _by_listing(link: _Link, cols: _Columns) -> _Columns:
         k = listed[p]
         expected = work.digests[k]
         cols.answer_bytes.append(work.sizes[k])
+        cols.last_entry.append(work.last_entries[k])
         cols.reads.append(None)
         cols.digest_type.append(work.digest_types[k])
         cols.missing.append(None)
@@ -299,6 +315,9 @@ def _by_listing(link: _Link, cols: _Columns) -> _Columns:
         cols.entries.append(work.entries[k])
         cols.call_id.append(call.call_id if call else None)
         cols.call_ms.append(call.ms if call else None)
+        if type(value) is bytes and (expected is None or digest(value) != expected):
+            value = confirm_tail(link.client, work.ledger_ids[k], value, work.last_entries[k],
+                                 timeout_s=config.call_timeout_s)
         if type(value) is bytes:
             if expected is not None and digest(value) == expected:
                 cols.status.append(STATUS_OK)

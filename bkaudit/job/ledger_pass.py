@@ -50,6 +50,7 @@ def _requests_batch(
     reads: list[list[int] | None] | None = None,
     types: list[str | None] | None = None,
     sizes: list[int] | None = None,
+    lasts: list[int | None] | None = None,
 ) -> pa.RecordBatch:
     n = len(ledger)
     return pa.RecordBatch.from_arrays(
@@ -61,6 +62,7 @@ def _requests_batch(
             pa.array(reads if reads is not None else [None] * n, pa.list_(pa.int64())),
             pa.array(types if types is not None else [None] * n, pa.string()),
             pa.array(sizes if sizes is not None else [None] * n, pa.int64()),
+            pa.array(lasts if lasts is not None else [None] * n, pa.int64()),
         ],
         schema=REQUEST_SCHEMA,
     )
@@ -194,6 +196,7 @@ def ledger_pass_partition(
             req_reads: list[list[int] | None] = []
             req_types: list[str | None] = []
             req_sizes: list[int] = []
+            req_lasts: list[int | None] = []
             for row, shape in iter_shapes(batch):
                 ledgers += 1
                 version = row["znode_version"]
@@ -225,8 +228,9 @@ def ledger_pass_partition(
                 durable += 1
                 entries += n
                 first = True
-                for bookie, (expected, size) in wanted.items():
-                    req_sizes.append(size)
+                for bookie, want in wanted.items():
+                    req_sizes.append(want.size)
+                    req_lasts.append(want.last_entry)
                     req_ledger.append(shape.ledger_id)
                     req_bookie.append(bookie)
                     req_entries.append(n if first else 0)
@@ -237,11 +241,11 @@ def ledger_pass_partition(
                         req_digest.append(None)
                         req_reads.append(list(chosen.entries))
                     else:
-                        req_digest.append(expected)
+                        req_digest.append(want.digest)
                         req_reads.append(None)
             if req_ledger:
                 yield _requests_batch(req_ledger, req_bookie, req_digest, req_entries, req_reads, req_types,
-                                      req_sizes)
+                                      req_sizes, req_lasts)
             side.extend(findings)
         stats = {"ledgers": ledgers, "durability_ledgers": durable, "entries": entries,
                  "bookkeeper_placement_only": placement.bookkeeper_only}

@@ -152,6 +152,7 @@ def ask_bookies(
                 max_in_flight=conf.max_in_flight_per_bookie,
                 failure_threshold=conf.bookie_failure_threshold,
                 max_call_bytes=call_budget(s.max_frame_bytes),
+                read_timeout_s=conf.call_timeout_s,
             )
         ]
 

@@ -91,6 +91,16 @@ class Striping:
         # run starts r = start (mod period) whose run [r, r + size - 1] meets [first, last]
         return (self.last - self.start) // self.period - (self.first - self.size - self.start) // self.period
 
+    def last_held(self) -> int | None:
+        """The highest id in the striping (None when empty), in O(1)."""
+        if self.last < self.first:
+            return None
+        past = (self.last - self.start) % self.period  # ids since the run start at or before `last`
+        if past < self.size:
+            return self.last
+        end = self.last - past + self.size - 1  # that run ended before `last`
+        return end if end >= self.first else None
+
     def count(self) -> int:
         """Number of ids in the striping, in O(1)."""
         if self.last < self.first:

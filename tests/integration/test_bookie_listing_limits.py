@@ -101,7 +101,7 @@ def test_fanout_lists_large_ledgers_without_failures_and_verifies_every_one(larg
     rows = []
     for s in shapes.values():
         wanted, n = digests.expected_requests(s)
-        for k, (bookie, (expected, size)) in enumerate(wanted.items()):
+        for k, (bookie, (expected, size, _)) in enumerate(wanted.items()):
             rows.append({"bookie_id": bookie, "ledger_id": s.ledger_id, "expected_digest": expected,
                          "ledger_entries": n if k == 0 else 0, "answer_bytes": size})
     per_bookie = sum(len(availability.encode_runs(_runs(held[(lid, 1)]))) for lid in LEDGERS)

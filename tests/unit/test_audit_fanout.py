@@ -299,7 +299,7 @@ def test_listing_calls_are_cut_by_expected_answer_bytes_not_only_by_count():
     rows, sizes = [], {}
     for s in [*big.values(), *small.values()]:
         wanted, _ = digests.expected_requests(s)
-        digest_a, size_a = wanted[A]
+        digest_a, size_a, _ = wanted[A]
         sizes[s.ledger_id] = size_a
         rows.append({"bookie_id": A, "ledger_id": s.ledger_id, "expected_digest": digest_a,
                      "ledger_entries": 0, "answer_bytes": size_a})

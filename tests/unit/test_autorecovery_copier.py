@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -147,6 +148,25 @@ def test_entries_no_replica_has_are_missing_and_errors_are_transient() -> None:
     pool2.get("b0").fail_reads = True
     result2 = FragmentCopier(pool2).copy(task(ens2, 1))
     assert not result2.missing and 3 in result2.errors  # unavailable is not data loss
+
+
+def test_a_replica_only_briefly_unregistered_makes_an_entry_unknown_not_missing() -> None:
+    # entry 3: write set (0, 1). b1 is being replaced; b0 lacks it. With b0 also lost (excluded) entry 3 is
+    # missing; with b0 lost but unreachable only briefly (restarting), the pass fails instead and b0 is never
+    # asked
+    for brief, expect_missing in ((False, True), (True, False)):
+        pool, ens = cluster()
+        del pool.get("b0").entries[3]
+        t = dataclasses.replace(task(ens, 1), excluded=frozenset({"b0", "b1", "new"}),
+                                unreachable=frozenset({"b0"}) if brief else frozenset())
+        result = FragmentCopier(pool).copy(t)
+        assert (3 in result.missing) is expect_missing
+        if brief:
+            assert "b0: not registered" in result.errors[3] and not result.missing
+        assert not pool.get("b0").reads and not pool.get("b1").reads
+        # entries b2 holds are copied either way
+        on_b2 = [x for x in range(30) if stores_entry(1, x, 3, 2) and stores_entry(2, x, 3, 2)]
+        assert result.copied == len(on_b2)
 
 
 def test_a_corrupt_replica_is_never_copied() -> None:

@@ -727,3 +727,42 @@ def test_billion_entry_ledger_striped_is_milliseconds(ensemble: int, write_quoru
 def test_module_constants() -> None:
     assert availability.HEADER_SIZE == 64 and availability.GROUP_SIZE == 24
     assert Availability([(1, 1, 2, 0)]).total == 2
+
+
+# -- a listing that may hide the bookie's newest entry (Java's interleaved index) -------------------------
+
+
+@given(
+    st.integers(1, 6).flatmap(lambda e: st.tuples(st.just(e), st.integers(1, e), st.integers(0, e - 1))),
+    st.integers(0, 60),
+    st.integers(-1, 300),
+)
+def test_last_is_the_highest_id_of_any_encoding(layout: tuple[int, int, int], first: int, last: int) -> None:
+    e, wq, idx = layout
+    striping = entries_of_bookie(idx, first, last, e, wq)
+    ids = list(striping)
+    top = ids[-1] if ids else None
+    assert striping.last_held() == top
+    assert decode(availability.encode_striping(striping)).last == top  # period groups
+    assert decode(encode(ids)).last == top  # Java's one group per run
+
+
+@pytest.mark.parametrize(
+    ("listed", "last_entry", "hidden"),
+    [
+        ([], 0, True),  # Java lists a ledger whose only entry is 0 as empty
+        (list(range(1024)), 1024, True),  # ... and 0..1023 of a 1,025-entry ledger
+        ([0, 3, 6], 9, True),  # striped: the bookie's next entry
+        ([0, 1, 2], 2, False),  # complete
+        ([0, 1, 5], 2, False),  # something past it is listed: not that quirk, a real hole
+        ([0, 1], None, False),  # the bookie must hold nothing
+    ],
+)
+def test_listing_may_hide_only_an_entry_past_everything_listed(listed, last_entry, hidden) -> None:
+    assert availability.listing_may_hide(decode(encode(listed)), last_entry) is hidden
+
+
+def test_with_entry_adds_the_confirmed_entry() -> None:
+    assert list(decode(availability.with_entry(encode([0, 1, 2]), 3)).runs()) == [(0, 3)]
+    assert list(decode(availability.with_entry(encode([]), 0))) == [0]
+    assert list(decode(availability.with_entry(encode([0, 3]), 6))) == [0, 3, 6]
