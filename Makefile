@@ -7,7 +7,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser bookkeeper clean dist dist-env
+.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser prometheus bookkeeper clean dist dist-env
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -34,6 +34,16 @@ browser:
 	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium chromium-driver; \
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium chromium-driver; fi; \
+	fi
+
+# the monitoring tests run Debian's Prometheus server (with promtool), Pushgateway and node_exporter on loopback
+PROMETHEUS_BINS := /usr/bin/prometheus /usr/bin/promtool /usr/bin/prometheus-pushgateway /usr/bin/prometheus-node-exporter
+prometheus:
+	@for b in $(PROMETHEUS_BINS); do [ -x $$b ] || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  pkgs="prometheus prometheus-pushgateway prometheus-node-exporter"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q --no-install-recommends $$pkgs; \
+	  else sudo apt-get update -q && sudo apt-get install -y -q --no-install-recommends $$pkgs; fi; \
 	fi
 
 # Apache BookKeeper's released jars from Maven Central, by coordinates (tests/java/pom.xml), into an ignored
@@ -70,7 +80,7 @@ lint: $(STAMP)
 # files at once. Measured in fresh clones: serial 24.5 min; 2 workers 20.7 min; 3 workers 17.5 min
 PYTEST_WORKERS ?= 3
 
-test: $(STAMP) $(AIRFLOW_STAMP) browser bookkeeper lint
+test: $(STAMP) $(AIRFLOW_STAMP) browser prometheus bookkeeper lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP) bookkeeper lint

@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.fixtures.cluster",
     "tests.fixtures.spark",
     "tests.fixtures.java",
+    "tests.fixtures.prometheus",
 ]
 
 
