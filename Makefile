@@ -7,7 +7,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser prometheus bookkeeper clean dist dist-env
+.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser prometheus bookkeeper delta clean dist dist-env
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -36,6 +36,15 @@ browser:
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium chromium-driver; fi; \
 	fi
 
+# Delta Lake's own Spark engine (tests/delta/pom.xml): delta-spark and delta-storage only, on pyspark's Spark
+DELTA_HOME := .cache/delta
+DELTA_STAMP := $(DELTA_HOME)/.resolved
+
+delta: $(DELTA_STAMP)
+
+$(DELTA_STAMP): tests/delta/pom.xml | prereqs
+	$(call fetch_jars,Delta Lake,tests/delta/pom.xml,$(DELTA_HOME),-DexcludeTransitive=true)
+
 # the monitoring tests run Debian's Prometheus server (with promtool), Pushgateway and node_exporter on loopback
 PROMETHEUS_BINS := /usr/bin/prometheus /usr/bin/promtool /usr/bin/prometheus-pushgateway /usr/bin/prometheus-node-exporter
 prometheus:
@@ -55,12 +64,17 @@ BK_DRIVER := $(BK_HOME)/classes/BkDriver.class
 
 bookkeeper: $(BK_STAMP) $(BK_DRIVER)
 
+# $(call fetch_jars,<what>,<pom>,<cache dir>,<extra mvn flags>): one way to fetch released jars by coordinates
+define fetch_jars
+	@command -v mvn >/dev/null 2>&1 || { echo "bkaudit's tests need Maven to fetch $(1)'s jars (Debian: apt-get install maven)"; exit 1; }
+	@rm -rf $(3)/lib && mkdir -p $(3)
+	@mvn -B -q -f $(2) dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(3)/lib $(4) \
+	  > $(3)/mvn.log 2>&1 || { echo "Maven could not resolve $(1) from Maven Central (unreachable or refused): see $(3)/mvn.log, from: mvn -f $(2) dependency:copy-dependencies"; exit 1; }
+	@touch $(3)/.resolved
+endef
+
 $(BK_STAMP): tests/java/pom.xml | prereqs
-	@command -v mvn >/dev/null 2>&1 || { echo "bkaudit's tests need Maven to fetch Apache BookKeeper's jars (Debian: apt-get install maven)"; exit 1; }
-	@rm -rf $(BK_HOME)/lib && mkdir -p $(BK_HOME)
-	@mvn -B -q -f tests/java/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(BK_HOME)/lib \
-	  > $(BK_HOME)/mvn.log 2>&1 || { echo "Maven could not resolve Apache BookKeeper from Maven Central (unreachable or refused): see $(BK_HOME)/mvn.log, from: mvn -f tests/java/pom.xml dependency:copy-dependencies"; exit 1; }
-	@touch $(BK_STAMP)
+	$(call fetch_jars,Apache BookKeeper,tests/java/pom.xml,$(BK_HOME),)
 
 $(BK_DRIVER): tests/java/src/BkDriver.java $(BK_STAMP)
 	@command -v javac >/dev/null 2>&1 || { echo "bkaudit's tests need a JDK (javac) to compile tests/java (Debian: apt-get install openjdk-17-jdk-headless)"; exit 1; }
@@ -80,7 +94,7 @@ lint: $(STAMP)
 # files at once. Measured in fresh clones: serial 24.5 min; 2 workers 20.7 min; 3 workers 17.5 min
 PYTEST_WORKERS ?= 3
 
-test: $(STAMP) $(AIRFLOW_STAMP) browser prometheus bookkeeper lint
+test: $(STAMP) $(AIRFLOW_STAMP) browser prometheus bookkeeper delta lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP) bookkeeper lint

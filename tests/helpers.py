@@ -9,7 +9,9 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import pytest
 
 T = TypeVar("T")
 
@@ -44,3 +46,27 @@ def load_bench(name: str) -> ModuleType:
     if str(BENCH) not in sys.path:
         sys.path.insert(0, str(BENCH))
     return importlib.import_module(name)
+
+
+def load_duckdb_delta(con: Any) -> None:
+    """DuckDB's `delta` extension: installed already, else the signed binary the `duckdb-ext-delta` wheel
+    ships for this DuckDB version (offline), else DuckDB's own download (online)."""
+    import importlib.util
+
+    import duckdb
+
+    try:
+        con.execute("LOAD delta")
+        return
+    except Exception:
+        pass
+    found = importlib.util.find_spec("duckdb_ext")
+    for base in (found.submodule_search_locations or []) if found else []:
+        for path in Path(base).glob(f"extensions/v{duckdb.__version__}/*/delta.duckdb_extension"):
+            con.execute(f"LOAD '{path}'")
+            return
+    try:
+        con.execute("INSTALL delta")
+        con.execute("LOAD delta")
+    except Exception as exc:
+        pytest.skip(f"DuckDB's delta extension is neither packaged nor downloadable here: {str(exc)[:120]}")

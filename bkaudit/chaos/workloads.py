@@ -94,6 +94,8 @@ class Shared:
         self.acks: dict[int, dict[int, str]] = {}
         self.open: set[int] = set()
         self.acked = 0
+        self.ensembles: dict[int, tuple[str, ...]] = {}
+        self.written: set[str] = set()  # bookies of ledgers with an acknowledged entry (for the warm-up)
 
     def closed_ledgers(self) -> list[int]:
         with self.lock:
@@ -134,6 +136,7 @@ class Writer(threading.Thread):
         with self.shared.lock:
             self.shared.acks[ledger] = {}
             self.shared.open.add(ledger)
+            self.shared.ensembles[ledger] = tuple(handle.metadata.segments[0].ensemble)
         h.record(
             "create", ledger=ledger, e=e, wq=wq, aq=aq, ensemble=list(handle.metadata.segments[0].ensemble)
         )
@@ -181,6 +184,8 @@ class Writer(threading.Thread):
             return f"add {index} acknowledged as entry {entry}"
         self.shared.history.record("ack", ledger=ledger, entry=entry, digest=dig)
         with self.shared.lock:
+            if not self.shared.acks[ledger]:
+                self.shared.written.update(self.shared.ensembles.get(ledger, ()))
             self.shared.acks[ledger][entry] = dig
             self.shared.acked += 1
         return ""

@@ -27,6 +27,7 @@ import pytest
 import bkaudit.tables.checker_schemas as cs
 from bkaudit.tables.read import current_files
 from bkaudit.tables.store import StagingWriter, commit, open_delta, table_uri
+from tests.helpers import load_duckdb_delta
 
 pytestmark = [pytest.mark.spark]
 
@@ -168,33 +169,11 @@ def test_duckdb_over_delta_rs_dataset(table: dict[str, Any], q: Question) -> Non
     assert sorted(rows) == want
 
 
-def _load_duckdb_delta(con: Any, duckdb: Any) -> None:
-    """DuckDB's `delta` extension: installed already, else the signed binary the `duckdb-ext-delta` wheel
-    ships for this DuckDB version (offline), else DuckDB's own download (online)."""
-    import importlib.util
-
-    try:
-        con.execute("LOAD delta")
-        return
-    except Exception:
-        pass
-    found = importlib.util.find_spec("duckdb_ext")
-    for base in (found.submodule_search_locations or []) if found else []:
-        for path in Path(base).glob(f"extensions/v{duckdb.__version__}/*/delta.duckdb_extension"):
-            con.execute(f"LOAD '{path}'")
-            return
-    try:
-        con.execute("INSTALL delta")
-        con.execute("LOAD delta")
-    except Exception as exc:
-        pytest.skip(f"DuckDB's delta extension is neither packaged nor downloadable here: {str(exc)[:120]}")
-
-
 def test_duckdb_delta_scan(table: dict[str, Any]) -> None:
     """DuckDB's own Delta reader (delta-kernel): it prunes on the same stats."""
     duckdb = pytest.importorskip("duckdb")
     con = duckdb.connect()
-    _load_duckdb_delta(con, duckdb)
+    load_duckdb_delta(con)
     for q in QUESTIONS:
         rows = con.execute(
             f"SELECT run_id, ledger_id FROM delta_scan('{table['uri']}') WHERE {q.sql}"
