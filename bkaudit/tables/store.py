@@ -27,6 +27,7 @@ rows says so in `operationParameters.predicate` (e.g. `run_id = 'X'`), `isBlindA
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import uuid
@@ -43,6 +44,8 @@ from bkaudit.tables import location
 from bkaudit.tables.catalog import spec
 from bkaudit.tables.schemas import TableSpec, conform
 from bkaudit.tables.stats import FileStats, finite_floats, from_add_action
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 COMMIT_KEY = "bkaudit.commit"  # commit-info key carrying a unique token, to find our commit's version
@@ -281,33 +284,56 @@ def commit(
     a file that mixes matching and other rows (e.g. after an OPTIMIZE) is rewritten without the matching
     rows. The table is created on first use with its registered schema.
     """
+    from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, CommitProperties
 
     table_spec = spec(table)
     uri = table_uri(warehouse, table)
-    try:
-        dt = _open_or_create(uri, table_spec)
-        removals, rewritten, removed_rows = _replacements(dt, uri, table_spec, replace or {})
-        token = str(uuid.uuid4())
-        all_added = [*files, *rewritten]
-        actions = [_add_action(AddAction, f) for f in all_added] + removals
-        if not actions:
-            return Commit(table, uri, dt.version())
-        props = CommitProperties(
-            custom_metadata=_labels(token, info, replace or {}, len(all_added), len(removals))
-        )
-        dt.create_write_transaction(
-            actions,
-            mode="append",
-            schema=table_spec.schema,
-            partition_by=list(table_spec.partition_by),
-            commit_properties=props,
-        )
-    except BkAuditError:
-        raise
-    except Exception as exc:
-        raise CommitError(f"committing {len(files)} file(s) to table {table} at {uri} failed: {exc}") from exc
+    token = str(uuid.uuid4())
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        rewritten: list[StagedFile] = []
+        try:
+            dt = _open_or_create(uri, table_spec)
+            removals, rewritten, removed_rows = _replacements(dt, uri, table_spec, replace or {})
+            all_added = [*files, *rewritten]
+            actions = [_add_action(AddAction, f) for f in all_added] + removals
+            if not actions:
+                return Commit(table, uri, dt.version())
+            props = CommitProperties(
+                custom_metadata=_labels(token, info, replace or {}, len(all_added), len(removals)),
+                max_commit_retries=0,  # only on the version read: see COMMIT_ATTEMPTS
+            )
+            dt.create_write_transaction(
+                actions,
+                mode="append",
+                schema=table_spec.schema,
+                partition_by=list(table_spec.partition_by),
+                commit_properties=props,
+            )
+            break
+        except CommitFailedError as exc:
+            discard(uri, rewritten)  # recomputed from the new version on the next attempt
+            if attempt == COMMIT_ATTEMPTS:
+                raise CommitError(
+                    f"committing {len(files)} file(s) to table {table} at {uri}: another writer committed "
+                    f"first {attempt} times in a row"
+                ) from exc
+            log.info("table %s: a concurrent commit landed first (attempt %d); re-reading", table, attempt)
+            time.sleep(min(0.05 * attempt, 0.5))
+        except BkAuditError:
+            raise
+        except Exception as exc:
+            raise CommitError(
+                f"committing {len(files)} file(s) to table {table} at {uri} failed: {exc}"
+            ) from exc
     return Commit(table, uri, _version_of(uri, token), added=list(all_added), removed=removed_rows)
+
+
+COMMIT_ATTEMPTS = 20
+"""A commit lands only on the version it was computed from. Otherwise delta-rs rebases it onto a newer
+version, and its conflict check lets the removal of a file that a concurrent OPTIMIZE already compacted
+pass as a no-op: the rows meant to be replaced survive, twice. On a concurrent commit the replacement is
+computed again from the new version and retried, this many times."""
 
 
 def revert(done: Commit) -> None:

@@ -193,3 +193,32 @@ def test_spark_maintenance_then_bkaudits_next_run_and_every_reader(world: World)
     mine = {(v["ledger_id"], v["category"]) for v in violations if v["run_id"] == result.run_id}
     assert {(1, "placement_fail"), (4, "placement_fail"), (5, "placement_fail")} <= mine
     assert (2, "no_replica") in mine
+
+
+def test_a_spark_optimize_racing_bkaudits_commit_loses_and_duplicates_nothing(tmp_path, monkeypatch) -> None:
+    from bkaudit.tables import store
+    from tests.unit.test_tables_commit_concurrency import commit_run, rows
+
+    wh = str(tmp_path)
+    for run, ledgers in (("r1", range(0, 5)), ("r2", range(5, 10)), ("r3", range(20, 23))):
+        commit_run(wh, rows(run, ledgers), run)  # three small files: something for OPTIMIZE to compact
+    uri = table_uri(wh, "violations")
+    real, raced = store._replacements, []
+
+    def spark_optimizes_now(dt: Any, *args: Any) -> Any:
+        out = real(dt, *args)
+        if not raced:  # Delta's Spark engine commits between bkaudit's read and its commit
+            raced.append(engine(wh, [{"sql": f"OPTIMIZE delta.`{uri}`"}]))
+        return out
+
+    monkeypatch.setattr(store, "_replacements", spark_optimizes_now)
+    done = commit_run(wh, rows("r1", range(30, 34)), "r1")  # the re-run of r1
+
+    history = DeltaTable(uri).history()
+    assert [h["operation"] for h in history if h["version"] == done.version - 1] == ["OPTIMIZE"]  # Spark's
+    table = read_arrow(wh, "violations")
+    pairs = sorted(zip(table.column("run_id").to_pylist(), table.column("ledger_id").to_pylist(),
+                       strict=True))
+    assert pairs == [("r1", i) for i in range(30, 34)] + [("r2", i) for i in range(5, 10)] + [
+        ("r3", i) for i in (20, 21, 22)]
+    assert engine(wh, [{"read": "violations"}]) == [digest_rows(table.to_pylist())]  # and Spark agrees
