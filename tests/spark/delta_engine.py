@@ -2,8 +2,8 @@
 
 The test session's Spark has no Delta jars (bkaudit reads through delta-rs there), and one process holds one
 SparkContext, so this script starts a second Spark with Delta's jars (`make delta`) and Delta's SQL extension
-and catalog, as a data engineer's session would be configured. It runs the steps given as JSON on argv and
-prints one JSON document: each step's answer.
+and catalog, as a data engineer's session would be configured. It answers requests, one JSON line each on
+stdin, with one JSON line each on stdout: each step's answer.
 
 Steps: {"read": table, "version": n?, "where": sql?} -> rows digest; {"sql": statement} -> rows;
 {"bkaudit_load": table} -> what bkaudit.tables.read.load returns in this session, and whether it went native.
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+ANSWER = "bkaudit-delta-engine: "  # marks answer lines: Spark may print to stdout too
 DELTA_JARS = ROOT / ".cache" / "delta" / "lib"
 
 
@@ -52,11 +53,10 @@ def session() -> Any:
     )
 
 
-def run(steps: list[dict[str, Any]], warehouse: str) -> list[Any]:
+def run(spark: Any, steps: list[dict[str, Any]], warehouse: str) -> list[Any]:
     from bkaudit.tables.read import load, native_delta_available
     from bkaudit.tables.store import table_uri
 
-    spark = session()
     out: list[Any] = []
     for step in steps:
         started = time.monotonic()
@@ -76,11 +76,19 @@ def run(steps: list[dict[str, Any]], warehouse: str) -> list[Any]:
             out.append({"native": native_delta_available(spark), **digest_rows(df.toArrow().to_pylist())})
         else:
             raise SystemExit(f"unknown step {step}")
-        print(f"{time.monotonic() - started:7.2f}s {json.dumps(step)[:100]}", file=sys.stderr)
-    spark.stop()
+        print(f"{time.monotonic() - started:7.2f}s {json.dumps(step)[:100]}", file=sys.stderr, flush=True)
     return out
 
 
 if __name__ == "__main__":
-    request = json.loads(sys.argv[1])
-    print(json.dumps(run(request["steps"], request["warehouse"])))
+    # one request per stdin line ({"warehouse": ..., "steps": [...]}), one answer per stdout line: the JVM and
+    # Delta's warm-up are paid once per test module
+    spark = session()
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            answer: Any = {"ok": run(spark, request["steps"], request["warehouse"])}
+        except Exception as exc:  # the test shows it; the session stays usable
+            answer = {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+        print(ANSWER + json.dumps(answer), flush=True)
+    spark.stop()

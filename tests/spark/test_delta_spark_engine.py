@@ -2,10 +2,10 @@
 
 What a data engineer does first: `spark.read.format("delta")` (latest, time travel, filtered), DESCRIBE
 HISTORY and DETAIL, then table maintenance (OPTIMIZE with Z-ORDER, VACUUM, RESTORE). Delta's engine runs in a
-process of its own (tests/spark/delta_engine.py: one SparkContext per process, and the suite's has no Delta
-jars). Ground truth: the rows delta-rs reads from the same versions, and the ledgers this test wrote. After
-Spark's maintenance, bkaudit's next snapshot and check must work on the rewritten tables, and delta-rs, polars
-and DuckDB must read what Spark wrote.
+process of its own, started once for the module (tests/spark/delta_engine.py: one SparkContext per process,
+and the suite's has no Delta jars). Ground truth: the rows delta-rs reads from the same versions, and the
+ledgers this test wrote. After Spark's maintenance, bkaudit's next snapshot and check must work on the
+rewritten tables, and delta-rs, polars and DuckDB must read what Spark wrote.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from bkaudit.tables.store import table_uri
 from bkaudit.zk.client import close, connect
 from bkaudit.zk.ledgers import create_ledger_metadata, init_cluster
 from tests.helpers import load_duckdb_delta, unique_path
-from tests.spark.delta_engine import DELTA_JARS, digest_rows
+from tests.spark.delta_engine import ANSWER, DELTA_JARS, digest_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -45,15 +46,47 @@ def _md(ensemble: tuple[str, ...], last: int = -1) -> LedgerMetadata:
                           DigestType.CRC32C, b"", (Segment(0, ensemble),), ctime=1_700_000_000_000)
 
 
-def engine(warehouse: str, steps: list[dict[str, Any]]) -> list[Any]:
-    if not list(DELTA_JARS.glob("delta-spark_*.jar")):
-        pytest.fail(f"Delta's jars are required in {DELTA_JARS} (make delta fetches them)", pytrace=False)
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "spark" / "delta_engine.py"),
-                           json.dumps({"warehouse": warehouse, "steps": steps})],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    print(done.stderr[-3000:])  # each step's seconds (shown with -s, or on a failure)
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+class Engine:
+    """tests/spark/delta_engine.py, one long-lived process: a call sends a request line, reads the answer."""
+
+    def __init__(self, log: Path) -> None:
+        if not list(DELTA_JARS.glob("delta-spark_*.jar")):
+            pytest.fail(f"Delta's jars are required in {DELTA_JARS} (make delta fetches them)", pytrace=False)
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "spark" / "delta_engine.py")], cwd=ROOT, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("w"),
+        )
+
+    def __call__(self, warehouse: str, steps: list[dict[str, Any]]) -> list[Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"warehouse": warehouse, "steps": steps}) + "\n")
+        self.proc.stdin.flush()
+        while True:  # each step's seconds are in the log
+            line = self.proc.stdout.readline()
+            assert line, f"the Delta engine exited: {self.log.read_text()[-4000:]}"
+            if line.startswith(ANSWER):
+                break
+        answer = json.loads(line[len(ANSWER):])
+        assert "ok" in answer, answer["error"]
+        return list(answer["ok"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> Iterator[Engine]:
+    running = Engine(tmp_path_factory.mktemp("delta-engine") / "engine.log")
+    try:
+        yield running
+    finally:
+        running.close()
 
 
 def rs(warehouse: str, table: str, version: int | None = None) -> dict[str, Any]:
@@ -110,7 +143,7 @@ def world(spark, zk_server, tmp_path_factory) -> World:
 
 
 @pytest.fixture(scope="module")
-def before_maintenance(world: World) -> dict[str, list[Any]]:
+def before_maintenance(world: World, engine: Engine) -> dict[str, list[Any]]:
     """One Delta session's answers about the tables as bkaudit left them, per table (one JVM for all)."""
     wh = world.warehouse
     steps: list[dict[str, Any]] = []
@@ -159,7 +192,7 @@ def test_history_and_detail_describe_bkaudits_commits(world: World, before_maint
         assert detail["format"] == "delta" and detail["numFiles"] == len(dt.file_uris()), (table, detail)
 
 
-def test_spark_maintenance_then_bkaudits_next_run_and_every_reader(world: World) -> None:
+def test_spark_maintenance_then_bkaudits_next_run_and_every_reader(world: World, engine: Engine) -> None:
     wh = world.warehouse
     before_second_check = DeltaTable(table_uri(wh, "violations")).version() - 1
     uri = {t: table_uri(wh, t) for t in RUN_TABLES}
@@ -195,7 +228,9 @@ def test_spark_maintenance_then_bkaudits_next_run_and_every_reader(world: World)
     assert (2, "no_replica") in mine
 
 
-def test_a_spark_optimize_racing_bkaudits_commit_loses_and_duplicates_nothing(tmp_path, monkeypatch) -> None:
+def test_a_spark_optimize_racing_bkaudits_commit_loses_and_duplicates_nothing(
+    tmp_path, monkeypatch, engine: Engine
+) -> None:
     from bkaudit.tables import store
     from tests.unit.test_tables_commit_concurrency import commit_run, rows
 
