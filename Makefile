@@ -7,7 +7,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser prometheus bookkeeper delta clean dist dist-env
+.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser prometheus bookkeeper delta s3a clean dist dist-env
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -44,6 +44,16 @@ delta: $(DELTA_STAMP)
 
 $(DELTA_STAMP): tests/delta/pom.xml | prereqs
 	$(call fetch_jars,Delta Lake,tests/delta/pom.xml,$(DELTA_HOME),-DexcludeTransitive=true)
+
+# Hadoop's S3A connector (tests/s3a/pom.xml): hadoop-aws at pyspark's Hadoop version and the AWS SDK v2 modules it
+# loads (not the SDK's 686 MB bundle), for Spark on `s3a://` warehouses
+S3A_HOME := .cache/s3a
+S3A_STAMP := $(S3A_HOME)/.resolved
+
+s3a: $(S3A_STAMP)
+
+$(S3A_STAMP): tests/s3a/pom.xml | prereqs
+	$(call fetch_jars,Hadoop S3A,tests/s3a/pom.xml,$(S3A_HOME),)
 
 # the monitoring tests run Debian's Prometheus server (with promtool), Pushgateway and node_exporter on loopback
 PROMETHEUS_BINS := /usr/bin/prometheus /usr/bin/promtool /usr/bin/prometheus-pushgateway /usr/bin/prometheus-node-exporter
@@ -94,7 +104,7 @@ lint: $(STAMP)
 # files at once. Measured in fresh clones: serial 24.5 min; 2 workers 20.7 min; 3 workers 17.5 min
 PYTEST_WORKERS ?= 3
 
-test: $(STAMP) $(AIRFLOW_STAMP) browser prometheus bookkeeper delta lint
+test: $(STAMP) $(AIRFLOW_STAMP) browser prometheus bookkeeper delta s3a lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP) bookkeeper lint

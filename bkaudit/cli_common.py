@@ -6,7 +6,6 @@ Exit codes are bkaudit.exitcodes' table (docs/cli.md): 0 clean, 1 error, 2 usage
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
@@ -133,8 +132,9 @@ def zk_options(func: F) -> F:
     return func
 
 
-def resolve_zk(zk: str | None, cluster_dir: str | None) -> str:
-    """The connect string from --zk, else --dir's cluster.json, else $BKAUDIT_ZK; a clear error otherwise."""
+def resolve_zk(zk: str | None, cluster_dir: str | None) -> str | None:
+    """The connect string from --zk, else --dir's cluster.json; None leaves it to the settings
+    ($BKAUDIT_ZK, then `[zk] connect` of the settings file: bkaudit.config.load)."""
     if zk:
         return zk
     if cluster_dir:
@@ -147,10 +147,7 @@ def resolve_zk(zk: str | None, cluster_dir: str | None) -> str:
         except (ValueError, KeyError) as exc:
             raise click.BadParameter(f"{path} is not a valid cluster.json: {exc}",
                                      param_hint="--dir") from None
-    env = os.environ.get("BKAUDIT_ZK")
-    if env:
-        return env
-    raise click.UsageError("no ZooKeeper given: use --zk HOST:PORT, --dir CLUSTER_DIR or set BKAUDIT_ZK")
+    return None
 
 
 def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
@@ -171,6 +168,9 @@ def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, con
         settings = config.load(path=config_path, overrides=ov)
     except BkAuditError as exc:
         raise CommandError(str(exc), ExitCode.USAGE) from None
+    if need_zk and not settings.raw().get("zk", {}).get("connect"):  # never the default 127.0.0.1:2181
+        raise click.UsageError("no ZooKeeper given: use --zk HOST:PORT, --dir CLUSTER_DIR, set BKAUDIT_ZK or "
+                               "[zk] connect in the settings file")
     from bkaudit.tables import location
 
     location.configure_from(settings)  # [tables] storage options for every warehouse URI

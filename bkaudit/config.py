@@ -126,13 +126,31 @@ class Settings:
         raise TypeError(f"{cls.__name__} is not a settings section (see bkaudit.config.SECTIONS)")
 
     def raw(self) -> dict[str, dict[str, Any]]:
-        """The merged key/values (for recording a run's configuration)."""
+        """The merged key/values."""
         return {k: dict(v) for k, v in self._raw.items()}
+
+    def redacted(self) -> dict[str, Any]:
+        """The merged key/values with every secret masked, at any depth (`[tables] storage_options` holds
+        the object store's keys): what a run records of its configuration in its tables."""
+        return typing.cast(dict[str, Any], _redact(self.raw()))
 
     def validate_all(self) -> None:
         """Build every section present in the input (fail fast at start-up, not mid-job)."""
         for name in self._raw:
             self[name]
+
+
+# key words of settings whose values are secrets (ZooKeeper digest, object-store keys and tokens)
+SECRET_WORDS = ("auth", "password", "secret", "token", "credential", "account_key", "private_key", "sas_key")
+MASK = "***"
+
+
+def _redact(value: Any, key: str = "") -> Any:
+    if isinstance(value, Mapping):
+        return {k: _redact(v, str(k)) for k, v in value.items()}
+    if any(word in key.lower() for word in SECRET_WORDS):
+        return MASK
+    return value
 
 
 def load(

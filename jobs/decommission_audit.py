@@ -42,12 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         warehouse = config.warehouse(settings)
         if args.min_copies < 1:
             raise ValueError("--min-copies must be >= 1")
-        from pyspark.sql import SparkSession
-
         from bkaudit.spark.decommission import run_audit
-        from bkaudit.spark.session import prepare
+        from bkaudit.spark.session import get_session
 
-        spark = prepare(SparkSession.builder.appName("bkaudit-decommission-audit").getOrCreate())
+        spark = get_session(None, app_name="bkaudit-decommission-audit", warehouse=warehouse)
         summary = run_audit(spark, settings, warehouse=warehouse, bookies=bookies, audit_id=args.audit_id,
                             snapshot_id=args.snapshot_id, min_copies=args.min_copies)
     except (BkAuditError, ValueError) as exc:

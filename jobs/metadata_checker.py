@@ -25,12 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)  # the checker's own flags, defined once (bkaudit.job.check_options)
     args = parser.parse_args(argv)
 
-    from pyspark.sql import SparkSession
-
     from bkaudit.spark.checker_commands import run_command
-    from bkaudit.spark.session import prepare
 
-    spark = prepare(SparkSession.builder.appName("bkaudit-check").getOrCreate())
     return run_command(
         zk=args.zk,
         cluster_dir=None,
@@ -40,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         flags=vars(args),
         master=None,
         as_json=True,
-        spark=spark,
+        submitted=True,
     )
 
 

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bkaudit import config
     from bkaudit.errors import BkAuditError, ConfigError
-    from bkaudit.spark.session import prepare
+    from bkaudit.spark.session import get_session
     from bkaudit.spark.snapshot import run_snapshot
     from bkaudit.tables import location
 
@@ -38,10 +38,8 @@ def main(argv: list[str] | None = None) -> int:
             path=args.config,
             overrides={"zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse},
         )
-        location.configure_from(settings)  # [tables] storage options (executors inherit them)
-        from pyspark.sql import SparkSession
-
-        spark = prepare(SparkSession.builder.appName("bkaudit-snapshot").getOrCreate())
+        location.configure_from(settings)  # [tables] storage options (executors get them: warehouse_conf)
+        spark = get_session(None, app_name="bkaudit-snapshot", warehouse=config.warehouse(settings))
         result = run_snapshot(spark, settings, snapshot_id=args.snapshot_id)
     except (BkAuditError, ValueError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)

@@ -88,11 +88,9 @@ def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str) -> dict
         segments = tables.read_arrow(warehouse, "ledger_segments", snapshot_id=sid)
         frames = pandas_frames(ledgers.select(LEDGER_COLUMNS), segments.select(SEGMENT_COLUMNS))
     else:
-        from pyspark.sql import SparkSession
+        from bkaudit.spark.session import get_session
 
-        from bkaudit.spark.session import prepare
-
-        spark = prepare(SparkSession.builder.appName("bkaudit-validate").getOrCreate())
+        spark = get_session(None, app_name="bkaudit-validate", warehouse=warehouse)
         frames = spark_frames(tables.load(spark, warehouse, "ledgers", snapshot_id=sid),
                               tables.load(spark, warehouse, "ledger_segments", snapshot_id=sid))
     report = validate(frames, known, engine=engine, suite_name="bkaudit_committed_snapshot")

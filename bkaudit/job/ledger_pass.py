@@ -355,7 +355,7 @@ def read_side_output(side_dir: str) -> LedgerPassOutput:
     counts = {"ledgers": 0, "durability_ledgers": 0, "entries": 0, "bookkeeper_placement_only": 0}
     if not location.exists(side_dir):
         return LedgerPassOutput(located)
-    for row in pq.read_table(side_dir, schema=SIDE_SCHEMA).to_pylist():
+    for row in location.read_parquet(side_dir, schema=SIDE_SCHEMA).to_pylist():
         if row["kind"] == "stats":
             stats = json.loads(row["detail"])
             for key in counts:

@@ -170,14 +170,9 @@ class RunContext:
 
     def config(self) -> dict[str, Any]:
         """What the `audit_runs` row records of the run's configuration (secrets masked)."""
-        raw = self.settings.raw()
-        zk = dict(raw.get("zk", {}))
-        if zk.get("auth_digest"):
-            zk["auth_digest"] = "***"
-        raw["zk"] = zk
         return {
             "checker": dataclasses.asdict(self.conf),
-            "settings": raw,
+            "settings": self.settings.redacted(),
             "fail_on": self.fail_on.value,
             "publish_underreplicated": self.publish,
             "publish_placement": self.publish_placement,

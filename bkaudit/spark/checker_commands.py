@@ -90,11 +90,12 @@ def run_command(
     flags: Mapping[str, Any],
     master: str | None,
     as_json: bool,
-    spark: Any = None,
+    submitted: bool = False,
 ) -> int:
     """Shared by the CLI and jobs/metadata_checker.py; returns the exit code (0 / 3 / 1 / 2: docs/cli.md).
 
     `flags`: the values of the checker's flags (`bkaudit.job.check_options.CHECK_FLAGS`), by field name.
+    `submitted`: running under spark-submit, whose session settings (master included) win.
     """
     from bkaudit.errors import BkAuditError
 
@@ -131,10 +132,10 @@ def run_command(
     except (BkAuditError, ValueError) as exc:
         return err(str(exc), ExitCode.USAGE)
     try:
-        if spark is None:
-            from bkaudit.spark.session import get_session
+        from bkaudit.spark.session import get_session
 
-            spark = get_session(master or snap.master, app_name="bkaudit-check")
+        spark = get_session(None if submitted else master or snap.master, app_name="bkaudit-check",
+                            warehouse=snap.warehouse)
         result = run_check(spark, settings, options)
     except CheckFailed as exc:
         return err(str(exc))

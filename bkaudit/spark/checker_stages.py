@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -30,6 +29,7 @@ from bkaudit.job.ledger_pass import (
     ledger_pass_files,
     ledger_pass_partition,
 )
+from bkaudit.tables import location
 from bkaudit.tables import read as table_read
 
 
@@ -150,9 +150,9 @@ def fanout_stage(
             assert pending is not None
             keyed = _keyed(pending, partitions, partitions_per_bookie, loads)
             answers = keyed.mapInArrow(fanout_partition(config(attempt)), response_type)
-        answers.write.mode("overwrite").parquet(path)
+        answers.write.mode("overwrite").parquet(location.spark_uri(path))
         paths.append(path)
-        table = pq.read_table(
+        table = location.read_parquet(
             path, columns=[*CALL_LOG_COLUMNS, "answer", "entries_missing", "entries_corrupt"]
         )
         ok = pc.is_in(table.column("status"), pa.array(sorted(ANSWERED)))
@@ -166,14 +166,15 @@ def fanout_stage(
         unanswered = set(table.filter(pc.invert(ok)).column("ledger_id").to_pylist())
         logs.append(table.select(list(CALL_LOG_COLUMNS)))
         failed = table.num_rows - (pc.sum(ok).as_py() or 0)
-        got = spark.read.schema(response_type).parquet(path)
+        got = spark.read.schema(response_type).parquet(location.spark_uri(path))
         final = got.where(answered) if final is None else final.unionByName(got.where(answered))
         last_failed = got.where(~answered)
         switch: dict[str, str] = {}
         replacement: pa.Table | None = None
         if fallback is not None and failed:
             not_answered = ~pc.field("status").isin(sorted(ANSWERED))
-            rows = pq.read_table(path, columns=[*REQUEST_SCHEMA.names, "status"], filters=not_answered)
+            rows = location.read_parquet(path, columns=[*REQUEST_SCHEMA.names, "status"],
+                                         filters=not_answered)
             switch, replacement = fallback(rows)
             switched.update(switch)
         if switch:
@@ -272,7 +273,7 @@ def combine_on_driver(
     """The per-ledger combine on the driver: the staged answers of `ids`, read with Arrow."""
     wanted = pa.array(sorted(ids), pa.int64())
     answers = pa.concat_tables(
-        pq.read_table(path, filters=pc.is_in(pc.field("ledger_id"), wanted))
+        location.read_parquet(path, filters=pc.is_in(pc.field("ledger_id"), wanted))
         .select(RESPONSE_SCHEMA.names)
         .cast(RESPONSE_SCHEMA)
         for path in response_paths

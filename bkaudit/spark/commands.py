@@ -53,7 +53,7 @@ def snapshot(
         from bkaudit.spark.session import get_session
         from bkaudit.spark.snapshot import run_snapshot
 
-        spark = get_session(master or snap.master, app_name="bkaudit-snapshot")
+        spark = get_session(master or snap.master, app_name="bkaudit-snapshot", warehouse=snap.warehouse)
         result = run_snapshot(spark, settings, snapshot_id=snapshot_id)
     except BkAuditError as exc:
         _metrics(settings, None)

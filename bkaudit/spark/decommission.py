@@ -180,7 +180,8 @@ def decommission_audit(zk: str | None, cluster_dir: str | None, root: str | None
             summary = recorded(snap.warehouse, str(audit_id))
         else:
             require_zk(settings)  # before the JVM
-            spark = get_session(master or snap.master, app_name="bkaudit-decommission-audit")
+            spark = get_session(master or snap.master, app_name="bkaudit-decommission-audit",
+                                    warehouse=snap.warehouse)
             summary = run_audit(spark, settings, warehouse=snap.warehouse, bookies=wanted, audit_id=audit_id,
                                 snapshot_id=snapshot_id, min_copies=min_copies)
     except (BkAuditError, ValueError) as exc:

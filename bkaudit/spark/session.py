@@ -7,6 +7,7 @@ tables hold UTC timestamps and dates), Arrow transfers, and the registered Pytho
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -36,11 +37,15 @@ def get_session(
     *,
     app_name: str = "bkaudit",
     conf: Mapping[str, str] | None = None,
+    warehouse: str | None = None,
 ) -> SparkSession:
     """The active session or a new one; local masters get the local settings and this interpreter.
 
     Workers must run the same Python as the driver (the system python3 lacks pyarrow and bkaudit), so a
-    local session sets PYSPARK_PYTHON to sys.executable unless the caller chose one.
+    local session sets PYSPARK_PYTHON to sys.executable unless the caller chose one. `master=None` is a
+    spark-submit job: the master and everything else come from spark-submit. With a `warehouse`, the session
+    also gets what that store needs (`warehouse_conf`) and is checked for the jars it needs
+    (bkaudit.spark.engines: a missing or mismatched jar is one line, before anything is staged).
     """
     from pyspark.sql import SparkSession
 
@@ -60,12 +65,54 @@ def get_session(
             builder = builder.config("spark.driver.extraJavaOptions", quiet)
         # Spark's stage progress bar for a person at a terminal (it would spam a log file)
         builder = builder.config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
-    for key, value in {**BASE_CONF, **(conf or {})}.items():
+    given = dict(conf or {})
+    for key, value in {**BASE_CONF, **given}.items():
         builder = builder.config(key, value)
+    launched = _submitted_conf() if master is None else set()
+    for key, value in warehouse_conf(warehouse).items():
+        if key not in given and key not in launched:  # what the user set wins
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if local:
         spark.sparkContext.setLogLevel("ERROR")
+    if warehouse is not None:
+        from bkaudit.spark.engines import require_engines
+
+        require_engines(spark, warehouse)
     return prepare(spark)
+
+
+def warehouse_conf(warehouse: str | None) -> dict[str, str]:
+    """Spark settings that let a session and its executors reach `warehouse` with bkaudit's `[tables]
+    storage_options` (bkaudit.tables.location, the one reading of them).
+
+    - Executors of a cluster do not inherit the driver's environment: the options travel as
+      `spark.executorEnv.BKAUDIT_STORAGE_OPTIONS` (Spark redacts the value in its UI and logs, since it names
+      a secret key) for the staged Parquet that executors write through pyarrow.
+    - Spark's own reads of `s3a://` go through Hadoop's S3A: the same options as `spark.hadoop.fs.s3a.*`.
+    """
+    from bkaudit.tables import location
+
+    if warehouse is None or location.is_local(warehouse):
+        return {}
+    options = location.storage_options(warehouse)
+    if not options:
+        return {}
+    out = {f"spark.executorEnv.{location.ENV}": json.dumps(options, sort_keys=True)}
+    if location.scheme(warehouse) == "s3":
+        out.update({f"spark.hadoop.{k}": v for k, v in location.hadoop_s3a(options).items()})
+    return out
+
+
+def _submitted_conf() -> set[str]:
+    """Keys spark-submit already set (its --conf and spark-defaults.conf reach the driver as JVM
+    properties)."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # not under spark-submit: nothing launched yet
+        return set()
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return {key for key, _ in SparkConf().getAll()}
 
 
 def prepare(spark: SparkSession) -> SparkSession:

@@ -391,7 +391,7 @@ class _Run:
             "validation_failures": res.validation_failures,
             "seconds": res.seconds,
             "table_versions": list(res.table_versions.items()),
-            "config": json.dumps(_redacted(self.settings)),
+            "config": json.dumps(self.settings.redacted()),
         }
         from bkaudit.tables.schemas import SNAPSHOTS
         from bkaudit.tables.store import write_table
@@ -452,15 +452,6 @@ def describe_failure(exc: BaseException, limit: int = 1000) -> str:
 
 def _micros(moment: datetime) -> int:
     return int(moment.timestamp() * 1_000_000)
-
-
-def _redacted(settings: Settings) -> dict[str, Any]:
-    raw = settings.raw()
-    for values in raw.values():
-        for key in list(values):
-            if any(word in key for word in ("auth", "password", "secret", "token")):
-                values[key] = "***"
-    return raw
 
 
 def _preload_great_expectations() -> None:

@@ -74,7 +74,7 @@ def _spark(spark: SparkSession, warehouse: str, table: str, files: list[StagedFi
 
     if not files:
         return spark.createDataFrame([], StructType(file_schema))
-    from bkaudit.tables.read import spark_uri
+    from bkaudit.tables import location
 
-    uri = spark_uri(table_uri(warehouse, table))
+    uri = location.spark_uri(table_uri(warehouse, table))
     return spark.read.schema(StructType(file_schema)).parquet(*[f"{uri}/{f.path}" for f in files])

@@ -23,9 +23,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from bkaudit.errors import ConfigError
@@ -123,6 +125,21 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(root, tail) if is_local(root) else f"{root.rstrip('/')}/{tail}"
 
 
+def spark_uri(uri: str) -> str:
+    """A location as Spark's Hadoop filesystems spell it (S3 is `s3a://` there)."""
+    s, rest = split(uri)
+    return f"s3a://{rest}" if s == "s3" else uri
+
+
+def read_parquet(uri: str, **kwargs: Any) -> pa.Table:
+    """`pyarrow.parquet.read_table` of a file or directory at `uri`, through the configured store (a bare
+    `s3://` string would make pyarrow use its defaults, not `[tables] storage_options`)."""
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(uri)
+    return pq.read_table(path, filesystem=fs, **kwargs)
+
+
 def is_absolute(path: str) -> bool:
     """A URI or an absolute local path (a Delta add-action path is otherwise relative to its table)."""
     return bool(scheme(path)) or path.startswith("/")
@@ -205,24 +222,75 @@ def _endpoint(endpoint: str | None) -> dict[str, object]:
     return out
 
 
+@dataclass(frozen=True)
+class _S3:
+    """S3 settings read once from delta-rs's option keys (and their aliases), for pyarrow and for S3A."""
+
+    key: str | None
+    secret: str | None
+    token: str | None
+    region: str | None
+    endpoint: str | None
+    http: bool
+    virtual_hosted: bool
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> _S3:
+        key = _pick(options, "aws_access_key_id", "access_key_id")
+        secret = _pick(options, "aws_secret_access_key", "secret_access_key")
+        return cls(
+            key=key if key and secret else None,
+            secret=secret if key and secret else None,
+            token=_pick(options, "aws_session_token", "session_token", "aws_token", "token") if key and secret
+            else None,
+            region=_pick(options, "aws_region", "region", "aws_default_region"),
+            endpoint=_pick(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint"),
+            http=_truthy(_pick(options, "aws_allow_http", "allow_http")),
+            virtual_hosted=_truthy(_pick(options, "aws_virtual_hosted_style_request",
+                                         "virtual_hosted_style_request")),
+        )
+
+
 def _s3(options: Mapping[str, str]) -> pafs.FileSystem:
+    s3 = _S3.of(options)
     kwargs: dict[str, object] = {}
-    key = _pick(options, "aws_access_key_id", "access_key_id")
-    secret = _pick(options, "aws_secret_access_key", "secret_access_key")
-    if key and secret:
-        kwargs.update(access_key=key, secret_key=secret)
-        token = _pick(options, "aws_session_token", "session_token", "aws_token", "token")
-        if token:
-            kwargs["session_token"] = token
-    region = _pick(options, "aws_region", "region", "aws_default_region")
-    if region:
-        kwargs["region"] = region
-    kwargs.update(_endpoint(_pick(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")))
-    if _truthy(_pick(options, "aws_allow_http", "allow_http")) and "scheme" not in kwargs:
+    if s3.key and s3.secret:
+        kwargs.update(access_key=s3.key, secret_key=s3.secret)
+        if s3.token:
+            kwargs["session_token"] = s3.token
+    if s3.region:
+        kwargs["region"] = s3.region
+    kwargs.update(_endpoint(s3.endpoint))
+    if s3.http and "scheme" not in kwargs:
         kwargs["scheme"] = "http"
-    if _truthy(_pick(options, "aws_virtual_hosted_style_request", "virtual_hosted_style_request")):
+    if s3.virtual_hosted:
         kwargs["force_virtual_addressing"] = True
     return pafs.S3FileSystem(**kwargs)
+
+
+def hadoop_s3a(options: Mapping[str, str] | None) -> dict[str, str]:
+    """The same S3 settings as Hadoop S3A configuration keys (`fs.s3a.*`), for Spark's reads of `s3a://`.
+
+    An endpoint other than AWS's is addressed path-style unless the options ask for virtual hosts, as
+    delta-rs and pyarrow do; credentials left out stay with S3A's own chain (environment, instance roles).
+    """
+    s3 = _S3.of(options or {})
+    conf: dict[str, str] = {}
+    if s3.key and s3.secret:
+        conf.update({"fs.s3a.access.key": s3.key, "fs.s3a.secret.key": s3.secret})
+        if s3.token:
+            conf["fs.s3a.session.token"] = s3.token
+            conf["fs.s3a.aws.credentials.provider"] = (
+                "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider")
+    if s3.region:
+        conf["fs.s3a.endpoint.region"] = s3.region
+    if s3.endpoint:
+        parts = urlsplit(s3.endpoint if "//" in s3.endpoint else "//" + s3.endpoint)
+        http = parts.scheme == "http" or (not parts.scheme and s3.http)
+        conf["fs.s3a.endpoint"] = f"{'http' if http else 'https'}://{parts.netloc}{parts.path}".rstrip("/")
+        conf["fs.s3a.connection.ssl.enabled"] = str(not http).lower()
+        conf["fs.s3a.path.style.access"] = str(not s3.virtual_hosted).lower()
+    return conf
 
 
 def _gcs(options: Mapping[str, str]) -> pafs.FileSystem:

@@ -13,6 +13,7 @@ committed last, so a run that failed or was killed midway is never picked.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -51,10 +52,23 @@ class NoSnapshot(BkAuditError):
     """The warehouse holds no successful snapshot (or not the one asked for)."""
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
+
+
 def first_line(exc: BaseException) -> str:
-    """An error's first line: delta-rs appends a native backtrace when RUST_BACKTRACE is set."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    """An error in one line: its first line (delta-rs appends a native backtrace when RUST_BACKTRACE is set)
+    and, from the cause chain object_store prints below it (lines marked ↳), what the store answered: the S3
+    error code and message, else the deepest cause ("403 Forbidden", "Connection refused")."""
+    lines = [_ANSI.sub("", line).strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return type(exc).__name__
+    answered = _S3_ERROR.search(" ".join(lines[1:]))
+    if answered:
+        return f"{lines[0]}: {answered.group(1)}: {answered.group(2)}"
+    causes = [line.lstrip("↳ ").strip() for line in lines[1:] if line.startswith("↳")]
+    return f"{lines[0]}: {causes[-1]}" if causes else lines[0]
 
 
 @contextmanager
@@ -165,17 +179,34 @@ def read_arrow(
     return data.select(spec(table).schema.names)
 
 
+# What Delta Lake's Spark reader needs besides its jars: since Delta 4, `spark.read.format("delta")` refuses a
+# session without its SQL extension and catalog (DELTA_CONFIGURE_SPARK_SESSION_WITH_EXTENSION_AND_CATALOG)
+DELTA_SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+DELTA_CLASS = "org.apache.spark.sql.delta.DeltaLog"
+
+
+def delta_configured(spark: SparkSession) -> bool:
+    """The session names Delta's extension and catalog (whether or not its jars are there)."""
+    conf = spark.sparkContext.getConf()
+    return all(value in (conf.get(key) or "") for key, value in DELTA_SESSION_CONF.items())
+
+
 def native_delta_available(spark: SparkSession) -> bool:
-    """True when Delta Lake's Spark classes are loadable (jars on the classpath)."""
+    """True when Delta Lake's own reader can serve this session: its classes are loadable (jars on the
+    classpath) and the session is configured for it. Jars alone are not enough since Delta 4; bkaudit then
+    reads through delta-rs's file list, as without the jars."""
     try:
         jvm = spark.sparkContext._jvm
         if jvm is None:  # a stopped context
             return False
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        loader.loadClass("org.apache.spark.sql.delta.DeltaLog")
-        return True
+        loader.loadClass(DELTA_CLASS)
     except Exception:
         return False
+    return delta_configured(spark)
 
 
 def load(
@@ -209,7 +240,7 @@ def load(
         reader = spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)
-        df = reader.load(spark_uri(table_uri(warehouse, table)))
+        df = reader.load(location.spark_uri(table_uri(warehouse, table)))
     else:
         df = _load_files(spark, warehouse, table, snapshot_id=snapshot_id, version=version)
     if snapshot_id is not None:
@@ -227,13 +258,7 @@ def _load_files(
     files = _files(_delta_table(warehouse, table, version), uri, snapshot_id)
     if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).option("basePath", spark_uri(uri)).parquet(*files)
-
-
-def spark_uri(uri: str) -> str:
-    """A location as Spark's Hadoop filesystems spell it (S3 is `s3a://` there)."""
-    s, rest = location.split(uri)
-    return f"s3a://{rest}" if s == "s3" else uri
+    return spark.read.schema(schema).option("basePath", location.spark_uri(uri)).parquet(*files)
 
 
 def current_files(warehouse: str, table: str, *, version: int | None = None) -> list[str]:
@@ -261,7 +286,7 @@ def _files(dt: Any, uri: str, snapshot_id: str | None) -> list[str]:
             and not low <= snapshot_id <= high
         ):
             continue
-        keep.append(spark_uri(location.resolve(uri, row["path"])))
+        keep.append(location.spark_uri(location.resolve(uri, row["path"])))
     return keep
 
 

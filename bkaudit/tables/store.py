@@ -474,8 +474,7 @@ def _match_mask(data: pa.Table, replace: Mapping[str, str]) -> pa.ChunkedArray:
 
 
 def _read_file(uri: str, rel: str, columns: list[str] | None) -> pa.Table:
-    fs, path = location.filesystem(location.resolve(uri, rel))
-    return pq.read_table(path, columns=columns, filesystem=fs)
+    return location.read_parquet(location.resolve(uri, rel), columns=columns)
 
 
 def _rewrite_without(

@@ -3,8 +3,9 @@
 Airflow has its own virtual environment (.venv-airflow, `make airflow`; see airflow_dags/requirements.txt),
 so these tests drive it through subprocesses from the project's pytest: `make test` runs them like any other.
 The real run uses Airflow's own `dags test` (SQLite metadata DB in a temporary AIRFLOW_HOME), the Spark
-connection pointed at `local[2]`, and the project's `spark-submit` and `bkaudit` first on PATH, against a
-local cluster; then the Delta tables it wrote are checked against what the test wrote.
+connection pointed at a standalone Spark master with two workers (tests/fixtures/spark_standalone.py), and the
+project's `spark-submit` and `bkaudit` first on PATH, against a local cluster; then the Delta tables it wrote
+are checked against what the test wrote.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.fixtures import spark_standalone
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "airflow_dags"
@@ -211,6 +214,12 @@ def test_run_ids_are_valid_snapshot_ids(dagbag: dict[str, Any]) -> None:
 @pytest.mark.spark
 @pytest.mark.cluster
 def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_path: Path) -> None:
+    with spark_standalone.running_cluster(tmp_path / "spark") as spark:
+        _metadata_checker_run(cluster_factory, tmp_path, spark)
+
+
+def _metadata_checker_run(cluster_factory: Any, tmp_path: Path,
+                          spark: spark_standalone.StandaloneSpark) -> None:
     import pyarrow.compute as pc
 
     from bkaudit.client import BookKeeper
@@ -235,7 +244,8 @@ def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_
     home.mkdir()
     env = airflow_env(
         home,
-        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": spark.master.rsplit(":", 1)[0],
+                                               "port": int(spark.master.rsplit(":", 1)[1])}),
         AIRFLOW_VAR_BKAUDIT_SPARK_CONF=json.dumps({
             "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
             # short jobs: a JVM that starts fast matters more than peak JIT speed
@@ -265,7 +275,7 @@ def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_
     assert proc.returncode == 0 and finished and "state=success" in finished[-1], log[-6000:]
     for task in ("snapshot", "validate", "check", "publish_gate", "report"):
         assert f"end task task_id={task}" in log
-    assert "Spark-Submit cmd: spark-submit --master local[2]" in log
+    assert f"Spark-Submit cmd: spark-submit --master {spark.master}" in log
 
     runs = read_arrow(str(warehouse), "audit_runs").to_pylist()
     assert len(runs) == 1 and runs[0]["status"] == "succeeded"

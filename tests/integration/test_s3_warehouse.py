@@ -6,19 +6,16 @@ with the storage options coming from a `[tables]` settings file as a user would 
 commits from several writers must all land (delta-rs commits with conditional puts; the server answers
 412/409 to the losers, which retry). Ground truth is what the test wrote.
 
-Not covered here: Spark reading `s3a://` needs Hadoop's S3A jars (hadoop-aws), which cannot be downloaded on
-this machine; docs/tables.md shows the cluster configuration.
+Spark over `s3a://` (Hadoop's S3A, hadoop-aws from `make s3a`), on local[2] and on a standalone cluster:
+tests/spark/test_standalone_cluster.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -33,6 +30,7 @@ import bkaudit.tables.checker_schemas as cs
 from bkaudit.tables import location
 from bkaudit.tables.read import current_files, read_arrow
 from bkaudit.tables.store import StagingWriter, commit, open_delta, revert, write_table
+from tests.fixtures.s3 import moto_s3
 
 pytest.importorskip("moto", reason="moto[server] (a dev dependency) provides the local S3 server")
 
@@ -41,47 +39,10 @@ T0 = datetime(2026, 11, 24, 6, 0, 0, 250_001, tzinfo=UTC)
 TOPIC = "persistent://public/default/topic-name-well-beyond-thirty-two-characters"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
-    port = _free_port()
-    exe = Path(sys.executable).with_name("moto_server")
-    proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.2)
-        options = {
-            "aws_endpoint_url": endpoint,
-            "aws_access_key_id": "test",
-            "aws_secret_access_key": "test",
-            "aws_region": "us-east-1",
-            "aws_allow_http": "true",
-        }
-        import pyarrow.fs as pafs
-
-        pafs.S3FileSystem(
-            access_key="test", secret_key="test", endpoint_override=f"127.0.0.1:{port}", scheme="http",
-            region="us-east-1", allow_bucket_creation=True,
-        ).create_dir(BUCKET)
-        yield options
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with moto_s3(BUCKET) as server:
+        yield server.options
 
 
 @pytest.fixture
