@@ -138,8 +138,8 @@ dist: $(STAMP)
 dist-env: dist
 	rm -rf build/env dist/bkaudit-env.tar.gz
 	$(PYTHON) -m venv build/env
-	build/env/bin/python -m pip install -q dist/bkaudit-*.whl venv-pack
-	build/env/bin/venv-pack -p build/env -o dist/bkaudit-env.tar.gz
+	build/env/bin/python -m pip install -q --no-compile dist/bkaudit-*.whl venv-pack
+	build/env/bin/venv-pack -q --compress-level 1 -p build/env -o dist/bkaudit-env.tar.gz
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
