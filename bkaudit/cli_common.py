@@ -6,6 +6,7 @@ Exit codes are bkaudit.exitcodes' table (docs/cli.md): 0 clean, 1 error, 2 usage
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
@@ -150,6 +151,21 @@ def resolve_zk(zk: str | None, cluster_dir: str | None) -> str | None:
     return None
 
 
+def _zk_named(config_path: str | None) -> bool:
+    """ZooKeeper named by the environment or by a settings file the user chose (--config, $BKAUDIT_CONF).
+
+    The shipped conf/bkaudit.toml, read when none is chosen, is a template: its `connect` is not a choice,
+    and a command must not quietly audit whatever listens on 127.0.0.1:2181."""
+    from bkaudit import config
+
+    if os.environ.get("BKAUDIT_ZK") or os.environ.get("BKAUDIT_ZK__CONNECT"):
+        return True
+    chosen = config_path or os.environ.get("BKAUDIT_CONF")
+    if not chosen:
+        return False
+    return bool(config.load(path=chosen, environ={}).raw().get("zk", {}).get("connect"))
+
+
 def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
                   *, need_zk: bool = True, probe_zk: bool = True, **overrides: Any) -> Any:
     """Settings with CLI flags applied on top of file and environment, all validated (exit 2 if not).
@@ -168,9 +184,9 @@ def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, con
         settings = config.load(path=config_path, overrides=ov)
     except BkAuditError as exc:
         raise CommandError(str(exc), ExitCode.USAGE) from None
-    if need_zk and not settings.raw().get("zk", {}).get("connect"):  # never the default 127.0.0.1:2181
-        raise click.UsageError("no ZooKeeper given: use --zk HOST:PORT, --dir CLUSTER_DIR, set BKAUDIT_ZK or "
-                               "[zk] connect in the settings file")
+    if need_zk and ov.get("zk.connect") is None and not _zk_named(config_path):
+        raise click.UsageError("no ZooKeeper given: use --zk HOST:PORT, --dir CLUSTER_DIR, set BKAUDIT_ZK, "
+                               "or [zk] connect in the --config file")
     from bkaudit.tables import location
 
     location.configure_from(settings)  # [tables] storage options for every warehouse URI

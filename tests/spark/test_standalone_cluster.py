@@ -40,7 +40,7 @@ BUCKET = "bkaudit-standalone"
 DURABILITY = {"no_replica", "below_ack_quorum", "below_write_quorum"}
 # run-specific fields: ids, clocks, durations
 VOLATILE = {"snapshot_id", "run_id", "audit_id", "seconds", "started_at", "finished_at", "snapshot_date",
-            "run_date", "taken_at", "detected_at", "checked_at", "phases", "created_at"}
+            "run_date", "taken_at", "detected_at", "checked_at", "phases", "created_at", "report", "index"}
 
 
 @dataclass
@@ -181,17 +181,23 @@ class Side:
 
 
 @pytest.fixture(scope="module")
-def sides(artefacts: Path, spark_cluster: ss.StandaloneSpark, world: World, s3: S3Server) -> list[Side]:
-    """Snapshot, check, decommission audit and publish, on the standalone cluster and then on local[2]."""
+def sides(artefacts: Path, spark_cluster: ss.StandaloneSpark, world: World, s3: S3Server,
+          tmp_path_factory: pytest.TempPathFactory) -> list[Side]:
+    """Every job, on the standalone cluster and then on local[2]: snapshot, validation, check, decommission
+    audit, publish and the report (the last three start no Spark context; they are submitted all the same, as
+    the Airflow DAG does)."""
     from bkaudit.zk.underreplication import list_underreplicated
 
     done = [Side(name, spark_cluster, world.config) for name in ("standalone", "local")]
     for side in done:
         snap = side.run("snapshot", "snapshot_metadata.py")
+        side.run("validate", "validate_snapshot.py", "--snapshot-id", snap["snapshot_id"])
         check = side.run("check", "metadata_checker.py", "--snapshot-id", snap["snapshot_id"], expect=3)
         side.run("decommission", "decommission_audit.py", "--bookies", world.retiring,
                  "--snapshot-id", snap["snapshot_id"])
         side.run("publish", "publish_underreplicated.py", "--run-id", check["run_id"])
+        side.run("report", "report.py", "--run-id", check["run_id"],
+                 "--out", str(tmp_path_factory.mktemp(f"report-{side.name}")))
         queue = sorted(list_underreplicated(world.cluster.zk_client(), root=world.cluster.root))
         side.answers["queue"] = queue
         _unmark(world, set(queue))  # the next side sees the cluster as this one did
@@ -208,8 +214,11 @@ def test_the_jobs_on_a_standalone_cluster_answer_as_on_local(sides: list[Side], 
         lost = {v["ledger_id"] for v in violations if v["category"] in DURABILITY}
         assert lost == world.damaged, (side.name, violations)  # exactly the injected damage
         assert set(side.answers["queue"]) == world.damaged, side.name
+        report = side.answers["report"]
+        assert report["unreadable"] == {} and Path(report["report"]).is_file(), side.name
+        assert report["counts"] == side.answers["check"]["counts"], side.name
     standalone, local = sides
-    for key in ("snapshot", "check", "decommission", "publish", "queue", "tables"):
+    for key in ("snapshot", "validate", "check", "decommission", "publish", "report", "queue", "tables"):
         assert _stable(standalone.answers[key]) == _stable(local.answers[key]), key
 
 

@@ -92,3 +92,19 @@ def test_a_store_error_is_one_line_with_what_the_store_answered() -> None:
                    "    \x1b[31m↳\x1b[0m Connection refused (os error 111)\n")
     assert first_line(dead) == "Kernel error -> Generic S3 error: Connection refused (os error 111)"
     assert first_line(OSError("no log\nstack backtrace:\n   0: rust_begin_unwind")) == "no log"
+
+
+def test_zookeeper_from_a_chosen_settings_file_not_the_template(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import click
+    import pytest
+
+    from bkaudit.cli_common import load_settings
+
+    monkeypatch.delenv("BKAUDIT_ZK", raising=False)
+    monkeypatch.delenv("BKAUDIT_CONF", raising=False)
+    chosen = tmp_path / "bkaudit.toml"
+    chosen.write_text('[zk]\nconnect = "zk9:2181"\n')
+    settings = load_settings(None, None, None, str(chosen), probe_zk=False)  # what spark-submit jobs pass
+    assert settings["zk"].connect == "zk9:2181"
+    with pytest.raises(click.UsageError, match="no ZooKeeper given"):
+        load_settings(None, None, None, None, probe_zk=False)  # the shipped template is not a choice
