@@ -314,14 +314,22 @@ def test_bkaudit_worker_repairs_java_bookies(cluster: LocalCluster, client: Java
     shapes = [(3, 2, 2)] * 6 + [(3, 3, 2), (4, 2, 2)]
     written = write(client, shapes)
     wq = {lid: s[1] for lid, s in zip(written, shapes, strict=True)}
-    victim = most_used(written, [b.id for b in cluster.bookies if b.storage != "db"])
-    lost_ledgers = {lid for lid, a in written.items() if names(a, victim)}
-    assert len(lost_ledgers) >= 3
     # the first entry a DbLedgerStorage bookie stores in a ledger without the victim (an entry after it could
     # still be served: the bookie's read-ahead reads the entry log past the index, so only the first entry of
-    # a run is a hole its reads show)
-    holed_bookie, holed = next((b.id, lid) for b in cluster.bookies if b.storage == "db"
-                               for lid, a in written.items() if names(a, b.id) and not names(a, victim))
+    # a run is a hole its reads show). Placement is random: where no such ledger came out, write more.
+    for _ in range(10):
+        victim = most_used(written, [b.id for b in cluster.bookies if b.storage != "db"])
+        found = next(((b.id, lid) for b in cluster.bookies if b.storage == "db"
+                      for lid, a in written.items() if names(a, b.id) and not names(a, victim)), None)
+        if found is not None:
+            break
+        more = write(client, [(3, 2, 2)])
+        written.update(more)
+        wq.update({lid: 2 for lid in more})
+    assert found is not None, written
+    holed_bookie, holed = found
+    lost_ledgers = {lid for lid, a in written.items() if names(a, victim)}
+    assert len(lost_ledgers) >= 3
     mine = stored(written[holed], wq[holed], holed_bookie)
     info = cluster.bookie(holed_bookie)
     cluster.stop_bookie(holed_bookie)
