@@ -7,7 +7,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench bench-quick bench-recovery airflow prereqs browser prometheus bookkeeper delta s3a clean dist dist-env
+.PHONY: demo test test-setup jars system test-fast lint bench bench-quick bench-recovery airflow prereqs browser prometheus bookkeeper delta s3a clean dist dist-env
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -104,8 +104,27 @@ lint: $(STAMP)
 # files at once. Measured in fresh clones: serial 24.5 min; 2 workers 20.7 min; 3 workers 17.5 min
 PYTEST_WORKERS ?= 3
 
-test: $(STAMP) $(AIRFLOW_STAMP) browser prometheus bookkeeper delta s3a lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+# make test's setup, at once where that is safe: the two virtualenvs and the packed environment side by side;
+# Maven (3.8 does not lock its local repository) and apt (one dpkg lock) one resolution at a time
+test-setup:
+	@$(MAKE) --no-print-directory -j4 --output-sync=target $(STAMP) $(AIRFLOW_STAMP) $(ENV_PACK) jars system
+
+jars:
+	@$(MAKE) --no-print-directory bookkeeper
+	@$(MAKE) --no-print-directory delta
+	@$(MAKE) --no-print-directory s3a
+
+system:
+	@$(MAKE) --no-print-directory browser
+	@$(MAKE) --no-print-directory prometheus
+
+# the lint runs beside the tests (mypy alone takes half a minute on a fresh clone); either failing fails
+test: test-setup
+	@$(MAKE) --no-print-directory lint > .lint.log 2>&1 & lint=$$!; \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); tests=$$?; \
+	wait $$lint; linted=$$?; cat .lint.log; \
+	[ $$linted -eq 0 ] || echo "make test: the lint failed (above)"; \
+	[ $$tests -eq 0 ] && [ $$linted -eq 0 ]
 
 test-fast: $(STAMP) bookkeeper lint
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -128,18 +147,27 @@ bench-recovery: $(STAMP)
 	$(PY) bench/recovery.py --quick --json $(BENCH_OUT)/recovery-quick.json
 
 # The wheel (core; `bkaudit[spark]` adds pyspark) and dist/bkaudit-pyfiles.zip for `spark-submit --py-files`.
-dist: $(STAMP)
+# Rebuilt only when the package changes (the standalone-cluster test asks for them on every run).
+PACKAGE_FILES := pyproject.toml deploy/build_pyfiles.py $(shell find bkaudit -type f -not -name '*.pyc' -not -path '*/__pycache__/*')
+PYFILES := dist/bkaudit-pyfiles.zip
+ENV_PACK := dist/bkaudit-env.tar.gz
+
+dist: $(PYFILES)
+
+$(PYFILES): $(STAMP) $(PACKAGE_FILES)
 	rm -rf dist build && mkdir -p dist
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist .
-	$(PY) deploy/build_pyfiles.py dist/bkaudit-pyfiles.zip
+	$(PY) deploy/build_pyfiles.py $(PYFILES)
 
 # A relocatable environment with bkaudit and its dependencies but not pyspark (the cluster brings Spark), for
 # `spark-submit --archives dist/bkaudit-env.tar.gz#env --conf spark.pyspark.python=./env/bin/python`.
-dist-env: dist
-	rm -rf build/env dist/bkaudit-env.tar.gz
+dist-env: $(ENV_PACK)
+
+$(ENV_PACK): $(PYFILES)
+	rm -rf build/env $(ENV_PACK)
 	$(PYTHON) -m venv build/env
 	build/env/bin/python -m pip install -q --no-compile dist/bkaudit-*.whl venv-pack
-	build/env/bin/venv-pack -q --compress-level 1 -p build/env -o dist/bkaudit-env.tar.gz
+	build/env/bin/venv-pack -q --compress-level 1 -p build/env -o $(ENV_PACK)
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info .lint.log

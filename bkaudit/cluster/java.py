@@ -12,6 +12,7 @@ bin/common.sh.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -122,7 +123,15 @@ class JavaBookKeeper:
                                    "`make bookkeeper`")
             classpath = f"{self.classes}:{classpath}"
         return ["java", f"-Xmx{heap_mb}m", f"-XX:MaxDirectMemorySize={direct_mb}m", *_JVM_FLAGS,
-                f"-Dlog4j.configurationFile={self.log4j_config(log_level)}", "-cp", classpath, main, *args]
+                *extra_opts(), f"-Dlog4j.configurationFile={self.log4j_config(log_level)}", "-cp", classpath,
+                main, *args]
+
+
+def extra_opts() -> list[str]:
+    """`$BOOKIE_EXTRA_OPTS`, which BookKeeper's bin/bookkeeper appends to every JVM it starts (the tests set
+    `-XX:TieredStopAtLevel=1`: their JVMs live seconds, and C2 compiler threads only compete with the other
+    tests for two cores; the benchmarks leave it unset)."""
+    return shlex.split(os.environ.get("BOOKIE_EXTRA_OPTS", ""))
 
 
 def metadata_service_uri(zk_connect: str, root: str, layout: str = "hierarchical") -> str:

@@ -33,7 +33,9 @@ from tests.fixtures import spark_standalone as ss
 from tests.fixtures.cluster import running_cluster
 from tests.fixtures.s3 import SECRET, S3Server, moto_s3
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+# the module's fixtures (two clusters, twelve spark-submits) count toward its first test's timeout: about four
+# minutes alone, and more than the default ten on a 2-core machine busy with the rest of the suite
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "bkaudit-standalone"
@@ -187,24 +189,39 @@ class Side:
 @pytest.fixture(scope="module")
 def sides(artefacts: Path, spark_cluster: ss.StandaloneSpark, world: World, s3: S3Server,
           tmp_path_factory: pytest.TempPathFactory) -> list[Side]:
-    """Every job, on the standalone cluster and then on local[2]: snapshot, validation, check, decommission
-    audit, publish and the report (the last three start no Spark context; they are submitted all the same, as
-    the Airflow DAG does)."""
+    """Every job, on the standalone cluster and on local[2]: snapshot, validation, check, decommission audit,
+    publish and the report (the last two start no Spark context; they are submitted all the same, as the
+    Airflow DAG does).
+
+    The two sides write to warehouses of their own, so their Spark jobs run at the same time (half the wait on
+    a 2-core machine). Publishing marks ledgers in ZooKeeper, which the snapshot reads: the sides publish one
+    after the other, after both checks, and the marks are taken back in between, so each side sees the
+    cluster as the other did.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from bkaudit.zk.underreplication import list_underreplicated
 
     done = [Side(name, spark_cluster, world.config) for name in ("standalone", "local")]
-    for side in done:
+
+    def spark_jobs(side: Side) -> None:
         snap = side.run("snapshot", "snapshot_metadata.py")
         side.run("validate", "validate_snapshot.py", "--snapshot-id", snap["snapshot_id"])
-        check = side.run("check", "metadata_checker.py", "--snapshot-id", snap["snapshot_id"], expect=3)
+        side.run("check", "metadata_checker.py", "--snapshot-id", snap["snapshot_id"], expect=3)
         side.run("decommission", "decommission_audit.py", "--bookies", world.retiring,
                  "--snapshot-id", snap["snapshot_id"])
-        side.run("publish", "publish_underreplicated.py", "--run-id", check["run_id"])
-        side.run("report", "report.py", "--run-id", check["run_id"],
+
+    with ThreadPoolExecutor(len(done)) as pool:
+        for finished in [pool.submit(spark_jobs, side) for side in done]:
+            finished.result()  # a side's failure, raised here
+    for side in done:
+        run_id = side.answers["check"]["run_id"]
+        side.run("publish", "publish_underreplicated.py", "--run-id", run_id)
+        side.run("report", "report.py", "--run-id", run_id,
                  "--out", str(tmp_path_factory.mktemp(f"report-{side.name}")))
         queue = sorted(list_underreplicated(world.cluster.zk_client(), root=world.cluster.root))
         side.answers["queue"] = queue
-        _unmark(world, set(queue))  # the next side sees the cluster as this one did
+        _unmark(world, set(queue))
         side.answers["tables"] = {t: _rows(side.warehouse, t, s3.options)
                                   for t in ("ledgers", "ledger_segments", "bookies", "violations")}
     print(f"\nseconds per spark-submit: {json.dumps({side.name: side.seconds for side in done})}")
