@@ -95,9 +95,11 @@ class Settings:
         *,
         catalog: Mapping[str, SectionRef] = SECTIONS,
         text: frozenset[tuple[str, str]] = frozenset(),
+        origins: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         self._raw = {k: dict(v) for k, v in values.items()}
         self._text = text  # (section, key) whose value is text from the environment or a flag
+        self._origins = dict(origins or {})
         self._cache: dict[str, Any] = {}
         self._catalog = dict(catalog)
         self.source = source
@@ -124,6 +126,11 @@ class Settings:
             if ref is cls or ref == _ref_of(cls):
                 return name
         raise TypeError(f"{cls.__name__} is not a settings section (see bkaudit.config.SECTIONS)")
+
+    def origin(self, section: str, key: str) -> str | None:
+        """Where a key's value came from: "file" (a settings file the user chose: --config or $BKAUDIT_CONF),
+        "template" (conf/bkaudit.toml, read when none is chosen), "environment" or "flag"; None when unset."""
+        return self._origins.get((section, key))
 
     def raw(self) -> dict[str, dict[str, Any]]:
         """The merged key/values."""
@@ -166,6 +173,7 @@ def load(
     """
     environ = os.environ if environ is None else environ
     merged: dict[str, dict[str, Any]] = {}
+    origins: dict[tuple[str, str], str] = {}
     env_path = environ.get("BKAUDIT_CONF")
     chosen = Path(path) if path else Path(env_path) if env_path else DEFAULT_PATH
     source = str(chosen)
@@ -181,10 +189,12 @@ def load(
                                            f"{exc.object[exc.start:exc.start + 1]!r}") from None
         except OSError as exc:
             raise ConfigError(str(chosen), f"cannot read it: {exc.strerror or exc}") from None
+        from_file = "file" if path or env_path else "template"
         for name, values in data.items():
             if not isinstance(values, dict):
                 raise ConfigError(name, "top-level keys must be [sections]")
             merged.setdefault(name, {}).update(values)
+            origins.update({(name, key): from_file for key in values})
     else:
         source = "defaults"
     text: set[tuple[str, str]] = set()
@@ -198,6 +208,7 @@ def load(
             continue
         merged.setdefault(sec, {})[key] = value
         text.add((sec, key))
+        origins[(sec, key)] = "environment"
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -205,11 +216,12 @@ def load(
         if not key:
             raise ConfigError(dotted, "override keys are 'section.key'")
         merged.setdefault(sec, {})[key] = value
+        origins[(sec, key)] = "flag"
         if isinstance(value, str):
             text.add((sec, key))
         else:
             text.discard((sec, key))
-    settings = Settings(merged, source, catalog=catalog, text=frozenset(text))
+    settings = Settings(merged, source, catalog=catalog, text=frozenset(text), origins=origins)
     settings.validate_all()
     return settings
 

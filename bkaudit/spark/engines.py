@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from bkaudit.errors import BkAuditError
 from bkaudit.tables import location
-from bkaudit.tables.read import DELTA_CLASS, DELTA_SESSION_CONF, delta_configured
+from bkaudit.tables.read import DELTA_CLASS, DELTA_SESSION_CONF, delta_configured, jvm_class
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,9 +77,8 @@ def require_engines(spark: SparkSession, warehouse: str | None) -> None:
     jvm = spark.sparkContext._jvm
     if jvm is None:
         return
-    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
     configured = delta_configured(spark)
-    delta = _class(loader, DELTA_CLASS)
+    delta = jvm_class(spark, DELTA_CLASS)
     if delta is None:
         problem = delta_problem(spark.version, None, configured=configured)
     else:  # a jar without a manifest version: nothing to compare
@@ -87,18 +86,11 @@ def require_engines(spark: SparkSession, warehouse: str | None) -> None:
         problem = delta_problem(spark.version, version, configured=True) if version else None
     if problem is None and warehouse is not None and location.scheme(warehouse) == "s3":
         hadoop = str(jvm.org.apache.hadoop.util.VersionInfo.getVersion())
-        s3a = _class(loader, S3A_CLASS)
-        problem = s3a_problem(hadoop, _pom_version(jvm, loader, S3A_POM) if s3a is not None else None,
+        s3a = jvm_class(spark, S3A_CLASS)
+        problem = s3a_problem(hadoop, _pom_version(jvm, s3a, S3A_POM) if s3a is not None else None,
                               present=s3a is not None)
     if problem is not None:
         raise EngineMismatch(problem)
-
-
-def _class(loader: Any, name: str) -> Any:
-    try:
-        return loader.loadClass(name)
-    except Exception:  # py4j's Py4JJavaError wrapping ClassNotFoundException / NoClassDefFoundError
-        return None
 
 
 def _package_version(cls: Any) -> str | None:
@@ -107,8 +99,9 @@ def _package_version(cls: Any) -> str | None:
     return str(version) if version else None
 
 
-def _pom_version(jvm: Any, loader: Any, resource: str) -> str | None:
-    stream = loader.getResourceAsStream(resource)
+def _pom_version(jvm: Any, cls: Any, resource: str) -> str | None:
+    """A Maven property file's version, from the jar that holds `cls` (its loader sees that jar)."""
+    stream = cls.getClassLoader().getResourceAsStream(resource)
     if stream is None:
         return None
     try:

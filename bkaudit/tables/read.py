@@ -198,15 +198,19 @@ def native_delta_available(spark: SparkSession) -> bool:
     """True when Delta Lake's own reader can serve this session: its classes are loadable (jars on the
     classpath) and the session is configured for it. Jars alone are not enough since Delta 4; bkaudit then
     reads through delta-rs's file list, as without the jars."""
+    return jvm_class(spark, DELTA_CLASS) is not None and delta_configured(spark)
+
+
+def jvm_class(spark: SparkSession, name: str) -> Any:
+    """The session's Java class `name` (through the context class loader, which sees spark.jars), or None
+    when it cannot be loaded or the context is stopped."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        return None
     try:
-        jvm = spark.sparkContext._jvm
-        if jvm is None:  # a stopped context
-            return False
-        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        loader.loadClass(DELTA_CLASS)
-    except Exception:
-        return False
-    return delta_configured(spark)
+        return jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(name)
+    except Exception:  # py4j's Py4JJavaError wrapping ClassNotFoundException / NoClassDefFoundError
+        return None
 
 
 def load(

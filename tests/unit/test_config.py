@@ -59,6 +59,17 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert section.batch_size == 7  # a None flag leaves the file's value
 
 
+def test_each_value_knows_where_it_came_from(tmp_path: Path) -> None:
+    path = conf(tmp_path, '[zk]\nconnect = "a:1"\nroot = "/x"\n[checker]\nbatch_size = 7\n')
+    loaded = config.load(path=path, environ={"BKAUDIT_ZK__ROOT": "/y"}, overrides={"checker.batch_size": 9})
+    where = [("zk", "connect"), ("zk", "root"), ("checker", "batch_size"), ("checker", "call_timeout_s")]
+    assert [loaded.origin(*key) for key in where] == ["file", "environment", "flag", None]
+    by_env = config.load(environ={"BKAUDIT_CONF": str(path)})
+    assert by_env.origin("zk", "connect") == "file"  # chosen through $BKAUDIT_CONF
+    shipped = config.load(environ={})  # conf/bkaudit.toml, read when nothing is chosen: a template
+    assert shipped.origin("zk", "connect") == "template"
+
+
 def test_environment_spellings_are_coerced(tmp_path: Path) -> None:
     from bkaudit.audit.settings import PlacementSettings
 

@@ -108,3 +108,8 @@ def test_zookeeper_from_a_chosen_settings_file_not_the_template(tmp_path, monkey
     assert settings["zk"].connect == "zk9:2181"
     with pytest.raises(click.UsageError, match="no ZooKeeper given"):
         load_settings(None, None, None, None, probe_zk=False)  # the shipped template is not a choice
+    monkeypatch.setenv("BKAUDIT_CONF", str(chosen))  # chosen through the environment
+    assert load_settings(None, None, None, None, probe_zk=False)["zk"].connect == "zk9:2181"
+    monkeypatch.delenv("BKAUDIT_CONF")
+    monkeypatch.setenv("BKAUDIT_ZK", "zk8:2181")
+    assert load_settings(None, None, None, None, probe_zk=False)["zk"].connect == "zk8:2181"
