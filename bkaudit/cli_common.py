@@ -6,7 +6,6 @@ Exit codes are bkaudit.exitcodes' table (docs/cli.md): 0 clean, 1 error, 2 usage
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
@@ -151,19 +150,12 @@ def resolve_zk(zk: str | None, cluster_dir: str | None) -> str | None:
     return None
 
 
-def _zk_named(config_path: str | None) -> bool:
-    """ZooKeeper named by the environment or by a settings file the user chose (--config, $BKAUDIT_CONF).
+def _zk_named(settings: Any) -> bool:
+    """ZooKeeper named by a flag, the environment or a settings file the user chose (--config, $BKAUDIT_CONF).
 
     The shipped conf/bkaudit.toml, read when none is chosen, is a template: its `connect` is not a choice,
     and a command must not quietly audit whatever listens on 127.0.0.1:2181."""
-    from bkaudit import config
-
-    if os.environ.get("BKAUDIT_ZK") or os.environ.get("BKAUDIT_ZK__CONNECT"):
-        return True
-    chosen = config_path or os.environ.get("BKAUDIT_CONF")
-    if not chosen:
-        return False
-    return bool(config.load(path=chosen, environ={}).raw().get("zk", {}).get("connect"))
+    return settings.origin("zk", "connect") in ("flag", "environment", "file")
 
 
 def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
@@ -184,7 +176,7 @@ def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, con
         settings = config.load(path=config_path, overrides=ov)
     except BkAuditError as exc:
         raise CommandError(str(exc), ExitCode.USAGE) from None
-    if need_zk and ov.get("zk.connect") is None and not _zk_named(config_path):
+    if need_zk and not _zk_named(settings):
         raise click.UsageError("no ZooKeeper given: use --zk HOST:PORT, --dir CLUSTER_DIR, set BKAUDIT_ZK, "
                                "or [zk] connect in the --config file")
     from bkaudit.tables import location
@@ -260,3 +252,28 @@ def fail(message: str, code: int = ExitCode.ERROR) -> NoReturn:
     """Print `error: message` (one line) and exit with `code` (ExitCode.USAGE for bad input)."""
     click.echo(f"error: {' '.join(message.split())}", err=True)
     sys.exit(int(code))
+
+
+# -- the spark-submit entry points (jobs/*.py): the CLI's settings, errors and exit codes --------------
+def job_settings(config_path: str | None, *, zk: str | None = None, root: str | None = None,
+                 warehouse: str | None = None, need_zk: bool = False) -> Any:
+    """A job's settings, resolved as the CLI resolves them (load_settings: file < environment < flags, the
+    [tables] storage options; with `need_zk`, a ZooKeeper the user named). The caller probes it with
+    require_zk inside run_job, so that a dead ZooKeeper is a failed run (the snapshot's metric says so)."""
+    overrides = {"snapshot.warehouse": warehouse}
+    return load_settings(zk, None, root, config_path, need_zk=need_zk, probe_zk=False, **overrides)
+
+
+def run_job(work: Callable[[], int], *, on_failure: Callable[[], None] | None = None) -> int:
+    """A job's body; a failure is one `error:` line on stderr and docs/cli.md's exit code (2 for settings
+    and usage, 1 when the work could not run). `on_failure` follows a failure of the work itself."""
+    try:
+        return work()
+    except click.ClickException as exc:  # CommandError, and load_settings' usage errors
+        message, code = exc.format_message(), int(exc.exit_code)
+    except (BkAuditError, ValueError) as exc:
+        message, code = str(exc), exit_code_for(exc)
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    if on_failure is not None and code != ExitCode.USAGE:
+        on_failure()
+    return code

@@ -298,3 +298,13 @@ def export_snapshot(snap: Any, summary: Mapping[str, Any] | None) -> str | None:
     except MetricsError as exc:
         return str(exc)
     return None
+
+
+def export_snapshot_or_warn(snap: Any, summary: Mapping[str, Any] | None) -> None:
+    """export_snapshot for `bkaudit snapshot` and jobs/snapshot_metadata.py alike: a failed export is one
+    `warning: metrics:` line on stderr, never the run's failure."""
+    import sys
+
+    problem = export_snapshot(snap, summary)
+    if problem:
+        print(f"warning: metrics: {problem}", file=sys.stderr)

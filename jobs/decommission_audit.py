@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,28 +30,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bkaudit import config
-    from bkaudit.errors import BkAuditError, ConfigError
-    from bkaudit.tables import location
+    from bkaudit.cli_common import job_settings, require_zk, run_job
 
     bookies = [b.strip() for b in args.bookies.split(",") if b.strip()]
-    try:
-        settings = config.load(path=args.config, overrides={
-            "zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse})
-        location.configure_from(settings)  # [tables] storage options
+
+    def work() -> int:
+        settings = job_settings(args.config, zk=args.zk, root=args.root, warehouse=args.warehouse,
+                                need_zk=True)
         warehouse = config.warehouse(settings)
         if args.min_copies < 1:
             raise ValueError("--min-copies must be >= 1")
+        require_zk(settings)
         from bkaudit.spark.decommission import run_audit
         from bkaudit.spark.session import get_session
 
         spark = get_session(None, app_name="bkaudit-decommission-audit", warehouse=warehouse)
         summary = run_audit(spark, settings, warehouse=warehouse, bookies=bookies, audit_id=args.audit_id,
                             snapshot_id=args.snapshot_id, min_copies=args.min_copies)
-    except (BkAuditError, ValueError) as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
-    print(json.dumps(summary))
-    return 0
+        print(json.dumps(summary))
+        return 0
+
+    return run_job(work)
 
 
 if __name__ == "__main__":

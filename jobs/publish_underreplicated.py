@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,51 +35,32 @@ def main(argv: list[str] | None = None) -> int:
 
     from bkaudit import config
     from bkaudit.audit.settings import CheckerSettings
+    from bkaudit.cli_common import job_settings, require_zk, run_job
     from bkaudit.config import ZkSettings
-    from bkaudit.errors import BkAuditError, ConfigError
     from bkaudit.job.publish import publish_run
-    from bkaudit.tables import location
     from bkaudit.zk.client import close, connect
     from bkaudit.zk.ledgers import read_layout
 
-    try:
-        settings = config.load(
-            path=args.config,
-            overrides={"zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse},
-        )
-        location.configure_from(settings)  # [tables] storage options
+    def work() -> int:
+        settings = job_settings(args.config, zk=args.zk, root=args.root, warehouse=args.warehouse,
+                                need_zk=True)
         warehouse = config.warehouse(settings)
+        require_zk(settings)
         conf = settings.get(CheckerSettings)
         zk_settings = settings.get(ZkSettings)
         placement = conf.publish_placement if args.publish_placement is None else args.publish_placement
         zk = connect(zk_settings)
         try:
-            stats = publish_run(
-                warehouse,
-                args.run_id,
-                zk,
-                root=zk_settings.root,
-                publish_placement=placement,
-                rate_per_s=conf.publish_rate_per_s,
-                layout=read_layout(zk, root=zk_settings.root),
-            )
+            stats = publish_run(warehouse, args.run_id, zk, root=zk_settings.root,
+                                publish_placement=placement, rate_per_s=conf.publish_rate_per_s,
+                                layout=read_layout(zk, root=zk_settings.root))
         finally:
             close(zk)
-    except (BkAuditError, ValueError) as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
-    print(
-        json.dumps(
-            {
-                "run_id": args.run_id,
-                "published": stats.published,
-                "marked": stats.marked,
-                "already_marked": stats.unchanged,
-                "skipped": stats.skipped,
-            }
-        )
-    )
-    return 0
+        print(json.dumps({"run_id": args.run_id, "published": stats.published, "marked": stats.marked,
+                          "already_marked": stats.unchanged, "skipped": stats.skipped}))
+        return 0
+
+    return run_job(work)
 
 
 if __name__ == "__main__":

@@ -30,28 +30,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bkaudit import config
-    from bkaudit.cli_common import CommandError, require_warehouse
-    from bkaudit.errors import BkAuditError, ConfigError
+    from bkaudit.cli_common import job_settings, require_warehouse, run_job
     from bkaudit.report.outcome import write_and_judge
-    from bkaudit.tables import location
 
-    try:
-        settings = config.load(path=args.config, overrides={"snapshot.warehouse": args.warehouse})
-        location.configure_from(settings)  # [tables] storage options
+    def work() -> int:
+        settings = job_settings(args.config, warehouse=args.warehouse)
         warehouse = config.warehouse(settings)
         require_warehouse(warehouse)
         outcome = write_and_judge(warehouse=warehouse, run_id=args.run_id, out_dir=args.out,
                                   fail_on=args.fail_on)
-    except CommandError as exc:
-        print(f"error: {exc.format_message()}", file=sys.stderr)
-        return exc.exit_code
-    except (BkAuditError, ValueError) as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
-    print(json.dumps(outcome.summary))
-    if outcome.error:  # a table could not be read: the page says so, and the job fails (exit 1)
-        print(f"error: {' '.join(outcome.error.split())}", file=sys.stderr)
-    return outcome.exit_code
+        print(json.dumps(outcome.summary))
+        if outcome.error:  # a table could not be read: the page says so, and the job fails (exit 1)
+            print(f"error: {' '.join(outcome.error.split())}", file=sys.stderr)
+        return outcome.exit_code
+
+    return run_job(work)
 
 
 if __name__ == "__main__":

@@ -27,37 +27,31 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
 
     from bkaudit import config
-    from bkaudit.errors import BkAuditError, ConfigError
-    from bkaudit.spark.session import get_session
-    from bkaudit.spark.snapshot import run_snapshot
-    from bkaudit.tables import location
-
-    settings = None
-    try:
-        settings = config.load(
-            path=args.config,
-            overrides={"zk.connect": args.zk, "zk.root": args.root, "snapshot.warehouse": args.warehouse},
-        )
-        location.configure_from(settings)  # [tables] storage options (executors get them: warehouse_conf)
-        spark = get_session(None, app_name="bkaudit-snapshot", warehouse=config.warehouse(settings))
-        result = run_snapshot(spark, settings, snapshot_id=args.snapshot_id)
-    except (BkAuditError, ValueError) as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        if not isinstance(exc, ConfigError) and settings is not None:
-            _metrics(settings, None)
-        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
-    print(json.dumps(result.summary()))
-    _metrics(settings, result.summary())
-    return 0
-
-
-def _metrics(settings: Any, summary: dict[str, Any] | None) -> None:
-    from bkaudit.metrics import export_snapshot
+    from bkaudit.cli_common import job_settings, require_zk, run_job
+    from bkaudit.metrics import export_snapshot_or_warn
     from bkaudit.spark.settings import SnapshotSettings
 
-    problem = export_snapshot(settings.get(SnapshotSettings), summary)
-    if problem:
-        print(f"warning: metrics: {problem}", file=sys.stderr)
+    settings: Any = None
+
+    def work() -> int:
+        nonlocal settings
+        settings = job_settings(args.config, zk=args.zk, root=args.root, warehouse=args.warehouse,
+                                need_zk=True)
+        require_zk(settings)  # before the session: a dead ZooKeeper fails in seconds, in one line
+        from bkaudit.spark.session import get_session
+        from bkaudit.spark.snapshot import run_snapshot
+
+        spark = get_session(None, app_name="bkaudit-snapshot", warehouse=config.warehouse(settings))
+        summary = run_snapshot(spark, settings, snapshot_id=args.snapshot_id).summary()
+        print(json.dumps(summary))
+        export_snapshot_or_warn(settings.get(SnapshotSettings), summary)
+        return 0
+
+    def failed() -> None:  # the run's failure metric ([snapshot] metrics_file / pushgateway_url)
+        if settings is not None:
+            export_snapshot_or_warn(settings.get(SnapshotSettings), None)
+
+    return run_job(work, on_failure=failed)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 
@@ -31,21 +30,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bkaudit import config
-    from bkaudit.errors import BkAuditError, ConfigError
+    from bkaudit.cli_common import job_settings, run_job
     from bkaudit.spark.settings import SnapshotSettings
-    from bkaudit.tables import location
 
-    try:
-        settings = config.load(path=args.config, overrides={"snapshot.warehouse": args.warehouse})
-        location.configure_from(settings)  # [tables] storage options
+    def work() -> int:
+        settings = job_settings(args.config, warehouse=args.warehouse)
         config.warehouse(settings)
-        snap = settings.get(SnapshotSettings)
-        summary = validate_committed(snap, args.snapshot_id, args.fail_on)
-    except (BkAuditError, ValueError) as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1  # docs/cli.md: 2 = settings, 1 = could not run
-    print(json.dumps(summary))
-    return 0 if summary["passed"] else 3  # findings (docs/cli.md)
+        summary = validate_committed(settings.get(SnapshotSettings), args.snapshot_id, args.fail_on)
+        print(json.dumps(summary))
+        return 0 if summary["passed"] else 3  # findings (docs/cli.md)
+
+    return run_job(work)
 
 
 def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str) -> dict[str, Any]:

@@ -7,7 +7,16 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, require_zk, warehouse_of, zk_options
+from bkaudit.cli_common import (
+    CommandError,
+    emit,
+    exit_code_for,
+    fail,
+    load_settings,
+    require_zk,
+    warehouse_of,
+    zk_options,
+)
 from bkaudit.exitcodes import ExitCode
 
 
@@ -42,10 +51,11 @@ def snapshot(
 ) -> None:
     """Snapshot ledger, bookie and under-replication metadata from ZooKeeper into Delta tables."""
     from bkaudit.errors import BkAuditError
+    from bkaudit.metrics import export_snapshot_or_warn
     from bkaudit.spark.settings import SnapshotSettings
 
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
-    settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
+    settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False, **overrides)
     try:
         snap = settings.get(SnapshotSettings)
         warehouse_of(settings, must_exist=False)  # the snapshot creates it
@@ -55,22 +65,16 @@ def snapshot(
 
         spark = get_session(master or snap.master, app_name="bkaudit-snapshot", warehouse=snap.warehouse)
         result = run_snapshot(spark, settings, snapshot_id=snapshot_id)
+    except CommandError as exc:  # a dead ZooKeeper is a failed run, which the metric says; a usage error not
+        if exc.exit_code != ExitCode.USAGE:
+            export_snapshot_or_warn(settings.get(SnapshotSettings), None)
+        raise
     except BkAuditError as exc:
-        _metrics(settings, None)
+        export_snapshot_or_warn(settings.get(SnapshotSettings), None)
         fail(str(exc), exit_code_for(exc))
         return
     except ValueError as exc:  # e.g. an invalid --snapshot-id
         fail(str(exc), ExitCode.USAGE)
         return
     emit(result.summary(), as_json, _human)
-    _metrics(settings, result.summary())
-
-
-def _metrics(settings: Any, summary: dict[str, Any] | None) -> None:
-    """Snapshot freshness metrics ([snapshot] metrics_file / pushgateway_url); a failure is only a warning."""
-    from bkaudit.metrics import export_snapshot
-    from bkaudit.spark.settings import SnapshotSettings
-
-    problem = export_snapshot(settings.get(SnapshotSettings), summary)
-    if problem:
-        click.echo(f"warning: metrics: {problem}", err=True)
+    export_snapshot_or_warn(snap, result.summary())
