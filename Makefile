@@ -102,7 +102,7 @@ lint: $(STAMP)
 # three workers, each test file on one (module fixtures stay whole), the longest file first
 # (tests/scheduling.py): the suite mostly waits on bookies, ZooKeeper sessions and JVMs, so 2 cores run three
 # files at once. Measured in fresh clones: serial 24.5 min; 2 workers 20.7 min; 3 workers 17.5 min
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 
 # make test's setup, at once where that is safe: the two virtualenvs and the packed environment side by side;
 # Maven (3.8 does not lock its local repository) and apt (one dpkg lock) one resolution at a time

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures import spark_standalone
+from tests.helpers import QUICK_JVM
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "airflow_dags"
@@ -249,7 +250,7 @@ def _metadata_checker_run(cluster_factory: Any, tmp_path: Path,
         AIRFLOW_VAR_BKAUDIT_SPARK_CONF=json.dumps({
             "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
             # short jobs: a JVM that starts fast matters more than peak JIT speed
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}),
+            "spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM}),
         AIRFLOW_VAR_BKAUDIT_TASK_RETRIES="0",
         AIRFLOW_VAR_BKAUDIT_BIN=str(tmp_path / "no-such-bkaudit"),  # the report needs no bkaudit command
         PYSPARK_PYTHON=sys.executable,

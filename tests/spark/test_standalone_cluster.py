@@ -32,6 +32,7 @@ from bkaudit.tables.read import DELTA_SESSION_CONF
 from tests.fixtures import spark_standalone as ss
 from tests.fixtures.cluster import running_cluster
 from tests.fixtures.s3 import SECRET, S3Server, moto_s3
+from tests.helpers import QUICK_JVM
 
 # the module's fixtures (two clusters, twelve spark-submits) count toward its first test's timeout: about four
 # minutes alone, and more than the default ten on a 2-core machine busy with the rest of the suite
@@ -103,9 +104,8 @@ def world(zk_server: Any, tmp_path_factory: pytest.TempPathFactory, s3: S3Server
 
 
 # Short jobs on a busy 2-core machine: JVMs that start fast matter more than peak JIT speed (both sides alike)
-QUICK_JVMS = ["--conf", "spark.ui.enabled=false",
-              "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-              "--conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"]
+QUICK_JVMS = ["--conf", "spark.ui.enabled=false", "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM}",
+              "--conf", f"spark.executor.extraJavaOptions={QUICK_JVM}"]
 # On the cluster, the snapshot runs in the packed environment (`--archives`: every executor unpacks it, ~20 s
 # here), the other jobs with `--py-files` alone on a cluster Python that has the dependencies: the two ways
 # docs/deployment.md gives.

@@ -68,7 +68,7 @@ def test_a_dead_zookeeper_is_one_line_and_exit_1(job: str, tmp_path: Path,
     assert code == 1
     errors = _errors(capsys.readouterr().err)
     assert len(errors) == 1 and "127.0.0.1:1" in errors[0], errors
-    if job == "snapshot_metadata":  # the failed run is on record for alerting, as `bkaudit snapshot` records it
+    if job == "snapshot_metadata":  # the failed run is on record for alerting, as `bkaudit snapshot` has it
         assert "bkaudit_snapshot_last_run_success 0" in metrics.read_text()
     else:
         assert not metrics.exists()
