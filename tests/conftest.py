@@ -1,6 +1,6 @@
 """Shared fixtures live in tests/fixtures/ (one module per real component), loaded as plugins here.
 
-`make test` runs the suite on pytest-xdist workers (three). A worker's `__main__` (execnet's) has neither
+`make test` runs the suite on pytest-xdist workers (four). A worker's `__main__` (execnet's) has neither
 `__spec__` nor `__file__`, which pyspark.sql.connect takes for a doctest run and answers with sys.exit(0) when
 great-expectations imports it: the worker's `__main__` gets a file name, as any script has. Which worker runs
 which file is decided in tests/scheduling.py.
