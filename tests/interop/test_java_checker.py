@@ -200,17 +200,20 @@ def test_the_interleaved_listing_hides_a_last_entry_that_starts_an_index_page(
 ) -> None:
     """BookKeeper 4.17's InterleavedLedgerStorage lists the index pages below max(flushed pages x 1,024,
     highest entry in memory) (IndexInMemPageMgr.PageEntriesIterableImpl): a newest entry that starts a page
-    is left out (it stays so after SyncThread's checkpoints, until a restart), while a read returns it. The
-    checker and the worker read such an entry before calling it missing (rpc/listing.py): see
-    test_healthy_cluster_is_clean, where these ledgers must be clean."""
+    is left out until its index page is flushed, while a read returns it. Usually it stays hidden for the
+    module's life; once in four runs of the loaded suite, a flush came first and the entry was listed, so
+    either answer is BookKeeper's, and nothing beyond it is. The checker and the worker read such an entry
+    before calling it missing (rpc/listing.py): see test_healthy_cluster_is_clean, where these ledgers must
+    be clean."""
     client = cluster.java_client()
     interleaved = next(b for b in cluster.bookies if b.storage == "interleaved")
     with BookieClient(interleaved.id, f"{interleaved.host}:{interleaved.port}") as bookie:
         for led in ledgers[-len(PAGE_LEADING):]:
             listed = client.call("list", bookie=interleaved.id, ledger=led.ledger_id, timeout_ms=3000,
                                  upto=led.last)
-            assert (listed["answer"], listed["entries"]) == ("entries", list(range(led.last)))  # last hidden
-            assert bookie.read_entry(led.ledger_id, led.last).result(30)  # yet the bookie serves it
+            hidden, flushed = list(range(led.last)), list(range(led.last + 1))
+            assert listed["answer"] == "entries" and listed["entries"] in (hidden, flushed), listed
+            assert bookie.read_entry(led.ledger_id, led.last).result(30)  # the bookie serves it either way
 
 
 def test_healthy_cluster_is_clean(spark, cluster: LocalCluster, ledgers: list[Ledger], tmp_path) -> None:
