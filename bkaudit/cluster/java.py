@@ -114,15 +114,22 @@ class JavaBookKeeper:
         return path
 
     def command(self, main: str, *args: str, heap_mb: int = 256, direct_mb: int = 256,
-                log_level: str = "INFO") -> list[str]:
-        """`java <flags> -cp <BookKeeper's jars>[:driver classes] main args...`."""
+                log_level: str = "INFO", tmp_dir: Path | None = None) -> list[str]:
+        """`java <flags> -cp <BookKeeper's jars>[:driver classes] main args...`.
+
+        `tmp_dir` (created) is the JVM's java.io.tmpdir: RocksDB unpacks its 13 MB native library there and
+        removes it only on a clean exit, so a killed DbLedgerStorage bookie would leave one in /tmp."""
         classpath = f"{self.lib}/*"
         if main == DRIVER_MAIN:
             if not (self.classes / f"{DRIVER_MAIN}.class").exists():
                 raise ClusterError(f"the BookKeeper client driver is not compiled in {self.classes}: run "
                                    "`make bookkeeper`")
             classpath = f"{self.classes}:{classpath}"
-        return ["java", f"-Xmx{heap_mb}m", f"-XX:MaxDirectMemorySize={direct_mb}m", *_JVM_FLAGS,
+        tmp = []
+        if tmp_dir is not None:
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            tmp = [f"-Djava.io.tmpdir={tmp_dir}"]
+        return ["java", f"-Xmx{heap_mb}m", f"-XX:MaxDirectMemorySize={direct_mb}m", *_JVM_FLAGS, *tmp,
                 *extra_opts(), f"-Dlog4j.configurationFile={self.log4j_config(log_level)}", "-cp", classpath,
                 main, *args]
 

@@ -58,6 +58,12 @@ LOG_FILE = "bookie.log"
 BOOKIE_SESSION_TIMEOUT_S = 6.0
 """ZooKeeper session of local bookies: short, so a killed bookie disappears within seconds."""
 START_TIMEOUT_S = 60.0
+MAX_DISK_USAGE = 0.999
+"""Used fraction of the disk at which a local bookie turns read-only (as in BookKeeper's own test clusters,
+TestBKConfiguration: diskUsageThreshold 0.999). A loopback cluster shares its disk with everything else on
+the host; at the production default (0.95) a host disk 95 % full made every bookie read-only and every
+write fail."""
+JAVA_DISK_SETTINGS: dict[str, object] = {"diskUsageThreshold": MAX_DISK_USAGE, "diskUsageWarnThreshold": 0.99}
 MAX_BOOKIES = 250  # 127.0.0.2 .. 127.0.0.251
 
 
@@ -287,6 +293,7 @@ class LocalCluster:
                *self.bookie_args]
         env = dict(os.environ)
         env.setdefault("BKAUDIT_ZK__SESSION_TIMEOUT_S", str(BOOKIE_SESSION_TIMEOUT_S))
+        env.setdefault("BKAUDIT_BOOKIE__MIN_FREE_FRACTION", f"{1 - MAX_DISK_USAGE:.6f}")
         env["BKAUDIT_BOOKIE__LISTEN_ADDRESS"] = env["BKAUDIT_BOOKIE__ADVERTISED_ADDRESS"] = b.host
         Path(b.data_dir).mkdir(parents=True, exist_ok=True)
         with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
@@ -302,7 +309,7 @@ class LocalCluster:
                                    data_dir=Path(b.data_dir), storage=b.storage or "sorted",
                                    http_port=b.http_port,
                                    zk_timeout_ms=int(BOOKIE_SESSION_TIMEOUT_S * 1000),
-                                   extra=self.java_settings)
+                                   extra={**JAVA_DISK_SETTINGS, **self.java_settings})
 
     def _spawn_java(self, b: BookieInfo, prefix: list[str]) -> None:
         java = java_bk.JavaBookKeeper.locate()
@@ -310,7 +317,8 @@ class LocalCluster:
         if b.rack:  # a Java bookie does not publish its rack: Pulsar's admin does (set-bookie-rack)
             registry.set_rack(self.zk_client(), b.id, b.rack, b.host)
         heap = 384 if b.storage == "db" else 256
-        cmd = [*prefix, *java.command(java_bk.BOOKIE_MAIN, "--conf", str(conf), heap_mb=heap, direct_mb=384)]
+        cmd = [*prefix, *java.command(java_bk.BOOKIE_MAIN, "--conf", str(conf), heap_mb=heap, direct_mb=384,
+                                      tmp_dir=Path(b.data_dir) / "tmp")]
         with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)

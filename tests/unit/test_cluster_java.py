@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bkaudit.cluster import java
+from bkaudit import config
+from bkaudit.bookie.settings import BookieSettings
+from bkaudit.chaos.faults import JAVA_DISK_FULL
+from bkaudit.cluster import java, local
+from bkaudit.cluster.local import BookieInfo, LocalCluster
 from bkaudit.errors import ClusterError
 
 
@@ -60,3 +65,38 @@ def test_locate_says_how_to_fetch_the_jars(tmp_path: Path, monkeypatch: pytest.M
         found.command(java.DRIVER_MAIN)
     cmd = found.command(java.BOOKIE_MAIN, "--conf", "x", heap_mb=300)
     assert cmd[0] == "java" and "-Xmx300m" in cmd and cmd[-3:] == [java.BOOKIE_MAIN, "--conf", "x"]
+
+
+def test_a_local_clusters_bookies_stay_writable_on_a_nearly_full_host_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loopback cluster shares the host's disk: at BookKeeper's production threshold (95 % used) a busy
+    host made every bookie read-only and every write fail. Both kinds run at BookKeeper's test threshold
+    (99.9 %); a test's own settings (a simulated full disk) still win."""
+    cluster = LocalCluster(tmp_path, "127.0.0.1:1", "/ledgers", [], None)
+    info = BookieInfo(id="127.0.0.2:3181", rack="", port=3181, pid=None, data_dir=str(tmp_path / "b0"),
+                      kind="java", storage="db")
+    conf = cluster.java_conf(info)
+    assert (float(conf["diskUsageThreshold"]), float(conf["diskUsageWarnThreshold"])) == (0.999, 0.99)
+    full = LocalCluster(tmp_path, "127.0.0.1:1", "/ledgers", [], None, java_settings=JAVA_DISK_FULL)
+    assert float(full.java_conf(info)["diskUsageThreshold"]) == JAVA_DISK_FULL["diskUsageThreshold"]
+
+    started: list[tuple[list[str], dict[str, str]]] = []
+
+    class Started:
+        pid = 1
+
+        def __init__(self, cmd: list[str], **kwargs: Any) -> None:
+            started.append((cmd, kwargs.get("env") or {}))
+
+    monkeypatch.setattr(local.subprocess, "Popen", Started)  # the exec boundary only: no process runs
+    monkeypatch.setattr(java.JavaBookKeeper, "locate", staticmethod(lambda: java.JavaBookKeeper(tmp_path)))
+    monkeypatch.delenv("BKAUDIT_BOOKIE__MIN_FREE_FRACTION", raising=False)
+    monkeypatch.setattr(local.registry, "set_rack", lambda *a, **k: None)
+    cluster._spawn(BookieInfo(id="127.0.0.3:3181", rack="", port=3181, pid=None,
+                              data_dir=str(tmp_path / "b1")))
+    cluster._spawn(info)
+    (_, env), (java_cmd, _) = started
+    assert (tmp_path / "b0" / "tmp").is_dir()
+    bookie = config.load(environ=env).get(BookieSettings)
+    assert bookie.min_free_fraction == pytest.approx(0.001)  # 96 % used (free 0.04): still writable
+    assert f"-Djava.io.tmpdir={tmp_path / 'b0' / 'tmp'}" in java_cmd  # RocksDB's library: there, not /tmp
