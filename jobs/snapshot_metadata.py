@@ -13,7 +13,6 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,32 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
 
-    from bkaudit import config
-    from bkaudit.cli_common import job_settings, require_zk, run_job
-    from bkaudit.metrics import export_snapshot_or_warn
-    from bkaudit.spark.settings import SnapshotSettings
-
-    settings: Any = None
+    from bkaudit.cli_common import job_settings, run_job
+    from bkaudit.spark.commands import snapshot_job
 
     def work() -> int:
-        nonlocal settings
         settings = job_settings(args.config, zk=args.zk, root=args.root, warehouse=args.warehouse,
                                 need_zk=True)
-        require_zk(settings)  # before the session: a dead ZooKeeper fails in seconds, in one line
-        from bkaudit.spark.session import get_session
-        from bkaudit.spark.snapshot import run_snapshot
-
-        spark = get_session(None, app_name="bkaudit-snapshot", warehouse=config.warehouse(settings))
-        summary = run_snapshot(spark, settings, snapshot_id=args.snapshot_id).summary()
-        print(json.dumps(summary))
-        export_snapshot_or_warn(settings.get(SnapshotSettings), summary)
+        print(json.dumps(snapshot_job(settings, snapshot_id=args.snapshot_id, master=None)))
         return 0
 
-    def failed() -> None:  # the run's failure metric ([snapshot] metrics_file / pushgateway_url)
-        if settings is not None:
-            export_snapshot_or_warn(settings.get(SnapshotSettings), None)
-
-    return run_job(work, on_failure=failed)
+    return run_job(work)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from bkaudit.cli_common import (
     warehouse_of,
     zk_options,
 )
+from bkaudit.errors import BkAuditError
 from bkaudit.exitcodes import ExitCode
 
 
@@ -50,31 +51,51 @@ def snapshot(
     as_json: bool,
 ) -> None:
     """Snapshot ledger, bookie and under-replication metadata from ZooKeeper into Delta tables."""
-    from bkaudit.errors import BkAuditError
-    from bkaudit.metrics import export_snapshot_or_warn
     from bkaudit.spark.settings import SnapshotSettings
 
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
     settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False, **overrides)
     try:
-        snap = settings.get(SnapshotSettings)
         warehouse_of(settings, must_exist=False)  # the snapshot creates it
-        require_zk(settings)  # before the JVM: an unreachable ZooKeeper fails in seconds, in one line
+        summary = snapshot_job(settings, snapshot_id=snapshot_id,
+                               master=master or settings.get(SnapshotSettings).master)
+    except BkAuditError as exc:
+        fail(str(exc), exit_code_for(exc))
+        return
+    except ValueError as exc:  # a value the settings' checks let through: the operator's input
+        fail(str(exc), ExitCode.USAGE)
+        return
+    emit(summary, as_json, _human)
+
+
+def snapshot_job(settings: Any, *, snapshot_id: str | None, master: str | None) -> dict[str, Any]:
+    """The snapshot as `bkaudit snapshot` and jobs/snapshot_metadata.py run it (`master` None: spark-submit's
+    own).
+
+    An invalid id is a usage error before anything runs; ZooKeeper is probed before the JVM starts (a dead one
+    fails in seconds, in one line); the run's metric is exported whether it succeeds or fails
+    (`[snapshot] metrics_file` / `pushgateway_url`, docs/monitoring.md)."""
+    from bkaudit import config
+    from bkaudit.metrics import export_snapshot_or_warn
+    from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.tables.store import validate_snapshot_id
+
+    if snapshot_id is not None:
+        try:
+            validate_snapshot_id(snapshot_id)
+        except ValueError as exc:
+            raise CommandError(str(exc), ExitCode.USAGE) from None
+    snap = settings.get(SnapshotSettings)
+    try:
+        require_zk(settings)
         from bkaudit.spark.session import get_session
         from bkaudit.spark.snapshot import run_snapshot
 
-        spark = get_session(master or snap.master, app_name="bkaudit-snapshot", warehouse=snap.warehouse)
-        result = run_snapshot(spark, settings, snapshot_id=snapshot_id)
-    except CommandError as exc:  # a dead ZooKeeper is a failed run, which the metric says; a usage error not
-        if exc.exit_code != ExitCode.USAGE:
-            export_snapshot_or_warn(settings.get(SnapshotSettings), None)
+        spark = get_session(master, app_name="bkaudit-snapshot", warehouse=config.warehouse(settings))
+        summary: dict[str, Any] = run_snapshot(spark, settings, snapshot_id=snapshot_id).summary()
+    except (CommandError, BkAuditError) as exc:
+        if not (isinstance(exc, CommandError) and exc.exit_code == ExitCode.USAGE):
+            export_snapshot_or_warn(snap, None)
         raise
-    except BkAuditError as exc:
-        export_snapshot_or_warn(settings.get(SnapshotSettings), None)
-        fail(str(exc), exit_code_for(exc))
-        return
-    except ValueError as exc:  # e.g. an invalid --snapshot-id
-        fail(str(exc), ExitCode.USAGE)
-        return
-    emit(result.summary(), as_json, _human)
-    export_snapshot_or_warn(snap, result.summary())
+    export_snapshot_or_warn(snap, summary)
+    return summary

@@ -86,3 +86,28 @@ def test_the_cli_snapshot_records_a_dead_zookeeper_as_the_job_does(tmp_path: Pat
                                        "--warehouse", str(tmp_path / "wh")])
     assert result.exit_code == 1, result.output
     assert "bkaudit_snapshot_last_run_success 0" in metrics.read_text()
+
+
+@pytest.mark.parametrize("entry", ["job", "cli"])
+def test_an_invalid_snapshot_id_is_a_usage_error_with_no_run_on_record(
+        entry: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both entry points share bkaudit.spark.commands.snapshot_job: the id is checked before ZooKeeper or a
+    JVM is touched (ZooKeeper here is dead: a later check would exit 1), and no failed run is exported."""
+    from click.testing import CliRunner
+
+    from bkaudit.cli import cli
+
+    metrics = tmp_path / "snapshot.prom"
+    conf = tmp_path / "bkaudit.toml"
+    conf.write_text(f'[snapshot]\nmetrics_file = "{metrics}"\n')
+    args = ["--config", str(conf), "--zk", "127.0.0.1:1", "--warehouse", str(tmp_path / "wh"),
+            "--snapshot-id", "not/an id"]
+    if entry == "job":
+        assert _run("snapshot_metadata", *args, tmp_path=tmp_path) == 2
+        errors = _errors(capsys.readouterr().err)
+    else:
+        result = CliRunner().invoke(cli, ["snapshot", *args])
+        assert result.exit_code == 2, result.output
+        errors = [line for line in result.output.splitlines() if "snapshot" in line.lower()]
+    assert len(errors) == 1 and "snapshot" in errors[0].lower(), errors
+    assert not metrics.exists()
