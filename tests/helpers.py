@@ -15,11 +15,11 @@ import pytest
 
 T = TypeVar("T")
 
-# The short-lived JVMs the tests start (spark-submit's drivers and executors, the standalone Spark daemons,
-# Apache BookKeeper's bookies, shell and AutoRecovery) live seconds to minutes on a 2-core machine shared by
-# the test workers: C1 alone and the serial collector spend less CPU than C2 compiler threads and parallel GC
-# threads would. Tests only: bench/ runs defaults. (Spark sessions that run many queries gain nothing from it:
-# tests/spark/test_checker_job.py + test_delta_spark_engine.py took 113.7 s with it, 108.0 s without.)
+# The JVMs the tests start (Spark's drivers and executors, the standalone Spark daemons, Apache BookKeeper's
+# bookies, client, shell and AutoRecovery) live seconds to minutes on a 2-core machine shared by the test
+# workers: C1 alone and the serial collector spend less CPU than C2 compiler threads and parallel GC threads
+# would (tests/conftest.py applies it). Tests only: bench/ runs defaults. Measure CPU, not one file's wall
+# time alone: alone, the idle second core hides the compiler threads' cost.
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
