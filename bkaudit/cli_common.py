@@ -256,12 +256,16 @@ def fail(message: str, code: int = ExitCode.ERROR) -> NoReturn:
 
 # -- the spark-submit entry points (jobs/*.py): the CLI's settings, errors and exit codes --------------
 def job_settings(config_path: str | None, *, zk: str | None = None, root: str | None = None,
-                 warehouse: str | None = None, need_zk: bool = False) -> Any:
+                 warehouse: str | None = None, need_zk: bool = False, probe_zk: bool = False) -> Any:
     """A job's settings, resolved as the CLI resolves them (load_settings: file < environment < flags, the
-    [tables] storage options; with `need_zk`, a ZooKeeper the user named). The caller probes it with
-    require_zk inside run_job, so that a dead ZooKeeper is a failed run (the snapshot's metric says so)."""
+    [tables] storage options; with `need_zk`, a ZooKeeper the user named, and with `probe_zk` one that
+    answers: require_zk). Called inside run_job, so that a dead ZooKeeper is a failed run; the snapshot probes
+    in spark.commands.snapshot_job instead, where its failure metric is exported."""
     overrides = {"snapshot.warehouse": warehouse}
-    return load_settings(zk, None, root, config_path, need_zk=need_zk, probe_zk=False, **overrides)
+    settings = load_settings(zk, None, root, config_path, need_zk=need_zk, probe_zk=False, **overrides)
+    if probe_zk:
+        require_zk(settings)
+    return settings
 
 
 def run_job(work: Callable[[], int], *, on_failure: Callable[[], None] | None = None) -> int:

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bkaudit import config
     from bkaudit.audit.settings import CheckerSettings
-    from bkaudit.cli_common import job_settings, require_zk, run_job
+    from bkaudit.cli_common import job_settings, run_job
     from bkaudit.config import ZkSettings
     from bkaudit.job.publish import publish_run
     from bkaudit.zk.client import close, connect
@@ -43,9 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         settings = job_settings(args.config, zk=args.zk, root=args.root, warehouse=args.warehouse,
-                                need_zk=True)
+                                need_zk=True, probe_zk=True)
         warehouse = config.warehouse(settings)
-        require_zk(settings)
         conf = settings.get(CheckerSettings)
         zk_settings = settings.get(ZkSettings)
         placement = conf.publish_placement if args.publish_placement is None else args.publish_placement
