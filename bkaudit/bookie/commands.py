@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -36,14 +37,14 @@ def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: 
         data_dir: str, rack: str | None, readonly: bool, bookie_id: str | None, autorecovery: bool,
         no_listing: bool, events_path: str | None) -> None:
     """Run a bookie until SIGTERM (graceful: read-only, drain, deregister)."""
-    from bkaudit.bookie.server import BookieOptions
+    from bkaudit.bookie.server import BookieOptions, Services
     from bkaudit.bookie.server import run as run_bookie
 
     settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False)  # a service waits for ZK
     options = BookieOptions(data_dir=data_dir, port=port, bookie_id=bookie_id, rack=rack, readonly=readonly,
                             autorecovery=autorecovery, no_listing=no_listing, events_path=events_path)
     try:
-        sys.exit(run_bookie(settings, options))
+        sys.exit(run_bookie(settings, options, Services(autorecovery=_autorecovery, integrity=_integrity)))
     except BkAuditError as exc:
         fail(str(exc), exit_code_for(exc))
 
@@ -156,3 +157,17 @@ def parse_id_list(text: str) -> list[int]:
     if not ids:
         raise ValueError("no entry ids given")
     return ids
+
+
+# AutoRecovery and the data-integrity check sit a layer above the bookie, so the command composes them in;
+# imported when a bookie first needs them, not by every bookie process
+def _autorecovery(settings: Any, zk: Any, bookie_id: str) -> Any:
+    from bkaudit.autorecovery.service import start
+
+    return start(settings, zk, bookie_id)
+
+
+def _integrity(**kwargs: Any) -> Any:
+    from bkaudit.autorecovery.integrity import for_bookie
+
+    return for_bookie(**kwargs)

@@ -7,7 +7,6 @@ first so writers move away, drain what is in flight, stop serving, deregister, c
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import shutil
@@ -56,38 +55,28 @@ class BookieOptions:
     """JSON-lines audit trail of the data-integrity check (`--events`), as AutoRecovery's."""
 
 
-def autorecovery_entry() -> Callable[[Settings, Any, str], Any]:
-    """The AutoRecovery service to run inside the bookie (`--autorecovery`).
+@dataclass(frozen=True)
+class Services:
+    """What runs inside a bookie process but belongs to a higher layer, handed in by whoever composes the
+    process (`bkaudit bookie run`, bkaudit.bookie.commands): the bookie layer never imports AutoRecovery.
 
-    Contract for bkaudit.autorecovery: `service.start(settings, zk, bookie_id)` starts it and returns an
-    object whose `stop()` the bookie calls at shutdown. ClusterError until that entry point exists.
+    `autorecovery(settings, zk, bookie_id)` starts AutoRecovery (`--autorecovery`) and returns an object
+    whose `stop()` the bookie calls at shutdown. `integrity(settings=, storage=, zk=, bookie_id=, root=,
+    interval_s=, events_path=)` returns the data-integrity check (`[bookie] data_integrity_checking`):
+    `preboot(reason)` (run by the cookie check before stamping), `needed`, `start()`, `stop()`.
     """
-    try:
-        module = importlib.import_module("bkaudit.autorecovery.service")
-        start: Callable[[Settings, Any, str], Any] = module.start
-    except (ImportError, AttributeError):
-        raise ClusterError("--autorecovery is not available yet: bkaudit.autorecovery has no runnable "
-                           "service in this build; run the bookie without --autorecovery") from None
-    return start
 
-
-def integrity_entry() -> Callable[..., Any]:
-    """The data-integrity check (`[bookie] data_integrity_checking`): a repair service, with AutoRecovery.
-
-    Contract: `for_bookie(settings=, storage=, zk=, bookie_id=, root=, interval_s=, events_path=)` returns an
-    object with `preboot(reason)` (run by the cookie check before stamping), `needed`, `start()`, `stop()`.
-    """
-    module = importlib.import_module("bkaudit.autorecovery.integrity")
-    factory: Callable[..., Any] = module.for_bookie
-    return factory
+    autorecovery: Callable[[Settings, Any, str], Any] | None = None
+    integrity: Callable[..., Any] | None = None
 
 
 class BookieServer:
     """One bookie; usable in-process (tests) or through `run()` (the `bkaudit bookie run` process)."""
 
-    def __init__(self, settings: Settings, options: BookieOptions, *,
+    def __init__(self, settings: Settings, options: BookieOptions, *, services: Services = Services(),
                  disk_usage: DiskUsage | None = None) -> None:
         self.settings = settings
+        self.services = services
         self.conf = settings.get(BookieSettings)
         self.zk_settings = settings.get(ZkSettings)
         self.options = options
@@ -126,7 +115,14 @@ class BookieServer:
 
     def _start(self) -> None:
         conf = self.conf
-        autorecovery = autorecovery_entry() if self.options.autorecovery else None  # fail fast
+        autorecovery = self.services.autorecovery if self.options.autorecovery else None
+        integrity_factory = self.services.integrity if conf.data_integrity_checking else None
+        if self.options.autorecovery and autorecovery is None:  # fail fast, before the data directory
+            raise ClusterError("--autorecovery: this process was started without AutoRecovery to run (start "
+                               "the bookie with `bkaudit bookie run`)")
+        if conf.data_integrity_checking and integrity_factory is None:
+            raise ClusterError("[bookie] data_integrity_checking: this process was started without the check "
+                               "to run (start the bookie with `bkaudit bookie run`)")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         storage = self.storage = Storage(self.data_dir, max_batch=conf.group_commit_max_batch,
                                          max_pending=conf.max_pending_requests,
@@ -136,8 +132,8 @@ class BookieServer:
         self._closers.append(lambda: zkclient.close(zk))
         acl = zkclient.acls(self.zk_settings)
         integrity = None
-        if conf.data_integrity_checking:
-            integrity = self.integrity = integrity_entry()(
+        if integrity_factory is not None:
+            integrity = self.integrity = integrity_factory(
                 settings=self.settings, storage=storage, zk=zk, bookie_id=self.bookie_id, root=self.root,
                 interval_s=conf.data_integrity_interval_s, events_path=self.options.events_path)
         check_cookie(zk, self.bookie_id, self.data_dir, root=self.root, has_data=bool(storage.ledger_ids()),
@@ -319,12 +315,12 @@ class BookieServer:
         self._stop.wait()
 
 
-def run(settings: Settings, options: BookieOptions) -> int:
+def run(settings: Settings, options: BookieOptions, services: Services = Services()) -> int:
     """Process entry: serve until SIGTERM / SIGINT, then stop gracefully; returns the exit code."""
     logging.basicConfig(level=os.environ.get("BKAUDIT_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
-    server = BookieServer(settings, options)
+    server = BookieServer(settings, options, services=services)
     requested = threading.Event()
     # bounded whatever ZooKeeper's state: the drain, then STOP_GRACE_S for the rest (bkaudit.shutdown)
     watchdog = StopWatchdog(server.conf.drain_timeout_s + STOP_GRACE_S, f"bookie {server.bookie_id}")

@@ -208,13 +208,7 @@ def test_bookie_refuses_uninitialised_cluster(zk_server, tmp_path) -> None:  # t
     assert "bkaudit cluster init" in done.stderr
 
 
-def test_autorecovery_runs_inside_the_bookie(cluster_factory, zk_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    if importlib.util.find_spec("bkaudit.autorecovery.service") is None:
-        done = _run_bookie(zk_server, tmp_path, "--autorecovery")
-        assert done.returncode == 1 and "not available yet" in done.stderr
-        return
+def test_autorecovery_runs_inside_the_bookie(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(bookies=1, racks=1, bookie_args=["--autorecovery"])
     b = cluster.bookies[0]
     zk = cluster.zk_client()

@@ -85,9 +85,15 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
-    """Every bkaudit module `module` imports, wherever the import statement is."""
+    """Every bkaudit module `module` imports, wherever the import statement is, and every one it names to
+    `importlib.import_module` (a back door the import statements would not show)."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "import_module" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                and node.args[0].value.startswith("bkaudit")):
+            yield node.args[0].value
+        elif isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.startswith("bkaudit"))
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -169,14 +175,17 @@ def test_no_cycle_between_units() -> None:
 
 
 def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
-    """The checker itself: an import inside a function counts, and relative imports resolve."""
+    """The checker itself: an import inside a function counts, relative imports resolve, and a module named to
+    importlib.import_module is an import too (the bookie once reached AutoRecovery so)."""
     known = {"bkaudit.zk.client", "bkaudit.zk.paths", "bkaudit.config", "bkaudit.zk"}
     source = tmp_path / "ledgers.py"
     source.write_text(
         "from . import paths\n"
         "def f():\n    from bkaudit import config\n    import bkaudit.zk.client\n"
+        "def g():\n    return importlib.import_module('bkaudit.autorecovery.service')\n"
     )
     assert sorted(_imports("bkaudit.zk.ledgers", source, known)) == [
+        "bkaudit.autorecovery.service",
         "bkaudit.config",
         "bkaudit.zk.client",
         "bkaudit.zk.paths",
