@@ -180,23 +180,26 @@ def _ok(results: list[Any]) -> None:
 # -- (a) the Spark checker -----------------------------------------------------------------------------------
 
 
-def settings_for(cluster: Any, warehouse: str, root: str | None = None) -> Any:
-    """Every key at its default (zk.connect, zk.root and the warehouse aside)."""
+def settings_for(cluster: Any, warehouse: str, root: str | None = None,
+                 overrides: dict[str, Any] | None = None) -> Any:
+    """Every key at its default (zk.connect, zk.root and the warehouse aside, and `overrides`, which a row
+    that changes a setting names)."""
     import bkaudit.audit.settings
     import bkaudit.spark.settings  # noqa: F401
     from bkaudit import config
 
-    overrides: dict[str, Any] = {
+    keys: dict[str, Any] = {
         "zk.connect": cluster.zk,
         "zk.root": root or cluster.root,
         "snapshot.warehouse": warehouse,
+        **(overrides or {}),
     }
-    return config.load(environ={}, overrides=overrides)
+    return config.load(environ={}, overrides=keys)
 
 
-def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
+def spark_side(zk: str, root: str, warehouse: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """(a), in a fresh process (bench/harness.py): a new Spark session (timed apart), then what
-    `bkaudit check --fresh` runs: a snapshot and the check over it, at default settings."""
+    `bkaudit check --fresh` runs: a snapshot and the check over it, at default settings (but `overrides`)."""
     from types import SimpleNamespace
 
     from bkaudit.spark.checker import CheckOptions, run_check
@@ -207,13 +210,14 @@ def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
     spark = get_session("local[2]", app_name="bkaudit-bench-checker")
     spark.range(1).count()
     session_s = time.perf_counter() - t0
-    settings = settings_for(SimpleNamespace(zk=zk, root=root), warehouse)
+    settings = settings_for(SimpleNamespace(zk=zk, root=root), warehouse, overrides=overrides)
     wall0, t0 = time.time(), time.perf_counter()
     snap = run_snapshot(spark, settings, warehouse=warehouse)
     snapshot_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = run_check(spark, settings, CheckOptions(warehouse=warehouse, snapshot_id=snap.snapshot_id))
     check_s = time.perf_counter() - t0
+    done_at = time.time()
     spark.stop()
     return {
         "seconds": snapshot_s + check_s,
@@ -223,11 +227,14 @@ def spark_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
         "ledgers": result.ledgers_checked,
         "found": _found_json(spark_found(result)),
         "violations": [(v.ledger_id, v.category, v.detail.get("evidence")) for v in result.violations],
+        "bookies_missing": [(v.ledger_id, list(v.detail.get("bookies_missing_entries", ())))
+                            for v in result.violations if v.category in DURABILITY],
         "evidence": sorted({b.evidence for b in result.bookies}),
         "phases": result.phase_seconds,
         "snapshot_steps": snap.timings,
         "calls": sum(b.calls for b in result.bookies),
         "window": [wall0, wall0 + snapshot_s + check_s],  # the work on the wall clock, for bench/monitor.py
+        "done_at": done_at,
     }
 
 
@@ -259,11 +266,7 @@ def restart_bookies(cluster: Any) -> float:
     """Restart every bookie (untimed): each run starts on cold bookies, no side inherits the listing cache
     the run before it filled. Returns seconds."""
     t0 = time.perf_counter()
-    for b in cluster.bookies:  # one at a time: LocalCluster's state file is not thread-safe
-        cluster.stop_bookie(b.id)
-    for b in cluster.bookies:
-        cluster.start_bookie(b.id, wait=False)
-    _wait_registered(cluster)
+    cluster.restart_bookies()
     return time.perf_counter() - t0
 
 

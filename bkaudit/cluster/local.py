@@ -249,6 +249,12 @@ class LocalCluster:
             raise ClusterError(f"bookie {bookie_id} is already running (pid {b.pid})")
         self._start_many([b], wait=wait)
 
+    def restart_bookies(self, *, timeout_s: float = 20) -> None:
+        """Every bookie stopped gracefully (in parallel) and started again, back when all are registered: cold
+        caches for the next measurement, without paying each bookie's shutdown one after another."""
+        self._signal_and_wait([b for b in self.bookies if self._alive(b)], signal.SIGTERM, timeout_s)
+        self._start_many(list(self.bookies))
+
     def add_bookie(self, *, rack: str | None = None, listing: bool = True, kind: str = "bkaudit",
                    storage: str = "") -> BookieInfo:
         b = self._new_bookie(len(self.bookies), rack, listing=listing, kind=kind, storage=storage)

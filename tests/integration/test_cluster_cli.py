@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from bkaudit.cli import cli
+from bkaudit.cluster.local import LocalCluster
 from bkaudit.zk import paths
 from tests.helpers import unique_path
 
@@ -59,6 +60,15 @@ def test_local_cluster_lifecycle_through_the_cli(tmp_path: Path) -> None:
         invoke("bookie", "start", "--dir", d, "--bookie", first)
         listed = json.loads(invoke("bookie", "list", "--dir", d, "--json"))
         assert {r["id"]: r["state"] for r in listed} == {b["id"]: "writable" for b in state["bookies"]}
+
+        # restart_bookies (the benchmarks' cold start between runs): new processes, every one registered again
+        cluster = LocalCluster.load(d)
+        before = {b.id: b.pid for b in cluster.bookies}
+        cluster.restart_bookies()
+        after = {b["id"]: (b["pid"], b["state"], b["alive"]) for b in cluster.status()["bookies"]}
+        assert set(after) == set(before)
+        assert all(pid != before[i] and state == "writable" and alive
+                   for i, (pid, state, alive) in after.items())
 
         refused = CliRunner().invoke(cli, ["bookie", "format", "--dir", d, "--bookie", first])
         assert refused.exit_code != 0 and "running" in refused.output
