@@ -10,7 +10,12 @@
  *   close   {ledger}
  *   read    {ledger, digest, password, recovery}  open (with recovery or not), read 0..LAC, check each payload
  *   lac     {ledger, digest, password}         readLastAddConfirmed through a no-recovery handle
- *   bulk    {count, ensemble, wq, aq, digest, password, entries, size, open_every, inflight, metadata}
+ *   bulk    {count, ensemble, wq, aq, digest, password, entries, size, open_every, inflight, metadata, describe}
+ *           {closed: [id], open: [id], ledgers: [as create answers] when describe}: `count` ledgers written at
+ *           once (at most `inflight` in flight), every `open_every`-th left open in this process
+ *   extend  {entries, size, keep_open_every, inflight}  {ledgers: [as create answers]}: `entries` more on every
+ *           ledger this process holds open, then closed but every `keep_open_every`-th (a bookie stopped
+ *           meanwhile is replaced by the client: a new segment, as in production)
  *   list    {bookie, ledger, timeout_ms, upto} BookKeeperAdmin.asyncGetListOfEntriesOfLedger (ids 0..upto)
  *   delete  {ledger}
  * The under-replication queue through BookKeeper's own ZkLedgerUnderreplicationManager (what its Auditor and
@@ -25,11 +30,32 @@
  *                         each fragment (0: the first and last entry each bookie stores), as Java sees holes
  *   auditor   {}          {auditor: bookie id or null}: BookKeeperAdmin.getCurrentAuditor, what `shell
  *                         whoisauditor` prints, without a JVM per question
+ *   readbookie {bookie, reads: [[ledger, entry]]}  {failed: [[ledger, entry, rc]]}: each entry read from that
+ *                         one bookie through BookieClientImpl, as `shell readledger --bookieid` does (only the
+ *                         reads that did not answer OK are listed)
+ *   loadadd   {ledgers, entries, size, ensemble, wq, aq, inflight}  {ledgers: [id], ops, seconds}: `ledgers`
+ *                         ledgers created (untimed), then `entries` appends to each, at most `inflight` adds
+ *                         outstanding over all of them, timed from the first add to the last acknowledgement
+ *                         (AQ), then closed (untimed)
+ *   loadread  {ledgers: [id], batch, inflight, digest, password}  {ops, seconds}: every entry read back
+ *                         through no-recovery handles, `batch` entries a readAsync, `inflight` reads outstanding
+ *   loadlist  {ledgers: [id], inflight}  {ops, seconds}: GetListOfEntriesOfLedger of every ledger from every
+ *                         bookie of its ensembles (BookKeeperAdmin), `inflight` outstanding
+ *   urlist    {}          {ledgers: {id: [bookie id]}}: listLedgersToRereplicate(null), every marker and its
+ *                         missing replicas, as BookKeeper's own `listunderreplicated` walks them
  *   quit
  * Every answer is {"ok": true, ...} or {"ok": false, "error": "...", "code": BKException code or null}.
  *
+ * Auditor mode: `BkDriver auditor --conf bk_server.conf --id BOOKIE_ID` runs BookKeeper's own Auditor
+ * (`new Auditor(id, conf, NullStatsLogger)`, then `start()`: the object AuditorElector starts once elected) with
+ * that configuration's check intervals, until stdin closes; its log lines (Starting/Completed checkAllLedgers,
+ * ReplicasCheck) go to stderr. No ReplicationWorker beside it (AutoRecoveryMain's other half), so what the
+ * Auditor marks stays marked: a benchmark measures the checks, not a repair between two runs.
+ *
  * Damage mode (a stopped bookie's files, through BookKeeper's own storage formats):
- *   BkDriver damage --storage db|interleaved --ledger-dir DIR/current --ledger L (--entries 1,2,3 | --forget)
+ *   BkDriver damage --storage db|interleaved --ledger-dir DIR/current (--ledger L (--entries 1,2,3 | --forget)
+ *                   | --plan FILE)
+ * A plan is one ledger a line, `L forget` or `L 1,2,3`, applied in one process (one RocksDB open).
  * db: deletes the (ledger, entry) keys from DbLedgerStorage's RocksDB "locations" index (16 bytes, big-endian,
  * LongPairWrapper), or with --forget every key of the ledger and its "ledgers" record (LedgerMetadataIndex);
  * interleaved (also SortedLedgerStorage): zeroes the 8-byte entry offsets in the ledger's index file
@@ -89,6 +115,7 @@ public final class BkDriver {
     private final Map<Long, LedgerHandle> open = new ConcurrentHashMap<>();
     private BookKeeperAdmin admin;
     private LedgerUnderreplicationManager underreplication;
+    private org.apache.bookkeeper.proto.BookieClient bookieClient;
 
     private BkDriver(ClientConfiguration conf) throws Exception {
         this.conf = conf;
@@ -103,6 +130,10 @@ public final class BkDriver {
         Map<String, List<String>> opts = parse(args);
         if (args[0].equals("damage")) {
             damage(opts);
+            return;
+        }
+        if (args[0].equals("auditor")) {
+            auditorMode(opts);
             return;
         }
         if (!args[0].equals("client")) {
@@ -172,6 +203,9 @@ public final class BkDriver {
             if (underreplication != null) {
                 underreplication.close();
             }
+            if (bookieClient != null) {
+                bookieClient.close();
+            }
             bk.close();
         } catch (Exception ignored) {
             // shutting down
@@ -192,6 +226,18 @@ public final class BkDriver {
                 return lac(cmd);
             case "bulk":
                 return bulk(cmd);
+            case "extend":
+                return extend(cmd);
+            case "urlist":
+                return urlist();
+            case "readbookie":
+                return readBookie(cmd);
+            case "loadadd":
+                return loadAdd(cmd);
+            case "loadread":
+                return loadRead(cmd);
+            case "loadlist":
+                return loadList(cmd);
             case "list":
                 return list(cmd);
             case "urmark":
@@ -341,6 +387,8 @@ public final class BkDriver {
         List<CompletableFuture<Long>> done = new ArrayList<>();
         ArrayNode closed = JSON.createArrayNode();
         ArrayNode left = JSON.createArrayNode();
+        boolean describe = cmd.path("describe").asBoolean(false);
+        Map<Long, ObjectNode> described = new ConcurrentHashMap<>();
         for (int n = 0; n < count && failure.get() == null; n++) {
             boolean leaveOpen = openEvery > 0 && n % openEvery == openEvery - 1;
             inflight.acquire();
@@ -360,12 +408,18 @@ public final class BkDriver {
                                 one.completeExceptionally(t);
                             } else if (leaveOpen) {
                                 open.put(lh.getId(), lh);
+                                if (describe) {
+                                    described.put(lh.getId(), describe(lh));
+                                }
                                 one.complete(-lh.getId() - 1);
                             } else {
                                 lh.closeAsync().whenComplete((v2, t2) -> {
                                     if (t2 != null) {
                                         one.completeExceptionally(t2);
                                     } else {
+                                        if (describe) {
+                                            described.put(lh.getId(), describe(lh));
+                                        }
                                         one.complete(lh.getId());
                                     }
                                 });
@@ -391,6 +445,232 @@ public final class BkDriver {
         ObjectNode out = JSON.createObjectNode();
         out.set("closed", closed);
         out.set("open", left);
+        if (describe) {
+            ArrayNode all = JSON.createArrayNode();
+            described.values().forEach(all::add);
+            out.set("ledgers", all);
+        }
+        return out;
+    }
+
+    private ObjectNode extend(JsonNode cmd) throws Exception {
+        int entries = cmd.path("entries").asInt(1);
+        int size = cmd.path("size").asInt(64);
+        int keepEvery = cmd.path("keep_open_every").asInt(0);
+        Semaphore inflight = new Semaphore(cmd.path("inflight").asInt(64));
+        List<LedgerHandle> handles = new ArrayList<>(open.values());
+        handles.sort((a, b) -> Long.compare(a.getId(), b.getId()));
+        Map<Long, ObjectNode> described = new ConcurrentHashMap<>();
+        List<CompletableFuture<Void>> done = new ArrayList<>();
+        for (int n = 0; n < handles.size(); n++) {
+            LedgerHandle lh = handles.get(n);
+            boolean keep = keepEvery > 0 && n % keepEvery == keepEvery - 1;
+            inflight.acquire();
+            List<CompletableFuture<Long>> adds = new ArrayList<>();
+            long next = lh.getLastAddPushed() + 1;
+            for (int e = 0; e < entries; e++) {
+                adds.add(lh.appendAsync(payload(lh.getId(), next + e, size)));
+            }
+            CompletableFuture<Void> one = CompletableFuture.allOf(adds.toArray(new CompletableFuture[0]))
+                    .thenCompose(v -> keep ? CompletableFuture.completedFuture((Void) null) : lh.closeAsync())
+                    .thenRun(() -> {
+                        if (!keep) {
+                            open.remove(lh.getId());
+                        }
+                        described.put(lh.getId(), describe(lh));
+                    });
+            one.whenComplete((v, t) -> inflight.release());
+            done.add(one);
+        }
+        for (CompletableFuture<Void> f : done) {
+            f.get(600, TimeUnit.SECONDS);
+        }
+        ArrayNode all = JSON.createArrayNode();
+        described.values().forEach(all::add);
+        ObjectNode out = JSON.createObjectNode();
+        out.set("ledgers", all);
+        return out;
+    }
+
+    private ObjectNode loadAdd(JsonNode cmd) throws Exception {
+        int count = cmd.path("ledgers").asInt(1);
+        int entries = cmd.path("entries").asInt(1);
+        int size = cmd.path("size").asInt(1024);
+        Semaphore inflight = new Semaphore(cmd.path("inflight").asInt(1000));
+        List<LedgerHandle> handles = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            handles.add(bk.createLedger(cmd.path("ensemble").asInt(3), cmd.path("wq").asInt(3),
+                    cmd.path("aq").asInt(2), digest(cmd), password(cmd)));
+        }
+        byte[][] bodies = new byte[count][];
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        List<CompletableFuture<Long>> done = new ArrayList<>(count * entries);
+        long t0 = System.nanoTime();
+        for (int e = 0; e < entries && failure.get() == null; e++) {
+            for (int i = 0; i < count; i++) {
+                LedgerHandle lh = handles.get(i);
+                inflight.acquire();
+                CompletableFuture<Long> one = lh.appendAsync(payload(lh.getId(), e, size));
+                one.whenComplete((v, t) -> {
+                    inflight.release();
+                    if (t != null) {
+                        failure.compareAndSet(null, t);
+                    }
+                });
+                done.add(one);
+            }
+        }
+        for (CompletableFuture<Long> f : done) {
+            f.get(600, TimeUnit.SECONDS);
+        }
+        double seconds = (System.nanoTime() - t0) / 1e9;
+        ArrayNode ids = JSON.createArrayNode();
+        for (LedgerHandle lh : handles) {
+            lh.close();
+            ids.add(lh.getId());
+        }
+        ObjectNode out = JSON.createObjectNode();
+        out.set("ledgers", ids);
+        out.put("ops", done.size());
+        out.put("seconds", seconds);
+        return out;
+    }
+
+    private ObjectNode loadRead(JsonNode cmd) throws Exception {
+        int batch = cmd.path("batch").asInt(100);
+        Semaphore inflight = new Semaphore(cmd.path("inflight").asInt(16));
+        List<LedgerHandle> handles = new ArrayList<>();
+        for (JsonNode id : cmd.path("ledgers")) {
+            handles.add(bk.openLedgerNoRecovery(id.asLong(), digest(cmd), password(cmd)));
+        }
+        java.util.concurrent.atomic.AtomicLong read = new java.util.concurrent.atomic.AtomicLong();
+        List<CompletableFuture<?>> done = new ArrayList<>();
+        long t0 = System.nanoTime();
+        for (LedgerHandle lh : handles) {
+            for (long first = 0; first <= lh.getLastAddConfirmed(); first += batch) {
+                long last = Math.min(lh.getLastAddConfirmed(), first + batch - 1);
+                inflight.acquire();
+                CompletableFuture<?> one = lh.readAsync(first, last).whenComplete((entries, t) -> {
+                    inflight.release();
+                    if (entries != null) {
+                        for (org.apache.bookkeeper.client.api.LedgerEntry e : entries) {
+                            read.incrementAndGet();
+                        }
+                        entries.close();
+                    }
+                });
+                done.add(one);
+            }
+        }
+        for (CompletableFuture<?> f : done) {
+            f.get(600, TimeUnit.SECONDS);
+        }
+        double seconds = (System.nanoTime() - t0) / 1e9;
+        for (LedgerHandle lh : handles) {
+            lh.close();
+        }
+        ObjectNode out = JSON.createObjectNode();
+        out.put("ops", read.get());
+        out.put("seconds", seconds);
+        return out;
+    }
+
+    private ObjectNode loadList(JsonNode cmd) throws Exception {
+        admin();
+        Semaphore inflight = new Semaphore(cmd.path("inflight").asInt(100));
+        List<long[]> pairs = new ArrayList<>();
+        List<BookieId> bookies = new ArrayList<>();
+        for (JsonNode id : cmd.path("ledgers")) {
+            long ledger = id.asLong();
+            java.util.Set<BookieId> named =
+                    new java.util.TreeSet<>(java.util.Comparator.comparing(BookieId::toString));
+            bk.getLedgerManager().readLedgerMetadata(ledger).get().getValue().getAllEnsembles().values()
+                    .forEach(named::addAll);
+            for (BookieId b : named) {
+                pairs.add(new long[] {ledger, bookies.size()});
+                bookies.add(b);
+            }
+        }
+        List<CompletableFuture<AvailabilityOfEntriesOfLedger>> done = new ArrayList<>();
+        long t0 = System.nanoTime();
+        for (long[] pair : pairs) {
+            inflight.acquire();
+            CompletableFuture<AvailabilityOfEntriesOfLedger> one =
+                    admin.asyncGetListOfEntriesOfLedger(bookies.get((int) pair[1]), pair[0]);
+            one.whenComplete((v, t) -> inflight.release());
+            done.add(one);
+        }
+        for (CompletableFuture<AvailabilityOfEntriesOfLedger> f : done) {
+            f.get(600, TimeUnit.SECONDS);
+        }
+        double seconds = (System.nanoTime() - t0) / 1e9;
+        ObjectNode out = JSON.createObjectNode();
+        out.put("ops", done.size());
+        out.put("seconds", seconds);
+        return out;
+    }
+
+    private synchronized org.apache.bookkeeper.proto.BookieClient bookieClient() throws Exception {
+        if (bookieClient == null) {
+            bookieClient = new org.apache.bookkeeper.proto.BookieClientImpl(conf,
+                    new io.netty.channel.nio.NioEventLoopGroup(),
+                    io.netty.buffer.UnpooledByteBufAllocator.DEFAULT,
+                    org.apache.bookkeeper.common.util.OrderedExecutor.newBuilder().numThreads(1)
+                            .name("BkDriverBookieClient").build(),
+                    java.util.concurrent.Executors.newSingleThreadScheduledExecutor(),
+                    org.apache.bookkeeper.stats.NullStatsLogger.INSTANCE, admin().getBookieAddressResolver());
+        }
+        return bookieClient;
+    }
+
+    private ObjectNode readBookie(JsonNode cmd) throws Exception {
+        BookieId bookie = BookieId.parse(cmd.path("bookie").asText());
+        org.apache.bookkeeper.proto.BookieClient client = bookieClient();
+        Semaphore inflight = new Semaphore(cmd.path("inflight").asInt(100));
+        List<CompletableFuture<long[]>> done = new ArrayList<>();
+        for (JsonNode read : cmd.path("reads")) {
+            long ledger = read.get(0).asLong();
+            long entry = read.get(1).asLong();
+            inflight.acquire();
+            CompletableFuture<long[]> one = new CompletableFuture<>();
+            client.readEntry(bookie, ledger, entry, (rc, l, e, buffer, ctx) -> {
+                inflight.release();
+                one.complete(new long[] {ledger, entry, rc});
+            }, null, org.apache.bookkeeper.proto.BookieProtocol.FLAG_NONE);
+            done.add(one);
+        }
+        ArrayNode failed = JSON.createArrayNode();
+        for (CompletableFuture<long[]> f : done) {
+            long[] r = f.get(120, TimeUnit.SECONDS);
+            if (r[2] != BKException.Code.OK) {
+                ArrayNode one = JSON.createArrayNode();
+                one.add(r[0]);
+                one.add(r[1]);
+                one.add(r[2]);
+                failed.add(one);
+            }
+        }
+        ObjectNode out = JSON.createObjectNode();
+        out.set("failed", failed);
+        return out;
+    }
+
+    private ObjectNode urlist() throws Exception {
+        synchronized (this) {
+            if (underreplication == null) {
+                underreplication = bk.getLedgerManagerFactory().newLedgerUnderreplicationManager();
+            }
+        }
+        ObjectNode ledgers = JSON.createObjectNode();
+        Iterator<UnderreplicatedLedger> it = underreplication.listLedgersToRereplicate(null);
+        while (it.hasNext()) {
+            UnderreplicatedLedger u = it.next();
+            ArrayNode ids = JSON.createArrayNode();
+            u.getReplicaList().forEach(ids::add);
+            ledgers.set(String.valueOf(u.getLedgerId()), ids);
+        }
+        ObjectNode out = JSON.createObjectNode();
+        out.set("ledgers", ledgers);
         return out;
     }
 
@@ -531,24 +811,43 @@ public final class BkDriver {
     private static void damage(Map<String, List<String>> opts) throws Exception {
         String storage = one(opts, "storage");
         File dir = new File(one(opts, "ledger-dir"));
-        long ledger = Long.parseLong(one(opts, "ledger"));
-        boolean forget = opts.containsKey("forget");
-        List<Long> entries = new ArrayList<>();
-        for (String s : opts.getOrDefault("entries", List.of())) {
-            for (String p : s.split(",")) {
-                if (!p.isBlank()) {
-                    entries.add(Long.parseLong(p.trim()));
+        // ledger -> entries to lose; null: forget the whole ledger
+        Map<Long, List<Long>> plan = new java.util.LinkedHashMap<>();
+        if (opts.containsKey("plan")) {
+            for (String line : java.nio.file.Files.readAllLines(new File(one(opts, "plan")).toPath())) {
+                String[] parts = line.trim().split("\\s+");
+                if (parts.length != 2) {
+                    continue;
                 }
+                plan.put(Long.parseLong(parts[0]), parts[1].equals("forget") ? null : ids(parts[1]));
             }
+        } else {
+            List<Long> entries = new ArrayList<>();
+            for (String s : opts.getOrDefault("entries", List.of())) {
+                entries.addAll(ids(s));
+            }
+            plan.put(Long.parseLong(one(opts, "ledger")), opts.containsKey("forget") ? null : entries);
         }
         if (storage.equals("db")) {
-            damageDb(dir, ledger, entries, forget);
+            damageDb(dir, plan);
         } else if (storage.equals("interleaved") || storage.equals("sorted")) {
-            damageIndex(dir, ledger, entries, forget);
+            for (Map.Entry<Long, List<Long>> e : plan.entrySet()) {
+                damageIndex(dir, e.getKey(), e.getValue() == null ? List.of() : e.getValue(), e.getValue() == null);
+            }
         } else {
             throw new IllegalArgumentException("storage must be db or interleaved, not " + storage);
         }
         System.out.println("{\"ok\":true}");
+    }
+
+    private static List<Long> ids(String csv) {
+        List<Long> out = new ArrayList<>();
+        for (String p : csv.split(",")) {
+            if (!p.isBlank()) {
+                out.add(Long.parseLong(p.trim()));
+            }
+        }
+        return out;
     }
 
     private static byte[] longs(long... values) {
@@ -559,42 +858,54 @@ public final class BkDriver {
         return b.array();
     }
 
-    private static void damageDb(File dir, long ledger, List<Long> entries, boolean forget) throws Exception {
+    private static void damageDb(File dir, Map<Long, List<Long>> plan) throws Exception {
         ServerConfiguration conf = new ServerConfiguration();
         KeyValueStorage locations = new KeyValueStorageRocksDB(dir.getPath(), "locations",
                 DbConfigType.EntryLocation, conf);
         try {
-            if (forget) {
-                List<byte[]> keys = new ArrayList<>();
-                try (KeyValueStorage.CloseableIterator<byte[]> it =
-                        locations.keys(longs(ledger, 0), longs(ledger, Long.MAX_VALUE))) {
-                    while (it.hasNext()) {
-                        keys.add(it.next());
-                    }
-                }
-                for (byte[] key : keys) {
-                    locations.delete(key);
-                }
-            }
-            for (long e : entries) {
-                if (locations.get(longs(ledger, e)) == null) {
-                    throw new IllegalStateException("entry " + ledger + ":" + e + " is not in the index");
-                }
-                locations.delete(longs(ledger, e));
+            for (Map.Entry<Long, List<Long>> one : plan.entrySet()) {
+                forgetOrLose(locations, one.getKey(), one.getValue() == null ? List.of() : one.getValue(),
+                        one.getValue() == null);
             }
             locations.sync();
         } finally {
             locations.close();
         }
-        if (forget) {
+        if (plan.containsValue(null)) {
             KeyValueStorage ledgers = new KeyValueStorageRocksDB(dir.getPath(), "ledgers",
                     DbConfigType.LedgerMetadata, conf);
             try {
-                ledgers.delete(longs(ledger));
+                for (Map.Entry<Long, List<Long>> one : plan.entrySet()) {
+                    if (one.getValue() == null) {
+                        ledgers.delete(longs(one.getKey()));
+                    }
+                }
                 ledgers.sync();
             } finally {
                 ledgers.close();
             }
+        }
+    }
+
+    private static void forgetOrLose(KeyValueStorage locations, long ledger, List<Long> entries, boolean forget)
+            throws Exception {
+        if (forget) {
+            List<byte[]> keys = new ArrayList<>();
+            try (KeyValueStorage.CloseableIterator<byte[]> it =
+                    locations.keys(longs(ledger, 0), longs(ledger, Long.MAX_VALUE))) {
+                while (it.hasNext()) {
+                    keys.add(it.next());
+                }
+            }
+            for (byte[] key : keys) {
+                locations.delete(key);
+            }
+        }
+        for (long e : entries) {
+            if (locations.get(longs(ledger, e)) == null) {
+                throw new IllegalStateException("entry " + ledger + ":" + e + " is not in the index");
+            }
+            locations.delete(longs(ledger, e));
         }
     }
 
@@ -626,6 +937,23 @@ public final class BkDriver {
             }
             f.getFD().sync();
         }
+    }
+
+    // -- BookKeeper's Auditor alone ------------------------------------------------------------------------------
+
+    private static void auditorMode(Map<String, List<String>> opts) throws Exception {
+        ServerConfiguration conf = new ServerConfiguration();
+        conf.loadConf(new File(one(opts, "conf")).toURI().toURL());
+        org.apache.bookkeeper.replication.Auditor auditor = new org.apache.bookkeeper.replication.Auditor(
+                one(opts, "id"), conf, org.apache.bookkeeper.stats.NullStatsLogger.INSTANCE);
+        auditor.start();
+        System.out.println("{\"ok\":true,\"ready\":true}");
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        while (in.readLine() != null) {
+            // the Auditor runs on its own executor; a line changes nothing, end of input stops it
+        }
+        auditor.shutdown();
+        System.exit(0);
     }
 
     // -- arguments ---------------------------------------------------------------------------------------------
