@@ -5,7 +5,9 @@ Every benchmark in bench/ that compares bkaudit with a baseline runs its sides t
 - each run of each side is a FRESH Python process (`python bench/harness.py --call module:function ...`), so
   nothing is warmed by an earlier run in the same process (JVM, Spark session, Python imports, caches);
 - two times per run: `wall_s`, spawn to exit as the parent sees it (start-up included: interpreter, imports,
-  Spark session), and `seconds`, the work alone as the side timed it inside its process (no start-up);
+  Spark session), and `seconds`, the work alone as the side timed it inside its process (no start-up); a side
+  that also returns `done_at` (wall clock when its answer was known) gets `to_result_s`, spawn to answer,
+  which leaves out what it does after (stopping a Spark session or a JVM);
 - sides alternate: A B, B A, A B, ... (`alternation`), so machine load drifts over both alike;
 - `runs` runs of each side (default 3); each measure is reported as median with min and max (`Spread`);
 - a ratio is median / median (`ratio`), never best of one side against one run of the other;
@@ -131,6 +133,7 @@ def run_fresh(side: Side, *, timeout_s: float = 3600.0) -> dict[str, Any]:
         ]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+        spawned_at = time.time()
         t0 = time.perf_counter()
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
         wall = time.perf_counter() - t0
@@ -140,6 +143,8 @@ def run_fresh(side: Side, *, timeout_s: float = 3600.0) -> dict[str, Any]:
             )
         result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     result["wall_s"] = wall
+    if "done_at" in result:
+        result["to_result_s"] = float(result["done_at"]) - spawned_at
     return result
 
 
