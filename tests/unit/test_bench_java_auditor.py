@@ -58,4 +58,3 @@ def test_the_ledger_mix_adds_up_to_the_ledgers_asked_for() -> None:
     for n in (100, 10_000, 100_003):
         assert sum(count for _, _, count in ja.shares(n)) == n
     assert {entries for _, entries, _ in ja.shares(10_000)} == {5, 20, 100, 1000}
-    assert ja.runs([5, 1, 2, 3, 9]) == [(1, 3), (5, 5), (9, 9)]
