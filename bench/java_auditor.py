@@ -22,8 +22,9 @@ Both sides are BookKeeper's or bkaudit's real code; nothing here models either o
 3. Holes on one bookie (stopped cleanly, through BookKeeper's own storage formats: `damage_many`, the
    index file's entry offsets for SortedLedgerStorage, DbLedgerStorage's RocksDB location index) in 1 % of
    the closed ledgers it holds: a fifth lose the whole ledger, the others a run of 1-5 of the entries it
-   stores in one segment (`--check replicas`) or its first or last entry of a segment (`--check all`: the
-   entries a verification percentage of 0 reads, so both percentages see every hole). Open ledgers keep their
+   stores in one segment (`--check replicas`) or its first entry of the ledger (`--check all`: an entry a
+   verification percentage of 0 reads, and one DbLedgerStorage's read-ahead cannot serve after the damage,
+   `plan_holes`). Open ledgers keep their
    entries: Java's replicasCheck skips them (AuditorReplicasCheckTask: "is not yet closed").
    Ground truth is the injected holes and the Java client's ensembles (RoundRobinDistributionSchedule: entry
    e on ensemble indexes (e + i) mod E, i < WQ), never bkaudit's code.
@@ -195,7 +196,7 @@ def write_ledgers(cluster: Any, n: int) -> tuple[dict[int, Ledger], Lost]:
             raise RuntimeError(f"{len(unplanned)} ledgers changed ensembles while written (client timeouts), "
                                f"e.g. {unplanned[:5]}; write with fewer adds in flight")
         stopped = cluster.bookies[1].id
-        cluster.stop_bookie(stopped)
+        cluster.stop_bookie(stopped, timeout_s=STOP_TIMEOUT_S)
         answer = client.call("extend", entries=EXTEND_ENTRIES, size=ENTRY_BYTES,
                              keep_open_every=KEEP_OPEN_EVERY, inflight=200, timeout_s=3600)
         lost: Lost = {}
@@ -217,7 +218,12 @@ Holes = dict[int, tuple[int, ...] | None]  # ledger -> entries lost on the victi
 
 def plan_holes(ledgers: dict[int, Ledger], victim: str, check: str,
                rng: random.Random) -> dict[int, list[int]]:
-    """Which closed ledgers lose what on `victim`: ledger -> the entries it no longer has (module step 3)."""
+    """Which closed ledgers lose what on `victim`: ledger -> the entries it no longer has (module step 3).
+
+    For reads (`all`, DbLedgerStorage) a hole is the victim's whole ledger or its first entry of the ledger:
+    DbLedgerStorage's read-ahead fills its cache from the entry log past a read entry, where the entries the
+    damage removed from the location index still are, so once an earlier entry of the ledger was read from
+    the bookie a later "lost" one is served anyway (measured: 13 of 98 last-entry holes at 10,000 ledgers)."""
     candidates = sorted(lid for lid, led in ledgers.items() if led.closed and led.stored_on(victim))
     k = max(1, round(HOLED_SHARE * sum(led.closed for led in ledgers.values())))
     out: dict[int, list[int]] = {}
@@ -231,8 +237,8 @@ def plan_holes(ledgers: dict[int, Ledger], victim: str, check: str,
             length = rng.randint(1, min(5, len(mine)))
             start = rng.randrange(len(mine) - length + 1)
             out[lid] = mine[start:start + length]
-        else:
-            out[lid] = [rng.choice((mine[0], mine[-1]))]
+        else:  # the ledger's first entry on the victim: what reads can see (`plan_holes`)
+            out[lid] = [stored[min(stored)][0]]
     return out
 
 

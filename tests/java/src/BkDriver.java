@@ -446,11 +446,15 @@ public final class BkDriver {
         out.set("closed", closed);
         out.set("open", left);
         if (describe) {
-            ArrayNode all = JSON.createArrayNode();
-            described.values().forEach(all::add);
-            out.set("ledgers", all);
+            out.set("ledgers", array(described.values()));
         }
         return out;
+    }
+
+    private static ArrayNode array(java.util.Collection<? extends JsonNode> nodes) {
+        ArrayNode all = JSON.createArrayNode();
+        nodes.forEach(all::add);
+        return all;
     }
 
     private ObjectNode extend(JsonNode cmd) throws Exception {
@@ -485,10 +489,8 @@ public final class BkDriver {
         for (CompletableFuture<Void> f : done) {
             f.get(600, TimeUnit.SECONDS);
         }
-        ArrayNode all = JSON.createArrayNode();
-        described.values().forEach(all::add);
         ObjectNode out = JSON.createObjectNode();
-        out.set("ledgers", all);
+        out.set("ledgers", array(described.values()));
         return out;
     }
 
