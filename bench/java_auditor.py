@@ -605,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def before_run(side: harness.Side) -> harness.Side:
                 reset(cluster)
+                confirm_damage(cluster, victim.id, holes)  # still gone after the restart (verify's premise)
                 meter.start()
                 place = str(tmp / f"run-{next(count)}-{side.name}")
                 key = "warehouse" if side.name == "bkaudit" else "directory"
