@@ -426,13 +426,7 @@ public final class BkDriver {
                             }
                         });
                     }, null, md);
-            one.whenComplete((v, t) -> {
-                inflight.release();
-                if (t != null) {
-                    failure.compareAndSet(null, t);
-                }
-            });
-            done.add(one);
+            done.add(track(one, inflight, failure));
         }
         for (CompletableFuture<Long> f : done) {
             long v = f.get(600, TimeUnit.SECONDS);
@@ -449,6 +443,18 @@ public final class BkDriver {
             out.set("ledgers", array(described.values()));
         }
         return out;
+    }
+
+    /** `f`, giving its permit back to `inflight` when it completes and keeping the first failure. */
+    private static <T> CompletableFuture<T> track(CompletableFuture<T> f, Semaphore inflight,
+                                                 AtomicReference<Throwable> failure) {
+        f.whenComplete((v, t) -> {
+            inflight.release();
+            if (t != null) {
+                failure.compareAndSet(null, t);
+            }
+        });
+        return f;
     }
 
     private static ArrayNode array(java.util.Collection<? extends JsonNode> nodes) {
@@ -512,14 +518,7 @@ public final class BkDriver {
             for (int i = 0; i < count; i++) {
                 LedgerHandle lh = handles.get(i);
                 inflight.acquire();
-                CompletableFuture<Long> one = lh.appendAsync(payload(lh.getId(), e, size));
-                one.whenComplete((v, t) -> {
-                    inflight.release();
-                    if (t != null) {
-                        failure.compareAndSet(null, t);
-                    }
-                });
-                done.add(one);
+                done.add(track(lh.appendAsync(payload(lh.getId(), e, size)), inflight, failure));
             }
         }
         for (CompletableFuture<Long> f : done) {
