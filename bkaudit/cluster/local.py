@@ -343,6 +343,8 @@ class LocalCluster:
                     raise
                 owner = None
             if owner is not None and owner != old_owner:
+                if b.kind == "java":
+                    self._wait_serving(b, deadline)
                 return
             if not self._alive(b):
                 b.pid = None
@@ -350,6 +352,27 @@ class LocalCluster:
                 raise ClusterError(f"bookie {b.id} exited during start-up{_log_tail(b)}")
             time.sleep(0.05)
         raise ClusterError(f"bookie {b.id} did not register within {START_TIMEOUT_S:g}s{_log_tail(b)}")
+
+    def _wait_serving(self, b: BookieInfo, deadline: float) -> None:
+        """Until a Java bookie answers a request. BookieServer.start registers the bookie (BookieImpl.start)
+        before BookieNettyServer.start lets requests in: a connection in between gets RejectRequestHandler,
+        which closes it unanswered. A Java client retries; a test's first raw frame must not meet that."""
+        from bkaudit.rpc.client import BookieClient
+
+        while True:
+            client = BookieClient(b.id, b.id, connect_timeout_s=2.0, request_timeout_s=5.0)
+            try:
+                client.get_bookie_info().result(timeout=10)
+                return
+            except Exception:  # closed unanswered, refused or timed out: not serving yet
+                if not self._alive(b):
+                    raise ClusterError(f"bookie {b.id} exited during start-up{_log_tail(b)}") from None
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"bookie {b.id} registered but answered no request within "
+                                       f"{START_TIMEOUT_S:g}s{_log_tail(b)}") from None
+                time.sleep(0.05)
+            finally:
+                client.close()
 
     def stop_bookie(self, bookie_id: str, *, timeout_s: float = 20) -> None:
         """SIGTERM: the bookie goes read-only, drains, deregisters and exits (SIGKILL after `timeout_s`)."""
