@@ -238,6 +238,30 @@ def spark_side(zk: str, root: str, warehouse: str, overrides: dict[str, Any] | N
     }
 
 
+def snapshot_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
+    """The snapshot job alone, in a fresh process (bench/scaling.py's sizes past the bookies' memory): a new
+    Spark session (timed apart), then `bkaudit snapshot` at default settings; what it counted, for the
+    caller to check against what it loaded."""
+    from types import SimpleNamespace
+
+    from bkaudit.spark.session import get_session
+    from bkaudit.spark.snapshot import run_snapshot
+
+    t0 = time.perf_counter()
+    spark = get_session("local[2]", app_name="bkaudit-bench-snapshot")
+    spark.range(1).count()
+    session_s = time.perf_counter() - t0
+    settings = settings_for(SimpleNamespace(zk=zk, root=root), warehouse)
+    wall0, t0 = time.time(), time.perf_counter()
+    snap = run_snapshot(spark, settings, warehouse=warehouse)
+    snapshot_s = time.perf_counter() - t0
+    spark.stop()
+    return {"seconds": snapshot_s, "session_s": session_s, "snapshot_s": snapshot_s,
+            "snapshot_steps": snap.timings, "status": snap.status, "error": snap.error,
+            "ledgers": snap.ledgers, "segments": snap.segments, "unparseable": snap.unparseable,
+            "validation_failures": snap.validation_failures, "window": [wall0, wall0 + snapshot_s]}
+
+
 def baseline_side(
     zk: str,
     root: str,

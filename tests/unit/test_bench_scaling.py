@@ -56,3 +56,49 @@ def test_sizes_are_parsed_sorted_and_checked() -> None:
     assert scaling.parse_sizes("100000,10_000,10000") == [10_000, 100_000]
     with pytest.raises(argparse.ArgumentTypeError):
         scaling.parse_sizes("10,100000")  # a ledger count below 100 is a typo
+
+
+def _snapshot_only(n: int) -> dict:
+    linear, fixed = 20e-6 * n, 10.0
+    return {"session_s": 15.0, "snapshot_s": linear + fixed, "seconds": linear + fixed, "wall_s": 99.0,
+            "snapshot_steps": {"ledgers": linear, "cluster_state": fixed, "validation": 0.0, "commit": 0.0},
+            "checked": False}
+
+
+def _linear_run(n: int) -> dict:
+    r = _run(n)
+    r["phases"] = {"ledger_pass_and_fanout": 50e-6 * n + 2.0}
+    r["check_s"] = 50e-6 * n + 2.0
+    return r
+
+
+def test_snapshot_only_sizes_have_no_check_rows_and_the_projection_is_the_fitted_line() -> None:
+    sizes = [10_000, 100_000, 1_000_000, 3_000_000]
+    by_size = {n: [_linear_run(n)] for n in sizes[:3]} | {3_000_000: [_snapshot_only(3_000_000)]}
+    rows = scaling.phase_table(sizes, by_size)
+    table = dict(rows)
+    assert table["check: ledger_pass_and_fanout"][3_000_000] is None
+    assert table["snapshot + check (no start-up)"][3_000_000] is None  # the snapshot alone is no total
+    assert table["snapshot: ledgers"][3_000_000] == pytest.approx(60.0)
+    per = {n: None if v is None else v / n * 1e6 for n, v in table["check: ledger_pass_and_fanout"].items()}
+    assert scaling.growth(per, sizes) == f"{(52 / 1e6) / (2.5 / 1e4):.2f}x"  # over the sizes it ran at
+
+    projected = {name: (fixed, per, at, largest) for name, fixed, per, at, largest
+                 in scaling.projection(rows, 10_000_000)}
+    fixed, per_ledger, at, largest = projected["snapshot: ledgers"]
+    assert (fixed, per_ledger, at, largest) == (pytest.approx(0, abs=1e-6), pytest.approx(20.0),
+                                                pytest.approx(200.0), 3_000_000)
+    fixed, per_ledger, at, largest = projected["check: ledger_pass_and_fanout"]
+    assert (fixed, per_ledger, at, largest) == (pytest.approx(2.0), pytest.approx(50.0), pytest.approx(502.0),
+                                                1_000_000)  # fitted from 100,000 and 1,000,000 only
+    assert "Spark session start" not in projected  # a fixed cost is not projected
+
+    m = {"sizes": sizes, "layout": "realistic", "runs": 1, "when": "now", "json": "x.json",
+         "snapshot_only_above": 1_000_000, "project_to": 10_000_000,
+         "machine_start": {"cpus": 2, "python": "CPython", "kernel": "Linux", "load_average": [1.0] * 3},
+         "machine_end": {"cpus": 2, "python": "CPython", "kernel": "Linux", "load_average": [1.0] * 3},
+         "results": {str(n): runs for n, runs in by_size.items()},
+         "setup": {str(n): {"metadata": 1.0} for n in sizes}, "described": {str(n): "closed" for n in sizes}}
+    text = scaling.report(m)
+    assert "The phase that bounds it: **check: ledger_pass_and_fanout**, 502 s" in text
+    assert "At 3,000,000 ledgers the snapshot job alone" in text
