@@ -366,8 +366,9 @@ def marked(zk: str, root: str) -> dict[int, list[str]]:
     """Every under-replication marker and its missing bookies, read by BookKeeper's own manager."""
     from bkaudit.cluster import java as java_bk
 
-    log = Path(tempfile.mkdtemp(prefix="bkaudit-bench-urlist-")) / "client.log"
-    with java_bk.JavaClient(java_bk.JavaBookKeeper.locate(), zk_connect=zk, root=root, log=log) as client:
+    java = java_bk.JavaBookKeeper.locate()
+    with tempfile.TemporaryDirectory(prefix="bkaudit-bench-urlist-") as tmp, java_bk.JavaClient(
+            java, zk_connect=zk, root=root, log=Path(tmp) / "client.log") as client:
         answer = client.call("urlist")
     ledgers: dict[str, list[str]] = answer["ledgers"]  # type: ignore[assignment]
     return {int(k): sorted(v) for k, v in ledgers.items()}
@@ -431,24 +432,20 @@ class CpuMeter:
 
 
 def verify(name: str, result: dict[str, Any], check: str, expected: dict[int, Any], lost: Lost,
-           cluster: Any) -> None:
+           ledgers: dict[int, Ledger], cluster: Any) -> None:
     """Raise unless `name` found every injected hole exactly (a wrong answer is not a measurement); adds the
-    tally as `verdict`.
-
-    bkaudit must report nothing else. BookKeeper's replicasCheck trusts GetListOfEntriesOfLedger, and a Java
-    bookie's listing leaves out entries past its index pages in memory (docs/compatibility.md, "a Java
-    bookie's listing on InterleavedLedgerStorage"), so it may name more: each extra (bookie, entry) it names
-    is read from that bookie by BookKeeper's own BookieClient, and counted a false report only if the bookie
-    returns it. One it cannot read means the injected truth is incomplete, and the run fails."""
+    tally as `verdict`. bkaudit must report nothing else; BookKeeper's Auditor may (`java_replicas_verdict`,
+    `java_all_verdict`), and each extra it names is read back from its bookie."""
+    if name == "java":
+        verdict = java_replicas_verdict if check == "replicas" else java_all_verdict
+        result["verdict"] = verdict(result, lost, ledgers, cluster)
+        return
     got: dict[int, Any]
     if check == "all":
         got = {int(lid): sorted(b) for lid, b in result["bookies_missing"]}
         want: dict[int, Any] = {lid: sorted(by_bookie) for lid, by_bookie in lost.items()}
     else:
         got, want = checker.found_from_json(result["found"]), expected
-    if name == "java" and check == "replicas":
-        result["verdict"] = java_replicas_verdict(result.pop("missing"), lost, cluster)
-        return
     if got != want:
         diff = sorted(lid for lid in set(got) | set(want) if got.get(lid) != want.get(lid))
         raise AssertionError(f"{name}: {len(diff)} of {len(want)} damaged ledgers wrong or extra; e.g. "
@@ -456,13 +453,44 @@ def verify(name: str, result: dict[str, Any], check: str, expected: dict[int, An
     result["verdict"] = {"damaged": len(want), "found": len(want), "false_ledgers": 0, "false_copies": 0}
 
 
-def java_replicas_verdict(missing: list[Any], lost: Lost, cluster: Any) -> dict[str, int]:
-    named = {(int(lid), bookie, x) for lid, bookie, xs in missing for x in xs}
+def java_replicas_verdict(result: dict[str, Any], lost: Lost, ledgers: dict[int, Ledger],
+                          cluster: Any) -> dict[str, int]:
+    """replicasCheck trusts GetListOfEntriesOfLedger, and a Java bookie's listing leaves out entries past its
+    index pages in memory (docs/compatibility.md, "a Java bookie's listing on InterleavedLedgerStorage"), so
+    it may name more (bookie, entry) copies than were lost: each extra must be served by its bookie."""
+    named = {(int(lid), bookie, x) for lid, bookie, xs in result.pop("missing") for x in xs}
+    return _extras_served("replicasCheck", named, lost, cluster)
+
+
+def java_all_verdict(result: dict[str, Any], lost: Lost, ledgers: dict[int, Ledger],
+                     cluster: Any) -> dict[str, int]:
+    """checkAllLedgers marks (ledger, bookie) and not entries. LedgerChecker.ReadManyEntriesCallback fails a
+    bookie's fragment on any read error, a timed-out read as much as a missing entry, so on loaded bookies it
+    may mark healthy ones: each extra (ledger, bookie) must serve every entry the Java client's ensembles
+    stored on it."""
+    marked = {(int(lid), bookie) for lid, bookies in result["bookies_missing"] for bookie in bookies}
+    injected = {(lid, bookie) for lid, by_bookie in lost.items() for bookie in by_bookie}
+    missed = injected - marked
+    if missed:
+        raise AssertionError(f"java: {len(missed)} damaged (ledger, bookie) not marked, e.g. "
+                             f"{sorted(missed)[:5]}")
+    named = {(lid, bookie, x) for lid, bookie in marked - injected
+             for seg in ledgers[lid].stored_on(bookie).values() for x in seg}
+    named |= {(lid, bookie, x) for lid, by_bookie in lost.items() for bookie, xs in by_bookie.items()
+              for x in xs}
+    return _extras_served("checkAllLedgers", named, lost, cluster)
+
+
+def _extras_served(check: str, named: set[tuple[int, str, int]], lost: Lost, cluster: Any) -> dict[str, int]:
+    """Every injected (ledger, bookie, entry) must be among `named`; every other named copy is read from its
+    bookie by BookKeeper's own BookieClient and counted a false report only if the bookie returns it. One it
+    cannot read means the injected truth is incomplete, and the run fails."""
     injected = {(lid, bookie, x) for lid, by_bookie in lost.items() for bookie, xs in by_bookie.items()
                 for x in xs}
     missed = injected - named
     if missed:
-        raise AssertionError(f"java: {len(missed)} lost copies not reported, e.g. {sorted(missed)[:5]}")
+        raise AssertionError(f"java {check}: {len(missed)} lost copies not reported, e.g. "
+                             f"{sorted(missed)[:5]}")
     extra = sorted(named - injected)
     client = cluster.java_client()
     try:
@@ -473,8 +501,8 @@ def java_replicas_verdict(missing: list[Any], lost: Lost, cluster: Any) -> dict[
     finally:
         client.close()
     if unreadable:
-        raise AssertionError(f"java: {len(unreadable)} reported copies are really missing and were not "
-                             f"injected, e.g. {unreadable[:5]}")
+        raise AssertionError(f"java {check}: {len(unreadable)} reported copies are really missing and were "
+                             f"not injected, e.g. {unreadable[:5]}")
     return {"damaged": len(lost), "found": len(lost), "false_ledgers": len({lid for lid, _, _ in extra}),
             "false_copies": len(extra)}
 
@@ -613,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def after_run(name: str, result: dict[str, Any]) -> None:
                 result["cpu"] = meter.stop()
-                verify(name, result, args.check, expected, lost, cluster)
+                verify(name, result, args.check, expected, lost, ledgers, cluster)
 
             m["results"] = harness.compare(sides, runs=args.runs, before_run=before_run, after_run=after_run,
                                            timeout_s=7200)
