@@ -20,12 +20,18 @@ output to staging files immediately, so downstream stages never trigger the call
 
 A bookie that fails at the transport level `failure_threshold` times in a row is not called again by this
 task (its remaining ledgers are marked CIRCUIT_OPEN at once): a frozen bookie would otherwise cost one full
-deadline per batch. The job's delayed retry (BP-34's re-check) gives it a fresh chance.
+deadline per batch. The job's delayed retry (BP-34's re-check) gives it a fresh chance. A bookie that keeps
+answering while some calls time out is overloaded, not frozen: `ask` halves the calls in flight and asks the
+timed-out ledgers again (as BookKeeper's replicasCheck waits on its 100 ledgers in flight) instead of
+giving up on it.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -52,6 +58,7 @@ from bkaudit.audit.statuses import (
     STATUS_NO_LEDGER,
     STATUS_OK,
     STATUS_UNAVAILABLE,
+    is_transport_failure,
 )
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.availability import decode, encode_segment_stripings
@@ -60,6 +67,8 @@ from bkaudit.model.quorum import Striping, entries_of_bookie
 from bkaudit.model.shape import LedgerShape
 from bkaudit.rpc.client import BookieClient
 from bkaudit.rpc.listing import confirm_tail
+
+log = logging.getLogger(__name__)
 
 SEGMENT_STRUCT = pa.struct(
     [
@@ -349,6 +358,11 @@ class CallInfo:
     ms: float
 
 
+SLOW_RETRIES = 3
+"""Times a ledger whose listing timed out on a bookie that kept answering is asked again, with fewer calls in
+flight, before its timeout is reported."""
+
+
 def ask(
     client: Any,
     bookie_id: str,
@@ -368,15 +382,24 @@ def ask(
     Every position is yielded exactly once: bytes, a BookieError (per ledger, or the whole call's failure,
     CIRCUIT_OPEN for ids not asked after the breaker opened), or None when the answer lacks that ledger.
     `breaker`: the bookie's breaker when it spans more than this call (a fan-out task's chunks).
+
+    A slow bookie is not a dead one. A call (or some ledgers of a gathered call) that timed out while the
+    bookie answered another call sent no earlier is queueing, not gone: the ledgers are asked again, up to
+    SLOW_RETRIES times, with half the calls in flight (one more after each answered call, up to
+    `max_in_flight`), and the breaker is not told. A bookie that answers nothing after a call was sent
+    (frozen, unreachable) fails that call as before, and `failure_threshold` of those open the breaker.
     """
     expected = [s or 0 for s in sizes] if sizes is not None else [0] * len(ledger_ids)
     chunks = iter(plan_calls(expected, max_bytes=max_call_bytes, max_count=batch_size))
-    pending: dict[Future[Any], tuple[list[int], float, str]] = {}
+    pending: dict[Future[Any], tuple[list[int], float, str, int]] = {}
     state = breaker if breaker is not None else Breaker(bookie_id, failure_threshold)
+    window = max_in_flight
+    again: deque[tuple[list[int], int]] = deque()  # (positions, times asked) of timed-out ledgers
+    last_answer = float("-inf")
     number = 0
     while True:
-        while not state.open and len(pending) < max_in_flight:
-            chunk = next(chunks, None)
+        while not state.open and len(pending) < window:
+            chunk, asked = again.popleft() if again else (next(chunks, None), 0)
             if chunk is None:
                 break
             number += 1
@@ -386,17 +409,21 @@ def ask(
             except Exception as exc:  # a client that cannot even queue the call
                 fut = Future()
                 fut.set_exception(BookieError(STATUS_UNAVAILABLE, str(exc), bookie_id=bookie_id))
-            pending[fut] = (chunk, time.monotonic(), call_id)
+            pending[fut] = (chunk, time.monotonic(), call_id, asked)
         if not pending:
             break
         done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
         for fut in done:
-            chunk, started, call_id = pending.pop(fut)
+            chunk, started, call_id, asked = pending.pop(fut)
             call = CallInfo(call_id, (time.monotonic() - started) * 1000.0)
             try:
                 answers = fut.result()
             except BaseException as exc:
                 status = exc.status if isinstance(exc, BookieError) else STATUS_UNAVAILABLE
+                if is_transport_failure(status) and last_answer > started and asked < SLOW_RETRIES:
+                    window = _slower(bookie_id, window, status)
+                    again.append((chunk, asked + 1))
+                    continue
                 error = (
                     exc
                     if isinstance(exc, BookieError)
@@ -407,19 +434,39 @@ def ask(
                     yield p, error, call
                 continue
             state.answered()
+            last_answer = time.monotonic()
             if not isinstance(answers, Mapping):
                 bad = BookieError(STATUS_INVALID_RESPONSE, "not a batch answer", bookie_id=bookie_id)
                 for p in chunk:
                     yield p, bad, call
                 continue
             get = answers.get
+            timed_out = []
             for p in chunk:
-                yield p, get(ledger_ids[p]), call
+                value = get(ledger_ids[p])
+                if (asked < SLOW_RETRIES and isinstance(value, BookieError)
+                        and is_transport_failure(value.status)):
+                    timed_out.append(p)  # the rest of its call was answered: queueing, not gone
+                    continue
+                yield p, value, call
+            if timed_out:
+                window = _slower(bookie_id, window, "UNAVAILABLE")
+                again.append((timed_out, asked + 1))
+            else:
+                window = min(max_in_flight, window + 1)
     if state.open:
         skipped = BookieError(STATUS_CIRCUIT_OPEN, state.skipped("asked"), bookie_id=bookie_id)
-        for chunk in chunks:
+        for chunk in itertools.chain((c for c, _ in again), chunks):
             for p in chunk:
                 yield p, skipped, None
+
+
+def _slower(bookie_id: str, window: int, status: str) -> int:
+    """Half the calls in flight (at least one) after a timeout on a bookie that still answers."""
+    if window > 1:
+        log.info("bookie %s answers but some listings timed out (%s): %d calls in flight, was %d",
+                 bookie_id, status, max(1, window // 2), window)
+    return max(1, window // 2)
 
 
 def query_bookie(

@@ -314,3 +314,88 @@ def test_listing_calls_are_cut_by_expected_answer_bytes_not_only_by_count():
     assert all(len(c) == 1 or sum(sizes[i] for i in c) <= config.max_call_bytes for c in client.calls)
     assert sum(sizes[i] for i in big) > 2 * 1024 * 1024 * 2  # one count-sized call would exceed a 5 MiB frame
     assert len(client.calls) >= 4 and max(len(c) for c in client.calls) >= len(small)  # small ones share
+
+
+class QueueingClient:
+    """A bookie that serves one listing at a time, `service_s` each, in arrival order, behind a client whose
+    per-request timer fails a listing not answered within `timeout_s` of being sent (BookieClient's gathered
+    listing: each ledger its own request; the call fails UNAVAILABLE only when every ledger of it did).
+    Stands in for an overloaded Java bookie (p95 30 s at 100,000 ledgers on this machine), which no test can
+    afford to build; what is under test is our loop's answer to queueing."""
+
+    def __init__(self, service_s: float, timeout_s: float) -> None:
+        self.service_s, self.timeout_s = service_s, timeout_s
+        self.queue: list[tuple[int, float, dict[int, Any], list[int], Future[Any]]] = []
+        self.cond = threading.Condition()
+        self.asked: list[int] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def get_list_of_entries_batch(self, ids):
+        fut: Future[Any] = Future()
+        out: dict[int, Any] = {}
+        left = list(ids)
+        with self.cond:
+            self.asked.extend(ids)
+            sent = time.monotonic()
+            for i in ids:
+                self.queue.append((i, sent, out, left, fut))
+            self.cond.notify()
+        return fut
+
+    def _serve(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queue:
+                    self.cond.wait()
+                i, sent, out, left, fut = self.queue.pop(0)
+            time.sleep(self.service_s)
+            late = time.monotonic() - sent > self.timeout_s
+            out[i] = BookieError("UNAVAILABLE", "no response in time", bookie_id=A) if late else encode(
+                sorted(set(range(10)) - {1, 4, 7}))
+            left.remove(i)
+            if not left:
+                if all(isinstance(v, BookieError) for v in out.values()):
+                    fut.set_exception(next(iter(out.values())))
+                else:
+                    fut.set_result(out)
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_overloaded_bookie_is_asked_with_fewer_calls_in_flight_not_given_up() -> None:
+    """Four calls of 20 ledgers queue 80 listings at 10 ms each: the last wait 0.8 s against a 0.3 s timer.
+    Nothing is dead, so every ledger must end answered and the breaker stay closed."""
+    shapes = [shape(i) for i in range(1, 201)]
+    client = QueueingClient(service_s=0.01, timeout_s=0.3)
+    out = list(query_bookie(client, A, shapes, batch_size=20, max_in_flight=4, failure_threshold=2))
+    assert sorted(s.ledger_id for s, _e, _c in out) == list(range(1, 201))  # each yielded exactly once
+    assert {ev.status for _s, ev, _c in out} == {"OK"}
+    assert not [ev for _s, ev, _c in out if ev.missing]
+    assert len(client.asked) > 200  # some were asked again
+
+
+def test_a_bookie_that_stops_answering_still_opens_the_breaker() -> None:
+    """Frozen after its first answers: the calls sent after the last answer fail as before, and the breaker
+    opens after `failure_threshold` of them; every ledger is still yielded once."""
+    shapes = [shape(i) for i in range(1, 101)]
+    answered = {i: healthy_bytes(shape(i), A) for i in range(1, 11)}
+
+    class Freezing(ScriptedClient):
+        def get_list_of_entries_batch(self, ids):
+            if all(i in answered for i in ids):
+                return super().get_list_of_entries_batch(ids)
+            fut: Future[Any] = Future()
+            self.calls.append(list(ids))
+            threading.Timer(0.05, lambda: fut.set_exception(
+                BookieError("UNAVAILABLE", "no response", bookie_id=A))).start()
+            return fut
+
+    client = Freezing(A, answered, delay=0.0)
+    out = list(query_bookie(client, A, shapes, batch_size=10, max_in_flight=1, failure_threshold=2))
+    statuses = [ev.status for _s, ev, _c in out]
+    assert sorted(s.ledger_id for s, _e, _c in out) == list(range(1, 101))
+    assert statuses.count("OK") == 10 and statuses.count("UNAVAILABLE") == 20
+    assert statuses.count("CIRCUIT_OPEN") == 70
+    assert len(client.calls) == 3  # the answered call, then two failures: no retries of a silent bookie
