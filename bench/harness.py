@@ -268,6 +268,45 @@ def zookeeper_heap_mb(ledgers: int) -> int:
     return 512 if ledgers <= 100_000 else 512 + ledgers // 500
 
 
+def cpu_ticks(pid: int | None) -> int:
+    """User + system CPU ticks of a process (all its threads), from /proc; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (OSError, TypeError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def machine_busy_ticks() -> int:
+    """CPU ticks the whole machine spent on anything but idle and iowait, from /proc/stat."""
+    cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    return sum(int(x) for x in cpu) - int(cpu[3]) - int(cpu[4])
+
+
+class CpuMeter:
+    """Where the CPU of one run went: a cluster's bookies, its ZooKeeper, and the rest of the machine (the
+    side's own processes, plus whatever else ran), read from /proc between `start` and `stop` (both
+    untimed). `cluster`: a bkaudit.cluster.local.LocalCluster, read at each call (bookies restart)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.at: tuple[int, int, int] = (0, 0, 0)
+
+    def _now(self) -> tuple[int, int, int]:
+        bookies = sum(cpu_ticks(b.pid) for b in self.cluster.bookies)
+        zk = cpu_ticks((self.cluster.zookeeper or {}).get("pid"))
+        return bookies, zk, machine_busy_ticks()
+
+    def start(self) -> None:
+        self.at = self._now()
+
+    def stop(self) -> dict[str, float]:
+        hz = os.sysconf("SC_CLK_TCK")
+        bookies, zk, machine = (b - a for a, b in zip(self.at, self._now(), strict=True))
+        return {"bookies_s": bookies / hz, "zookeeper_s": zk / hz, "machine_s": machine / hz,
+                "rest_s": (machine - bookies - zk) / hz}
+
+
 def _probe(note: str) -> dict[str, Any]:
     """A trivial side for the harness's own test: which process ran it."""
     t0 = time.perf_counter()

@@ -57,7 +57,6 @@ Both sides are BookKeeper's or bkaudit's real code; nothing here models either o
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
 import resource
@@ -391,43 +390,6 @@ def reset(cluster: Any) -> None:
     cluster.restart_bookies(timeout_s=STOP_TIMEOUT_S)
 
 
-def _ticks(pid: int | None) -> int:
-    """User + system CPU ticks of a process (all its threads); 0 if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except (OSError, TypeError):
-        return 0
-    return int(fields[11]) + int(fields[12])
-
-
-def _machine_busy() -> int:
-    cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    return sum(int(x) for x in cpu) - int(cpu[3]) - int(cpu[4])  # all but idle and iowait
-
-
-class CpuMeter:
-    """Where the CPU of one run went: the bookie JVMs, ZooKeeper, and the rest of the machine (the side's own
-    processes, plus whatever else ran), read from /proc between `start` and `stop` (both untimed)."""
-
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
-        self.at: tuple[int, int, int] = (0, 0, 0)
-
-    def _now(self) -> tuple[int, int, int]:
-        bookies = sum(_ticks(b.pid) for b in self.cluster.bookies)
-        zk = _ticks((self.cluster.zookeeper or {}).get("pid"))
-        return bookies, zk, _machine_busy()
-
-    def start(self) -> None:
-        self.at = self._now()
-
-    def stop(self) -> dict[str, float]:
-        hz = os.sysconf("SC_CLK_TCK")
-        bookies, zk, machine = (b - a for a, b in zip(self.at, self._now(), strict=True))
-        return {"bookies_s": bookies / hz, "zookeeper_s": zk / hz, "machine_s": machine / hz,
-                "rest_s": (machine - bookies - zk) / hz}
-
-
 # -- the run -------------------------------------------------------------------------------------------------
 
 
@@ -440,6 +402,9 @@ def verify(name: str, result: dict[str, Any], check: str, expected: dict[int, An
         verdict = java_replicas_verdict if check == "replicas" else java_all_verdict
         result["verdict"] = verdict(result, lost, ledgers, cluster)
         return
+    unverified = [lid for lid, category, _ev in result["violations"] if category == "ledger_unverifiable"]
+    if unverified:  # "found nothing else" must mean every ledger was checked
+        raise AssertionError(f"{name}: {len(unverified)} ledgers left unverified, e.g. {unverified[:5]}")
     got: dict[int, Any]
     if check == "all":
         got = {int(lid): sorted(b) for lid, b in result["bookies_missing"]}
@@ -629,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
                               "percentage": args.percentage}, "BookKeeper's Auditor"),
             ]
             count = iter(range(10_000))
-            meter = CpuMeter(cluster)
+            meter = harness.CpuMeter(cluster)
 
             def before_run(side: harness.Side) -> harness.Side:
                 reset(cluster)

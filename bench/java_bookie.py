@@ -32,7 +32,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import harness  # noqa: E402
-import java_auditor  # noqa: E402
 
 BOOKIES = 3
 LIST_ROUNDS = 10
@@ -44,14 +43,15 @@ def load_side(zk: str, root: str, pids: list[int], ledgers: int, entries: int, s
     from bkaudit.cluster import java as java_bk
 
     hz = os.sysconf("SC_CLK_TCK")
-    log = Path(tempfile.mkdtemp(prefix="bkaudit-bench-load-")) / "client.log"
     phases: dict[str, dict[str, float]] = {}
-    with java_bk.JavaClient(java_bk.JavaBookKeeper.locate(), zk_connect=zk, root=root, log=log) as client:
+    java = java_bk.JavaBookKeeper.locate()
+    with tempfile.TemporaryDirectory(prefix="bkaudit-bench-load-") as tmp, java_bk.JavaClient(
+            java, zk_connect=zk, root=root, log=Path(tmp) / "client.log") as client:
 
         def phase(name: str, op: str, **args: Any) -> dict[str, Any]:
-            before = sum(java_auditor._ticks(p) for p in pids)
+            before = sum(harness.cpu_ticks(p) for p in pids)
             answer: dict[str, Any] = client.call(op, timeout_s=3600, **args)
-            cpu_s = (sum(java_auditor._ticks(p) for p in pids) - before) / hz
+            cpu_s = (sum(harness.cpu_ticks(p) for p in pids) - before) / hz
             ops, seconds = int(answer["ops"]), float(answer["seconds"])
             phases[name] = {"ops": ops, "seconds": seconds, "ops_per_s": ops / seconds, "bookie_cpu_s": cpu_s,
                             "cpu_us_per_op": cpu_s / ops * 1e6}
@@ -62,7 +62,6 @@ def load_side(zk: str, root: str, pids: list[int], ledgers: int, entries: int, s
         ids = added["ledgers"]
         phase("read", "loadread", ledgers=ids, batch=100, inflight=16, digest="CRC32C", password="bench")
         phase("list", "loadlist", ledgers=ids * LIST_ROUNDS, inflight=100)
-    shutil.rmtree(log.parent, ignore_errors=True)
     return {"seconds": sum(p["seconds"] for p in phases.values()), "phases": phases}
 
 
