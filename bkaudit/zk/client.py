@@ -245,6 +245,11 @@ def _get_children_retrying(zk: KazooClient, parent: str) -> list[str]:
     return with_retries(attempt, client=zk, what=f"listing {parent}")
 
 
+_JITTER = random.Random()
+"""Its own generator: the global one belongs to the application (and a retry in a background thread that
+drew from it disturbed Hypothesis' strategies in the same test process: HypothesisDeprecationWarning)."""
+
+
 def backoff_delays(attempts: int, base_delay_s: float, max_delay_s: float) -> Iterator[float]:
     """`attempts - 1` sleeps: exponential from `base_delay_s`, capped, with 50-100 % jitter.
 
@@ -252,7 +257,7 @@ def backoff_delays(attempts: int, base_delay_s: float, max_delay_s: float) -> It
     """
     for i in range(max(0, attempts - 1)):
         cap = min(max_delay_s, base_delay_s * (2**i))
-        yield cap * (0.5 + random.random() / 2)
+        yield cap * (0.5 + _JITTER.random() / 2)
 
 
 def with_retries(
