@@ -77,6 +77,17 @@ def phase_table(
 
 FIT_FROM = 100_000
 """Sizes the projection fits from: below this the fixed costs (the session, small-job overheads) dominate."""
+SPARK_ABOVE = 2_000_000
+"""Where the work changes hands by design: above this many ledgers the snapshot validates on Spark
+(`validation_pandas_max_ledgers`) and the checker joins on Spark (`DRIVER_INPUT_MAX_LEDGERS`), so the driver
+stops growing. Where two sizes above it were measured, only those are fitted."""
+
+
+def fitted_sizes(points: dict[int, float]) -> dict[int, float]:
+    """The points a projection fits: those from FIT_FROM, only those above SPARK_ABOVE if there are two."""
+    points = {s: v for s, v in points.items() if s >= FIT_FROM}
+    above = {s: v for s, v in points.items() if s > SPARK_ABOVE}
+    return above if len(above) >= 2 else points
 TOTALS = ("snapshot (job 1) in all", "check (job 2) in all", "snapshot + check (no start-up)",
           "with start-up (spawn to exit)")
 
@@ -102,39 +113,51 @@ def fit(points: dict[int, float]) -> tuple[float, float]:
     return mean_y - slope * mean_x, slope
 
 
-def projection(rows: list[tuple[str, dict[int, float | None]]], target: int) -> list[tuple[str, float, float,
-                                                                                              float, int]]:
-    """Per row measured at two or more sizes >= FIT_FROM: (name, fixed s, µs per ledger, seconds projected at
-    `target`, the largest size measured). A straight line: the curve above shows no phase growing faster
-    than the ledgers, and a phase that did would make this an underestimate, which the table says."""
+def projection(rows: list[tuple[str, dict[int, float | None]]],
+               target: int) -> list[tuple[str, float, float, float, int, int]]:
+    """Per row measured at two or more of `fitted_sizes`: (name, fixed s, µs per ledger, seconds projected at
+    `target`, the smallest and the largest size fitted). A straight line: the curve above shows no phase
+    growing faster than the ledgers, and a phase that did would make this an underestimate, as the table
+    says."""
     out = []
     for name, secs in rows:
-        points = {s: v for s, v in secs.items() if v is not None and s >= FIT_FROM}
+        points = fitted_sizes({s: v for s, v in secs.items() if v is not None})
         if name == "Spark session start" or len(points) < 2:
             continue
         fixed, per = fit(points)
-        out.append((name, fixed, per * 1e6, fixed + per * target, max(points)))
+        out.append((name, fixed, per * 1e6, fixed + per * target, min(points), max(points)))
     return out
 
 
-def memory_projection(m: dict[str, Any], target: int) -> list[tuple[str, float, float, int]]:
-    """Peak RSS per role (median over runs) fitted the same way: (role, MB per million ledgers, MB projected
-    at `target`, the largest size measured)."""
-    by_role: dict[str, dict[int, float]] = {}
+CHECKED, SNAPSHOT_ALONE = "snapshot + check", "snapshot alone"
+
+
+def memory_projection(m: dict[str, Any], target: int) -> list[tuple[str, str, float, float, int, int]]:
+    """Peak RSS per role (median over runs) fitted the same way, separately for the sizes that ran the check
+    and the snapshot-only ones (their roles hold different work): (work, role, MB per million ledgers, MB
+    projected at `target`, the smallest and largest size fitted). The bookies are one role, "each bookie"
+    (the median of them); they hold nothing at a snapshot-only size, so that kind has no bookie row."""
+    points: dict[tuple[str, str], dict[int, float]] = {}
     for size, runs in m["results"].items():
+        kind = CHECKED if all(r.get("checked", True) for r in runs) else SNAPSHOT_ALONE
         peaks: dict[str, list[float]] = {}
         for r in runs:
-            for role, got in r.get("monitor", {}).get("memory", {}).get("roles", {}).items():
-                peaks.setdefault(role, []).append(got["peak_sum_mb"])
+            roles = r.get("monitor", {}).get("memory", {}).get("roles", {})
+            bookies = [got["peak_sum_mb"] for role, got in roles.items() if role.startswith("bookie")]
+            for role, got in roles.items():
+                if not role.startswith("bookie"):
+                    peaks.setdefault(role, []).append(got["peak_sum_mb"])
+            if bookies and kind == CHECKED:
+                peaks.setdefault("each bookie", []).append(harness.Spread.of(bookies).median)
         for role, values in peaks.items():
-            if int(size) >= FIT_FROM:
-                by_role.setdefault(role, {})[int(size)] = harness.Spread.of(values).median
+            points.setdefault((kind, role), {})[int(size)] = harness.Spread.of(values).median
     out = []
-    for role in sorted(by_role, key=monitor.role_order):
-        points = by_role[role]
-        if len(points) >= 2:
-            fixed, per = fit(points)
-            out.append((role, per * 1e6, fixed + per * target, max(points)))
+    for (kind, role), by_size in sorted(points.items(), key=lambda kv: (kv[0][0] != CHECKED,
+                                                                          monitor.role_order(kv[0][1]))):
+        chosen = fitted_sizes(by_size)
+        if len(chosen) >= 2:
+            fixed, per = fit(chosen)
+            out.append((kind, role, per * 1e6, fixed + per * target, min(chosen), max(chosen)))
     return out
 
 
@@ -209,21 +232,24 @@ def projection_lines(rows: list[tuple[str, dict[int, float | None]]], m: dict[st
     projected = projection(rows, target)
     phases = [p for p in projected if p[0] not in TOTALS]
     lines = ["", f"Projection to {target:,} ledgers (least squares `fixed + per ledger x n` over the sizes "
-             f"from {FIT_FROM:,}; a phase growing faster than the ledgers would make it an underestimate):",
+             f"from {FIT_FROM:,}, only those above {SPARK_ABOVE:,} where two were measured (the work moves "
+             "to Spark there); a phase growing faster than the ledgers would make it an underestimate):",
              "",
-             row(["phase", "fixed (s)", "µs per ledger", f"at {target:,} (s)", "largest measured"]),
+             row(["phase", "fixed (s)", "µs per ledger", f"at {target:,} (s)", "sizes fitted"]),
              row(["---", "---:", "---:", "---:", "---:"])]
-    for name, fixed, per, at, largest in projected:
-        lines.append(row([name, f"{fixed:,.1f}", f"{per:,.1f}", f"{at:,.0f}", f"{largest:,}"]))
+    for name, fixed, per, at, low, high in projected:
+        lines.append(row([name, f"{fixed:,.1f}", f"{per:,.1f}", f"{at:,.0f}", f"{low:,}-{high:,}"]))
     if phases:
         bound = max(phases, key=lambda p: p[3])
         lines += ["", f"The phase that bounds it: **{bound[0]}**, {bound[3]:,.0f} s of the projected "
                   f"{sum(p[3] for p in phases):,.0f} s the phases sum to."]
     mem = memory_projection(m, target)
     if mem:
-        lines += ["", row(["role", "MB per million ledgers", f"peak MB at {target:,}", "largest measured"]),
-                  row(["---", "---:", "---:", "---:"])]
-        lines += [row([role, f"{per:,.0f}", f"{at:,.0f}", f"{largest:,}"]) for role, per, at, largest in mem]
+        lines += ["", row(["work", "role", "MB per million ledgers", f"peak MB at {target:,}",
+                           "sizes fitted"]),
+                  row(["---", "---", "---:", "---:", "---:"])]
+        lines += [row([kind, role, f"{per:,.0f}", f"{at:,.0f}", f"{low:,}-{high:,}"])
+                  for kind, role, per, at, low, high in mem]
     return lines
 
 

@@ -83,7 +83,7 @@ def test_snapshot_only_sizes_have_no_check_rows_and_the_projection_is_the_fitted
     per = {n: None if v is None else v / n * 1e6 for n, v in table["check: ledger_pass_and_fanout"].items()}
     assert scaling.growth(per, sizes) == f"{(52 / 1e6) / (2.5 / 1e4):.2f}x"  # over the sizes it ran at
 
-    projected = {name: (fixed, per, at, largest) for name, fixed, per, at, largest
+    projected = {name: (fixed, per, at, high) for name, fixed, per, at, _low, high
                  in scaling.projection(rows, 10_000_000)}
     fixed, per_ledger, at, largest = projected["snapshot: ledgers"]
     assert (fixed, per_ledger, at, largest) == (pytest.approx(0, abs=1e-6), pytest.approx(20.0),
@@ -102,3 +102,30 @@ def test_snapshot_only_sizes_have_no_check_rows_and_the_projection_is_the_fitted
     text = scaling.report(m)
     assert "The phase that bounds it: **check: ledger_pass_and_fanout**, 502 s" in text
     assert "At 3,000,000 ledgers the snapshot job alone" in text
+
+
+def _with_memory(run: dict, driver_mb: float, zk_mb: float, bookies_mb: list[float]) -> dict:
+    roles = {"driver": {"peak_sum_mb": driver_mb}, "zookeeper": {"peak_sum_mb": zk_mb}}
+    roles |= {f"bookie-{i}": {"peak_sum_mb": mb} for i, mb in enumerate(bookies_mb)}
+    return run | {"monitor": {"memory": {"roles": roles}}}
+
+
+def test_memory_is_projected_per_kind_of_work_and_past_the_spark_switch_from_the_sizes_above_it() -> None:
+    """Checked sizes: the driver grows 1 GB per million. Snapshot-only sizes: up to 2,000,000 the driver
+    validates on pandas (grows), above it on Spark (flat at 300 MB): the projection must use the flat part,
+    and give the empty bookies of a snapshot-only size no row."""
+    results = {
+        "1000000": [_with_memory(_linear_run(1_000_000), 1_300, 2_000, [600, 700, 650])],
+        "1500000": [_with_memory(_linear_run(1_500_000), 1_800, 3_000, [850, 950, 900])],
+        "2000000": [_with_memory(_snapshot_only(2_000_000), 1_600, 4_000, [80, 80, 80])],
+        "3000000": [_with_memory(_snapshot_only(3_000_000), 300, 6_000, [80, 80, 80])],
+        "4000000": [_with_memory(_snapshot_only(4_000_000), 300, 8_000, [80, 80, 80])],
+    }
+    projected = scaling.memory_projection({"results": results}, 10_000_000)
+    mem = {(kind, role): (per, at, low, high) for kind, role, per, at, low, high in projected}
+    checked, alone = scaling.CHECKED, scaling.SNAPSHOT_ALONE
+    assert mem[checked, "driver"] == (pytest.approx(1_000), pytest.approx(10_300), 1_000_000, 1_500_000)
+    assert mem[checked, "each bookie"][:2] == (pytest.approx(500), pytest.approx(5_150))  # of the medians
+    assert mem[alone, "driver"] == (pytest.approx(0), pytest.approx(300), 3_000_000, 4_000_000)
+    assert mem[alone, "zookeeper"][:2] == (pytest.approx(2_000), pytest.approx(20_000))
+    assert (alone, "each bookie") not in mem
