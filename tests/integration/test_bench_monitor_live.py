@@ -112,7 +112,8 @@ def test_sampler_sees_a_worker_grow_by_what_it_allocated_and_attributes_the_tree
     assert ALLOCATE_MB * 0.9 <= pss_grown <= ALLOCATE_MB * 1.15, pss_grown
     pids = {role: set().union(*(set(s.get(role, {})) for s in sampler.samples)) for role in summary["roles"]}
     assert pids == {"driver": {driver.pid}, "jvm": {jvm}, "python_workers": {worker, forked}}
-    assert summary["series_mb"]["python_workers"][-1] >= 2 * ALLOCATE_MB  # the series, not only the peak
+    # the series, not only the peak; its last sample may come after the tree exited (the stop above)
+    assert max(summary["series_mb"]["python_workers"]) >= 2 * ALLOCATE_MB
 
 
 def test_sampler_reads_fixed_pids_as_their_roles(zk_server: ZooKeeperServer) -> None:
