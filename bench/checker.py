@@ -200,20 +200,10 @@ def settings_for(cluster: Any, warehouse: str, root: str | None = None,
 def spark_side(zk: str, root: str, warehouse: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """(a), in a fresh process (bench/harness.py): a new Spark session (timed apart), then what
     `bkaudit check --fresh` runs: a snapshot and the check over it, at default settings (but `overrides`)."""
-    from types import SimpleNamespace
-
     from bkaudit.spark.checker import CheckOptions, run_check
-    from bkaudit.spark.session import get_session
-    from bkaudit.spark.snapshot import run_snapshot
 
-    t0 = time.perf_counter()
-    spark = get_session("local[2]", app_name="bkaudit-bench-checker")
-    spark.range(1).count()
-    session_s = time.perf_counter() - t0
-    settings = settings_for(SimpleNamespace(zk=zk, root=root), warehouse, overrides=overrides)
-    wall0, t0 = time.time(), time.perf_counter()
-    snap = run_snapshot(spark, settings, warehouse=warehouse)
-    snapshot_s = time.perf_counter() - t0
+    spark, settings, snap, t = _session_and_snapshot(zk, root, warehouse, overrides)
+    snapshot_s, wall0 = t["snapshot_s"], t["wall0"]
     t0 = time.perf_counter()
     result = run_check(spark, settings, CheckOptions(warehouse=warehouse, snapshot_id=snap.snapshot_id))
     check_s = time.perf_counter() - t0
@@ -221,7 +211,7 @@ def spark_side(zk: str, root: str, warehouse: str, overrides: dict[str, Any] | N
     spark.stop()
     return {
         "seconds": snapshot_s + check_s,
-        "session_s": session_s,
+        "session_s": t["session_s"],
         "snapshot_s": snapshot_s,
         "check_s": check_s,
         "ledgers": result.ledgers_checked,
@@ -238,28 +228,36 @@ def spark_side(zk: str, root: str, warehouse: str, overrides: dict[str, Any] | N
     }
 
 
-def snapshot_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
-    """The snapshot job alone, in a fresh process (bench/scaling.py's sizes past the bookies' memory): a new
-    Spark session (timed apart), then `bkaudit snapshot` at default settings; what it counted, for the
-    caller to check against what it loaded."""
+def _session_and_snapshot(zk: str, root: str, warehouse: str,
+                          overrides: dict[str, Any] | None = None) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """A new Spark session (timed apart), then the snapshot at default settings (but `overrides`): the
+    session, the settings, the SnapshotResult and the timings both sides report."""
     from types import SimpleNamespace
 
     from bkaudit.spark.session import get_session
     from bkaudit.spark.snapshot import run_snapshot
 
     t0 = time.perf_counter()
-    spark = get_session("local[2]", app_name="bkaudit-bench-snapshot")
+    spark = get_session("local[2]", app_name="bkaudit-bench-checker")
     spark.range(1).count()
     session_s = time.perf_counter() - t0
-    settings = settings_for(SimpleNamespace(zk=zk, root=root), warehouse)
+    settings = settings_for(SimpleNamespace(zk=zk, root=root), warehouse, overrides=overrides)
     wall0, t0 = time.time(), time.perf_counter()
     snap = run_snapshot(spark, settings, warehouse=warehouse)
-    snapshot_s = time.perf_counter() - t0
+    timing = {"session_s": session_s, "snapshot_s": time.perf_counter() - t0, "wall0": wall0}
+    return spark, settings, snap, timing
+
+
+def snapshot_side(zk: str, root: str, warehouse: str) -> dict[str, Any]:
+    """The snapshot job alone, in a fresh process (bench/scaling.py's sizes past the bookies' memory); what
+    it counted, for the caller to check against what it loaded."""
+    spark, _settings, snap, t = _session_and_snapshot(zk, root, warehouse)
     spark.stop()
-    return {"seconds": snapshot_s, "session_s": session_s, "snapshot_s": snapshot_s,
+    return {"seconds": t["snapshot_s"], "session_s": t["session_s"], "snapshot_s": t["snapshot_s"],
             "snapshot_steps": snap.timings, "status": snap.status, "error": snap.error,
             "ledgers": snap.ledgers, "segments": snap.segments, "unparseable": snap.unparseable,
-            "validation_failures": snap.validation_failures, "window": [wall0, wall0 + snapshot_s]}
+            "validation_failures": snap.validation_failures,
+            "window": [t["wall0"], t["wall0"] + t["snapshot_s"]]}
 
 
 def baseline_side(

@@ -40,14 +40,19 @@ import monitor
 SNAPSHOT_STEPS = ("ledgers", "cluster_state", "validation", "commit")
 
 
+def checked(runs: list[dict[str, Any]]) -> bool:
+    """Whether a size's runs ran the check (a snapshot-only size's runs say `checked: False`)."""
+    return all(r.get("checked", True) for r in runs)
+
+
 def phase_table(
     sizes: list[int], by_size: dict[int, list[dict[str, Any]]]
 ) -> list[tuple[str, dict[int, float | None]]]:
     """(phase, {size: median seconds}) rows: session, snapshot steps, checker phases, totals. A checker phase
     that did not run in a checked size counts 0; every check row is None at a snapshot-only size."""
-    def median(size: int, get: Any, *, checked: bool = False) -> float | None:
+    def median(size: int, get: Any, *, needs_check: bool = False) -> float | None:
         runs = by_size[size]
-        if checked and not all(r.get("checked", True) for r in runs):
+        if needs_check and not checked(runs):
             return None
         return harness.Spread.of(get(r) for r in runs).median
 
@@ -67,11 +72,11 @@ def phase_table(
             phases.extend(k for k in r.get("phases", {}) if k not in phases)
     for phase in phases:
         rows.append((f"check: {phase}", {
-            s: median(s, lambda r, k=phase: r["phases"].get(k, 0.0), checked=True) for s in sizes
+            s: median(s, lambda r, k=phase: r["phases"].get(k, 0.0), needs_check=True) for s in sizes
         }))
     for name, key in (("check (job 2) in all", "check_s"), ("snapshot + check (no start-up)", "seconds"),
                       ("with start-up (spawn to exit)", "wall_s")):
-        rows.append((name, {s: median(s, lambda r, k=key: r[k], checked=True) for s in sizes}))
+        rows.append((name, {s: median(s, lambda r, k=key: r[k], needs_check=True) for s in sizes}))
     return rows
 
 
@@ -139,7 +144,7 @@ def memory_projection(m: dict[str, Any], target: int) -> list[tuple[str, str, fl
     (the median of them); they hold nothing at a snapshot-only size, so that kind has no bookie row."""
     points: dict[tuple[str, str], dict[int, float]] = {}
     for size, runs in m["results"].items():
-        kind = CHECKED if all(r.get("checked", True) for r in runs) else SNAPSHOT_ALONE
+        kind = CHECKED if checked(runs) else SNAPSHOT_ALONE
         peaks: dict[str, list[float]] = {}
         for r in runs:
             roles = r.get("monitor", {}).get("memory", {}).get("roles", {})
@@ -173,7 +178,7 @@ def report(m: dict[str, Any]) -> str:
     rows = phase_table(sizes, by_size)
     row = harness.markdown_row
     head = ["phase", *(f"{s:,} ledgers" for s in sizes)]
-    only = [s for s in sizes if not all(r.get("checked", True) for r in by_size[s])]
+    only = [s for s in sizes if not checked(by_size[s])]
     lines = [
         f"### Scaling of the bkaudit side, {m['layout']} layout ({m['when']}, `bench/scaling.py --sizes "
         f"{','.join(str(s) for s in sizes)} --layout {m['layout']}"
