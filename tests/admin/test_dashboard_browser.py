@@ -76,13 +76,20 @@ def browser():  # type: ignore[no-untyped-def]
 
 
 def table(driver, table_id: str) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
-    """First cell -> all cells of each body row of the table."""
+    """First cell -> all cells of each body row of the table.
+
+    Every row the dashboard renders has cells, so a row read with none was detached by a reload between the
+    two lookups (chromedriver then answers an empty list rather than a stale-element error): it is reported
+    as stale, which `wait_for` counts as "not yet"."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     rows = driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")
     out = {}
     for row in rows:
         cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+        if not cells:
+            raise StaleElementReferenceException(f"a #{table_id} row lost its cells: the page reloaded")
         out[cells[0]] = cells
     return out
 
