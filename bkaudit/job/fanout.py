@@ -21,9 +21,9 @@ output to staging files immediately, so downstream stages never trigger the call
 A bookie that fails at the transport level `failure_threshold` times in a row is not called again by this
 task (its remaining ledgers are marked CIRCUIT_OPEN at once): a frozen bookie would otherwise cost one full
 deadline per batch. The job's delayed retry (BP-34's re-check) gives it a fresh chance. A bookie that keeps
-answering while some calls time out is overloaded, not frozen: `ask` halves the calls in flight and asks the
-timed-out ledgers again (as BookKeeper's replicasCheck waits on its 100 ledgers in flight) instead of
-giving up on it.
+answering while some listings time out, if only late, is overloaded, not frozen: `ask` halves the listings
+in flight, waits for the stale ones to drain, and asks the timed-out ledgers again (as BookKeeper's
+replicasCheck waits on its 100 ledgers in flight) instead of giving up on it.
 """
 
 from __future__ import annotations
@@ -359,8 +359,10 @@ class CallInfo:
 
 
 SLOW_RETRIES = 3
-"""Times a ledger whose listing timed out on a bookie that kept answering is asked again, with fewer calls in
-flight, before its timeout is reported."""
+"""Times a ledger whose listing timed out on a bookie that kept answering is asked again, with fewer listings
+in flight, before its timeout is reported."""
+POLL_S = 0.05
+"""How often `ask` looks at the client's backlog while it waits for stale requests to drain."""
 
 
 def ask(
@@ -377,31 +379,52 @@ def ask(
     breaker: Breaker | None = None,
 ) -> Iterator[tuple[int, bytes | BookieError | None, CallInfo | None]]:
     """Raw answers for `ledger_ids` (by position): one call per at most `batch_size` ids and `max_call_bytes`
-    expected answer bytes (`sizes`, by position; `audit.batching.plan_calls`), bounded in flight.
+    expected answer bytes (`sizes`, by position; `audit.batching.plan_calls`), with at most
+    `max_in_flight` x `batch_size` listings outstanding.
 
     Every position is yielded exactly once: bytes, a BookieError (per ledger, or the whole call's failure,
     CIRCUIT_OPEN for ids not asked after the breaker opened), or None when the answer lacks that ledger.
     `breaker`: the bookie's breaker when it spans more than this call (a fan-out task's chunks).
 
-    A slow bookie is not a dead one. A call (or some ledgers of a gathered call) that timed out while the
-    bookie answered another call sent no earlier is queueing, not gone: the ledgers are asked again, up to
-    SLOW_RETRIES times, with half the calls in flight (one more after each answered call, up to
-    `max_in_flight`), and the breaker is not told. A bookie that answers nothing after a call was sent
+    A slow bookie is not a dead one. A listing that timed out while the bookie sent anything after the call
+    went out (another call's answer, or a late answer to an expired request: the client's `last_heard`) is
+    queueing, not gone. Its ledgers are asked again, up to SLOW_RETRIES times, with half the listings in
+    flight (a quarter of a call more after each clean answer), and the breaker is not told. The window
+    counts listings, not calls, because a Java bookie serves a gathered call as that many requests; and it
+    counts the client's `backlog` too, the timed-out requests the bookie still has to work through, since a
+    retry sent behind them would only time out again. A bookie that sends nothing after a call went out
     (frozen, unreachable) fails that call as before, and `failure_threshold` of those open the breaker.
     """
     expected = [s or 0 for s in sizes] if sizes is not None else [0] * len(ledger_ids)
     chunks = iter(plan_calls(expected, max_bytes=max_call_bytes, max_count=batch_size))
     pending: dict[Future[Any], tuple[list[int], float, str, int]] = {}
     state = breaker if breaker is not None else Breaker(bookie_id, failure_threshold)
-    window = max_in_flight
+    most = max(1, max_in_flight * batch_size)
+    window = most  # listings
+    in_flight = 0
     again: deque[tuple[list[int], int]] = deque()  # (positions, times asked) of timed-out ledgers
     last_answer = float("-inf")
     number = 0
     while True:
-        while not state.open and len(pending) < window:
-            chunk, asked = again.popleft() if again else (next(chunks, None), 0)
-            if chunk is None:
-                break
+        while not state.open:
+            if again:
+                chunk, asked = again.popleft()
+            else:
+                planned = next(chunks, None)
+                if planned is None:
+                    break
+                chunk, asked = planned, 0
+            room = window - in_flight - _backlog(client)
+            if room <= 0:
+                if pending:
+                    again.appendleft((chunk, asked))
+                    break
+                _await_backlog(client, window)
+                room = window - _backlog(client)
+            room = max(room, 1)
+            if len(chunk) > room:  # the window is narrower than the planned call: ask the rest next
+                again.appendleft((chunk[room:], asked))
+                chunk = chunk[:room]
             number += 1
             call_id = f"{call_prefix}{bookie_id}#{number}"
             try:
@@ -410,17 +433,21 @@ def ask(
                 fut = Future()
                 fut.set_exception(BookieError(STATUS_UNAVAILABLE, str(exc), bookie_id=bookie_id))
             pending[fut] = (chunk, time.monotonic(), call_id, asked)
+            in_flight += len(chunk)
         if not pending:
             break
-        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+        poll = POLL_S if _backlog(client) else None  # the backlog drains without any future of ours finishing
+        done, _ = wait(list(pending), timeout=poll, return_when=FIRST_COMPLETED)
         for fut in done:
             chunk, started, call_id, asked = pending.pop(fut)
+            in_flight -= len(chunk)
             call = CallInfo(call_id, (time.monotonic() - started) * 1000.0)
             try:
                 answers = fut.result()
             except BaseException as exc:
                 status = exc.status if isinstance(exc, BookieError) else STATUS_UNAVAILABLE
-                if is_transport_failure(status) and last_answer > started and asked < SLOW_RETRIES:
+                heard = max(last_answer, getattr(client, "last_heard", last_answer))
+                if is_transport_failure(status) and heard > started and asked < SLOW_RETRIES:
                     window = _slower(bookie_id, window, status)
                     again.append((chunk, asked + 1))
                     continue
@@ -453,7 +480,7 @@ def ask(
                 window = _slower(bookie_id, window, "UNAVAILABLE")
                 again.append((timed_out, asked + 1))
             else:
-                window = min(max_in_flight, window + 1)
+                window = min(most, window + max(1, len(chunk) // 4))
     if state.open:
         skipped = BookieError(STATUS_CIRCUIT_OPEN, state.skipped("asked"), bookie_id=bookie_id)
         for chunk in itertools.chain((c for c, _ in again), chunks):
@@ -461,10 +488,26 @@ def ask(
                 yield p, skipped, None
 
 
+def _backlog(client: Any) -> int:
+    """The client's count of timed-out requests the bookie has not answered yet (0 for clients without)."""
+    return int(getattr(client, "backlog", 0))
+
+
+def _await_backlog(client: Any, window: int) -> None:
+    """With nothing of ours in flight, wait until the bookie's stale backlog leaves room in the window, or
+    until it has been silent for a whole request timeout (it may have dropped those requests: the next call
+    then succeeds or fails on its own, and a frozen bookie still meets the breaker)."""
+    silent_after = float(getattr(client, "request_timeout_s", 0.0))
+    while _backlog(client) >= window:
+        if time.monotonic() - float(getattr(client, "last_heard", float("-inf"))) > silent_after:
+            return
+        time.sleep(POLL_S)
+
+
 def _slower(bookie_id: str, window: int, status: str) -> int:
-    """Half the calls in flight (at least one) after a timeout on a bookie that still answers."""
+    """Half the listings in flight (at least one) after a timeout on a bookie that still answers."""
     if window > 1:
-        log.info("bookie %s answers but some listings timed out (%s): %d calls in flight, was %d",
+        log.info("bookie %s answers but some listings timed out (%s): %d listings in flight, was %d",
                  bookie_id, status, max(1, window // 2), window)
     return max(1, window // 2)
 

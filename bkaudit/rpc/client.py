@@ -16,6 +16,11 @@ a timeout, a refused connection, a garbage or oversized frame, or a closed conne
 BookieError("UNAVAILABLE", why). A broken connection is closed, all its pending futures fail promptly, and the
 next call opens a fresh one (reconnect).
 
+A timed-out request is not gone from the bookie: it still waits in the bookie's queue and is answered late.
+The client keeps those (`backlog`, for LATE_FACTOR timeouts) and the time any frame last arrived
+(`last_heard`, late answers included), so a caller can tell a queueing bookie from a frozen one and wait for
+the queue to drain before adding to it (bkaudit.job.fanout.ask).
+
 Listing: `get_list_of_entries_batch` uses bkaudit's batch operation (op 1000) only when the bookie
 advertised it (`batch_listing=True`, from its BookieServiceInfo); any other bookie gets one standard
 GET_LIST_OF_ENTRIES_OF_LEDGER request per ledger, all pipelined, combined into the same answer. A bkaudit
@@ -170,6 +175,13 @@ class RequestClient:
         self._lock = threading.Lock()
         self._txn = itertools.count(1)
         self._closed = False
+        self.last_heard = float("-inf")
+        """time.monotonic() when the bookie last sent a frame, answers to timed-out requests included."""
+
+    @property
+    def backlog(self) -> int:
+        """Requests that timed out here and are presumably still queued at the bookie (0: none known)."""
+        return 0
 
     # -- operations ------------------------------------------------------------------------------------------
     def add_entry(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *,
@@ -392,6 +404,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.closed = False
         self.transport: asyncio.Transport | None = None
         self.frames = FrameReceiver(client.max_frame_bytes)  # answers are read into their own buffers
+        self.expired: dict[int, float] = {}
+        """txn -> when it timed out, for requests whose late answer has not arrived (in timeout order)."""
         self._tls_answer: asyncio.Future[int] | None = None
         self.deadlines = _DEADLINES.watch(self)
 
@@ -457,6 +471,9 @@ class _Connection(asyncio.BufferedProtocol):
             return
         pending = self.pending
         client = self.client
+        if frames:
+            client.last_heard = time.monotonic()
+        expired = self.expired
         for i, body in enumerate(frames):
             resp = pb.Response()
             try:
@@ -470,9 +487,12 @@ class _Connection(asyncio.BufferedProtocol):
                 if i + 1 < len(frames) or self.frames.partial:
                     self.fail("bookie sent data after its START_TLS response")
                 return
-            p = pending.pop(resp.header.txnId, None)
+            txn = resp.header.txnId
+            p = pending.pop(txn, None)
             if p is not None:
                 client._complete(p, resp)
+            elif expired:
+                expired.pop(txn, None)  # a late answer: the bookie worked through one more stale request
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed:
@@ -509,6 +529,7 @@ class _Connection(asyncio.BufferedProtocol):
             self.closed = True
             pending, self.pending = self.pending, {}
             self.out = []
+            self.expired = {}
             if client._conn is self:
                 client._conn = None
         if first and self.transport is not None:
@@ -535,6 +556,11 @@ class BookieClient(RequestClient):
         self.max_frame_bytes = max_frame_bytes
         self._conn: _Connection | None = None
         self._loop = ioloop.get()  # this client's connections live on this loop
+
+    @property
+    def backlog(self) -> int:
+        conn = self._conn
+        return len(conn.expired) if conn is not None and not conn.closed else 0
 
     def close(self) -> None:
         """Close the connection and fail whatever is still pending."""
@@ -603,6 +629,8 @@ class _Deadlines:
     """
 
     TICK_S = 0.05
+    LATE_FACTOR = 4
+    """A timed-out request not answered within this many timeouts more is presumed dropped by the bookie."""
 
     def __init__(self) -> None:
         self._streams: set[Any] = set()
@@ -633,18 +661,37 @@ class _Deadlines:
                 streams = list(self._streams)
             for stream in streams:
                 fifo, pending = stream.deadlines, stream.pending
+                expired = getattr(stream, "expired", None)
                 while fifo:
                     deadline, txn = fifo[0]
                     if txn in pending:
                         if deadline > now:
                             break
+                        if expired is not None:
+                            expired[txn] = now  # before the pop: an answer racing it then finds no pending
                         p = pending.pop(txn, None)
                         if p is not None:
                             stream.client._timeout(p)
+                        elif expired is not None:
+                            expired.pop(txn, None)  # answered in time after all
                     fifo.popleft()
+                if expired:
+                    self._forget(expired, now - self.LATE_FACTOR * stream.client.request_timeout_s)
                 if stream.closed and not fifo:
                     with self._lock:
                         self._streams.discard(stream)
+
+    @staticmethod
+    def _forget(expired: dict[int, float], before: float) -> None:
+        """Drop timed-out requests older than `before` (the oldest come first)."""
+        while True:
+            try:  # the loop thread pops late answers meanwhile: a changed dict ends this tick's pass
+                txn, when = next(iter(expired.items()))
+            except (StopIteration, RuntimeError):
+                return
+            if when > before:
+                return
+            expired.pop(txn, None)
 
 
 _DEADLINES = _Deadlines()
