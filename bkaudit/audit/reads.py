@@ -196,29 +196,46 @@ def read_evidence(
 def verify_entry(
     ledger_id: int, entry_id: int, data: bytes, digest_type: str | None, password: bytes | None = None
 ) -> str | None:
-    """None when the stored entry verifies; else why it is corrupt.
+    """None when the stored entry verifies; else why it is corrupt (`EntryVerifier`, for one entry)."""
+    return EntryVerifier(ledger_id, digest_type, password)(entry_id, data)
+
+
+class EntryVerifier:
+    """Verifies the stored entries of one ledger: built once per ledger, called once per entry read.
 
     CRC32C, CRC32 and DUMMY need no password and are verified in full (BookKeeper's DigestManager rules, via
     `bkaudit.formats.entry`). A MAC ledger is verified in full only with its password; without it (the
     snapshot does not keep passwords) the header ids and the length are checked. An unknown digest type gets
-    the header check only.
+    the header check only. Building the DigestManager once per ledger, not per entry, matters: its keys are
+    SHA-1 hashes of the password, several times the cost of a CRC over a small entry.
     """
-    try:
-        kind = DigestType[digest_type] if digest_type else None
-    except KeyError:
-        kind = None
-    try:
-        if kind is not None and (kind is not DigestType.MAC or password is not None):
-            DigestManager(ledger_id, password or b"", kind).verify(data, entry_id)
-            return None
-        got_ledger, got_entry, _lac, _length = parse_entry_header(data)
-        if got_ledger != ledger_id or got_entry != entry_id:
-            return f"header says ledger {got_ledger} entry {got_entry}"
-        if kind is not None and len(data) < HEADER_SIZE + DIGEST_LENGTH[kind]:
-            return f"{len(data)} bytes, shorter than the header and the {kind.name} digest"
-    except FormatError as exc:
-        return str(exc)
-    return None
+
+    __slots__ = ("_manager", "kind", "ledger_id")
+
+    def __init__(self, ledger_id: int, digest_type: str | None, password: bytes | None = None) -> None:
+        self.ledger_id = ledger_id
+        try:
+            self.kind = DigestType[digest_type] if digest_type else None
+        except KeyError:
+            self.kind = None
+        full = self.kind is not None and (self.kind is not DigestType.MAC or password is not None)
+        self._manager = DigestManager(ledger_id, password or b"", self.kind) if full and self.kind else None
+
+    def __call__(self, entry_id: int, data: bytes) -> str | None:
+        """None when `data` is entry `entry_id` of this ledger, intact; else why it is corrupt."""
+        try:
+            if self._manager is not None:
+                self._manager.verify(data, entry_id)
+                return None
+            got_ledger, got_entry, _lac, _length = parse_entry_header(data)
+            if got_ledger != self.ledger_id or got_entry != entry_id:
+                return f"header says ledger {got_ledger} entry {got_entry}"
+            kind = self.kind
+            if kind is not None and len(data) < HEADER_SIZE + DIGEST_LENGTH[kind]:
+                return f"{len(data)} bytes, shorter than the header and the {kind.name} digest"
+        except FormatError as exc:
+            return str(exc)
+        return None
 
 
 def _ranges(ids: Iterable[int]) -> list[Range]:

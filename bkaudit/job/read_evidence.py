@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from queue import SimpleQueue
 from typing import Any
 
 import pyarrow as pa
@@ -20,10 +21,10 @@ from bkaudit.audit.durability import expected_by_bookie
 from bkaudit.audit.reads import (
     EVIDENCE_LISTING,
     EVIDENCE_READS,
+    EntryVerifier,
     ReadSummary,
     plan_reads,
     summarise_reads,
-    verify_entry,
 )
 from bkaudit.audit.statuses import (
     STATUS_CIRCUIT_OPEN,
@@ -60,6 +61,10 @@ def read_and_verify(
     each entry read back is verified with its ledger's digest. After `failure_threshold` consecutive
     transport failures the bookie is not read again in this attempt: what is left is CIRCUIT_OPEN, so a bookie
     that never answers costs a few deadlines, not one per entry (`breaker`: one spanning more than this call).
+
+    Per entry read, the loop does O(1) work: answered futures arrive on a queue (a `wait` over every future
+    in flight would cost `max_in_flight` waiter installs per answer), and each ledger's verifier is built
+    once.
     """
     work = ((p, e) for p in range(len(ledger_ids)) for e in plans[p])
     remaining = [len(plan) for plan in plans]
@@ -70,6 +75,8 @@ def read_and_verify(
         if n == 0:
             yield p, ReadSummary(STATUS_OK, 0), None
     pending: dict[Future[Any], tuple[int, int]] = {}
+    answered: SimpleQueue[Future[Any]] = SimpleQueue()
+    verifiers: list[EntryVerifier | None] = [None] * len(plans)
     state = breaker if breaker is not None else Breaker(bookie_id, failure_threshold)
 
     def finish(p: int) -> tuple[int, ReadSummary, CallInfo | None]:
@@ -92,9 +99,12 @@ def read_and_verify(
                 fut = Future()
                 fut.set_exception(BookieError(STATUS_UNAVAILABLE, str(exc), bookie_id=bookie_id))
             pending[fut] = item
+            fut.add_done_callback(answered.put)
         if not pending:
             break
-        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+        done = [answered.get()]
+        while not answered.empty():
+            done.append(answered.get_nowait())
         for fut in done:
             p, entry = pending.pop(fut)
             try:
@@ -110,13 +120,17 @@ def read_and_verify(
                     outcomes[p][entry] = STATUS_INVALID_RESPONSE
                     errors[p][entry] = f"not entry bytes: {type(data).__name__}"
                 else:
-                    pw = passwords[p] if passwords is not None else None
-                    problem = verify_entry(ledger_ids[p], entry, bytes(data), digest_types[p], pw)
+                    verify = verifiers[p]
+                    if verify is None:
+                        pw = passwords[p] if passwords is not None else None
+                        verify = verifiers[p] = EntryVerifier(ledger_ids[p], digest_types[p], pw)
+                    problem = verify(entry, bytes(data))
                     outcomes[p][entry] = STATUS_OK if problem is None else STATUS_CORRUPT
                     if problem is not None:
                         errors[p][entry] = problem
             remaining[p] -= 1
             if remaining[p] == 0:
+                verifiers[p] = None
                 yield finish(p)
     if state.open:
         skipped = state.skipped("read")
