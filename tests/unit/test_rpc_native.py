@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
-from bkaudit.rpc.client import BookieClient, list_request
+from bkaudit.rpc.client import BookieClient, list_request, read_entry_request
 from bkaudit.rpc.framing import FrameReceiver, Frames
 
 Handler = Callable[[socket.socket], None]
@@ -232,6 +232,18 @@ def test_hand_built_listing_request_is_protobufs_serialization(txn: int, ledger:
     req.header.txnId = txn
     req.getListOfEntriesOfLedgerRequest.ledgerId = ledger
     assert list_request(txn, ledger) == req.SerializeToString()
+
+
+@pytest.mark.parametrize(("txn", "ledger", "entry"),
+                         [(1, 5, 0), (300, 0, -1), (2**40, 2**62, 2**62), (7, 123456789, 99999)])
+def test_hand_built_read_request_is_protobufs_serialization(txn: int, ledger: int, entry: int) -> None:
+    req = pb.Request()
+    req.header.version = pb.VERSION_THREE
+    req.header.operation = pb.READ_ENTRY
+    req.header.txnId = txn
+    req.readRequest.ledgerId = ledger
+    req.readRequest.entryId = entry
+    assert read_entry_request(txn, ledger, entry) == req.SerializeToString()
 
 
 def test_spec_vector_of_the_listing_frame() -> None:
