@@ -358,6 +358,14 @@ class CallInfo:
     ms: float
 
 
+@dataclass
+class Pace:
+    """How many listings `ask` keeps in flight to one bookie, carried over the calls of a fan-out task's
+    chunks: a bookie found slow in one chunk starts the next at the window it had come down to."""
+
+    window: int | None = None
+
+
 SLOW_RETRIES = 3
 """Times a ledger whose listing timed out on a bookie that kept answering is asked again, with fewer listings
 in flight, before its timeout is reported."""
@@ -377,6 +385,7 @@ def ask(
     sizes: Sequence[int | None] | None = None,
     max_call_bytes: int = CALL_BYTES,
     breaker: Breaker | None = None,
+    pace: Pace | None = None,
 ) -> Iterator[tuple[int, bytes | BookieError | None, CallInfo | None]]:
     """Raw answers for `ledger_ids` (by position): one call per at most `batch_size` ids and `max_call_bytes`
     expected answer bytes (`sizes`, by position; `audit.batching.plan_calls`), with at most
@@ -384,7 +393,7 @@ def ask(
 
     Every position is yielded exactly once: bytes, a BookieError (per ledger, or the whole call's failure,
     CIRCUIT_OPEN for ids not asked after the breaker opened), or None when the answer lacks that ledger.
-    `breaker`: the bookie's breaker when it spans more than this call (a fan-out task's chunks).
+    `breaker` and `pace`: the bookie's, when they span more than this call (a fan-out task's chunks).
 
     A slow bookie is not a dead one. A listing that timed out while the bookie sent anything after the call
     went out (another call's answer, or a late answer to an expired request: the client's `last_heard`) is
@@ -400,7 +409,8 @@ def ask(
     pending: dict[Future[Any], tuple[list[int], float, str, int]] = {}
     state = breaker if breaker is not None else Breaker(bookie_id, failure_threshold)
     most = max(1, max_in_flight * batch_size)
-    window = most  # listings
+    pace = pace if pace is not None else Pace()
+    window = min(most, pace.window or most)  # listings
     in_flight = 0
     again: deque[tuple[list[int], int]] = deque()  # (positions, times asked) of timed-out ledgers
     last_answer = float("-inf")
@@ -481,6 +491,7 @@ def ask(
                 again.append((timed_out, asked + 1))
             else:
                 window = min(most, window + max(1, len(chunk) // 4))
+        pace.window = window
     if state.open:
         skipped = BookieError(STATUS_CIRCUIT_OPEN, state.skipped("asked"), bookie_id=bookie_id)
         for chunk in itertools.chain((c for c, _ in again), chunks):

@@ -3,7 +3,11 @@
 A partition's requests are served in chunks of about TASK_CHUNK_REQUESTS, so a task's memory does not grow
 with the cluster (one task per core gets millions of requests at 1M ledgers). A chunk's requests are grouped
 by bookie; each bookie is served from its own thread so that a slow bookie sharing the task does not hold the
-others back, and keeps one circuit breaker across the chunks (`bkaudit.job.breaker`). The threads hand
+others back, and keeps across the chunks what the task learnt about it (`_Bookie`): its circuit breaker
+(`bkaudit.job.breaker`), its pace (`job.fanout.Pace`) and its client. A bookie found slow in one chunk is not
+flooded at the next, and the requests it still works on stay counted (the client's backlog, late answers as
+signs of life); a fresh connection per chunk lost both, and at 100,000 ledgers every Java bookie's breaker
+opened at the first chunk boundary. The threads hand
 finished batches to the task's iterator through a bounded queue. Spark may close that iterator early (a
 failed or cancelled task; Python workers are reused), and any worker may fail: either way every worker is
 told to stop, the clients are closed (which fails their pending calls at once) and the threads are joined
@@ -29,6 +33,7 @@ from bkaudit.job.breaker import Breaker
 from bkaudit.job.fanout import (
     RESPONSE_SCHEMA,
     FanoutConfig,
+    Pace,
     ask,
     digest,
     make_client,
@@ -197,20 +202,30 @@ def _close(client: Any) -> None:
         pass
 
 
+@dataclass
+class _Bookie:
+    """What a task keeps about one bookie across its chunks."""
+
+    breaker: Breaker
+    pace: Pace
+    client: Any = None
+    """Opened by the bookie's first chunk, closed when the task ends (or is cancelled)."""
+
+
 def _serve(
     work: BookieWork,
     config: FanoutConfig,
     factory: Callable[[str, FanoutConfig], Any],
     channel: _Channel,
     prefix: str,
-    breaker: Breaker,
+    bookie: _Bookie,
 ) -> None:
     """One bookie's worker: its answers as RESPONSE_SCHEMA batches into the channel, then None."""
-    client = None
     try:
-        client = factory(work.bookie_id, config)
-        channel.opened(client)
-        link = _Link(work, config, client, prefix, channel, breaker)
+        if bookie.client is None:
+            bookie.client = factory(work.bookie_id, config)
+        channel.opened(bookie.client)
+        link = _Link(work, config, bookie.client, prefix, channel, bookie.breaker, bookie.pace)
         cols = _by_listing(link, _by_reads(link, _Columns()))
         if len(cols):
             channel.put(cols.batch(work.bookie_id, config.attempt))
@@ -222,9 +237,6 @@ def _serve(
             channel.put(exc)
         except Cancelled:
             pass
-    finally:
-        if client is not None:
-            _close(client)
 
 
 @dataclass(frozen=True)
@@ -237,6 +249,7 @@ class _Link:
     prefix: str
     channel: _Channel
     breaker: Breaker
+    pace: Pace
 
     def flush(self, cols: _Columns) -> _Columns:
         """Hand a full output batch to the task's iterator (and stop here if the task was cancelled)."""
@@ -301,6 +314,7 @@ def _by_listing(link: _Link, cols: _Columns) -> _Columns:
         sizes=[work.sizes[i] for i in listed],
         max_call_bytes=config.call_bytes,
         breaker=link.breaker,
+        pace=link.pace,
     ):
         k = listed[p]
         expected = work.digests[k]
@@ -367,13 +381,19 @@ def fanout_partition(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         prefix = f"{config.attempt}:{uuid.uuid4().hex[:8]}:"
-        breakers: dict[str, Breaker] = {}
-        for table in chunks(batches, chunk_requests):
-            works = group_by_bookie(table)
-            del table
-            for w in works:
-                breakers.setdefault(w.bookie_id, Breaker(w.bookie_id, config.failure_threshold))
-            yield from _serve_chunk(works, config, factory, prefix, breakers)
+        bookies: dict[str, _Bookie] = {}
+        try:
+            for table in chunks(batches, chunk_requests):
+                works = group_by_bookie(table)
+                del table
+                for w in works:
+                    if w.bookie_id not in bookies:
+                        bookies[w.bookie_id] = _Bookie(Breaker(w.bookie_id, config.failure_threshold), Pace())
+                yield from _serve_chunk(works, config, factory, prefix, bookies)
+        finally:
+            for b in bookies.values():
+                if b.client is not None:
+                    _close(b.client)
 
     return run
 
@@ -383,7 +403,7 @@ def _serve_chunk(
     config: FanoutConfig,
     factory: Callable[[str, FanoutConfig], Any],
     prefix: str,
-    breakers: dict[str, Breaker],
+    bookies: dict[str, _Bookie],
 ) -> Iterator[pa.RecordBatch]:
     """One chunk: a thread per bookie, their batches as they come; every thread is stopped and joined before
     this returns, however it returns (Spark closing the iterator, a worker failing)."""
@@ -391,12 +411,13 @@ def _serve_chunk(
     threads = [
         threading.Thread(
             target=_serve,
-            args=(w, config, factory, channel, prefix, breakers[w.bookie_id]),
+            args=(w, config, factory, channel, prefix, bookies[w.bookie_id]),
             name=f"fanout-{w.bookie_id}",
             daemon=True,
         )
         for w in works
     ]
+    finished = False
     try:
         for t in threads:
             t.start()
@@ -409,8 +430,10 @@ def _serve_chunk(
                 raise item
             else:
                 yield item
+        finished = True
     finally:
-        channel.cancel()
+        if not finished:  # stopped early: closing the clients fails their pending calls at once
+            channel.cancel()
         for t in threads:
             if t.ident is not None:
                 t.join(timeout=config.call_timeout_s + JOIN_GRACE_S)

@@ -17,7 +17,7 @@ BookieError("UNAVAILABLE", why). A broken connection is closed, all its pending 
 next call opens a fresh one (reconnect).
 
 A timed-out request is not gone from the bookie: it still waits in the bookie's queue and is answered late.
-The client keeps those (`backlog`, for LATE_FACTOR timeouts) and the time any frame last arrived
+The client keeps those (`backlog`, for `_Deadlines.LATE_FACTOR` timeouts) and the time any frame last arrived
 (`last_heard`, late answers included), so a caller can tell a queueing bookie from a frozen one and wait for
 the queue to drain before adding to it (bkaudit.job.fanout.ask).
 
@@ -646,7 +646,7 @@ class _Deadlines:
     """
 
     TICK_S = 0.05
-    LATE_FACTOR = 4
+    LATE_FACTOR = 8
     """A timed-out request not answered within this many timeouts more is presumed dropped by the bookie."""
 
     def __init__(self) -> None:

@@ -399,3 +399,17 @@ def test_a_bookie_that_stops_answering_still_opens_the_breaker() -> None:
     assert statuses.count("OK") == 10 and statuses.count("UNAVAILABLE") == 20
     assert statuses.count("CIRCUIT_OPEN") == 70
     assert len(client.calls) == 3  # the answered call, then two failures: no retries of a silent bookie
+
+
+def test_a_pace_carries_the_window_a_slow_bookie_came_down_to_into_the_next_ask() -> None:
+    """`ask` starts at the pace's window (listings), not at max_in_flight x batch_size, and leaves its own."""
+    from bkaudit.job.fanout import Pace, ask
+
+    shapes = [shape(i) for i in range(1, 201)]
+    client = ScriptedClient(A, {s.ledger_id: healthy_bytes(s, A) for s in shapes}, delay=0.0)
+    pace = Pace(window=15)
+    ids = [s.ledger_id for s in shapes]
+    out = list(ask(client, A, ids, batch_size=40, max_in_flight=4, failure_threshold=2, pace=pace))
+    assert sorted(p for p, _v, _c in out) == list(range(200))
+    assert max(len(c) for c in client.calls[:1]) == 15  # the first call fits the carried window
+    assert pace.window is not None and 15 < pace.window <= 160  # clean answers widened it, within the cap

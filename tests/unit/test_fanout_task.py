@@ -182,8 +182,10 @@ def test_a_dead_bookie_trips_its_breaker_once_per_task_not_once_per_chunk() -> N
     inputs = sliced(requests(), 30)
     out = pa.Table.from_batches(list(fanout_partition(config, factory, chunk_requests=60)(iter(inputs))))
     dead = [r for r in out.to_pylist() if r["bookie_id"] == "c:1"]
-    assert len(dead) == LEDGERS and sum(1 for c in clients if c.bookie == "c:1") > 2  # several chunks
+    assert len(dead) == LEDGERS
+    assert [c.bookie for c in clients].count("c:1") == 1  # one client per bookie across the task's chunks
     assert sum(len(c.calls) for c in clients if c.bookie == "c:1") == 2  # the threshold, once
+    assert all(c.closed for c in clients)  # closed when the task ends
     assert sum(r["status"] == "UNAVAILABLE" for r in dead) == 2 * config.batch_size
     assert {r["status"] for r in dead} == {"UNAVAILABLE", "CIRCUIT_OPEN"}
     assert {r["status"] for r in out.to_pylist() if r["bookie_id"] != "c:1"} == {"OK"}
