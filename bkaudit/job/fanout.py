@@ -389,7 +389,9 @@ def ask(
 ) -> Iterator[tuple[int, bytes | BookieError | None, CallInfo | None]]:
     """Raw answers for `ledger_ids` (by position): one call per at most `batch_size` ids and `max_call_bytes`
     expected answer bytes (`sizes`, by position; `audit.batching.plan_calls`), with at most
-    `max_in_flight` x `batch_size` listings outstanding.
+    `max_in_flight` x `batch_size` listings outstanding (`batch_size` to a bookie without the batch operation,
+    which serves each listing as its own request: BookKeeper's replicasCheck keeps 100 ledgers in flight in
+    all).
 
     Every position is yielded exactly once: bytes, a BookieError (per ledger, or the whole call's failure,
     CIRCUIT_OPEN for ids not asked after the breaker opened), or None when the answer lacks that ledger.
@@ -402,18 +404,22 @@ def ask(
     counts listings, not calls, because a Java bookie serves a gathered call as that many requests; and it
     counts the client's `backlog` too, the timed-out requests the bookie still has to work through, since a
     retry sent behind them would only time out again. A bookie that sends nothing after a call went out
-    (frozen, unreachable) fails that call as before, and `failure_threshold` of those open the breaker.
+    (frozen, unreachable) fails that call as before, and `failure_threshold` of those open the breaker; calls
+    that were in flight together through one silence count once (the others are asked again), so the
+    breaker needs that many timeouts of silence one after another, not one timeout and a crowd of calls.
     """
     expected = [s or 0 for s in sizes] if sizes is not None else [0] * len(ledger_ids)
     chunks = iter(plan_calls(expected, max_bytes=max_call_bytes, max_count=batch_size))
     pending: dict[Future[Any], tuple[list[int], float, str, int]] = {}
     state = breaker if breaker is not None else Breaker(bookie_id, failure_threshold)
-    most = max(1, max_in_flight * batch_size)
+    per_listing = not getattr(client, "batch_listing", True)  # a Java bookie: one request per ledger
+    most = max(1, batch_size if per_listing else max_in_flight * batch_size)
     pace = pace if pace is not None else Pace()
     window = min(most, pace.window or most)  # listings
     in_flight = 0
     again: deque[tuple[list[int], int]] = deque()  # (positions, times asked) of timed-out ledgers
     last_answer = float("-inf")
+    counted_at = float("-inf")  # when the last transport failure was counted towards the breaker
     number = 0
     while True:
         while not state.open:
@@ -457,10 +463,14 @@ def ask(
             except BaseException as exc:
                 status = exc.status if isinstance(exc, BookieError) else STATUS_UNAVAILABLE
                 heard = max(last_answer, getattr(client, "last_heard", last_answer))
-                if is_transport_failure(status) and heard > started and asked < SLOW_RETRIES:
+                transport = is_transport_failure(status)
+                # queueing (the bookie sent something since), or in flight through a silence already counted
+                if transport and asked < SLOW_RETRIES and (heard > started or started <= counted_at):
                     window = _slower(bookie_id, window, status)
                     again.append((chunk, asked + 1))
                     continue
+                if transport:
+                    counted_at = time.monotonic()
                 error = (
                     exc
                     if isinstance(exc, BookieError)

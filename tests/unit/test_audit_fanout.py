@@ -413,3 +413,30 @@ def test_a_pace_carries_the_window_a_slow_bookie_came_down_to_into_the_next_ask(
     assert sorted(p for p, _v, _c in out) == list(range(200))
     assert max(len(c) for c in client.calls[:1]) == 15  # the first call fits the carried window
     assert pace.window is not None and 15 < pace.window <= 160  # clean answers widened it, within the cap
+
+
+def test_calls_in_flight_through_one_silence_count_once_towards_the_breaker() -> None:
+    """The bookie is silent for its first 0.3 s (a long pause), then answers. Four calls were in flight
+    through that silence and fail together: one failure, not four. The one counted reports its ledgers
+    unavailable (the job's delayed re-check takes them); the other three are asked again and answered, and
+    with a threshold of 2 the breaker stays closed (before, it opened: the rest went CIRCUIT_OPEN)."""
+    shapes = [shape(i) for i in range(1, 81)]
+    answers = {s.ledger_id: healthy_bytes(s, A) for s in shapes}
+    woke = time.monotonic() + 0.3
+
+    class Pausing(ScriptedClient):
+        def get_list_of_entries_batch(self, ids):
+            if time.monotonic() >= woke:
+                return super().get_list_of_entries_batch(ids)
+            self.calls.append(list(ids))
+            fut: Future[Any] = Future()
+            threading.Timer(woke - time.monotonic(), lambda: fut.set_exception(
+                BookieError("UNAVAILABLE", "no response", bookie_id=A))).start()
+            return fut
+
+    client = Pausing(A, answers, delay=0.0)
+    out = list(query_bookie(client, A, shapes, batch_size=10, max_in_flight=4, failure_threshold=2))
+    assert sorted(s.ledger_id for s, _e, _c in out) == list(range(1, 81))
+    statuses = [ev.status for _s, ev, _c in out]
+    assert statuses.count("UNAVAILABLE") == 10 and statuses.count("OK") == 70
+    assert len(client.calls) > 8  # three of the four silent calls were asked again

@@ -131,13 +131,14 @@ def run_ask(bookie: SerialBookie, ids: list[int], *, timeout_s: float, **kw: Any
 
 
 def test_a_queueing_bookie_is_waited_for_until_every_ledger_is_answered(bk: Messages) -> None:
-    """Four calls of 50 listings at 5 ms each queue 1 s of work against a 0.3 s timer: the second call times
-    out in part, the last two whole, and the bookie then spends 0.7 s on requests nobody waits for. A retry
-    sent behind them times out whole too, with no other call answered meanwhile: that is what opened the
-    breaker at 100,000 ledgers. Nothing is dead, so every ledger must end with its own answer, from the
-    bookie's own bytes, and none may be reported unavailable."""
-    bookie = SerialBookie(bk, service_s=0.005)
-    ids = list(range(1, 601))
+    """Calls of 50 listings at 12 ms each (0.6 s of work in flight against a 0.3 s timer): most of each call
+    times out, and the bookie then spends the rest of its time on requests nobody waits for. A retry sent
+    behind them times out whole too, with no other call answered meanwhile: that is what opened the breaker
+    at 100,000 ledgers (with 4 such calls in flight then: the old code leaves most ledgers unavailable here).
+    Nothing is dead, so every ledger must end with its own answer, from the bookie's own bytes, and none may
+    be reported unavailable."""
+    bookie = SerialBookie(bk, service_s=0.012)
+    ids = list(range(1, 301))
     out = run_ask(bookie, ids, timeout_s=0.3, batch_size=50, max_in_flight=4, failure_threshold=2)
     errors = [(ids[p], v) for p, v in enumerate(out) if not isinstance(v, bytes)]
     assert errors == []
