@@ -117,8 +117,9 @@ class Side:
     label: str
 
 
-def run_fresh(side: Side, *, timeout_s: float = 3600.0) -> dict[str, Any]:
-    """One run of `side` in a new interpreter; adds `wall_s` (spawn to exit, start-up included)."""
+def run_fresh(side: Side, *, timeout_s: float = 3600.0, log_to: Path | None = None) -> dict[str, Any]:
+    """One run of `side` in a new interpreter; adds `wall_s` (spawn to exit, start-up included).
+    `log_to`: where its stderr goes as well (a kept run's log, to diagnose it afterwards)."""
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-run-") as tmp:
         out = Path(tmp) / "result.json"
         cmd = [
@@ -137,6 +138,9 @@ def run_fresh(side: Side, *, timeout_s: float = 3600.0) -> dict[str, Any]:
         t0 = time.perf_counter()
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
         wall = time.perf_counter() - t0
+        if log_to is not None:
+            log_to.parent.mkdir(parents=True, exist_ok=True)
+            log_to.write_text(done.stderr, encoding="utf-8")
         if done.returncode != 0:
             raise RuntimeError(
                 f"side {side.name} failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
@@ -156,6 +160,7 @@ def compare(
     after_run: Callable[[str, dict[str, Any]], None] | None = None,
     timeout_s: float = 3600.0,
     monitor: Callable[[Side], Monitoring] | None = None,
+    log_dir: Path | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every side `runs` times, alternated, each in a fresh process: {side name: [result per run]}.
 
@@ -163,12 +168,13 @@ def compare(
     `after_run` checks a result (raise to stop: a wrong answer is not a measurement); `timeout_s` bounds
     one run of a side; `monitor` starts a watcher in this (parent) process just before the side's process
     and stops it when that exits, its summary going into the result as `monitor` (bench/monitor.py: memory
-    per process role, ZooKeeper load)."""
+    per process role, ZooKeeper load); `log_dir`: each run's stderr kept there as `run-N-<side>.log`."""
     by_name = {s.name: s for s in sides}
     results: dict[str, list[dict[str, Any]]] = {s.name: [] for s in sides}
     for run, name in alternation([s.name for s in sides], runs):
         side = by_name[name] if before_run is None else before_run(by_name[name])
-        r = run_watched(side, timeout_s=timeout_s, monitor=monitor)
+        log_to = None if log_dir is None else log_dir / f"run-{run}-{name}.log"
+        r = run_watched(side, timeout_s=timeout_s, monitor=monitor, log_to=log_to)
         if after_run is not None:
             after_run(name, r)
         results[name].append(r)
@@ -246,14 +252,15 @@ def _jsonable(value: Any) -> Any:
 
 
 def run_watched(
-    side: Side, *, timeout_s: float = 3600.0, monitor: Callable[[Side], Monitoring] | None = None
+    side: Side, *, timeout_s: float = 3600.0, monitor: Callable[[Side], Monitoring] | None = None,
+    log_to: Path | None = None,
 ) -> dict[str, Any]:
     """`run_fresh`, with `monitor` (if any) watching from this process while the side's process runs."""
     if monitor is None:
-        return run_fresh(side, timeout_s=timeout_s)
+        return run_fresh(side, timeout_s=timeout_s, log_to=log_to)
     watching = monitor(side)
     try:
-        r = run_fresh(side, timeout_s=timeout_s)
+        r = run_fresh(side, timeout_s=timeout_s, log_to=log_to)
     except BaseException:
         watching.stop(None)
         raise
@@ -308,8 +315,9 @@ class CpuMeter:
 
 
 def _probe(note: str) -> dict[str, Any]:
-    """A trivial side for the harness's own test: which process ran it."""
+    """A trivial side for the harness's own test: which process ran it (and it says so on stderr)."""
     t0 = time.perf_counter()
+    print(f"probe {note} in {os.getpid()}", file=sys.stderr)
     return {"pid": os.getpid(), "note": note, "seconds": time.perf_counter() - t0}
 
 

@@ -529,7 +529,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--percentage", type=int, default=0, help="auditorLedgerVerificationPercentage (all)")
     parser.add_argument("--runs", type=int, default=harness.DEFAULT_RUNS)
     parser.add_argument("--json", help="where the raw results go")
-    parser.add_argument("--keep", action="store_true", help="keep the cluster's directory")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the cluster's directory, and each bkaudit run's log in it")
+    parser.add_argument("--call-timeout-s", type=float,
+                        help="bkaudit's [checker] call_timeout_s for this row (default: bkaudit's, 15 s; "
+                             "BookKeeper's replicasCheck waits REPLICAS_CHECK_TIMEOUT_IN_SECS, 120 s)")
     args = parser.parse_args(argv)
     n = 10_000 if args.quick else args.ledgers
     if n < 100:
@@ -583,7 +587,11 @@ def main(argv: list[str] | None = None) -> int:
             m["forgotten"] = sum(v is None for v in plan.values())
             m["categories"] = dict(Counter(cat for cat, _ in expected.values()))
 
-            overrides = {"checker.verification_percentage": args.percentage} if args.check == "all" else {}
+            overrides: dict[str, Any] = (
+                {"checker.verification_percentage": args.percentage} if args.check == "all" else {})
+            if args.call_timeout_s is not None:
+                overrides["checker.call_timeout_s"] = args.call_timeout_s
+            m["bkaudit_overrides"] = overrides
             sides = [
                 harness.Side("bkaudit", "checker:spark_side",
                              {"zk": cluster.zk, "root": cluster.root, "warehouse": "",
@@ -609,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
                 verify(name, result, args.check, expected, lost, ledgers, cluster)
 
             m["results"] = harness.compare(sides, runs=args.runs, before_run=before_run, after_run=after_run,
-                                           timeout_s=7200)
+                                           timeout_s=7200, log_dir=tmp / "logs" if args.keep else None)
         finally:
             cluster.down()
         m["machine_end"] = harness.machine()

@@ -96,6 +96,12 @@ def test_run_fresh_runs_the_side_in_a_new_process(tmp_path: Path) -> None:
     assert out["wall_s"] >= out["seconds"] >= 0
 
 
+def test_run_fresh_keeps_the_sides_stderr_when_asked(tmp_path: Path) -> None:
+    side = harness.Side("probe", "harness:_probe", {"note": "y"}, "probe")
+    out = harness.run_fresh(side, timeout_s=120, log_to=tmp_path / "logs" / "run-0-probe.log")
+    assert f"probe y in {out['pid']}" in (tmp_path / "logs" / "run-0-probe.log").read_text()
+
+
 def test_write_json_round_trips_spreads(tmp_path: Path) -> None:
     path = harness.write_json("t", {"s": harness.Spread.of([1.0, 2.0, 3.0])}, str(tmp_path / "r.json"))
     assert '"median": 2.0' in path.read_text(encoding="utf-8")
