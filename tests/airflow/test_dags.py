@@ -249,9 +249,8 @@ def _metadata_checker_run(cluster_factory: Any, tmp_path: Path,
                                                "port": int(spark.master.rsplit(":", 1)[1])}),
         AIRFLOW_VAR_BKAUDIT_SPARK_CONF=json.dumps({
             "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-            # short jobs: a JVM that starts fast matters more than peak JIT speed. The driver has it from
-            # SPARK_SUBMIT_OPTS (tests/conftest.py); the cluster's executors are started by its workers
-            "spark.executor.extraJavaOptions": QUICK_JVM}),
+            # short jobs: a JVM that starts fast matters more than peak JIT speed
+            "spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM}),
         AIRFLOW_VAR_BKAUDIT_TASK_RETRIES="0",
         AIRFLOW_VAR_BKAUDIT_BIN=str(tmp_path / "no-such-bkaudit"),  # the report needs no bkaudit command
         PYSPARK_PYTHON=sys.executable,

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.airflow.test_dags import AIRFLOW_BIN, AIRFLOW_PY, airflow_env
+from tests.helpers import QUICK_JVM
 
 pytestmark = [
     pytest.mark.airflow, pytest.mark.slow, pytest.mark.spark, pytest.mark.cluster,
@@ -42,8 +43,8 @@ def test_dags_test_decommissions_a_bookie(cluster_factory: Any, tmp_path: Path) 
         home,
         AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
         AIRFLOW_VAR_BKAUDIT_SPARK_CONF=json.dumps({
-            # the driver's JVM options: SPARK_SUBMIT_OPTS (tests/conftest.py); local[2] has no executor
-            "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}),
+            "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+            "spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM}),
         AIRFLOW_VAR_BKAUDIT_TASK_RETRIES="0",
         AIRFLOW_VAR_BKAUDIT_DRAIN_POKE_S="2",
         PYSPARK_PYTHON=sys.executable,

@@ -103,10 +103,9 @@ def world(zk_server: Any, tmp_path_factory: pytest.TempPathFactory, s3: S3Server
         yield World(cluster, ledgers, set(damaged), victim, retiring, config)
 
 
-# Short jobs on a busy 2-core machine: JVMs that start fast matter more than peak JIT speed (both alike).
-# spark-submit's driver has it from SPARK_SUBMIT_OPTS (tests/conftest.py); the executors, started by the
-# cluster's workers, from their own option
-QUICK_JVMS = ["--conf", "spark.ui.enabled=false", "--conf", f"spark.executor.extraJavaOptions={QUICK_JVM}"]
+# Short jobs on a busy 2-core machine: JVMs that start fast matter more than peak JIT speed (both sides alike)
+QUICK_JVMS = ["--conf", "spark.ui.enabled=false", "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM}",
+              "--conf", f"spark.executor.extraJavaOptions={QUICK_JVM}"]
 # On the cluster, the snapshot runs in the packed environment (`--archives`: every executor unpacks it, ~20 s
 # here), the other jobs with `--py-files` alone on a cluster Python that has the dependencies: the two ways
 # docs/deployment.md gives.
