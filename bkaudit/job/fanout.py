@@ -462,7 +462,7 @@ def ask(
                 answers = fut.result()
             except BaseException as exc:
                 status = exc.status if isinstance(exc, BookieError) else STATUS_UNAVAILABLE
-                heard = max(last_answer, getattr(client, "last_heard", last_answer))
+                heard = max(last_answer, _last_heard(client))
                 transport = is_transport_failure(status)
                 # queueing (the bookie sent something since), or in flight through a silence already counted
                 if transport and asked < SLOW_RETRIES and (heard > started or started <= counted_at):
@@ -514,13 +514,18 @@ def _backlog(client: Any) -> int:
     return int(getattr(client, "backlog", 0))
 
 
+def _last_heard(client: Any) -> float:
+    """When the bookie last sent any frame (-inf for clients that do not say)."""
+    return float(getattr(client, "last_heard", float("-inf")))
+
+
 def _await_backlog(client: Any, window: int) -> None:
     """With nothing of ours in flight, wait until the bookie's stale backlog leaves room in the window, or
     until it has been silent for a whole request timeout (it may have dropped those requests: the next call
     then succeeds or fails on its own, and a frozen bookie still meets the breaker)."""
     silent_after = float(getattr(client, "request_timeout_s", 0.0))
     while _backlog(client) >= window:
-        if time.monotonic() - float(getattr(client, "last_heard", float("-inf"))) > silent_after:
+        if time.monotonic() - _last_heard(client) > silent_after:
             return
         time.sleep(POLL_S)
 
