@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +15,7 @@ from kazoo.protocol.states import EventType
 
 from bkaudit.bookie.commands import bookie as bookie_cli
 from bkaudit.bookie.registration import read_local_cookie
+from bkaudit.cluster.local import LOG_FILE
 from bkaudit.errors import BookieError, ClusterError
 from bkaudit.formats import records
 from bkaudit.formats.entry import DigestManager, master_key
@@ -187,7 +189,11 @@ def test_reregisters_after_session_expiry(cluster_factory) -> None:  # type: ign
         wait_for(lambda: zk.exists(path) is None, timeout_s=30)
     finally:
         cluster.resume_bookie(b.id)
-    wait_for(lambda: zk.exists(path) is not None, timeout_s=30)
+    try:  # the helper's default: once a CI run's loaded machine took longer than 30 s here
+        wait_for(lambda: zk.exists(path) is not None, timeout_s=60, what="the bookie to register again")
+    except AssertionError as exc:
+        log = (Path(b.data_dir) / LOG_FILE).read_text(errors="replace")
+        raise AssertionError(f"{exc}; the bookie's log ends:\n{log[-4000:]}") from None
     assert zk.exists(path).ephemeralOwner != owner  # a new session registered it again
     with BookieClient(b.id, b.id) as c:
         assert c.get_bookie_info().result(10).total_disk > 0

@@ -131,13 +131,15 @@ def run_ask(bookie: SerialBookie, ids: list[int], *, timeout_s: float, **kw: Any
 
 
 def test_a_queueing_bookie_is_waited_for_until_every_ledger_is_answered(bk: Messages) -> None:
-    """Calls of 50 listings at 12 ms each (0.6 s of work in flight against a 0.3 s timer): most of each call
-    times out, and the bookie then spends the rest of its time on requests nobody waits for. A retry sent
-    behind them times out whole too, with no other call answered meanwhile: that is what opened the breaker
-    at 100,000 ledgers (with 4 such calls in flight then: the old code leaves most ledgers unavailable here).
-    Nothing is dead, so every ledger must end with its own answer, from the bookie's own bytes, and none may
-    be reported unavailable."""
-    bookie = SerialBookie(bk, service_s=0.012)
+    """4 calls of 50 listings at 6 ms each (1.2 s of work in flight against a 0.3 s timer): most of them time
+    out, and the bookie then spends the rest of its time on requests nobody waits for. A retry sent behind
+    them times out whole too, with no other call answered meanwhile: that is what opened the breaker at
+    100,000 ledgers (the old code leaves most ledgers unavailable here). Nothing is dead, so every ledger must
+    end with its own answer, from the bookie's own bytes, and none may be reported unavailable.
+    The last of the SLOW_RETRIES has 25 listings in flight, half the timer's worth of work: on a loaded
+    machine the stand-in serves slower than its nominal 6 ms (at 12 ms the last retry was exactly the timer's
+    worth, and one CI run lost a ledger to it)."""
+    bookie = SerialBookie(bk, service_s=0.006)
     ids = list(range(1, 301))
     out = run_ask(bookie, ids, timeout_s=0.3, batch_size=50, max_in_flight=4, failure_threshold=2)
     errors = [(ids[p], v) for p, v in enumerate(out) if not isinstance(v, bytes)]
