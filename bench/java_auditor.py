@@ -6,9 +6,12 @@
 Both sides are BookKeeper's or bkaudit's real code; nothing here models either of them.
 
 1. A LocalCluster of 6 Java bookies (Apache BookKeeper 4.17.3, Maven Central's jars: `make bookkeeper`) on 3
-   racks, all on one ledger storage: SortedLedgerStorage for `--check replicas` (BookKeeper's default; its
-   bookies answer GetListOfEntriesOfLedger), DbLedgerStorage for `--check all` (Pulsar's default; it never
-   answers a listing, so both sides must read).
+   racks, each with BookKeeper's default memory (bin/common.sh: 1 GB heap, 2 GB direct; a test cluster's
+   bookies get far less, and on Interleaved or Sorted storage direct memory sets how many ledgers a bookie
+   can list before it restarts: docs/compatibility.md, "Listing pins index pages"), all on one ledger
+   storage: SortedLedgerStorage for `--check replicas` (BookKeeper's default; its bookies answer
+   GetListOfEntriesOfLedger), DbLedgerStorage for `--check all` (Pulsar's default; it never answers a
+   listing, so both sides must read).
 2. N ledgers written by BookKeeper's Java client (tests/java/src/BkDriver.java `bulk`, pipelined, CRC32C,
    128-byte entries), `layout` below: E/WQ/AQ in (3,2,2) (3,3,2) (2,2,2) (4,3,2) (5,3,2) (3,2,1) in equal
    shares; 60 % of 5 entries, 30 % of 20, 9 % of 100, 1 % of 1,000. Every 4th ledger of the shapes with AQ =
@@ -548,12 +551,13 @@ def main(argv: list[str] | None = None) -> int:
     m: dict[str, Any] = {"ledgers": n, "check": args.check, "percentage": args.percentage, "runs": args.runs,
                          "storage": storage, "machine_start": harness.machine(), "setup": {},
                          "open_files_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-                         "java_settings": JAVA_BOOKIE}
+                         "java_settings": JAVA_BOOKIE, "java_memory_mb": [JAVA_HEAP_MB, JAVA_DIRECT_MB]}
     tmp = Path(tempfile.mkdtemp(prefix="bkaudit-bench-java-"))
     try:
         t0 = time.perf_counter()
         cluster = LocalCluster.up(tmp / "cluster", bookies=BOOKIES, racks=RACKS,
                                   java={i: storage for i in range(BOOKIES)}, java_settings=JAVA_BOOKIE,
+                                  java_memory_mb=(JAVA_HEAP_MB, JAVA_DIRECT_MB),
                                   zk_heap_mb=harness.zookeeper_heap_mb(n))
         m["setup"]["cluster_s"] = time.perf_counter() - t0
         try:

@@ -158,9 +158,11 @@ def metadata_service_uri(zk_connect: str, root: str, layout: str = "hierarchical
 
 def server_conf(*, zk_connect: str, root: str, host: str, port: int, data_dir: Path, storage: str = "sorted",
                 http_port: int | None = None, zk_timeout_ms: int = 6000,
-                extra: Mapping[str, object] | None = None) -> dict[str, str]:
+                extra: Mapping[str, object] | None = None, small_caches: bool = True) -> dict[str, str]:
     """A ServerConfiguration for one loopback host: a bookie's, or AutoRecovery's (which needs a bookie id of
-    its own for its Auditor vote). Everything not named keeps BookKeeper's default."""
+    its own for its Auditor vote). Everything not named keeps BookKeeper's default. `small_caches`: a test
+    bookie's JVM is small, and DbLedgerStorage's caches are sized down to fit it; a bookie given BookKeeper's
+    default memory keeps the default caches too."""
     if storage not in STORAGE_CLASSES:
         raise ClusterError(f"unknown ledger storage {storage!r} (known: {', '.join(STORAGE_CLASSES)})")
     conf: dict[str, str] = {
@@ -175,7 +177,7 @@ def server_conf(*, zk_connect: str, root: str, host: str, port: int, data_dir: P
         "zkTimeout": str(zk_timeout_ms),
         "httpServerEnabled": "false",
     }
-    if storage == "db":  # DbLedgerStorage sizes its caches from direct memory; keep test bookies small
+    if storage == "db" and small_caches:  # DbLedgerStorage sizes its caches from direct memory
         conf.update({"dbStorage_writeCacheMaxSizeMb": "32", "dbStorage_readAheadCacheMaxSizeMb": "32",
                      "dbStorage_rocksDB_blockCacheSize": str(16 * 1024 * 1024)})
     if http_port is not None:

@@ -6,7 +6,8 @@ Used by the demo, the tests and the benchmarks. Every process runs in the backgr
     {"zk": "127.0.0.1:P", "root": "/ledgers", "racks": 3, "bookie_args": [],
      "bookies": [{"id", "rack", "port", "pid", "data_dir", "host", "listing", "readonly",
                   "kind", "storage", "http_port"}],
-     "zookeeper": {"pid", "port", "data_dir", "heap_mb"} | null, "java_settings": {...}}
+     "zookeeper": {"pid", "port", "data_dir", "heap_mb"} | null, "java_settings": {...},
+     "java_memory_mb": [heap, direct] | null}
 
 A bookie's `kind` is "bkaudit" or "java" (Apache BookKeeper's own bookie on `storage`, bkaudit.cluster.java).
 
@@ -65,6 +66,14 @@ the host; at the production default (0.95) a host disk 95 % full made every book
 write fail."""
 JAVA_DISK_SETTINGS: dict[str, object] = {"diskUsageThreshold": MAX_DISK_USAGE, "diskUsageWarnThreshold": 0.99}
 MAX_BOOKIES = 250  # 127.0.0.2 .. 127.0.0.251
+JAVA_BOOKIE_MEMORY_MB: dict[str, tuple[int, int]] = {"sorted": (256, 384), "interleaved": (256, 384),
+                                                     "db": (384, 384)}
+"""Heap and direct MB of a local Java bookie by storage, unless its cluster names them (small: tests)."""
+
+
+def _memory(value: Any) -> tuple[int, int] | None:
+    """cluster.json's `java_memory_mb` ([heap, direct] or null)."""
+    return None if not value else (int(value[0]), int(value[1]))
 
 
 def bookie_host(index: int) -> str:
@@ -106,9 +115,11 @@ class LocalCluster:
     def __init__(self, directory: Path, zk: str, root: str, bookies: list[BookieInfo],
                  zookeeper: dict[str, Any] | None, *, racks: int = 3, bookie_args: Sequence[str] = (),
                  detach: bool = False, zk_auth: str = "", zk_heap_mb: int = DEFAULT_HEAP_MB,
-                 java_settings: Mapping[str, object] | None = None) -> None:
+                 java_settings: Mapping[str, object] | None = None,
+                 java_memory_mb: tuple[int, int] | None = None) -> None:
         self.directory = directory
         self.java_settings: dict[str, object] = dict(java_settings or {})
+        self.java_memory_mb = java_memory_mb
         self.zk_heap_mb = zk_heap_mb
         self.zk = zk
         self.root = root
@@ -132,7 +143,8 @@ class LocalCluster:
            bookie_args: Sequence[str] = (), detach: bool = False,
            no_listing: Sequence[int] = (), zk_auth: str = "",
            zk_heap_mb: int = DEFAULT_HEAP_MB, java: Mapping[int, str] | None = None,
-           java_settings: Mapping[str, object] | None = None) -> LocalCluster:
+           java_settings: Mapping[str, object] | None = None,
+           java_memory_mb: tuple[int, int] | None = None) -> LocalCluster:
         """Start ZooKeeper (unless `zk_connect`), initialise the cluster, start `bookies` bookies on racks
         /rack-1../rack-N round robin; return once every bookie is registered. Bookies whose index (0-based)
         is in `no_listing` never answer listing requests (DbLedgerStorage-like, `bookie run --no-listing`).
@@ -141,14 +153,20 @@ class LocalCluster:
         `zk_heap_mb` sizes the ZooKeeper server (bkaudit.zk.server.jvm_opts) for benchmarks of 1M ledgers.
         `java` maps bookie indexes to Java BookKeeper bookies and their ledger storage (`{0: "db"}`: the first
         bookie is Apache BookKeeper's own, on DbLedgerStorage); the others are bkaudit's. `java_settings` are
-        extra `bk_server.conf` keys for every Java bookie (TLS, timeouts)."""
+        extra `bk_server.conf` keys for every Java bookie (TLS, timeouts). `java_memory_mb` (heap, direct)
+        sizes every Java bookie's JVM; by default a small one (`JAVA_BOOKIE_MEMORY_MB`) that suits a test's
+        handful of ledgers, where BookKeeper's bin/common.sh gives 1 GB and 2 GB. A Java bookie on
+        Interleaved or Sorted storage keeps maxDirectMemory / 3 of index pages (pageLimit), and every ledger
+        it lists pins its pages until it restarts (docs/compatibility.md): benchmarks of many ledgers need
+        the defaults."""
         path = Path(directory).resolve()
         if (path / STATE_FILE).exists():
             raise ClusterError(f"{path} already holds a cluster ({STATE_FILE}); run `bkaudit cluster down "
                                f"--dir {path} --purge` first or choose another directory")
         path.mkdir(parents=True, exist_ok=True)
         cluster = cls(path, zk_connect or "", root, [], None, racks=max(1, racks), bookie_args=bookie_args,
-                      detach=detach, zk_auth=zk_auth, zk_heap_mb=zk_heap_mb, java_settings=java_settings)
+                      detach=detach, zk_auth=zk_auth, zk_heap_mb=zk_heap_mb, java_settings=java_settings,
+                      java_memory_mb=java_memory_mb)
         try:
             if zk_connect is None:
                 server = ZooKeeperServer(port=zk_port, data_dir=path / "zookeeper", detach=detach,
@@ -213,7 +231,8 @@ class LocalCluster:
             heap_mb = int((state.get("zookeeper") or {}).get("heap_mb", DEFAULT_HEAP_MB))
             return cls(path, state["zk"], state["root"], bookies, state.get("zookeeper"),
                        racks=int(state.get("racks", 3)), bookie_args=state.get("bookie_args", ()),
-                       detach=True, zk_heap_mb=heap_mb, java_settings=state.get("java_settings"))
+                       detach=True, zk_heap_mb=heap_mb, java_settings=state.get("java_settings"),
+                       java_memory_mb=_memory(state.get("java_memory_mb")))
         except FileNotFoundError:
             raise ClusterError(f"no cluster in {path} (no {STATE_FILE}); start one with `bkaudit cluster "
                                "up`") from None
@@ -223,7 +242,8 @@ class LocalCluster:
     def _save(self) -> None:
         state = {"zk": self.zk, "root": self.root, "racks": self.racks, "bookie_args": self.bookie_args,
                  "bookies": [asdict(b) for b in self.bookies], "zookeeper": self.zookeeper,
-                 "java_settings": self.java_settings}
+                 "java_settings": self.java_settings,
+                 "java_memory_mb": list(self.java_memory_mb) if self.java_memory_mb else None}
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
         tmp.replace(self.directory / STATE_FILE)
@@ -315,16 +335,17 @@ class LocalCluster:
                                    data_dir=Path(b.data_dir), storage=b.storage or "sorted",
                                    http_port=b.http_port,
                                    zk_timeout_ms=int(BOOKIE_SESSION_TIMEOUT_S * 1000),
-                                   extra={**JAVA_DISK_SETTINGS, **self.java_settings})
+                                   extra={**JAVA_DISK_SETTINGS, **self.java_settings},
+                                   small_caches=self.java_memory_mb is None)
 
     def _spawn_java(self, b: BookieInfo, prefix: list[str]) -> None:
         java = java_bk.JavaBookKeeper.locate()
         conf = java_bk.write_conf(Path(b.data_dir) / java_bk.CONF_FILE, self.java_conf(b))
         if b.rack:  # a Java bookie does not publish its rack: Pulsar's admin does (set-bookie-rack)
             registry.set_rack(self.zk_client(), b.id, b.rack, b.host)
-        heap = 384 if b.storage == "db" else 256
-        cmd = [*prefix, *java.command(java_bk.BOOKIE_MAIN, "--conf", str(conf), heap_mb=heap, direct_mb=384,
-                                      tmp_dir=Path(b.data_dir) / "tmp")]
+        heap, direct = self.java_memory_mb or JAVA_BOOKIE_MEMORY_MB[b.storage or "sorted"]
+        cmd = [*prefix, *java.command(java_bk.BOOKIE_MAIN, "--conf", str(conf), heap_mb=heap,
+                                      direct_mb=direct, tmp_dir=Path(b.data_dir) / "tmp")]
         with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
