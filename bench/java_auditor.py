@@ -34,7 +34,9 @@ Both sides are BookKeeper's or bkaudit's real code; nothing here models either o
 4. Through bench/harness.py, alternated, R runs each, every run in a fresh process on freshly restarted
    bookies, the ZooKeeper check stamps and under-replication markers of the run before removed:
    (a) bkaudit: a new Spark session (timed apart), then the snapshot and the check over it, every setting at
-       its default (`--check all --percentage P` sets `checker.verification_percentage` P);
+       its default (`--check all --percentage P` sets `checker.verification_percentage` P; `--check replicas`
+       sets `checker.java_listing_max_pages` to JAVA_LISTING_MAX_PAGES, so that every bookie is listed, as
+       the Auditor lists it);
    (b) BookKeeper's Auditor (`BkDriver auditor`: `new Auditor(id, conf, NullStatsLogger).start()`, the object
        AuditorElector starts once elected), configured as an operator enables the check and nothing else:
        - replicas: `auditorReplicasCheckInterval` 86400 (0, its default, disables it) and
@@ -110,6 +112,10 @@ JAVA_BOOKIE = {"openFileLimit": 4_000}
 STORAGE = {"replicas": "sorted", "all": "db"}
 DURABILITY = checker.DURABILITY
 JAVA_HEAP_MB, JAVA_DIRECT_MB = 1024, 2048  # bin/common.sh: BOOKIE_MAX_HEAP_MEMORY 1g, MAX_DIRECT_MEMORY 2g
+JAVA_LISTING_MAX_PAGES = 80_000
+"""bkaudit's budget of index pages listed per Java bookie in these runs (its default, 40,000, would verify
+the ~55,000-ledger bookies of 100,000 ledgers by reads): each bookie restarts before each run, and its
+pageLimit at 2 GB of direct memory is 87,381 pages; BookKeeper's replicasCheck pins as many in its run."""
 COMPLETED = {
     "replicas": re.compile(r"Completed ReplicasCheck in (\d+) milliSeconds"),
     "all": re.compile(r"Completed checkAllLedgers in (\d+) milliSeconds"),
@@ -593,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
 
             overrides: dict[str, Any] = (
                 {"checker.verification_percentage": args.percentage} if args.check == "all" else {})
+            if args.check == "replicas":  # the row's one setting: list every bookie, as replicasCheck does
+                overrides["checker.java_listing_max_pages"] = JAVA_LISTING_MAX_PAGES
             if args.call_timeout_s is not None:
                 overrides["checker.call_timeout_s"] = args.call_timeout_s
             m["bkaudit_overrides"] = overrides

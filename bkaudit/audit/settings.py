@@ -83,6 +83,11 @@ class CheckerSettings:
     listing_unsupported: tuple[str, ...] = ()
     # deadline of the per-run listing probe; a bookie that does not answer it is verified by reads
     listing_probe_timeout_s: float = 5.0
+    # most index pages a run lists on one Java bookie (Interleaved/SortedLedgerStorage): each page listed
+    # stays pinned until the bookie restarts, and at its pageLimit the bookie stops serving (docs/
+    # compatibility.md). Above it, that bookie is verified by reads. Half of pageLimit at BookKeeper's
+    # default 2 GB of direct memory (87,381 pages); 0: never list a Java bookie
+    java_listing_max_pages: int = 40_000
     # auditorLedgerVerificationPercentage: entries read between each fragment's first and last on such bookies
     verification_percentage: float = 0.0
     # inFlightReadEntryNumInLedgerChecker: entry reads in flight per bookie when verifying by reads
@@ -105,6 +110,8 @@ class CheckerSettings:
             raise ConfigError("checker.verification_percentage", "must be a percentage in [0, 100]")
         if self.listing_probe_timeout_s <= 0:
             raise ConfigError("checker.listing_probe_timeout_s", "must be > 0")
+        if self.java_listing_max_pages < 0:
+            raise ConfigError("checker.java_listing_max_pages", "must be >= 0 (0 = never list a Java bookie)")
         if self.read_max_in_flight_per_bookie < 1:
             raise ConfigError("checker.read_max_in_flight_per_bookie", "must be >= 1")
         if self.retry_attempts < 0:

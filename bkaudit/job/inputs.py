@@ -148,6 +148,31 @@ def ensemble_loads(table: pa.Table) -> dict[str, int]:
     return {item["values"]: int(item["counts"]) for item in pc.value_counts(names).to_pylist()}
 
 
+INDEX_ENTRIES_PER_PAGE = 1024
+"""Entries per index page of a Java bookie on Interleaved/SortedLedgerStorage (pageSize 8 KiB / 8 bytes per
+offset: IndexInMemPageMgr's entriesPerPage at BookKeeper's default pageSize)."""
+
+
+def listing_pages(table: pa.Table) -> dict[str, int]:
+    """Per bookie, the index pages a listing of every ledger naming it reads on a Java bookie: its listing
+    walks the ledger's index file from entry 0 (IndexInMemPageMgr.PageEntriesIterableImpl), one page per
+    1,024 entries up to the last. Counted from the ledger's last entry (an upper bound for a bookie that
+    stores fewer), once per ledger however many segments name the bookie; an open ledger counts one page."""
+    if not table.num_rows:
+        return {}
+    segments = table.column("segments").combine_chunks()
+    flat = pc.list_flatten(segments)
+    ensembles = pc.struct_field(flat, "ensemble")
+    names = pc.list_flatten(ensembles)
+    ledger_of_name = pc.take(pc.list_parent_indices(segments), pc.list_parent_indices(ensembles))
+    last = pc.fill_null(table.column("last_entry_id").combine_chunks(), -1)
+    pages = pc.add(pc.divide(pc.max_element_wise(last, 0), INDEX_ENTRIES_PER_PAGE), 1)
+    pairs = pa.table({"ledger": ledger_of_name, "bookie": names}).group_by(["ledger", "bookie"]).aggregate([])
+    per_pair = pa.table({"bookie": pairs.column("bookie"), "pages": pc.take(pages, pairs.column("ledger"))})
+    summed = per_pair.group_by("bookie").aggregate([("pages", "sum")])
+    return dict(zip(summed.column("bookie").to_pylist(), summed.column("pages_sum").to_pylist(), strict=True))
+
+
 def quorums_of(warehouse: str, snapshot_id: str, ledger_ids: Iterable[int]) -> dict[int, dict[str, int]]:
     """Each ledger's quorum columns from the snapshot's `ledgers` rows (they never change after creation)."""
     wanted = sorted(set(ledger_ids))

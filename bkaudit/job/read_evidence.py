@@ -9,7 +9,7 @@ breaker, and checks each entry's digest.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from queue import SimpleQueue
@@ -141,6 +141,32 @@ def read_and_verify(
             remaining[p] -= 1
             if remaining[p] == 0:
                 yield finish(p)
+
+
+def limit_pinned_listing(
+    modes: Mapping[str, tuple[str, str]], *, pages: Mapping[str, int], batch_listing: Collection[str],
+    max_pages: int,
+) -> dict[str, tuple[str, str]]:
+    """`modes` with every listing Java bookie whose listing would read more than `max_pages` index pages
+    (`pages`, per bookie) verified by reads instead.
+
+    A Java bookie on Interleaved or SortedLedgerStorage never releases the index pages a listing reads
+    (LedgerCacheImpl.getEntriesIterator takes each page with getLEP(), which marks it in use, and nothing
+    marks it unused), so they stay pinned until it restarts; once every one of its pageLimit pages is pinned,
+    any request that needs another page spins in IndexInMemPageMgr.grabCleanPage and is never answered,
+    adds and reads alike (docs/compatibility.md). Reads release their page. A bookie that advertised bkaudit's
+    batch listing is bkaudit's own and pins nothing.
+    """
+    out = dict(modes)
+    for bookie, (mode, _why) in modes.items():
+        wanted = pages.get(bookie, 0)
+        if mode != EVIDENCE_LISTING or bookie in batch_listing or wanted <= max_pages:
+            continue
+        out[bookie] = (EVIDENCE_READS, (
+            f"listing would pin {wanted:,} index pages of this Java bookie until it restarts, above "
+            f"[checker] java_listing_max_pages ({max_pages:,})"
+        ))
+    return out
 
 
 PROBE_LEDGERS = 3

@@ -44,7 +44,7 @@ from bkaudit.audit.base import Category
 from bkaudit.audit.classification import FailOn, count_findings, count_under_repair, exit_code
 from bkaudit.audit.coverage import RunCoverage, stamps
 from bkaudit.audit.open_segments import OpenSegment, open_segment_finding
-from bkaudit.audit.reads import EVIDENCE_READS
+from bkaudit.audit.reads import EVIDENCE_LISTING, EVIDENCE_READS
 from bkaudit.audit.settings import CheckerSettings
 from bkaudit.config import Settings, ZkSettings
 from bkaudit.errors import BkAuditError
@@ -55,10 +55,12 @@ from bkaudit.job.fanout import FanoutConfig, shape_of
 from bkaudit.job.findings import Located, violations_of
 from bkaudit.job.inputs import (
     ALL,
+    INDEX_ENTRIES_PER_PAGE,
     LedgerSelection,
     ensemble_loads,
     ledger_input,
     ledger_pass_tasks,
+    listing_pages,
     remove_staging,
     shape_rows,
     shapes_of,
@@ -83,7 +85,7 @@ from bkaudit.job.live import (
     switch_to_reads,
 )
 from bkaudit.job.publish import publish
-from bkaudit.job.read_evidence import PROBE_SCAN_LEDGERS, probe_targets
+from bkaudit.job.read_evidence import PROBE_SCAN_LEDGERS, limit_pinned_listing, probe_targets
 from bkaudit.job.reread import RereadRules, reread
 from bkaudit.job.result import FAILED, SUCCEEDED, CheckFailed, CheckResult, new_run_id
 from bkaudit.job.run_metrics import export_run_metrics
@@ -263,6 +265,9 @@ def _check(
         candidates, probes=probe_targets(inputs.closed_sample(), candidates), targets=view.targets, conf=conf,
         tls=tls,
     )
+    if any(mode == EVIDENCE_LISTING and b not in view.batch_listing for b, (mode, _) in modes.items()):
+        modes = limit_pinned_listing(modes, pages=inputs.listing_pages(), batch_listing=view.batch_listing,
+                                     max_pages=conf.java_listing_max_pages)
     readers = frozenset(b for b, (mode, _why) in modes.items() if mode == EVIDENCE_READS)
     if readers:
         ctx.say(
@@ -438,6 +443,19 @@ class RunInputs:
         frame = self.frame().where((F.col("state") == CLOSED) & (F.col("last_entry_id") >= 0))
         sample: pa.Table = frame.orderBy("ledger_id").limit(PROBE_SCAN_LEDGERS).toArrow()
         return list(sample.to_batches(max_chunksize=10_000))
+
+    def listing_pages(self) -> dict[str, int]:
+        """Per bookie, the index pages listing its ledgers reads on a Java bookie (`inputs.listing_pages`)."""
+        if self.table is not None:
+            return listing_pages(self.table)
+        from pyspark.sql import functions as F  # optional pyspark (see _check)
+
+        pages = F.floor(F.greatest(F.coalesce(F.col("last_entry_id"), F.lit(-1)), F.lit(0))
+                        / INDEX_ENTRIES_PER_PAGE) + 1
+        bookies = F.explode(F.flatten(F.col("segments.ensemble"))).alias("bookie")
+        pairs = self.frame().select("ledger_id", pages.alias("pages"), bookies).distinct()
+        rows = pairs.groupBy("bookie").agg(F.sum("pages").alias("pages")).collect()
+        return {str(r["bookie"]): int(r["pages"]) for r in rows}
 
     def open_ledgers(self) -> pa.Table:
         """The ledger input rows of ledgers that are not closed (LEDGER_INPUT_SCHEMA)."""

@@ -123,7 +123,7 @@ def ledgers(cluster: LocalCluster) -> list[Ledger]:
     return out
 
 
-def settings_for(cluster: LocalCluster, warehouse: str) -> config.Settings:
+def settings_for(cluster: LocalCluster, warehouse: str, **overrides: Any) -> config.Settings:
     return config.load(environ={}, overrides={
         "zk.connect": cluster.zk, "zk.root": cluster.root,
         "snapshot.warehouse": warehouse, "snapshot.validate": False,
@@ -131,14 +131,15 @@ def settings_for(cluster: LocalCluster, warehouse: str) -> config.Settings:
         "checker.listing_probe_timeout_s": 3.0, "checker.grace_period_s": 3600,
         "checker.verification_percentage": 100,  # reads see every hole, as listing does
         "checker.write_check_ctimes": False,
+        **overrides,
     })
 
 
-def check(spark: Any, cluster: LocalCluster, warehouse: Path) -> Any:
+def check(spark: Any, cluster: LocalCluster, warehouse: Path, **overrides: Any) -> Any:
     from bkaudit.spark.checker import CheckOptions, run_check
     from bkaudit.spark.snapshot import run_snapshot
 
-    settings = settings_for(cluster, str(warehouse))
+    settings = settings_for(cluster, str(warehouse), **overrides)
     snap = run_snapshot(spark, settings, warehouse=str(warehouse))
     return run_check(spark, settings, CheckOptions(warehouse=str(warehouse), snapshot_id=snap.snapshot_id))
 
@@ -223,6 +224,23 @@ def test_healthy_cluster_is_clean(spark, cluster: LocalCluster, ledgers: list[Le
     assert not [v for v in result.violations if v.category == "ledger_unverifiable"], result.violations
     evidence = {b.bookie_id: b.evidence for b in result.bookies}
     assert evidence == {b: expected_evidence(cluster, b) for b in cluster.ids()}
+
+
+def test_java_bookies_over_the_listing_budget_are_verified_by_reads(spark, cluster: LocalCluster,
+                                                                     ledgers: list[Ledger], tmp_path) -> None:
+    """A listing pins a Java bookie's index pages until it restarts (test_java_listing_pins_pages.py). With
+    no budget for that, every Java bookie is read instead, the bkaudit bookie still lists, and the healthy
+    cluster is still found healthy."""
+    result = check(spark, cluster, tmp_path, **{"checker.java_listing_max_pages": 0})
+    assert result.status == "succeeded"
+    assert found(result, ledgers) == {c: set() for c in DURABILITY}
+    assert not [v for v in result.violations if v.category == "ledger_unverifiable"], result.violations
+    modes = {b.bookie_id: (b.evidence, b.evidence_reason or "") for b in result.bookies}
+    java = {b.id for b in cluster.bookies if b.kind == "java"}
+    assert {b: mode for b, (mode, _) in modes.items()} == {b: "reads" if b in java else "listing"
+                                                           for b in cluster.ids()}
+    listing_java = {b.id for b in cluster.bookies if b.kind == "java" and b.storage != "db"}
+    assert all("java_listing_max_pages" in modes[b][1] for b in listing_java), modes
 
 
 def pick(ledgers: list[Ledger], bookie: str, n: int) -> list[Ledger]:
