@@ -266,8 +266,17 @@ def _check(
         tls=tls,
     )
     if any(mode == EVIDENCE_LISTING and b not in view.batch_listing for b, (mode, _) in modes.items()):
-        modes = limit_pinned_listing(modes, pages=inputs.listing_pages(), batch_listing=view.batch_listing,
+        pages = inputs.listing_pages()
+        modes = limit_pinned_listing(modes, pages=pages, batch_listing=view.batch_listing,
                                      max_pages=conf.java_listing_max_pages)
+        pinned = sorted(b for b, (mode, _) in modes.items()
+                        if mode == EVIDENCE_LISTING and b not in view.batch_listing and pages.get(b))
+        if pinned:
+            ctx.say(
+                f"{len(pinned)} Java bookie(s) listed, up to {max(pages[b] for b in pinned):,} index pages "
+                "each: a Java bookie keeps every page and index file it lists until it restarts "
+                "(docs/compatibility.md, 'Listing pins index pages')"
+            )
     readers = frozenset(b for b, (mode, _why) in modes.items() if mode == EVIDENCE_READS)
     if readers:
         ctx.say(
