@@ -85,7 +85,7 @@ class CheckerSettings:
     listing_probe_timeout_s: float = 5.0
     # most index pages a run lists on one Java bookie (Interleaved/SortedLedgerStorage): each page listed
     # stays pinned until the bookie restarts, and at its pageLimit the bookie stops serving (docs/
-    # compatibility.md). Above it, that bookie is verified by reads. Half of pageLimit at BookKeeper's
+    # compatibility.md). Above it, that bookie is verified by reads. Under half of pageLimit at BookKeeper's
     # default 2 GB of direct memory (87,381 pages); 0: never list a Java bookie
     java_listing_max_pages: int = 40_000
     # auditorLedgerVerificationPercentage: entries read between each fragment's first and last on such bookies

@@ -143,6 +143,13 @@ def read_and_verify(
                 yield finish(p)
 
 
+def java_listers(modes: Mapping[str, tuple[str, str]], *, batch_listing: Collection[str]) -> list[str]:
+    """The bookies `modes` lists that did not advertise bkaudit's batch listing: Java bookies, whose
+    listings pin index pages (limit_pinned_listing)."""
+    return sorted(b for b, (mode, _why) in modes.items()
+                  if mode == EVIDENCE_LISTING and b not in batch_listing)
+
+
 def limit_pinned_listing(
     modes: Mapping[str, tuple[str, str]], *, pages: Mapping[str, int], batch_listing: Collection[str],
     max_pages: int,
@@ -158,9 +165,9 @@ def limit_pinned_listing(
     batch listing is bkaudit's own and pins nothing.
     """
     out = dict(modes)
-    for bookie, (mode, _why) in modes.items():
+    for bookie in java_listers(modes, batch_listing=batch_listing):
         wanted = pages.get(bookie, 0)
-        if mode != EVIDENCE_LISTING or bookie in batch_listing or wanted <= max_pages:
+        if wanted <= max_pages:
             continue
         out[bookie] = (EVIDENCE_READS, (
             f"listing would pin {wanted:,} index pages of this Java bookie until it restarts, above "

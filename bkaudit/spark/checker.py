@@ -44,7 +44,7 @@ from bkaudit.audit.base import Category
 from bkaudit.audit.classification import FailOn, count_findings, count_under_repair, exit_code
 from bkaudit.audit.coverage import RunCoverage, stamps
 from bkaudit.audit.open_segments import OpenSegment, open_segment_finding
-from bkaudit.audit.reads import EVIDENCE_LISTING, EVIDENCE_READS
+from bkaudit.audit.reads import EVIDENCE_READS
 from bkaudit.audit.settings import CheckerSettings
 from bkaudit.config import Settings, ZkSettings
 from bkaudit.errors import BkAuditError
@@ -85,7 +85,7 @@ from bkaudit.job.live import (
     switch_to_reads,
 )
 from bkaudit.job.publish import publish
-from bkaudit.job.read_evidence import PROBE_SCAN_LEDGERS, limit_pinned_listing, probe_targets
+from bkaudit.job.read_evidence import PROBE_SCAN_LEDGERS, java_listers, limit_pinned_listing, probe_targets
 from bkaudit.job.reread import RereadRules, reread
 from bkaudit.job.result import FAILED, SUCCEEDED, CheckFailed, CheckResult, new_run_id
 from bkaudit.job.run_metrics import export_run_metrics
@@ -265,12 +265,11 @@ def _check(
         candidates, probes=probe_targets(inputs.closed_sample(), candidates), targets=view.targets, conf=conf,
         tls=tls,
     )
-    if any(mode == EVIDENCE_LISTING and b not in view.batch_listing for b, (mode, _) in modes.items()):
+    if java_listers(modes, batch_listing=view.batch_listing):
         pages = inputs.listing_pages()
         modes = limit_pinned_listing(modes, pages=pages, batch_listing=view.batch_listing,
                                      max_pages=conf.java_listing_max_pages)
-        pinned = sorted(b for b, (mode, _) in modes.items()
-                        if mode == EVIDENCE_LISTING and b not in view.batch_listing and pages.get(b))
+        pinned = [b for b in java_listers(modes, batch_listing=view.batch_listing) if pages.get(b)]
         if pinned:
             ctx.say(
                 f"{len(pinned)} Java bookie(s) listed, up to {max(pages[b] for b in pinned):,} index pages "

@@ -12,7 +12,7 @@ from bkaudit.audit.settings import CheckerSettings
 from bkaudit.errors import ConfigError
 from bkaudit.job.fanout import SEGMENT_STRUCT
 from bkaudit.job.inputs import listing_pages
-from bkaudit.job.read_evidence import limit_pinned_listing
+from bkaudit.job.read_evidence import java_listers, limit_pinned_listing
 
 
 def ledgers(*rows: tuple[int, int | None, list[list[str]]]) -> pa.Table:
@@ -58,6 +58,8 @@ def test_only_java_bookies_above_the_budget_go_to_reads() -> None:
         b: MODES[b] for b in ("java-small", "bkaudit-big", "db")
     }
     assert MODES["java-big"][0] == EVIDENCE_LISTING  # the input is not modified
+    assert java_listers(MODES, batch_listing={"bkaudit-big"}) == ["java-big", "java-small"]
+    assert java_listers(out, batch_listing={"bkaudit-big"}) == ["java-small"]
 
 
 def test_a_zero_budget_never_lists_a_java_bookie_that_holds_anything() -> None:
