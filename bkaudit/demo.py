@@ -430,20 +430,21 @@ class Demo:
 
     def step_drain(self) -> str:
         """A bookie joins /rack-3 and an old /rack-3 bookie is drained by the Auditor (autorecovery run)."""
+        from bkaudit.config import ZkSettings
         from bkaudit.lifecycle import service
-        from bkaudit.lifecycle.index import ledgers_of
         from bkaudit.model import lifecycle as lc
-        from bkaudit.zk import lifecycle as store
+        from bkaudit.store import ZkStore
 
         self.progress.start(STEPS[6])
         c = self.cluster
-        zk = c.zk_client()
+        state_root = self.settings.get(ZkSettings).state_root or None  # where the Auditor writes progress
+        cluster = ZkStore(c.zk_client(), root=c.root, state_root=state_root)
         added = c.add_bookie(rack="/rack-3")
         old = next(b.id for b in c.bookies if b.rack == "/rack-3" and b.id != added.id)
-        before = len(ledgers_of(zk, [old], root=c.root)[old])
+        before = len(cluster.index.ledgers_of([old])[old])
         self.progress.say(f"bookie {added.id} joined /rack-3; draining {old} ({before} ledgers reference it)")
-        service.transition(zk, old, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="demo",
-                           reason="replaced by " + added.id, root=c.root)
+        service.transition(cluster, old, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="demo",
+                           reason="replaced by " + added.id)
         self.progress.say(f"$ bkaudit lifecycle drain {old}   (now read-only; the Auditor moves its ledgers)")
         env = {**os.environ, "BKAUDIT_LIFECYCLE__DRAIN_CHECK_INTERVAL_S": "1"}
         cmd = [sys.executable, "-m", "bkaudit.cli", "autorecovery", "run", "--zk", c.zk, "--config",
@@ -454,7 +455,7 @@ class Demo:
         try:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline:
-                state = service.current(zk, old, root=c.root)[0]
+                state = service.current(cluster, old)[0]
                 if state is not lc.LifecycleState.DRAINING:
                     break
                 time.sleep(0.5)
@@ -464,11 +465,8 @@ class Demo:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        from bkaudit.config import ZkSettings
-
-        state_root = self.settings.get(ZkSettings).state_root or None  # where the Auditor wrote it
-        progress = store.read_progress(zk, old, root=c.root, state_root=state_root) or {}
-        left = len(ledgers_of(zk, [old], root=c.root)[old])
+        progress = cluster.lifecycle.read_progress(old) or {}
+        left = len(cluster.index.ledgers_of([old])[old])
         self.summary["drain"] = {"bookie": old, "added": added.id, "ledgers_before": before,
                                  "state": state.value, "progress": progress}
         self.expect("drained", state is lc.LifecycleState.DRAINED and left == 0,

@@ -32,7 +32,7 @@ from bkaudit.errors import BkAuditError, FormatError, MetadataConflict
 from bkaudit.formats.bookie_id import invalid_bookie_id_reason
 from bkaudit.lifecycle import service, serving
 from bkaudit.model import lifecycle as lc
-from bkaudit.zk import lifecycle as store
+from bkaudit.store import ZkStore
 from bkaudit.zk import paths, registry
 from bkaudit.zk import underreplication as ur
 
@@ -171,6 +171,7 @@ def create_app(
     from bkaudit.admin.dashboard import SCRIPT, STYLE
 
     paths.bkaudit_state_root(root=root, state_root=state_root)  # validates both
+    cluster = ZkStore(zk, root=root, state_root=state_root)
     # no /docs or /redoc: FastAPI's pages load Swagger UI / ReDoc from a CDN; docs/http-api.md is the
     # reference, /openapi.json the machine-readable document (a read: open only with anonymous_read)
     app = FastAPI(title="bkaudit admin API", version=__version__, docs_url=None, redoc_url=None,
@@ -226,8 +227,8 @@ def create_app(
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         try:
-            record = service.transition(zk, bookie, state, actor=lc.Actor.OPERATOR, by=f"api:{who.name}",
-                                        reason=reason, root=root, state_root=state_root, force=force)
+            record = service.transition(cluster, bookie, state, actor=lc.Actor.OPERATOR, by=f"api:{who.name}",
+                                        reason=reason, force=force)
         except service.UnknownBookie as exc:
             raise ApiError(404, str(exc)) from None
         except lc.TransitionRefused as exc:
@@ -264,7 +265,7 @@ def create_app(
         known(bookie)
         registration = registry.bookie_state(zk, bookie, root)
         try:
-            lifecycle: str | None = service.current(zk, bookie, root=root)[0].value
+            lifecycle: str | None = service.current(cluster, bookie)[0].value
         except FormatError:
             lifecycle = None
         return {"bookie": bookie, "running": registration != "absent", "readOnly": registration == "readonly",
@@ -276,8 +277,8 @@ def create_app(
     def get_readonly(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
         return {"bookie": bookie, "readOnly": registry.bookie_state(zk, bookie, root) == "readonly",
-                "readOnlyRequested": store.read_serving(zk, bookie, root=root, state_root=state_root),
-                **serving.inspect(zk, bookie, root=root).to_dict()}
+                "readOnlyRequested": cluster.lifecycle.read_serving(bookie),
+                **serving.inspect(cluster, bookie).to_dict()}
 
     @app.put("/api/v1/bookie/state/readonly", tags=["bookkeeper"],
              summary="ask a bookie to serve reads only (or writes again): the switch in ZooKeeper, which "
@@ -286,12 +287,11 @@ def create_app(
              responses=_errors(400, 404, 409, 502))
     def put_readonly(who: Admin, bookie: BookieParam, body: ReadOnlyBody) -> dict[str, Any]:
         known(bookie)
-        store.write_serving(zk, bookie, body.readOnly, by=f"api:{who.name}", at=service.now_iso(), root=root,
-                            state_root=state_root)
+        cluster.lifecycle.write_serving(bookie, body.readOnly, by=f"api:{who.name}", at=service.now_iso())
         out: dict[str, Any] = {"bookie": bookie, "readOnlyRequested": body.readOnly}
         if not body.readOnly:  # bkaudit never asks a BookKeeper bookie for writes (serving.py says why)
-            return {**out, **serving.inspect(zk, bookie, root=root).to_dict()}
-        check = serving.ensure_read_only(zk, bookie, root=root, timeout_s=bookie_http_timeout_s)
+            return {**out, **serving.inspect(cluster, bookie).to_dict()}
+        check = serving.ensure_read_only(cluster, bookie, timeout_s=bookie_http_timeout_s)
         if not check.ok:
             raise ApiError(409 if check.permanent else 502,
                            f"the switch is recorded, but bookie {bookie} still takes writes: {check.error}",
@@ -315,7 +315,7 @@ def create_app(
              responses=_errors(400, 404))
     def get_lifecycle(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
-        return service.describe(zk, bookie, root=root, state_root=state_root)
+        return service.describe(cluster, bookie)
 
     @app.put("/api/v1/bookie/lifecycle", tags=["lifecycle"],
              summary="operator transition: Draining (from Active), Drained (from DrainingFailed), Removed",
@@ -327,13 +327,13 @@ def create_app(
     @app.get("/api/v1/bookie/lifecycle/history", tags=["lifecycle"], summary="every transition, oldest first",
              responses=_errors(400))
     def lifecycle_history(_who: Reader, bookie: BookieParam) -> list[dict[str, Any]]:
-        return [h.to_dict() for h in store.history(zk, bookie, root=root, state_root=state_root)]
+        return [h.to_dict() for h in cluster.lifecycle.history(bookie)]
 
     @app.get("/api/v1/bookie/drain_progress", tags=["lifecycle"],
              summary="per draining / drained / failed bookie: ledgers and bytes left, failures",
              responses=_errors(400))
     def drain_progress(_who: Reader, bookie: Annotated[str | None, Depends(_maybe_bookie)]) -> list[Any]:
-        return views.drain_progress(zk, root=root, state_root=state_root, bookie=bookie)
+        return views.drain_progress(cluster, bookie=bookie)
 
     @app.get("/api/v1/bookie/cookie", tags=["lifecycle"], summary="a bookie's cookie",
              responses=_errors(400, 404, 409))
@@ -370,7 +370,7 @@ def create_app(
     @app.get("/api/v1/autorecovery/bad_ledgers", tags=["audit"],
              summary="ledgers a drain could not move (data loss, repeated failures), per bookie")
     def bad_ledgers(_who: Reader) -> dict[str, Any]:
-        progress = views.drain_progress(zk, root=root, state_root=state_root)
+        progress = views.drain_progress(cluster)
         return {p["bookie"]: {"state": p["state"], "data_loss_ledgers": p.get("data_loss_ledgers", []),
                               "failed_ledgers": p.get("failed_ledgers", [])} for p in progress}
 

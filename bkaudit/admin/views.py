@@ -20,6 +20,8 @@ from bkaudit.zk import underreplication as ur
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
+    from bkaudit.store import ClusterStore
+
 log = logging.getLogger(__name__)
 
 QUEUE_LISTED = 1000
@@ -113,17 +115,15 @@ def data_loss(zk: KazooClient, *, root: str, state_root: str | None = None) -> l
     return out
 
 
-def drain_progress(
-    zk: KazooClient, *, root: str, state_root: str | None = None, bookie: str | None = None
-) -> list[dict[str, Any]]:
+def drain_progress(cluster: ClusterStore, *, bookie: str | None = None) -> list[dict[str, Any]]:
     """Per non-Active bookie: its state and the Auditor's latest progress record."""
-    states = service.states(zk, root=root)
+    states = service.states(cluster)
     out = []
     for b, state in sorted(states.items()):
         if (bookie is not None and b != bookie) or (bookie is None and state.value == "Active"):
             continue
-        progress = store.read_progress(zk, b, root=root, state_root=state_root) or {}
-        found = store.list_failures(zk, b, root=root, state_root=state_root)
+        progress = cluster.lifecycle.read_progress(b) or {}
+        found = cluster.lifecycle.list_failures(b)
         failures = {str(k): v for k, v in found.items()}
         kept = {k: v for k, v in progress.items() if k != "state"}
         out.append({"bookie": b, "state": state.value, **kept, "failures_by_ledger": failures})

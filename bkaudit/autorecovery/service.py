@@ -25,6 +25,7 @@ from bkaudit.autorecovery.worker import ReplicationWorker, Shared
 from bkaudit.config import Settings, ZkSettings
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache
 from bkaudit.lifecycle.settings import LifecycleSettings
+from bkaudit.store import ZkStore
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
@@ -87,6 +88,7 @@ class AutoRecoveryService:
         self._closers: list[Any] = []
         self.auditor: Auditor | None = None
         self.drainer: Drainer | None = None
+        self.cluster: ZkStore | None = None  # lifecycle records and the drain's index, bound at start
         self.elector: AuditorElector | None = None
         self.workers: list[ReplicationWorker] = []
         self._threads: list[threading.Thread] = []
@@ -113,7 +115,9 @@ class AutoRecoveryService:
         acl = zkclient.acls(self.zk_settings)
         ur.ensure_underreplication_layout(self._zk, root=self.root, acl=acl)
         self.view = BookieView(self._zk, root=self.root, settings=self.settings).start()
-        self.shared = self._shared(acl)
+        self.cluster = cluster = ZkStore(self._zk, root=self.root, state_root=self.state_root, acl=acl,
+                                         max_in_flight=self.conf.max_concurrent_metadata_reads)
+        self.shared = self._shared(acl, cluster)
         # ledgers already recorded as data-lost are left alone from the first pick on (no lock, no probe)
         moved = dataloss.migrate_legacy(self._zk, root=self.root, state_root=self.state_root)
         if moved:
@@ -143,7 +147,7 @@ class AutoRecoveryService:
             )
             thread.start()
 
-    def _shared(self, acl: Any) -> Shared:
+    def _shared(self, acl: Any, cluster: ZkStore) -> Shared:
         from bkaudit.audit.settings import policy_from_settings
         from bkaudit.client.bookkeeper import BookKeeper
         from bkaudit.client.directory import ZkBookieDirectory
@@ -188,7 +192,7 @@ class AutoRecoveryService:
             holder=self.node_id,
             recover=lambda ledger_id, lost: bk.open_ledger(ledger_id, recover=True, lost_copies=lost),
             acl=acl,
-            lifecycle=LifecycleCache(self._zk, root=self.root),
+            lifecycle=LifecycleCache(cluster),
             read_timeout_s=min(client_settings.read_timeout_s, rpc.request_timeout_s * 2),
             task_limiter=RateLimiter(conf.zk_replication_task_rate_limit)
             if conf.zk_replication_task_rate_limit
@@ -226,7 +230,7 @@ class AutoRecoveryService:
         return self.elector is not None and self.elector.is_auditor
 
     def _elected(self) -> None:
-        assert self.shared is not None
+        assert self.shared is not None and self.cluster is not None
         with self._auditor_lock:
             if self.auditor is None:
                 self.auditor = Auditor(
@@ -240,13 +244,7 @@ class AutoRecoveryService:
                 ).start()
             if self.drainer is None:  # the lifecycle drain runs beside the Auditor, for its term
                 self.drainer = Drainer(
-                    self._zk,
-                    root=self.root,
-                    state_root=self.state_root,
-                    settings=self.settings.get(LifecycleSettings),
-                    emit=self.events.emit,
-                    acl=self.shared.acl,
-                    max_in_flight=self.conf.max_concurrent_metadata_reads,
+                    self.cluster, settings=self.settings.get(LifecycleSettings), emit=self.events.emit,
                 ).start()
 
     def _demoted(self) -> None:

@@ -809,8 +809,7 @@ class ReplicationWorker:
         if self._draining & self._ensemble_bookies:  # the Auditor counts these toward DrainingFailed
             from bkaudit.lifecycle.drain import report_failure
 
-            report_failure(sh.zk, self._draining, self._ensemble_bookies, ledger_id, why,
-                           root=sh.root, state_root=sh.state_root)
+            report_failure(sh.lifecycle.store, self._draining, self._ensemble_bookies, ledger_id, why)
         if cluster_problem:  # e.g. NotEnoughBookies: BookKeeper's rwRereplicateBackoffMs pause
             sh.stop.wait(sh.settings.rw_rereplicate_backoff_s)
         return Outcome.FAILED

@@ -7,12 +7,15 @@ transition is not allowed now; the ledgers in the way are listed), 2 ZooKeeper /
 from __future__ import annotations
 
 import getpass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bkaudit.cli_common import BOOKIE_ID, emit, fail, load_settings, zk_options
 from bkaudit.errors import BkAuditError
+
+if TYPE_CHECKING:
+    from bkaudit.store import ClusterStore
 
 
 @click.group()
@@ -24,17 +27,17 @@ def _run(
     zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, action: Any
 ) -> Any:
     from bkaudit.config import ZkSettings
-    from bkaudit.zk import client as zkclient
+    from bkaudit.store import zookeeper
 
     zk_settings = load_settings(zk, cluster_dir, root, config_path).get(ZkSettings)
     try:
-        client = zkclient.connect(zk_settings)
+        store = zookeeper.connect(zk_settings)
     except BkAuditError as exc:
         fail(str(exc), code=2)
     try:
-        return action(client, zk_settings.root, zk_settings.state_root or None)  # (client, root, state root)
+        return action(store)
     finally:
-        zkclient.close(client)
+        zookeeper.close(store)
 
 
 def _transition(bookie: str, target: str, reason: str, as_json: bool, force: bool = False,
@@ -42,14 +45,14 @@ def _transition(bookie: str, target: str, reason: str, as_json: bool, force: boo
     from bkaudit.lifecycle import service
     from bkaudit.model import lifecycle as lc
 
-    def act(client: Any, r: str, sr: str | None) -> dict[str, Any]:
-        done = _already(client, bookie, lc.LifecycleState.parse(target), root=r, state_root=sr)
+    def act(store: ClusterStore) -> dict[str, Any]:
+        done = _already(store, bookie, lc.LifecycleState.parse(target))
         if done is not None:  # a retried step (Airflow, scripts) finds its work done: success
             return done
         try:
             record = service.transition(
-                client, bookie, lc.LifecycleState.parse(target), actor=lc.Actor.OPERATOR,
-                by=f"cli:{getpass.getuser()}", reason=reason, root=r, state_root=sr, force=force,
+                store, bookie, lc.LifecycleState.parse(target), actor=lc.Actor.OPERATOR,
+                by=f"cli:{getpass.getuser()}", reason=reason, force=force,
             )
         except lc.TransitionRefused as exc:
             emit({"bookie": bookie, "refused": str(exc), "blockers": list(exc.blockers)}, as_json,
@@ -71,7 +74,7 @@ def _say_how_it_serves_reads_only(bookie: str, **zk_args: Any) -> None:
     from bkaudit.lifecycle import serving
 
     try:
-        check = _run(action=lambda client, r, sr: serving.inspect(client, bookie, root=r), **zk_args)
+        check = _run(action=lambda store: serving.inspect(store, bookie), **zk_args)
     except (SystemExit, Exception):  # advice only: the transition itself is done
         return
     if check.serving is not serving.Serving.WRITABLE:
@@ -84,26 +87,22 @@ def _say_how_it_serves_reads_only(bookie: str, **zk_args: Any) -> None:
                    f"Auditor's next drain pass makes it read-only through PUT {check.url}", err=True)
 
 
-def _already(
-    client: Any, bookie: str, target: Any, *, root: str, state_root: str | None
-) -> dict[str, Any] | None:
+def _already(store: ClusterStore, bookie: str, target: Any) -> dict[str, Any] | None:
     """The bookie's record when it is already in `target` (Removed: no cookie and a removal recorded)."""
     from bkaudit.lifecycle import service
     from bkaudit.model import lifecycle as lc
-    from bkaudit.zk import lifecycle as store
-    from bkaudit.zk import paths, registry
 
     try:
-        paths.lifecycle_state_path(bookie, root=root)
+        store.check_bookie_id(bookie)
         if target is lc.LifecycleState.REMOVED:
-            if registry.exists(client, paths.cookie_path(bookie, root=root)):
+            if store.registry.has_cookie(bookie):
                 return None
-            history = store.history(client, bookie, root=root, state_root=state_root)
+            history = store.lifecycle.history(bookie)
             last = history[-1] if history else None
             if last is None or last.state is not target:
                 return None
             return {"bookie": bookie, **last.to_dict(), "already": True}
-        state, record, _ = service.current(client, bookie, root=root)
+        state, record, _ = service.current(store, bookie)
     except (ValueError, BkAuditError):
         return None  # the transition itself reports the problem
     return {"bookie": bookie, **record.to_dict(), "already": True} if record and state is target else None
@@ -149,8 +148,7 @@ def state(bookie: str, as_json: bool, **zk_args: Any) -> None:
     """The bookie's lifecycle state, serving mode and drain progress."""
     from bkaudit.lifecycle import service
 
-    doc = _run(action=lambda client, r, sr: service.describe(client, bookie, root=r, state_root=sr),
-               **zk_args)
+    doc = _run(action=lambda store: service.describe(store, bookie), **zk_args)
 
     def human(d: dict[str, Any]) -> str:
         lines = [f"{d['bookie']}: {d.get('state') or 'unreadable: ' + str(d.get('error'))}"
@@ -174,14 +172,7 @@ def state(bookie: str, as_json: bool, **zk_args: Any) -> None:
 @_common
 def history(bookie: str, as_json: bool, **zk_args: Any) -> None:
     """Every lifecycle transition of the bookie, oldest first (kept after removal)."""
-    from bkaudit.zk import lifecycle as store
-
-    records = _run(
-        action=lambda client, r, sr: [
-            h.to_dict() for h in store.history(client, bookie, root=r, state_root=sr)
-        ],
-        **zk_args,
-    )
+    records = _run(action=lambda store: [h.to_dict() for h in store.lifecycle.history(bookie)], **zk_args)
     emit(records, as_json, lambda rs: "\n".join(
         f"{r['at']} {r['previous']} -> {r['state']} by {r['by']}: {r['reason'] or '-'}" for r in rs
     ) or "none")

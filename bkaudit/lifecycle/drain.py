@@ -30,15 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from bkaudit.errors import BkAuditError, MetadataConflict
 from bkaudit.lifecycle import service, serving
-from bkaudit.lifecycle.index import ledgers_of
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
-from bkaudit.zk import dataloss
-from bkaudit.zk import lifecycle as store
-from bkaudit.zk import underreplication as ur
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
+    from bkaudit.store import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +45,8 @@ AUDITOR = "auditor"
 class LifecycleCache:
     """The workers' view of lifecycle states, re-read at most every `ttl_s` (one read per cookie)."""
 
-    def __init__(self, zk: KazooClient, *, root: str, ttl_s: float = 1.0) -> None:
-        self.zk = zk
-        self.root = root
+    def __init__(self, store: ClusterStore, *, ttl_s: float = 1.0) -> None:
+        self.store = store
         self.ttl_s = ttl_s
         self._states: dict[str, lc.LifecycleState] = {}
         self._at = float("-inf")
@@ -61,7 +56,7 @@ class LifecycleCache:
         with self._lock:
             if time.monotonic() - self._at > self.ttl_s:
                 try:
-                    self._states = service.states(self.zk, root=self.root)
+                    self._states = service.states(self.store)
                     self._at = time.monotonic()
                 except Exception as exc:  # keep the last reading; ZooKeeper trouble shows elsewhere
                     log.warning("could not read lifecycle states: %s", exc)
@@ -76,13 +71,12 @@ class LifecycleCache:
         return frozenset(b for b, s in self._fresh().items() if s is not S.ACTIVE)
 
 
-def report_failure(zk: KazooClient, draining: frozenset[str], ensemble_bookies: frozenset[str],
-                   ledger_id: int, error: str, *, root: str, state_root: str | None = None) -> None:
+def report_failure(store: ClusterStore, draining: frozenset[str], ensemble_bookies: frozenset[str],
+                   ledger_id: int, error: str) -> None:
     """A worker's failed pass over a ledger that a draining bookie is leaving: counted per bookie."""
     for bookie in sorted(draining & ensemble_bookies):
         try:
-            store.record_failure(zk, bookie, ledger_id, error[:500], service.now_iso(),
-                                 root=root, state_root=state_root)
+            store.lifecycle.record_failure(bookie, ledger_id, error[:500], service.now_iso())
         except Exception as exc:
             log.warning("could not record drain failure of ledger %s on %s: %s", ledger_id, bookie, exc)
 
@@ -92,22 +86,14 @@ class Drainer:
 
     def __init__(
         self,
-        zk: KazooClient,
+        store: ClusterStore,
         *,
-        root: str,
-        state_root: str | None = None,
         settings: LifecycleSettings,
         emit: Callable[..., None] | None = None,
-        acl: Any = None,
-        max_in_flight: int = 500,
     ) -> None:
-        self.zk = zk
-        self.root = root
-        self.state_root = state_root  # [zk] state_root: progress, failures, data-loss records
+        self.store = store
         self.settings = settings
         self.emit = emit or (lambda event, **fields: None)
-        self.acl = acl
-        self.max_in_flight = max_in_flight
         self.passes = 0
         self._pass = threading.Lock()  # one pass at a time: the interval thread and `settle` (`--once`)
         self._serving_failures: dict[str, int] = {}  # bookie -> passes in a row it stayed writable
@@ -143,7 +129,7 @@ class Drainer:
             return self._step()
 
     def _step(self) -> dict[str, dict[str, Any]]:
-        states = service.states(self.zk, root=self.root)
+        states = service.states(self.store)
         self.passes += 1
         leaving = sorted(b for b, s in states.items() if s.serves_reads_only)
         checks = {b: self._serve_reads_only(b, states[b]) for b in leaving}
@@ -153,17 +139,13 @@ class Drainer:
         if not draining:
             return {}
         open_ledgers: set[int] = set()
-        index = ledgers_of(self.zk, draining, root=self.root, max_in_flight=self.max_in_flight,
-                           open_ledgers=open_ledgers)
+        index = self.store.index.ledgers_of(draining, open_ledgers=open_ledgers)
         by_ledger: dict[int, list[str]] = defaultdict(list)
         for bookie in draining:
             for ledger_id in index[bookie]:
                 by_ledger[ledger_id].append(bookie)
-        lost = {
-            lid for lid in by_ledger
-            if dataloss.exists(self.zk, lid, root=self.root, state_root=self.state_root)
-        }
-        enabled = ur.is_replication_enabled(self.zk, root=self.root)
+        lost = {lid for lid in by_ledger if self.store.data_loss.exists(lid)}
+        enabled = self.store.queue.is_enabled()
         out: dict[str, dict[str, Any]] = {}
         published: set[int] = set()
         for bookie in draining:
@@ -174,7 +156,7 @@ class Drainer:
     def _serve_reads_only(self, bookie: str, state: lc.LifecycleState) -> serving.ServingCheck:
         """Make a leaving bookie that does not follow its state znode read-only (its HTTP admin API)."""
         try:
-            check = serving.ensure_read_only(self.zk, bookie, root=self.root,
+            check = serving.ensure_read_only(self.store, bookie,
                                              timeout_s=self.settings.bookie_http_timeout_s)
         except Exception as exc:  # ZooKeeper trouble reading its registration: asked again next pass
             check = serving.ServingCheck(bookie, serving.Serving.WRITABLE, f"could not look: {exc!r}")
@@ -202,7 +184,7 @@ class Drainer:
         open_ledgers: set[int] | None = None,
         check: serving.ServingCheck | None = None,
     ) -> dict[str, Any]:
-        failures = store.list_failures(self.zk, bookie, root=self.root, state_root=self.state_root)
+        failures = self.store.lifecycle.list_failures(bookie)
         # an OPEN ledger is waiting (for its writer, or the grace + fencing that closes it), not failing: its
         # failed passes never make it bad while it is open; it is marked again and moves once closed
         waiting = set(ledgers) & (open_ledgers or set())
@@ -251,20 +233,18 @@ class Drainer:
                     break
                 published.add(ledger_id)
                 replicas = by_ledger[ledger_id]
-                if ur.mark_underreplicated(self.zk, ledger_id, replicas, root=self.root, acl=self.acl):
+                if self.store.queue.mark(ledger_id, replicas):
                     marked += 1
             progress["marked"] = marked
-        progress["state"] = service.current(self.zk, bookie, root=self.root)[0].value
-        store.write_progress(self.zk, bookie, progress, root=self.root, state_root=self.state_root)
+        progress["state"] = service.current(self.store, bookie)[0].value
+        self.store.lifecycle.write_progress(bookie, progress)
         self.emit("drain_progress", **{k: v for k, v in progress.items() if k != "updated"})
         return progress
 
     def _decide(self, bookie: str, target: lc.LifecycleState, why: str, progress: dict[str, Any]) -> None:
         try:
-            service.transition(
-                self.zk, bookie, target, actor=lc.Actor.AUDITOR, by=AUDITOR, reason=why, root=self.root,
-                state_root=self.state_root, expected=S.DRAINING,
-            )
+            service.transition(self.store, bookie, target, actor=lc.Actor.AUDITOR, by=AUDITOR, reason=why,
+                               expected=S.DRAINING)
         except (MetadataConflict, lc.TransitionRefused, service.UnknownBookie, BkAuditError) as exc:
             log.info("drain of %s: not moving to %s (%s)", bookie, target.value, exc)
             return

@@ -4,8 +4,8 @@ It applies the model's transition rules (bkaudit.model.lifecycle), adds the chec
 (a bookie must have a cookie to be drained; DrainingFailed -> Drained and removal are refused while a ledger
 still references the bookie, and the refusal lists those ledgers; removal is refused while the bookie is
 registered, writable or read-only, unless forced, as BookKeeperAdmin.decommissionBookie refuses a bookie
-that "is not shutdown yet"), then writes through the ZooKeeper store with a compare-and-set plus a history
-record.
+that "is not shutdown yet"), then writes through the cluster store (bkaudit.store) with a compare-and-set
+plus a history record.
 """
 
 from __future__ import annotations
@@ -15,13 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bkaudit.errors import FormatError
-from bkaudit.lifecycle.index import ledgers_of
 from bkaudit.model import lifecycle as lc
-from bkaudit.zk import dataloss, paths, registry
-from bkaudit.zk import lifecycle as store
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
+    from bkaudit.store import ClusterStore
 
 BLOCKERS_LISTED = 100  # ledgers named in a refusal (the count is always exact)
 
@@ -34,19 +31,17 @@ def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def current(
-    zk: KazooClient, bookie_id: str, *, root: str
-) -> tuple[lc.LifecycleState, lc.StateRecord | None, int]:
-    """(state, record, znode version); Active with no record when the state znode is absent."""
-    record, version = store.read_state(zk, bookie_id, root=root)
+def current(store: ClusterStore, bookie_id: str) -> tuple[lc.LifecycleState, lc.StateRecord | None, int]:
+    """(state, record, version); Active with no record when the bookie has no state record."""
+    record, version = store.lifecycle.read_state(bookie_id)
     return (record.state if record else lc.LifecycleState.ACTIVE), record, version
 
 
-def states(zk: KazooClient, *, root: str) -> dict[str, lc.LifecycleState]:
-    """Every known bookie (cookie) -> its lifecycle state (a malformed state znode is skipped here and
+def states(store: ClusterStore) -> dict[str, lc.LifecycleState]:
+    """Every known bookie (cookie) -> its lifecycle state (a malformed state record is skipped here and
     reported by `describe`)."""
-    known = registry.list_cookies(zk, root)
-    recorded = store.list_states(zk, root=root)
+    known = store.registry.cookies()
+    recorded = store.lifecycle.list_states()
     out: dict[str, lc.LifecycleState] = {}
     for bookie in known:
         value = recorded.get(bookie)
@@ -56,8 +51,8 @@ def states(zk: KazooClient, *, root: str) -> dict[str, lc.LifecycleState]:
     return out
 
 
-def in_state(zk: KazooClient, *wanted: lc.LifecycleState, root: str) -> set[str]:
-    return {b for b, s in states(zk, root=root).items() if s in wanted}
+def in_state(store: ClusterStore, *wanted: lc.LifecycleState) -> set[str]:
+    return {b for b, s in states(store).items() if s in wanted}
 
 
 @dataclass(frozen=True)
@@ -78,23 +73,21 @@ class Blockers:
         )
 
 
-def blockers(zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None) -> Blockers:
-    """Ledgers referencing the bookie; data-loss records are looked up where they live (`[zk] state_root`)."""
-    referencing = sorted(ledgers_of(zk, [bookie_id], root=root)[bookie_id])
-    lost = tuple(lid for lid in referencing if dataloss.exists(zk, lid, root=root, state_root=state_root))
+def blockers(store: ClusterStore, bookie_id: str) -> Blockers:
+    """Ledgers referencing the bookie, and which of them have a data-loss record."""
+    referencing = sorted(store.index.ledgers_of([bookie_id])[bookie_id])
+    lost = tuple(lid for lid in referencing if store.data_loss.exists(lid))
     return Blockers(tuple(referencing), lost)
 
 
 def transition(
-    zk: KazooClient,
+    store: ClusterStore,
     bookie_id: str,
     target: lc.LifecycleState,
     *,
     actor: lc.Actor,
     by: str,
     reason: str = "",
-    root: str,
-    state_root: str | None = None,
     expected: lc.LifecycleState | None = None,
     force: bool = False,
 ) -> lc.StateRecord:
@@ -108,15 +101,15 @@ def transition(
     stops (bkaudit.bookie.lifecycle) and a Java one stays as its HTTP switch left it, but both keep serving
     reads of ledgers nobody references any more, and an operator should stop it first.
     """
-    paths.lifecycle_state_path(bookie_id, root=root)  # validates the id
-    if registry.read_cookie(zk, bookie_id, root) is None:
-        raise UnknownBookie(f"bookie {bookie_id} has no cookie under {paths.cookies_root(root=root)}")
-    state, _, version = current(zk, bookie_id, root=root)
+    store.check_bookie_id(bookie_id)
+    if store.registry.read_cookie(bookie_id) is None:
+        raise UnknownBookie(f"bookie {bookie_id} has no cookie under {store.registry.cookie_home}")
+    state, _, version = current(store, bookie_id)
     if expected is not None and state is not expected:
         raise lc.TransitionRefused(f"{bookie_id} is {state.value}, not {expected.value}")
     lc.check_transition(state, target, actor=actor)
     if target is lc.LifecycleState.REMOVED and not force:
-        registered = registry.bookie_state(zk, bookie_id, root)
+        registered = store.registry.bookie_state(bookie_id)
         if registered != "absent":
             raise lc.TransitionRefused(
                 f"{bookie_id} is still registered ({registered}): stop the bookie first (BookKeeper's "
@@ -124,7 +117,7 @@ def transition(
                 blockers=(f"registered {registered}",),
             )
     if actor is lc.Actor.OPERATOR and target in (lc.LifecycleState.DRAINED, lc.LifecycleState.REMOVED):
-        found = blockers(zk, bookie_id, root=root, state_root=state_root)
+        found = blockers(store, bookie_id)
         if found:
             raise lc.TransitionRefused(
                 f"{bookie_id}: {len(found.ledgers)} ledgers still reference it "
@@ -133,24 +126,24 @@ def transition(
             )
     record = lc.StateRecord(target, by, now_iso(), reason, state)
     if target is lc.LifecycleState.REMOVED:
-        store.remove_bookie(zk, bookie_id, record, version=version, root=root, state_root=state_root)
-        store.clear_drain_records(zk, bookie_id, root=root, state_root=state_root)
+        store.lifecycle.remove_bookie(bookie_id, record, version=version)
+        store.lifecycle.clear_drain_records(bookie_id)
     else:
-        store.write_state(zk, bookie_id, record, version=version, root=root, state_root=state_root)
+        store.lifecycle.write_state(bookie_id, record, version=version)
     return record
 
 
-def describe(zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None) -> dict[str, Any]:
+def describe(store: ClusterStore, bookie_id: str) -> dict[str, Any]:
     """The bookie's lifecycle as JSON: state, who set it, serving mode, drain progress."""
     try:
-        state, record, _ = current(zk, bookie_id, root=root)
+        state, record, _ = current(store, bookie_id)
     except FormatError as exc:
         return {"bookie": bookie_id, "state": None, "error": str(exc)}
     return {
         "bookie": bookie_id,
         "state": state.value,
         "record": record.to_dict() if record else None,
-        "registration": registry.bookie_state(zk, bookie_id, root),
-        "read_only_requested": store.read_serving(zk, bookie_id, root=root, state_root=state_root),
-        "progress": store.read_progress(zk, bookie_id, root=root, state_root=state_root),
+        "registration": store.registry.bookie_state(bookie_id),
+        "read_only_requested": store.lifecycle.read_serving(bookie_id),
+        "progress": store.lifecycle.read_progress(bookie_id),
     }

@@ -38,14 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kazoo.exceptions import NoNodeError
-
 from bkaudit.errors import FormatError
 from bkaudit.formats import records
-from bkaudit.zk import paths
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
+    from bkaudit.store import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -94,22 +91,6 @@ class ReadOnlyCallFailed(Exception):
     def __init__(self, message: str, *, permanent: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
-
-
-# -- registrations ----------------------------------------------------------------------------------------
-def registration(
-    zk: KazooClient, bookie_id: str, *, root: str
-) -> tuple[str, records.BookieServiceInfo | None]:
-    """("writable" | "readonly" | "absent", its BookieServiceInfo); the writable registration is looked at
-    first, as BookKeeper's clients choose ensembles from it. FormatError for an unparseable registration."""
-    for where, path in (("writable", paths.available_path(bookie_id, root=root)),
-                        ("readonly", paths.readonly_path(bookie_id, root=root))):
-        try:
-            data, _ = zk.get(path)
-        except NoNodeError:
-            continue
-        return where, records.parse_bookie_service_info(data, bookie_id)
-    return "absent", None
 
 
 def follows_state(info: records.BookieServiceInfo) -> bool:
@@ -183,23 +164,22 @@ def put_read_only(url: str, *, timeout_s: float = 10.0) -> None:
 
 
 # -- the one entry point ----------------------------------------------------------------------------------
-def inspect(zk: KazooClient, bookie_id: str, *, root: str) -> ServingCheck:
+def inspect(store: ClusterStore, bookie_id: str) -> ServingCheck:
     """What `ensure_read_only` would do, without calling the bookie: WRITABLE (with the reason) only when it
     is registered writable, does not follow its state and publishes no usable HTTP endpoint; else its state
     (a writable bookie bkaudit can reach is reported WRITABLE without error, with the url)."""
-    return _check(zk, bookie_id, root=root, call=None)
+    return _check(store, bookie_id, call=None)
 
 
-def ensure_read_only(zk: KazooClient, bookie_id: str, *, root: str, timeout_s: float = 10.0) -> ServingCheck:
+def ensure_read_only(store: ClusterStore, bookie_id: str, *, timeout_s: float = 10.0) -> ServingCheck:
     """Make a registered-writable bookie that does not follow its lifecycle state serve reads only, through
     its HTTP admin API; report what was found or done (never raises for the bookie's answers)."""
-    return _check(zk, bookie_id, root=root, call=lambda url: put_read_only(url, timeout_s=timeout_s))
+    return _check(store, bookie_id, call=lambda url: put_read_only(url, timeout_s=timeout_s))
 
 
-def _check(zk: KazooClient, bookie_id: str, *, root: str,
-           call: Callable[[str], None] | None) -> ServingCheck:
+def _check(store: ClusterStore, bookie_id: str, *, call: Callable[[str], None] | None) -> ServingCheck:
     try:
-        where, info = registration(zk, bookie_id, root=root)
+        where, info = store.registry.registration(bookie_id)
     except FormatError as exc:
         return ServingCheck(bookie_id, Serving.WRITABLE, f"unparseable registration: {exc}", permanent=True)
     if where == "absent" or info is None:

@@ -105,7 +105,7 @@ def validate_ledger_id(ledger_id: int) -> int:
     return ledger_id
 
 
-def _validate_bookie_id(bookie_id: str) -> str:
+def validate_bookie_id(bookie_id: str) -> str:
     if not isinstance(bookie_id, str) or not bookie_id or "/" in bookie_id or bookie_id in (".", ".."):
         raise ValueError(f"bookie id must be a non-empty string without '/', got {bookie_id!r}")
     return bookie_id
@@ -230,17 +230,17 @@ def cookies_root(*, root: str = DEFAULT_ROOT) -> str:
 
 def available_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
     """EPHEMERAL registration of a writable bookie."""
-    return _child(root, AVAILABLE_NODE, _validate_bookie_id(bookie_id))
+    return _child(root, AVAILABLE_NODE, validate_bookie_id(bookie_id))
 
 
 def readonly_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
     """EPHEMERAL registration of a read-only bookie."""
-    return _child(root, AVAILABLE_NODE, READONLY_NODE, _validate_bookie_id(bookie_id))
+    return _child(root, AVAILABLE_NODE, READONLY_NODE, validate_bookie_id(bookie_id))
 
 
 def cookie_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
     """PERSISTENT cookie of every bookie ever registered (the 'all bookies' list)."""
-    return _child(root, COOKIES_NODE, _validate_bookie_id(bookie_id))
+    return _child(root, COOKIES_NODE, validate_bookie_id(bookie_id))
 
 
 # -- under-replication -------------------------------------------------------------------------------------
@@ -387,7 +387,7 @@ def lifecycle_state_path(bookie_id: str, *, root: str = DEFAULT_ROOT) -> str:
     A child under the cookie means BookKeeper's own cookie delete (a plain delete) fails until the state is
     cleared, which is intended: a drained bookie's cookie goes together with its state (docs/lifecycle.md).
     """
-    return _child(root, COOKIES_NODE, _validate_bookie_id(bookie_id), LIFECYCLE_STATE_NODE)
+    return _child(root, COOKIES_NODE, validate_bookie_id(bookie_id), LIFECYCLE_STATE_NODE)
 
 
 def lifecycle_root(*, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
@@ -399,19 +399,19 @@ def lifecycle_root(*, root: str = DEFAULT_ROOT, state_root: str | None = None) -
 
 def lifecycle_history_root(bookie_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
     """Append-only transitions of one bookie: PERSISTENT_SEQUENTIAL `h-` children (kept after removal)."""
-    return _child(lifecycle_root(root=root, state_root=state_root), "history", _validate_bookie_id(bookie_id))
+    return _child(lifecycle_root(root=root, state_root=state_root), "history", validate_bookie_id(bookie_id))
 
 
 def drain_progress_path(bookie_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
     """The Auditor's latest drain progress of a bookie (ledgers / bytes left, failures), JSON."""
     base = lifecycle_root(root=root, state_root=state_root)
-    return _child(base, "progress", _validate_bookie_id(bookie_id))
+    return _child(base, "progress", validate_bookie_id(bookie_id))
 
 
 def drain_failures_root(bookie_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
     """Per-ledger failure counts workers report while draining a bookie: children `L%010d`, JSON."""
     base = lifecycle_root(root=root, state_root=state_root)
-    return _child(base, "failures", _validate_bookie_id(bookie_id))
+    return _child(base, "failures", validate_bookie_id(bookie_id))
 
 
 def drain_failure_path(
@@ -424,7 +424,7 @@ def drain_failure_path(
 def serving_path(bookie_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
     """An operator's read-only request for a bookie (the cluster-level /api/v1/bookie/state/readonly)."""
     base = bkaudit_state_root(root=root, state_root=state_root)
-    return _child(base, SERVING_NODE, _validate_bookie_id(bookie_id))
+    return _child(base, SERVING_NODE, validate_bookie_id(bookie_id))
 
 
 def webhooks_root(*, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
@@ -432,7 +432,7 @@ def webhooks_root(*, root: str = DEFAULT_ROOT, state_root: str | None = None) ->
 
 
 def webhook_path(webhook_id: str, *, root: str = DEFAULT_ROOT, state_root: str | None = None) -> str:
-    return _child(webhooks_root(root=root, state_root=state_root), _validate_bookie_id(webhook_id))
+    return _child(webhooks_root(root=root, state_root=state_root), validate_bookie_id(webhook_id))
 
 
 def webhook_deliveries_root(
@@ -440,4 +440,4 @@ def webhook_deliveries_root(
 ) -> str:
     """Delivery records of one webhook: PERSISTENT_SEQUENTIAL `d-` children."""
     base = bkaudit_state_root(root=root, state_root=state_root)
-    return _child(base, "webhook-deliveries", _validate_bookie_id(webhook_id))
+    return _child(base, "webhook-deliveries", validate_bookie_id(webhook_id))

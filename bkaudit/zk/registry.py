@@ -73,19 +73,28 @@ def exists(zk: KazooClient, path: str) -> bool:
         return True
 
 
-def read_bookie_service_info(zk: KazooClient, bookie_id: str,
-                             root: str = DEFAULT_ROOT) -> records.BookieServiceInfo | None:
-    """The registration of a writable or read-only bookie; None when it is not registered.
+def registration(zk: KazooClient, bookie_id: str,
+                 root: str = DEFAULT_ROOT) -> tuple[BookieState, records.BookieServiceInfo | None]:
+    """("writable" | "readonly" | "absent", its BookieServiceInfo); the writable registration is looked at
+    first, as BookKeeper's clients choose ensembles from it. FormatError for an unparseable registration.
 
     Empty data (a legacy registration) yields the endpoint derived from the id, as BookKeeper does.
     """
-    for path in (paths.available_path(bookie_id, root=root), paths.readonly_path(bookie_id, root=root)):
+    where: BookieState
+    for where, path in (("writable", paths.available_path(bookie_id, root=root)),
+                        ("readonly", paths.readonly_path(bookie_id, root=root))):
         try:
             data, _ = zk.get(path)
         except NoNodeError:
             continue
-        return records.parse_bookie_service_info(data, bookie_id)
-    return None
+        return where, records.parse_bookie_service_info(data, bookie_id)
+    return "absent", None
+
+
+def read_bookie_service_info(zk: KazooClient, bookie_id: str,
+                             root: str = DEFAULT_ROOT) -> records.BookieServiceInfo | None:
+    """The registration of a writable or read-only bookie; None when it is not registered."""
+    return registration(zk, bookie_id, root)[1]
 
 
 def endpoint_target(info: records.BookieServiceInfo) -> str | None:

@@ -10,6 +10,7 @@ import pytest
 
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss, paths, registry
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import underreplication as ur
@@ -196,8 +197,8 @@ def test_lifecycle_endpoints_change_zookeeper_by_the_rules(api: httpx.Client, zk
     assert [(h["previous"], h["state"], h["by"]) for h in history] == [("Active", "Draining", "api:ops")]
     # the auditor gives up on it; the operator cannot accept while ledger 5 references it
     from bkaudit.lifecycle import service
-    service.transition(zk, A, lc.LifecycleState.DRAINING_FAILED, actor=lc.Actor.AUDITOR, by="auditor",
-                       root=zk_root)
+    service.transition(ZkStore(zk, root=zk_root), A, lc.LifecycleState.DRAINING_FAILED,
+                       actor=lc.Actor.AUDITOR, by="auditor")
     progress = {"ledgers_left": 1, "bytes_left": 4096, "data_loss_ledgers": [5]}
     store.write_progress(zk, A, progress, root=zk_root)
     body = error_of(api.put("/api/v1/bookie/lifecycle", params={"bookie": A}, json={"state": "Drained"},

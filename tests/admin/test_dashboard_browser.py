@@ -19,6 +19,7 @@ import pytest
 from bkaudit.admin.auth import hash_token
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
 from bkaudit.zk.server import free_port
@@ -103,7 +104,8 @@ def test_dashboard_shows_the_cluster_and_drains_from_the_page(cluster_factory, b
     ur.mark_underreplicated(zk, 77, [c], root=cluster.root)
     dataloss.write(zk, dataloss.DataLossRecord(78, ((0, 4),), dataloss.now_iso(), (c,), 3, "w"),
                    root=cluster.root)
-    service.transition(zk, b, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="t", root=cluster.root)
+    cs = ZkStore(zk, root=cluster.root)
+    service.transition(cs, b, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="t")
     warehouse = str(tmp_path / "wh")
     write_audit_run(warehouse, "run-9", datetime(2026, 11, 20, tzinfo=UTC), [
         {"ledger_id": 5, "category": "placement_fail", "severity": "warning", "detail": "{}"}])
@@ -156,8 +158,8 @@ def test_dashboard_shows_the_cluster_and_drains_from_the_page(cluster_factory, b
         csp = httpx.get(url + "/dashboard", timeout=30).headers["content-security-policy"]
         assert "script-src 'sha256-" in csp and "unsafe-inline" not in csp
         drain_a.click()
-        wait_for(lambda: service.current(zk, a, root=cluster.root)[0] is lc.LifecycleState.DRAINING, 60)
-        record, _ = service.current(zk, a, root=cluster.root)[1:]
+        wait_for(lambda: service.current(cs, a)[0] is lc.LifecycleState.DRAINING, 60)
+        record, _ = service.current(cs, a)[1:]
         assert record.by == "api:ops" and record.reason == "dashboard"
         # the page reloads and shows the new state
         wait_for(lambda: table(browser, "bookies").get(a, ["", "", ""])[2] == "Draining", 60)

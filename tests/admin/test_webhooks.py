@@ -22,6 +22,7 @@ from bkaudit.admin import webhooks
 from bkaudit.errors import ConfigError
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import paths
 from tests.admin.support import ADMIN, add_cookie, serve, settings
 from tests.helpers import wait_for
@@ -71,7 +72,8 @@ def test_each_transition_is_delivered_once_and_signed(zk, zk_root) -> None:
     add_cookie(zk, zk_root, A)
     add_cookie(zk, zk_root, B)
     # a transition before the webhook exists is not delivered
-    service.transition(zk, B, S.DRAINING, actor=lc.Actor.OPERATOR, by="early", root=zk_root)
+    cs = ZkStore(zk, root=zk_root)
+    service.transition(cs, B, S.DRAINING, actor=lc.Actor.OPERATOR, by="early")
     receiver = Receiver()
     server = serve(zk, zk_root)
     try:
@@ -81,7 +83,7 @@ def test_each_transition_is_delivered_once_and_signed(zk, zk_root) -> None:
             done = [(A, S.DRAINING, lc.Actor.OPERATOR), (A, S.DRAINED, lc.Actor.AUDITOR),
                     (B, S.DRAINING_FAILED, lc.Actor.AUDITOR), (A, S.REMOVED, lc.Actor.OPERATOR)]
             for bookie, target, actor in done:
-                service.transition(zk, bookie, target, actor=actor, by=actor.value, root=zk_root)
+                service.transition(cs, bookie, target, actor=actor, by=actor.value)
             wait_for(lambda: len(receiver.received) >= len(done))
             # let the dispatcher make further passes over the same history: nothing is sent again
             passes_seen = server.dispatcher
@@ -113,7 +115,7 @@ def test_failures_are_retried_with_backoff_and_recorded_and_hooks_survive_restar
         first.stop()
     second = serve(zk, zk_root, webhook_backoff_s=0.3)  # a restarted server: the registration is still there
     try:
-        service.transition(zk, A, S.DRAINING, actor=lc.Actor.OPERATOR, by="op", root=zk_root)
+        service.transition(ZkStore(zk, root=zk_root), A, S.DRAINING, actor=lc.Actor.OPERATOR, by="op")
         with httpx.Client(base_url=second.url, timeout=30) as api:
             (delivery,) = wait_for(lambda: [
                 d for d in api.get(f"/api/v1/webhooks/{hook}/deliveries", headers=ADMIN).json()
@@ -214,6 +216,7 @@ def test_delivery_checks_the_address_again_after_resolving_no_dns_rebinding(
     name = "hooks.rebind.test"
     dns = _Resolver(monkeypatch, name, "93.184.216.34")  # public when the webhook is registered
     strict = serve(zk, zk_root, webhook_allow_networks=(), webhook_max_attempts=3)
+    cs = ZkStore(zk, root=zk_root)
     try:
         with httpx.Client(base_url=strict.url, timeout=30, headers=ADMIN) as api:
             r = api.post("/api/v1/webhooks", json={"url": f"http://{name}:{port}/hook", "secret": SECRET})
@@ -221,7 +224,7 @@ def test_delivery_checks_the_address_again_after_resolving_no_dns_rebinding(
             assert dns.asked == 1  # checked at registration
             hook = r.json()["id"]
             dns.address = "127.0.0.1"  # then the name answers loopback
-            service.transition(zk, A, S.DRAINING, actor=lc.Actor.OPERATOR, by="op", root=zk_root)
+            service.transition(cs, A, S.DRAINING, actor=lc.Actor.OPERATOR, by="op")
             (delivery,) = wait_for(lambda: [d for d in api.get(f"/api/v1/webhooks/{hook}/deliveries").json()
                                             if d["status"] != "pending"])
     finally:
@@ -232,7 +235,7 @@ def test_delivery_checks_the_address_again_after_resolving_no_dns_rebinding(
     # where loopback is allowed, the same name is delivered to: the checked address, with the name as Host
     allowing = serve(zk, zk_root, webhook_allow_networks=("127.0.0.0/8",))
     try:
-        service.transition(zk, A, S.DRAINING_FAILED, actor=lc.Actor.AUDITOR, by="auditor", root=zk_root)
+        service.transition(cs, A, S.DRAINING_FAILED, actor=lc.Actor.AUDITOR, by="auditor")
         wait_for(lambda: receiver.received)
     finally:
         allowing.stop()
@@ -296,7 +299,7 @@ def test_delivery_records_say_failed_and_a_class_only_no_port_scanner(
     caplog.set_level(logging.DEBUG)
     server = serve(zk, zk_root, webhook_max_attempts=2)
     try:
-        service.transition(zk, A, S.DRAINING, actor=lc.Actor.OPERATOR, by="op", root=zk_root)
+        service.transition(ZkStore(zk, root=zk_root), A, S.DRAINING, actor=lc.Actor.OPERATOR, by="op")
         with httpx.Client(base_url=server.url, timeout=30, headers=ADMIN) as api:
             records = {why: wait_for(lambda hook=hook: [  # type: ignore[misc]
                 d for d in api.get(f"/api/v1/webhooks/{hook}/deliveries").json() if d["status"] != "pending"

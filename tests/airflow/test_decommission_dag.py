@@ -24,7 +24,7 @@ pytestmark = [
 @pytest.mark.timeout(1800)  # four spark-submit jobs and a drain on a shared 2-core machine
 def test_dags_test_decommissions_a_bookie(cluster_factory: Any, tmp_path: Path) -> None:
     from bkaudit.client import BookKeeper
-    from bkaudit.lifecycle.index import ledgers_of
+    from bkaudit.store import ZkStore
     from bkaudit.zk import lifecycle as store
     from bkaudit.zk import registry
     from tests.integration.autorecovery_support import start_run, stop, write_ledgers
@@ -35,7 +35,8 @@ def test_dags_test_decommissions_a_bookie(cluster_factory: Any, tmp_path: Path) 
         truth = write_ledgers(bk, 12, 10)
         holders = {b for lid in truth for b in bk.ledger_metadata(lid).bookies()}
     leaving = sorted(holders)[0]
-    assert ledgers_of(zk, [leaving], root=cluster.root)[leaving]
+    cs = ZkStore(zk, root=cluster.root)
+    assert cs.index.ledgers_of([leaving])[leaving]
 
     home, warehouse = tmp_path / "airflow", tmp_path / "warehouse"
     home.mkdir()
@@ -67,7 +68,7 @@ def test_dags_test_decommissions_a_bookie(cluster_factory: Any, tmp_path: Path) 
     for task in ("answer", "go_ahead", "drain", "wait_drained", "final_audit", "final_answer", "remove"):
         assert f"end task task_id={task}" in log, task
     # ground truth from ZooKeeper: gone from every ledger, cookie and state removed, history complete
-    assert ledgers_of(zk, [leaving], root=cluster.root)[leaving] == {}
+    assert cs.index.ledgers_of([leaving])[leaving] == {}
     assert registry.read_cookie(zk, leaving, cluster.root) is None
     states = [h.state.value for h in store.history(zk, leaving, root=cluster.root)]
     assert states == ["Draining", "Drained", "Removed"]

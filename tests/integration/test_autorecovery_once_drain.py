@@ -14,6 +14,7 @@ import pytest
 from bkaudit.client import BookKeeper
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import registry
 from tests.integration.autorecovery_support import assert_readable, run_once, wait_for, write_ledgers
@@ -37,7 +38,8 @@ def test_once_ends_the_drain_it_started_drained(cluster_factory, tmp_path) -> No
         on_leaving = sorted(lid for lid in truth if leaving in bk.ledger_metadata(lid).bookies())
         assert len(on_leaving) >= 3
 
-        service.transition(zk, leaving, S.DRAINING, actor=lc.Actor.OPERATOR, by="test", root=cluster.root)
+        cs = ZkStore(zk, root=cluster.root)
+        service.transition(cs, leaving, S.DRAINING, actor=lc.Actor.OPERATOR, by="test")
         wait_for(lambda: registry.bookie_state(zk, leaving, cluster.root) == "readonly", 30, "reads only")
 
         code, summary = run_once(cluster, tmp_path, "once", "--timeout", "150", timeout=200, **ONE_PASS_ONLY)
@@ -45,7 +47,7 @@ def test_once_ends_the_drain_it_started_drained(cluster_factory, tmp_path) -> No
         assert summary["replicated"] == len(on_leaving), summary
 
         # the same run decided: Drained by the Auditor, progress says nothing is left
-        assert service.current(zk, leaving, root=cluster.root)[0] is S.DRAINED
+        assert service.current(cs, leaving)[0] is S.DRAINED
         history = store.history(zk, leaving, root=cluster.root)
         assert [(h.state, h.by) for h in history] == [(S.DRAINING, "test"), (S.DRAINED, "auditor")]
         progress = store.read_progress(zk, leaving, root=cluster.root)

@@ -6,6 +6,7 @@ import pytest
 
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import registry
 from tests.helpers import wait_for
@@ -20,9 +21,8 @@ def test_draining_bookie_serves_reads_only_after_restart(cluster_factory) -> Non
     zk = cluster.zk_client()
     b = cluster.bookies[0].id
     assert registry.bookie_state(zk, b, cluster.root) == "writable"
-    service.transition(
-        zk, b, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="test", root=cluster.root
-    )
+    service.transition(ZkStore(zk, root=cluster.root), b, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR,
+                       by="test")
     wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "readonly")
     assert registry.bookie_state(zk, cluster.bookies[1].id, cluster.root) == "writable"
     cluster.stop_bookie(b)
@@ -48,13 +48,13 @@ def test_a_removed_bookie_stays_read_only_while_it_runs(cluster_factory) -> None
     cluster = cluster_factory(bookies=1, racks=1)
     zk = cluster.zk_client()
     b = cluster.bookies[0].id
-    S, by = lc.LifecycleState, {"by": "test", "root": cluster.root}
-    service.transition(zk, b, S.DRAINING, actor=lc.Actor.OPERATOR, **by)
-    service.transition(zk, b, S.DRAINED, actor=lc.Actor.AUDITOR, **by)  # it holds no ledger
+    S, cs = lc.LifecycleState, ZkStore(zk, root=cluster.root)
+    service.transition(cs, b, S.DRAINING, actor=lc.Actor.OPERATOR, by="test")
+    service.transition(cs, b, S.DRAINED, actor=lc.Actor.AUDITOR, by="test")  # it holds no ledger
     wait_for(lambda: registry.bookie_state(zk, b, cluster.root) == "readonly")
     with pytest.raises(lc.TransitionRefused, match="still registered"):  # it runs: stop it first ...
-        service.transition(zk, b, S.REMOVED, actor=lc.Actor.OPERATOR, **by)
-    service.transition(zk, b, S.REMOVED, actor=lc.Actor.OPERATOR, force=True, **by)  # ... or force it
+        service.transition(cs, b, S.REMOVED, actor=lc.Actor.OPERATOR, by="test")
+    service.transition(cs, b, S.REMOVED, actor=lc.Actor.OPERATOR, force=True, by="test")  # ... or force it
     assert registry.read_cookie(zk, b, cluster.root) is None
     time.sleep(2)  # the bookie saw its state znode go (a watch): it must not re-register writable
     assert registry.bookie_state(zk, b, cluster.root) == "readonly"

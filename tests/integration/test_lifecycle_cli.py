@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import paths, registry
 from tests.admin.support import add_cookie, add_ledger
@@ -43,8 +44,8 @@ def test_drain_state_refusals_and_remove(zk, zk_server, zk_root) -> None:
     assert code == 2 and "no cookie" in err
     # the Auditor gives up; mark-drained is refused while ledger 3 references the bookie, and says so
     from bkaudit.lifecycle import service
-    service.transition(zk, B, lc.LifecycleState.DRAINING_FAILED, actor=lc.Actor.AUDITOR, by="auditor",
-                       root=zk_root)
+    service.transition(ZkStore(zk, root=zk_root), B, lc.LifecycleState.DRAINING_FAILED,
+                       actor=lc.Actor.AUDITOR, by="auditor")
     code, out, _ = cli(zk_server, zk_root, "mark-drained", B, "--json")
     assert code == 1 and json.loads(out)["blockers"] == ["ledger 3"]
     zk.delete(paths.ledger_path(3, root=zk_root))

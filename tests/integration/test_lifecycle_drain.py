@@ -15,8 +15,8 @@ import pytest
 from bkaudit.bookie.storage import Storage
 from bkaudit.client import BookKeeper
 from bkaudit.lifecycle import service
-from bkaudit.lifecycle.index import ledgers_of
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss, registry
 from bkaudit.zk import lifecycle as store
 from tests.integration.autorecovery_support import (
@@ -83,13 +83,13 @@ def test_two_bookies_drain_at_once_while_a_writer_keeps_writing(cluster_factory,
         writer.start()
         wait_for(lambda: len(writer.created) >= 3, 60, "the writer to get going")
 
+        cs = ZkStore(zk, root=cluster.root)
         for b in leaving:  # the same code path as `bkaudit lifecycle drain` and the HTTP API
-            service.transition(zk, b, S.DRAINING, actor=lc.Actor.OPERATOR, by="test", reason="scale down",
-                               root=cluster.root)
+            service.transition(cs, b, S.DRAINING, actor=lc.Actor.OPERATOR, by="test", reason="scale down")
         wait_for(lambda: all(registry.bookie_state(zk, b, cluster.root) == "readonly" for b in leaving), 30,
                  "both to serve reads only")
         read_only_at = time.monotonic()
-        wait_for(lambda: all(service.current(zk, b, root=cluster.root)[0] is S.DRAINED for b in leaving), 240,
+        wait_for(lambda: all(service.current(cs, b)[0] is S.DRAINED for b in leaving), 240,
                  "both bookies to be Drained", interval_s=0.5)
         wait_for(lambda: any(t > read_only_at for t, _, _ in writer.created), 60, "a ledger after the drain")
         writer.stop.set()
@@ -103,7 +103,7 @@ def test_two_bookies_drain_at_once_while_a_writer_keeps_writing(cluster_factory,
     try:
         # no ledger references them; every acknowledged entry is fully replicated and reads back
         everything = {**truth, **writer.truth}
-        assert ledgers_of(zk, leaving, root=cluster.root) == {b: {} for b in leaving}
+        assert cs.index.ledgers_of(leaving) == {b: {} for b in leaving}
         assert durability_violations(cluster, bk, sorted(everything), lost=set(leaving)) == []
         assert_readable(bk, everything)
         # the writer never placed a new ledger on them once they served reads only
@@ -121,7 +121,7 @@ def test_two_bookies_drain_at_once_while_a_writer_keeps_writing(cluster_factory,
         # drained: removal deletes cookie and state together
         for b in leaving:
             cluster.stop_bookie(b)
-            service.transition(zk, b, S.REMOVED, actor=lc.Actor.OPERATOR, by="test", root=cluster.root)
+            service.transition(cs, b, S.REMOVED, actor=lc.Actor.OPERATOR, by="test")
             assert registry.read_cookie(zk, b, cluster.root) is None
     finally:
         bk.close()
@@ -143,14 +143,15 @@ def test_a_ledger_without_a_surviving_copy_ends_in_draining_failed(cluster_facto
         cluster.start_bookie(other)
         cluster.kill_bookie(victim)
         wait_absent(cluster, victim, 60)  # its host is down: no replica to read from there
-        service.transition(zk, victim, S.DRAINING, actor=lc.Actor.OPERATOR, by="test", root=cluster.root)
+        cs = ZkStore(zk, root=cluster.root)
+        service.transition(cs, victim, S.DRAINING, actor=lc.Actor.OPERATOR, by="test")
 
         ar = start_run(
             cluster, tmp_path, "ar", "--workers", "1", BKAUDIT_AUTORECOVERY__DATA_LOSS_MAX_ATTEMPTS="2",
             **DRAIN_FAST,
         )
         try:
-            wait_for(lambda: service.current(zk, victim, root=cluster.root)[0] is S.DRAINING_FAILED, 180,
+            wait_for(lambda: service.current(cs, victim)[0] is S.DRAINING_FAILED, 180,
                      "DrainingFailed", interval_s=0.5)
         finally:
             stop(ar)
@@ -159,14 +160,14 @@ def test_a_ledger_without_a_surviving_copy_ends_in_draining_failed(cluster_facto
         assert f"data loss recorded [{doomed}]" in record.reason
         assert dataloss.exists(zk, doomed, root=cluster.root)
         # everything that could move has moved: only the doomed ledger still references the bookie
-        assert sorted(ledgers_of(zk, [victim], root=cluster.root)[victim]) == [doomed]
+        assert sorted(cs.index.ledgers_of([victim])[victim]) == [doomed]
         progress = store.read_progress(zk, victim, root=cluster.root)
         assert progress["data_loss_ledgers"] == [doomed] and progress["ledgers_left"] == 1
         # the operator cannot accept it while the bad ledger is there; the refusal names it
         with pytest.raises(lc.TransitionRefused) as refused:
-            service.transition(zk, victim, S.DRAINED, actor=lc.Actor.OPERATOR, by="op", root=cluster.root)
+            service.transition(cs, victim, S.DRAINED, actor=lc.Actor.OPERATOR, by="op")
         assert refused.value.blockers == (f"ledger {doomed} (data loss recorded)",)
         bk.delete_ledger(doomed)  # dealt with: the data is gone anyway
-        service.transition(zk, victim, S.DRAINED, actor=lc.Actor.OPERATOR, by="op", root=cluster.root)
+        service.transition(cs, victim, S.DRAINED, actor=lc.Actor.OPERATOR, by="op")
         survivors = {lid: p for lid, p in truth.items() if lid != doomed}
         assert durability_violations(cluster, bk, sorted(survivors), lost={victim}) == []

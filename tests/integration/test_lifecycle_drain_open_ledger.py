@@ -16,9 +16,9 @@ import pytest
 from bkaudit.client import BookKeeper
 from bkaudit.errors import FencedError
 from bkaudit.lifecycle import service
-from bkaudit.lifecycle.index import ledgers_of
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.ledger import LedgerState
+from bkaudit.store import ZkStore
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import registry
 from tests.integration.autorecovery_support import (
@@ -65,8 +65,8 @@ def test_open_ledgers_with_live_writers_do_not_keep_a_bookie_draining(cluster_fa
         for e, p in enumerate(idle_acked):  # one at a time: the bookies learn the LAC from the next entry
             assert idle.add_entry(p, timeout=30) == e
 
-        service.transition(zk, victim, S.DRAINING, actor=lc.Actor.OPERATOR, by="test", reason="scale down",
-                           root=cluster.root)
+        cs = ZkStore(zk, root=cluster.root)
+        service.transition(cs, victim, S.DRAINING, actor=lc.Actor.OPERATOR, by="test", reason="scale down")
         wait_for(lambda: registry.bookie_state(zk, victim, cluster.root) == "readonly", 30, "read-only")
         # entry 1's write set is {1, 2}: the victim refuses it (EREADONLY) and the writer changes ensembles
         acked.append(payload(0, 1))
@@ -87,7 +87,7 @@ def test_open_ledgers_with_live_writers_do_not_keep_a_bookie_draining(cluster_fa
         writer = threading.Thread(target=keep_writing, name="live-writer", daemon=True)
         writer.start()
         ar = start_run(cluster, tmp_path, "ar", "--workers", "2", **DRAIN_FAST)
-        wait_for(lambda: service.current(zk, victim, root=cluster.root)[0] is S.DRAINED, 120, "Drained",
+        wait_for(lambda: service.current(cs, victim)[0] is S.DRAINED, 120, "Drained",
                  interval_s=0.5)
         stop_writing.set()
         writer.join(90)
@@ -98,7 +98,7 @@ def test_open_ledgers_with_live_writers_do_not_keep_a_bookie_draining(cluster_fa
             stop(ar)
 
     try:
-        assert ledgers_of(zk, [victim], root=cluster.root) == {victim: {}}
+        assert cs.index.ledgers_of([victim]) == {victim: {}}
         progress = store.read_progress(zk, victim, root=cluster.root)
         assert progress["ledgers_left"] == 0 and progress["waiting_open_ledgers"] == []
         seen = [e for e in events(tmp_path, "ar") if e.get("ledger") == live.ledger_id]

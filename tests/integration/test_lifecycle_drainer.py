@@ -11,6 +11,7 @@ from bkaudit.lifecycle import service
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss, paths, registry
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import underreplication as ur
@@ -21,7 +22,7 @@ A, B, C, D = (f"10.0.0.{i}:3181" for i in range(1, 5))
 
 
 def drain(zk, root: str, bookie: str) -> None:
-    service.transition(zk, bookie, S.DRAINING, actor=lc.Actor.OPERATOR, by="t", root=root)
+    service.transition(ZkStore(zk, root=root), bookie, S.DRAINING, actor=lc.Actor.OPERATOR, by="t")
 
 
 def test_markers_name_every_draining_bookie_and_progress_is_recorded(zk, zk_root) -> None:
@@ -32,22 +33,23 @@ def test_markers_name_every_draining_bookie_and_progress_is_recorded(zk, zk_root
     add_ledger(zk, zk_root, 3, (C, D), length=700)
     drain(zk, zk_root, A)
     drain(zk, zk_root, B)
-    drainer = Drainer(zk, root=zk_root, settings=LifecycleSettings(drain_check_interval_s=1))
+    cs = ZkStore(zk, root=zk_root)
+    drainer = Drainer(cs, settings=LifecycleSettings(drain_check_interval_s=1))
     progress = drainer.step()
     assert sorted(ur.list_underreplicated(zk, root=zk_root)) == [1, 2]
     assert set(ur.get_marker(zk, 1, root=zk_root)[0].replicas) == {A, B}  # planned against both
     assert ur.get_marker(zk, 2, root=zk_root)[0].replicas == (A,)
     assert (progress[A]["ledgers_left"], progress[A]["bytes_left"]) == (2, 800)
     assert (progress[B]["ledgers_left"], progress[B]["bytes_left"]) == (1, 300)
-    cache = LifecycleCache(zk, root=zk_root, ttl_s=0)
+    cache = LifecycleCache(cs, ttl_s=0)
     assert cache.draining() == {A, B} and cache.not_active() == {A, B}
 
     # the workers moved ledger 1 off both bookies: B is drained, A still holds ledger 2
     zk.delete(paths.ledger_path(1, root=zk_root))
     add_ledger(zk, zk_root, 1, (D, C, "10.0.0.5:3181"), length=300)
     drainer.step()
-    assert service.current(zk, B, root=zk_root)[0] is S.DRAINED
-    assert service.current(zk, A, root=zk_root)[0] is S.DRAINING
+    assert service.current(cs, B)[0] is S.DRAINED
+    assert service.current(cs, A)[0] is S.DRAINING
     assert cache.draining() == {A} and cache.not_active() == {A, B}
 
     # ledger 2 cannot be replicated (data loss recorded): everything left is bad -> DrainingFailed
@@ -64,15 +66,16 @@ def test_repeated_failures_count_only_when_nothing_else_is_left(zk, zk_root) -> 
     add_ledger(zk, zk_root, 5, (A, B))
     add_ledger(zk, zk_root, 6, (A, C))
     drain(zk, zk_root, A)
-    drainer = Drainer(zk, root=zk_root, settings=LifecycleSettings(drain_max_failures=2))
+    cs = ZkStore(zk, root=zk_root)
+    drainer = Drainer(cs, settings=LifecycleSettings(drain_max_failures=2))
     for _ in range(2):
         store.record_failure(zk, A, 5, "NotEnoughBookies", "t", root=zk_root)
     drainer.step()
-    assert service.current(zk, A, root=zk_root)[0] is S.DRAINING  # ledger 6 can still move
+    assert service.current(cs, A)[0] is S.DRAINING  # ledger 6 can still move
     assert store.read_progress(zk, A, root=zk_root)["failed_ledgers"] == [5]
     zk.delete(paths.ledger_path(6, root=zk_root))
     drainer.step()
-    assert service.current(zk, A, root=zk_root)[0] is S.DRAINING_FAILED
+    assert service.current(cs, A)[0] is S.DRAINING_FAILED
 
 
 def test_nothing_is_published_while_replication_is_disabled(zk, zk_root) -> None:
@@ -80,7 +83,7 @@ def test_nothing_is_published_while_replication_is_disabled(zk, zk_root) -> None
     add_ledger(zk, zk_root, 9, (A, B))
     drain(zk, zk_root, A)
     ur.disable_replication(zk, root=zk_root)
-    Drainer(zk, root=zk_root, settings=LifecycleSettings()).step()
+    Drainer(ZkStore(zk, root=zk_root), settings=LifecycleSettings()).step()
     assert list(ur.list_underreplicated(zk, root=zk_root)) == []
     assert store.read_progress(zk, A, root=zk_root)["ledgers_left"] == 1
 
@@ -162,8 +165,8 @@ def test_a_java_bookie_is_made_read_only_through_its_http_api_and_kept_so(zk, zk
         drain(zk, zk_root, J)
         assert api.requests == []  # the transition itself calls nobody
         events: list[tuple[str, dict]] = []
-        drainer = Drainer(zk, root=zk_root, settings=LifecycleSettings(),
-                          emit=lambda event, **f: events.append((event, f)))
+        cs = ZkStore(zk, root=zk_root)
+        drainer = Drainer(cs, settings=LifecycleSettings(), emit=lambda event, **f: events.append((event, f)))
         progress = drainer.step()[J]
         assert api.requests == [("PUT", "/api/v1/bookie/state/readonly", b'{"readOnly":true}')]
         assert registry.bookie_state(zk, J, zk_root) == "readonly"
@@ -175,7 +178,7 @@ def test_a_java_bookie_is_made_read_only_through_its_http_api_and_kept_so(zk, zk
         # read-only already: nothing is sent; no ledger left -> Drained
         zk.delete(paths.ledger_path(1, root=zk_root))
         assert drainer.step()[J]["serving"] == "read_only"
-        assert service.current(zk, J, root=zk_root)[0] is S.DRAINED
+        assert service.current(cs, J)[0] is S.DRAINED
         assert len(api.puts()) == 1
         # restarted, it registers writable again (BookKeeper keeps a manual read-only mode in memory only):
         # a Drained bookie is made read-only again; bkaudit never asks for {"readOnly": false}
@@ -196,12 +199,13 @@ def test_a_java_bookie_that_stays_writable_is_never_drained(zk, zk_root) -> None
         api.registration = java_registration(J, api.port, http_host="127.0.0.1")
         registry.register(zk, J, api.registration, root=zk_root)
         drain(zk, zk_root, J)
-        drainer = Drainer(zk, root=zk_root, settings=LifecycleSettings(drain_max_failures=3))
+        cs = ZkStore(zk, root=zk_root)
+        drainer = Drainer(cs, settings=LifecycleSettings(drain_max_failures=3))
         # a 500 may pass: asked again every pass, Draining meanwhile even though nothing references it
         api.answer = "error"
         for attempt in (1, 2):
             progress = drainer.step()[J]
-            assert service.current(zk, J, root=zk_root)[0] is S.DRAINING
+            assert service.current(cs, J)[0] is S.DRAINING
             assert progress["serving"] == "writable" and progress["serving_attempts"] == attempt
             assert "answered 500" in progress["serving_error"]
         # ... until drain_max_failures passes in a row: DrainingFailed, with the reason
@@ -244,8 +248,9 @@ def test_no_http_endpoint_or_nothing_listening(zk, zk_root) -> None:
     registry.register(zk, B, records.encode_bookie_service_info(ours), root=zk_root)
     for b in (A, B, J):
         drain(zk, zk_root, b)
-    progress = Drainer(zk, root=zk_root, settings=LifecycleSettings(drain_max_failures=2)).step()
-    states = {b: service.current(zk, b, root=zk_root)[0] for b in (A, B, J)}
+    cs = ZkStore(zk, root=zk_root)
+    progress = Drainer(cs, settings=LifecycleSettings(drain_max_failures=2)).step()
+    states = {b: service.current(cs, b)[0] for b in (A, B, J)}
     assert states == {A: S.DRAINING_FAILED, B: S.DRAINED, J: S.DRAINING}
     record, _ = store.read_state(zk, A, root=zk_root)
     assert record is not None and "no http endpoint" in record.reason and "httpServerEnabled" in record.reason

@@ -19,6 +19,7 @@ import pytest
 from bkaudit.formats import records
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import paths, registry
 
 S = lc.LifecycleState
@@ -28,8 +29,9 @@ BOOKIE = "10.0.0.7:3181"
 
 def drained(zk, root: str) -> None:  # type: ignore[no-untyped-def]
     registry.create_cookie(zk, records.Cookie(BOOKIE, ("/d",), ("/d",), "inst"), root=root)
-    service.transition(zk, BOOKIE, S.DRAINING, actor=OP, by="test", root=root)
-    service.transition(zk, BOOKIE, S.DRAINED, actor=AUD, by="auditor", root=root)  # it holds no ledger
+    cs = ZkStore(zk, root=root)
+    service.transition(cs, BOOKIE, S.DRAINING, actor=OP, by="test")
+    service.transition(cs, BOOKIE, S.DRAINED, actor=AUD, by="auditor")  # it holds no ledger
 
 
 def cli(zk_server, root: str, *args: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
@@ -47,12 +49,13 @@ def test_removal_of_a_registered_bookie_is_refused_unless_forced(zk, sessions, z
     bookie_session = sessions()  # the running bookie's own session holds its ephemeral registration
     registry.register(bookie_session, BOOKIE, b"", readonly=readonly, root=zk_root)
     state = "readonly" if readonly else "writable"
+    cs = ZkStore(zk, root=zk_root)
     with pytest.raises(lc.TransitionRefused, match=f"still registered \\({state}\\)") as refused:
-        service.transition(zk, BOOKIE, S.REMOVED, actor=OP, by="test", root=zk_root)
+        service.transition(cs, BOOKIE, S.REMOVED, actor=OP, by="test")
     assert refused.value.blockers == (f"registered {state}",)
     assert registry.read_cookie(zk, BOOKIE, zk_root) is not None
-    assert service.current(zk, BOOKIE, root=zk_root)[0] is S.DRAINED  # nothing changed
-    record = service.transition(zk, BOOKIE, S.REMOVED, actor=OP, by="test", root=zk_root, force=True)
+    assert service.current(cs, BOOKIE)[0] is S.DRAINED  # nothing changed
+    record = service.transition(cs, BOOKIE, S.REMOVED, actor=OP, by="test", force=True)
     assert record.state is S.REMOVED and registry.read_cookie(zk, BOOKIE, zk_root) is None
     assert not zk.exists(paths.lifecycle_state_path(BOOKIE, root=zk_root))
 

@@ -23,6 +23,7 @@ from bkaudit.lifecycle import service
 from bkaudit.lifecycle.drain import Drainer, report_failure
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss, ledgers, paths
 from tests.admin.support import ADMIN, add_cookie, add_ledger, settings
 from tests.integration.autorecovery_support import children_blocking_nuke
@@ -82,12 +83,12 @@ def test_lifecycle_webhook_serving_and_data_loss_records_follow_the_state_root(
             hook_id = hook.json()["id"]
 
             # a worker's failed pass on ledger 2 and the Auditor's drain pass, as the services wire them
-            report_failure(zk, frozenset({A}), frozenset({A, C}), 2, "boom", root=zk_root, state_root=sr)
-            lc_settings = LifecycleSettings(drain_max_failures=1)
-            drainer = Drainer(zk, root=zk_root, state_root=sr, settings=lc_settings)
+            cs = ZkStore(zk, root=zk_root, state_root=sr)
+            report_failure(cs, frozenset({A}), frozenset({A, C}), 2, "boom")
+            drainer = Drainer(cs, settings=LifecycleSettings(drain_max_failures=1))
             progress = drainer.step()[A]
             assert progress["data_loss_ledgers"] == [1] and progress["failed_ledgers"] == [2]
-            assert service.current(zk, A, root=zk_root)[0] is S.DRAINING_FAILED  # every ledger left is bad
+            assert service.current(cs, A)[0] is S.DRAINING_FAILED  # every ledger left is bad
 
             # the operator's mark-drained is refused, naming the data loss found under the configured root
             r = http.put("/bookie/lifecycle", params={"bookie": A}, json={"state": "Drained"})

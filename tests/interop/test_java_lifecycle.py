@@ -31,6 +31,7 @@ from bkaudit.lifecycle import service
 from bkaudit.lifecycle.drain import Drainer
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
+from bkaudit.store import ZkStore
 from bkaudit.zk import lifecycle as store
 from bkaudit.zk import registry
 from tests.fixtures.cluster import running_cluster
@@ -136,7 +137,7 @@ def test_drain_of_a_java_bookie_ends_drained_read_only_and_referenced_by_no_ledg
     assert code == 0, summary
     assert summary["replicated"] >= len(on_victim), summary
 
-    assert service.current(zk, victim.id, root=cluster.root)[0] is S.DRAINED
+    assert service.current(ZkStore(zk, root=cluster.root), victim.id)[0] is S.DRAINED
     history = store.history(zk, victim.id, root=cluster.root)
     assert [(h.state, h.by.split(":")[0]) for h in history] == [(S.DRAINING, "cli"), (S.DRAINED, "auditor")]
     progress = store.read_progress(zk, victim.id, root=cluster.root)
@@ -195,7 +196,7 @@ def test_a_java_bookie_without_http_endpoint_ends_draining_failed_with_the_reaso
 
     # the Auditor's pass: nothing references it, but it stays writable and cannot be made read-only: a clear
     # DrainingFailed at once (never Drained, never a silent wait)
-    Drainer(zk, root=cluster.root, settings=LifecycleSettings()).step()
+    Drainer(ZkStore(zk, root=cluster.root), settings=LifecycleSettings()).step()
     record, _ = store.read_state(zk, bare.id, root=cluster.root)
     assert record is not None and record.state is S.DRAINING_FAILED and record.by == "auditor", record
     assert "still registered writable" in record.reason and "no http endpoint" in record.reason, record

@@ -36,6 +36,8 @@ LAYERS: dict[str, int] = {
     "bkaudit.audit": CORE,
     # I/O edges, no domain rules: ZooKeeper, the bookie RPC clients, Delta tables, settings, metric exposition
     "bkaudit.zk": IO,
+    # the cluster's coordination records behind one object (ZooKeeper, or memory for unit tests)
+    "bkaudit.store": IO,
     "bkaudit.rpc": IO,
     "bkaudit.tables": IO,
     "bkaudit.config": IO,

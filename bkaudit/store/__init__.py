@@ -1,0 +1,13 @@
+"""The cluster's coordination state behind one object: what bkaudit's services read and write in ZooKeeper.
+
+Callers take a `ClusterStore` (bkaudit.store.base) and never a raw client, a root or a state root, as
+BookKeeper's auditor tasks take an injected LedgerManager and LedgerUnderreplicationManager. `ZkStore`
+(bkaudit.store.zookeeper) is bound once to its client, ledgers root, state root and ACL; `MemoryStore`
+(bkaudit.store.memory) keeps the same records in dicts for unit tests that need no JVM, and
+tests/integration/test_store_contract.py runs one set of assertions against both.
+"""
+
+from bkaudit.store.base import ClusterStore
+from bkaudit.store.zookeeper import ZkStore, connect
+
+__all__ = ["ClusterStore", "ZkStore", "connect"]

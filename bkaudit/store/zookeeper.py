@@ -1,0 +1,169 @@
+"""The ClusterStore over ZooKeeper, in BookKeeper's layout and bytes (bkaudit.zk owns both).
+
+One `ZkStore` is bound to its client, ledgers root, state root (`[zk] state_root`: bkaudit's own records)
+and ACL; every record kind is an attribute that delegates to the bkaudit.zk module that knows its znodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any
+
+from bkaudit.errors import FormatError
+from bkaudit.formats import records
+from bkaudit.model import lifecycle as lc
+from bkaudit.store.base import BookieState, Where, index_ledgers
+from bkaudit.zk import dataloss, ledgers, paths, registry
+from bkaudit.zk import lifecycle as zk_lifecycle
+from bkaudit.zk import underreplication as ur
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+    from kazoo.security import ACL
+
+    from bkaudit.zk.settings import ZkSettings
+
+
+class _Lifecycle:
+    def __init__(self, store: ZkStore) -> None:
+        self._zk, self._root, self._state_root = store.client, store.root, store.state_root
+
+    def read_state(self, bookie_id: str) -> tuple[lc.StateRecord | None, int]:
+        return zk_lifecycle.read_state(self._zk, bookie_id, root=self._root)
+
+    def list_states(self) -> dict[str, lc.StateRecord | FormatError]:
+        return zk_lifecycle.list_states(self._zk, root=self._root)
+
+    def write_state(self, bookie_id: str, record: lc.StateRecord, *, version: int) -> None:
+        zk_lifecycle.write_state(self._zk, bookie_id, record, version=version, root=self._root,
+                                 state_root=self._state_root)
+
+    def remove_bookie(self, bookie_id: str, record: lc.StateRecord, *, version: int) -> None:
+        zk_lifecycle.remove_bookie(self._zk, bookie_id, record, version=version, root=self._root,
+                                   state_root=self._state_root)
+
+    def history(self, bookie_id: str) -> list[lc.StateRecord]:
+        return zk_lifecycle.history(self._zk, bookie_id, root=self._root, state_root=self._state_root)
+
+    def write_progress(self, bookie_id: str, progress: dict[str, Any]) -> None:
+        zk_lifecycle.write_progress(self._zk, bookie_id, progress, root=self._root,
+                                    state_root=self._state_root)
+
+    def read_progress(self, bookie_id: str) -> dict[str, Any] | None:
+        return zk_lifecycle.read_progress(self._zk, bookie_id, root=self._root, state_root=self._state_root)
+
+    def record_failure(self, bookie_id: str, ledger_id: int, error: str, at: str) -> int:
+        return zk_lifecycle.record_failure(self._zk, bookie_id, ledger_id, error, at, root=self._root,
+                                           state_root=self._state_root)
+
+    def list_failures(self, bookie_id: str) -> dict[int, dict[str, Any]]:
+        return zk_lifecycle.list_failures(self._zk, bookie_id, root=self._root, state_root=self._state_root)
+
+    def clear_drain_records(self, bookie_id: str) -> None:
+        zk_lifecycle.clear_drain_records(self._zk, bookie_id, root=self._root, state_root=self._state_root)
+
+    def read_serving(self, bookie_id: str) -> bool:
+        return zk_lifecycle.read_serving(self._zk, bookie_id, root=self._root, state_root=self._state_root)
+
+    def write_serving(self, bookie_id: str, read_only: bool, *, by: str, at: str) -> None:
+        zk_lifecycle.write_serving(self._zk, bookie_id, read_only, by=by, at=at, root=self._root,
+                                   state_root=self._state_root)
+
+
+class _Registry:
+    def __init__(self, store: ZkStore) -> None:
+        self._zk, self._root = store.client, store.root
+        self.cookie_home = paths.cookies_root(root=store.root)
+
+    def cookies(self) -> list[str]:
+        return registry.list_cookies(self._zk, self._root)
+
+    def has_cookie(self, bookie_id: str) -> bool:
+        return registry.exists(self._zk, paths.cookie_path(bookie_id, root=self._root))
+
+    def read_cookie(self, bookie_id: str) -> records.Cookie | None:
+        found = registry.read_cookie(self._zk, bookie_id, self._root)
+        return None if found is None else found[0]
+
+    def bookie_state(self, bookie_id: str) -> BookieState:
+        return registry.bookie_state(self._zk, bookie_id, self._root)
+
+    def registration(self, bookie_id: str) -> tuple[Where, records.BookieServiceInfo | None]:
+        return registry.registration(self._zk, bookie_id, self._root)
+
+
+class _DataLoss:
+    def __init__(self, store: ZkStore) -> None:
+        self._zk, self._root, self._state_root = store.client, store.root, store.state_root
+
+    def exists(self, ledger_id: int) -> bool:
+        return dataloss.exists(self._zk, ledger_id, root=self._root, state_root=self._state_root)
+
+
+class _Queue:
+    def __init__(self, store: ZkStore) -> None:
+        self._zk, self._root, self._acl = store.client, store.root, store.acl
+
+    def is_enabled(self) -> bool:
+        return ur.is_replication_enabled(self._zk, root=self._root)
+
+    def mark(self, ledger_id: int, replicas: Iterable[str]) -> bool:
+        return ur.mark_underreplicated(self._zk, ledger_id, replicas, root=self._root, acl=self._acl)
+
+
+class _Index:
+    def __init__(self, store: ZkStore) -> None:
+        self._zk, self._root, self._max_in_flight = store.client, store.root, store.max_in_flight
+
+    def ledgers_of(
+        self, bookies: Collection[str], *, open_ledgers: set[int] | None = None
+    ) -> dict[str, dict[int, int]]:
+        if not bookies:
+            return {}
+        every = ledgers.iter_all_metadata(self._zk, root=self._root, max_in_flight=self._max_in_flight)
+        return index_ledgers(every, bookies, open_ledgers=open_ledgers)
+
+
+class ZkStore:
+    """A ClusterStore over one kazoo client.
+
+    `state_root` is `[zk] state_root` ("" or None: "/bkaudit" + root); `acl` the ACL for the znodes it
+    creates outside the session's default (BookKeeper's zkEnableSecurity); `max_in_flight` bounds the reads
+    of one metadata pass (BookKeeper's BookieLedgerIndexer pipelines them too)."""
+
+    def __init__(
+        self, client: KazooClient, *, root: str = paths.DEFAULT_ROOT, state_root: str | None = None,
+        acl: list[ACL] | None = None, max_in_flight: int = 500,
+    ) -> None:
+        self.client = client
+        self.root = paths.validate_root(root)
+        self.state_root = state_root or None
+        self.acl = acl
+        self.max_in_flight = max_in_flight
+        self.lifecycle = _Lifecycle(self)
+        self.registry = _Registry(self)
+        self.data_loss = _DataLoss(self)
+        self.queue = _Queue(self)
+        self.index = _Index(self)
+
+    def check_bookie_id(self, bookie_id: str) -> str:
+        return paths.validate_bookie_id(bookie_id)
+
+    def __repr__(self) -> str:
+        return f"ZkStore(root={self.root!r}, state_root={self.state_root!r})"
+
+
+def connect(settings: ZkSettings, *, max_in_flight: int = 500) -> ZkStore:
+    """A ZkStore on a new session for `[zk]` (close it with `close`)."""
+    from bkaudit.zk import client as zkclient
+
+    client = zkclient.connect(settings)
+    return ZkStore(client, root=settings.root, state_root=settings.state_root or None,
+                   acl=zkclient.acls(settings), max_in_flight=max_in_flight)
+
+
+def close(store: ZkStore) -> None:
+    """End the store's session."""
+    from bkaudit.zk import client as zkclient
+
+    zkclient.close(store.client)

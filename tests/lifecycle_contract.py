@@ -1,0 +1,326 @@
+"""The lifecycle rules and the drain, asserted once and run against both ClusterStores.
+
+tests/unit/test_lifecycle_memory.py runs these on bkaudit.store.memory (no JVM, the inner loop);
+tests/integration/test_lifecycle_contract_zk.py runs the very same functions on a real ZooKeeper, which is
+what makes the memory store a faithful double. Each module provides the `cluster` fixture: a `Backend`
+that arranges what bookies and writers would have put in the cluster, and the store handed to the code
+under test. Ground truth is what the test arranged: the ledgers it wrote, the failures it recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pytest
+
+from bkaudit.errors import FormatError, MetadataConflict
+from bkaudit.formats import records
+from bkaudit.lifecycle import service, serving
+from bkaudit.lifecycle.drain import Drainer, LifecycleCache, report_failure
+from bkaudit.lifecycle.settings import LifecycleSettings
+from bkaudit.model import lifecycle as lc
+from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+from bkaudit.store import ClusterStore
+from bkaudit.store.base import ABSENT
+
+S = lc.LifecycleState
+OP, AUD = lc.Actor.OPERATOR, lc.Actor.AUDITOR
+A, B, C, D = "10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181", "10.0.0.4:3181"
+
+
+class Backend(Protocol):
+    store: ClusterStore
+
+    def add_cookie(self, bookie: str) -> None: ...
+
+    def register(self, bookie: str, data: bytes, *, readonly: bool = False) -> None: ...
+
+    def put_ledger(self, ledger_id: int, metadata: LedgerMetadata) -> None: ...
+
+    def delete_ledger(self, ledger_id: int) -> None: ...
+
+    def record_data_loss(self, ledger_id: int, bookies: tuple[str, ...]) -> None: ...
+
+    def disable_replication(self) -> None: ...
+
+    def marker(self, ledger_id: int) -> tuple[str, ...] | None: ...
+
+    def corrupt_state(self, bookie: str) -> None: ...
+
+
+def ledger(*ensembles: tuple[str, ...], closed: bool = True, length: int = 1000) -> LedgerMetadata:
+    """A ledger whose segments have these ensembles (10 entries each), E = WQ = AQ."""
+    size = len(ensembles[0])
+    return LedgerMetadata(
+        ensemble_size=size, write_quorum=size, ack_quorum=size,
+        state=LedgerState.CLOSED if closed else LedgerState.OPEN,
+        last_entry_id=10 * len(ensembles) - 1 if closed else -1, length=length if closed else 0,
+        digest_type=DigestType.CRC32C, password=b"",
+        segments=tuple(Segment(10 * i, ens) for i, ens in enumerate(ensembles)), ctime=0, custom_metadata={},
+    )
+
+
+def java_registration(bookie: str, *, http_port: int | None = None) -> bytes:
+    """What a BookKeeper 4.17 bookie registers: bookie-rpc, plus HttpService's endpoint when it has one."""
+    extra = () if http_port is None else (records.Endpoint("httpserver", http_port, "127.0.0.1", "http"),)
+    host, port = bookie.rsplit(":", 1)
+    return records.encode_bookie_service_info(
+        records.bookie_service_info_for(bookie, host, int(port), extra_endpoints=extra))
+
+
+def bkaudit_registration(bookie: str) -> bytes:
+    """A bkaudit bookie's: it publishes its version, and follows its state record itself."""
+    host, port = bookie.rsplit(":", 1)
+    info = records.bookie_service_info_for(bookie, host, int(port))
+    return records.encode_bookie_service_info(
+        records.BookieServiceInfo(info.endpoints, ((serving.BKAUDIT_BOOKIE_PROPERTY, "test"),)))
+
+
+def drain(cluster: Backend, bookie: str, **kwargs: Any) -> lc.StateRecord:
+    return service.transition(cluster.store, bookie, S.DRAINING, actor=OP, by="op", **kwargs)
+
+
+# -- transitions -----------------------------------------------------------------------------------------
+def test_default_is_active_and_drain_records_who_and_why(cluster: Backend) -> None:
+    cluster.add_cookie(A)
+    assert service.current(cluster.store, A) == (S.ACTIVE, None, ABSENT)
+    record = service.transition(cluster.store, A, S.DRAINING, actor=OP, by="alice", reason="scale down")
+    state, stored, _ = service.current(cluster.store, A)
+    assert state is S.DRAINING and stored == record
+    assert (record.previous, record.by, record.reason) == (S.ACTIVE, "alice", "scale down")
+    assert service.states(cluster.store) == {A: S.DRAINING}
+    assert service.in_state(cluster.store, S.DRAINING) == {A}
+
+
+def test_unknown_bookie_bad_ids_and_bad_transitions_are_refused_and_write_nothing(cluster: Backend) -> None:
+    with pytest.raises(service.UnknownBookie, match="nobody:1 has no cookie under"):
+        drain(cluster, "nobody:1")
+    with pytest.raises(ValueError, match="bookie id"):
+        drain(cluster, "a/b")
+    cluster.add_cookie(A)
+    for target in (S.DRAINED, S.REMOVED, S.ACTIVE):
+        with pytest.raises(lc.TransitionRefused):
+            service.transition(cluster.store, A, target, actor=OP, by="a")
+    with pytest.raises(lc.TransitionRefused):  # DrainingFailed is the Auditor's to decide
+        service.transition(cluster.store, A, S.DRAINING_FAILED, actor=OP, by="a")
+    assert service.current(cluster.store, A)[1] is None
+    assert cluster.store.lifecycle.history(A) == []
+
+
+def test_history_is_complete_and_outlives_removal(cluster: Backend) -> None:
+    cluster.add_cookie(A)
+    drain(cluster, A)
+    service.transition(cluster.store, A, S.DRAINED, actor=AUD, by="auditor", reason="no ledger left")
+    service.transition(cluster.store, A, S.REMOVED, actor=OP, by="bob")
+    assert not cluster.store.registry.has_cookie(A) and cluster.store.registry.read_cookie(A) is None
+    assert service.current(cluster.store, A) == (S.ACTIVE, None, ABSENT)
+    assert A not in service.states(cluster.store)
+    hist = cluster.store.lifecycle.history(A)
+    assert [(h.previous, h.state, h.by) for h in hist] == [
+        (S.ACTIVE, S.DRAINING, "op"), (S.DRAINING, S.DRAINED, "auditor"), (S.DRAINED, S.REMOVED, "bob")
+    ]
+    with pytest.raises(service.UnknownBookie):
+        drain(cluster, A)
+
+
+def test_drained_and_removal_are_refused_while_ledgers_reference_the_bookie(cluster: Backend) -> None:
+    for b in (A, B):
+        cluster.add_cookie(b)
+    cluster.put_ledger(7, ledger((A, B)))
+    cluster.put_ledger(8, ledger((B, C), (A, C)))  # A only in a later segment
+    cluster.put_ledger(9, ledger((B, C)))
+    cluster.record_data_loss(8, (A,))
+    drain(cluster, A)
+    service.transition(cluster.store, A, S.DRAINING_FAILED, actor=AUD, by="auditor")
+    with pytest.raises(lc.TransitionRefused, match=r"2 ledgers still reference it \(1 with data") as refused:
+        service.transition(cluster.store, A, S.DRAINED, actor=OP, by="a")
+    assert refused.value.blockers == ("ledger 7", "ledger 8 (data loss recorded)")
+    assert service.blockers(cluster.store, A).ledgers == (7, 8)
+    cluster.delete_ledger(7)
+    cluster.delete_ledger(8)  # the operator dealt with the bad ledgers
+    service.transition(cluster.store, A, S.DRAINED, actor=OP, by="a")
+    assert service.current(cluster.store, A)[0] is S.DRAINED
+
+
+def test_an_auditor_decision_on_an_older_reading_is_refused(cluster: Backend) -> None:
+    cluster.add_cookie(A)
+    with pytest.raises(lc.TransitionRefused, match="is Active, not Draining"):
+        service.transition(cluster.store, A, S.DRAINED, actor=AUD, by="auditor", expected=S.DRAINING)
+    assert service.current(cluster.store, A)[1] is None
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_removal_of_a_registered_bookie_needs_force(cluster: Backend, readonly: bool) -> None:
+    cluster.add_cookie(A)
+    cluster.register(A, b"", readonly=readonly)
+    drain(cluster, A)
+    service.transition(cluster.store, A, S.DRAINED, actor=AUD, by="auditor")
+    with pytest.raises(lc.TransitionRefused, match="still registered") as refused:
+        service.transition(cluster.store, A, S.REMOVED, actor=OP, by="op")
+    assert refused.value.blockers == (f"registered {'readonly' if readonly else 'writable'}",)
+    assert service.current(cluster.store, A)[0] is S.DRAINED
+    record = service.transition(cluster.store, A, S.REMOVED, actor=OP, by="op", force=True)
+    assert record.state is S.REMOVED and not cluster.store.registry.has_cookie(A)
+
+
+def test_a_stale_version_loses_the_race(cluster: Backend) -> None:
+    cluster.add_cookie(A)
+    _, _, version = service.current(cluster.store, A)
+    record = lc.StateRecord(S.DRAINING, "first", "t", "", S.ACTIVE)
+    cluster.store.lifecycle.write_state(A, record, version=version)
+    with pytest.raises(MetadataConflict):  # a second writer read the same (absent) version
+        cluster.store.lifecycle.write_state(A, lc.StateRecord(S.DRAINING, "second", "t", "", S.ACTIVE),
+                                            version=version)
+    _, stored, newer = service.current(cluster.store, A)
+    assert stored is not None and stored.by == "first" and newer != version
+    with pytest.raises(MetadataConflict):  # nor may one remove at a version that moved
+        cluster.store.lifecycle.remove_bookie(A, lc.StateRecord(S.REMOVED, "x", "t", "", S.DRAINED),
+                                              version=newer + 5)
+    assert [h.by for h in cluster.store.lifecycle.history(A)] == ["first"]
+    with pytest.raises(MetadataConflict):  # a state record needs the cookie
+        cluster.store.lifecycle.write_state(B, record, version=ABSENT)
+
+
+def test_a_malformed_state_record_is_reported_not_guessed(cluster: Backend) -> None:
+    cluster.add_cookie(A)
+    cluster.corrupt_state(A)
+    assert "error" in service.describe(cluster.store, A)
+    assert A not in service.states(cluster.store)
+    assert isinstance(cluster.store.lifecycle.list_states()[A], FormatError)
+    with pytest.raises(FormatError, match="lifecycle state"):
+        drain(cluster, A)
+
+
+def test_describe_shows_state_registration_switch_and_progress(cluster: Backend) -> None:
+    cluster.add_cookie(A)
+    cluster.register(A, b"", readonly=True)
+    drain(cluster, A, reason="why")
+    cluster.store.lifecycle.write_serving(A, True, by="api:ops", at="t")
+    cluster.store.lifecycle.write_progress(A, {"ledgers_left": 4})
+    doc = service.describe(cluster.store, A)
+    assert doc["state"] == "Draining" and doc["record"]["reason"] == "why"
+    assert doc["registration"] == "readonly" and doc["read_only_requested"] is True
+    assert doc["progress"] == {"ledgers_left": 4}
+
+
+def test_drain_failures_and_progress_records(cluster: Backend) -> None:
+    cluster.add_cookie(A)
+    assert cluster.store.lifecycle.record_failure(A, 3, "boom", "t1") == 1
+    assert cluster.store.lifecycle.record_failure(A, 3, "again", "t2") == 2
+    assert cluster.store.lifecycle.list_failures(A) == {3: {"ledger_id": 3, "count": 2, "error": "again",
+                                                            "at": "t2"}}
+    cluster.store.lifecycle.write_progress(A, {"ledgers_left": 4, "failed_ledgers": [1]})
+    assert cluster.store.lifecycle.read_progress(A) == {"ledgers_left": 4, "failed_ledgers": [1]}
+    cluster.store.lifecycle.clear_drain_records(A)
+    assert cluster.store.lifecycle.list_failures(A) == {} and cluster.store.lifecycle.read_progress(A) is None
+
+
+# -- the drain -------------------------------------------------------------------------------------------
+def test_the_drain_marks_what_references_the_bookie_and_ends_drained(cluster: Backend) -> None:
+    for b in (A, B, C, D):
+        cluster.add_cookie(b)
+    cluster.put_ledger(1, ledger((A, B), length=100))
+    cluster.put_ledger(2, ledger((B, C), (A, C), length=200))
+    cluster.put_ledger(3, ledger((A, D), length=300))
+    cluster.put_ledger(4, ledger((C, D)))
+    drain(cluster, A)
+    drain(cluster, D)
+    drainer = Drainer(cluster.store, settings=LifecycleSettings())
+    progress = drainer.step()
+    assert (progress[A]["ledgers_left"], progress[A]["bytes_left"], progress[A]["marked"]) == (3, 600, 3)
+    assert progress[D]["ledgers_left"] == 2 and progress[D]["marked"] == 1  # ledger 3 was published once
+    assert {lid: cluster.marker(lid) for lid in (1, 2, 3, 4)} == {1: (A,), 2: (A,), 3: (A, D), 4: (D,)}
+    assert cluster.store.lifecycle.read_progress(A) == progress[A]
+    # the workers moved A's copies: only D's ledgers still name a draining bookie
+    cluster.put_ledger(1, ledger((C, B)))
+    cluster.put_ledger(2, ledger((B, C), (B, C)))
+    cluster.put_ledger(3, ledger((B, D)))
+    progress = drainer.step()
+    assert progress[A]["ledgers_left"] == 0 and progress[D]["ledgers_left"] == 2
+    assert service.current(cluster.store, A)[0] is S.DRAINED
+    assert service.current(cluster.store, D)[0] is S.DRAINING
+
+
+def test_the_drain_fails_only_when_every_ledger_left_is_bad(cluster: Backend) -> None:
+    for b in (A, B):
+        cluster.add_cookie(b)
+    cluster.put_ledger(5, ledger((A, B)))
+    cluster.put_ledger(6, ledger((A, B)))
+    cluster.put_ledger(7, ledger((A, B)))
+    cluster.record_data_loss(7, (A,))
+    drain(cluster, A)
+    drainer = Drainer(cluster.store, settings=LifecycleSettings(drain_max_failures=2))
+    for _ in range(2):
+        report_failure(cluster.store, frozenset({A}), frozenset({A, B}), 5, "NotEnoughBookies")
+    progress = drainer.step()[A]
+    assert service.current(cluster.store, A)[0] is S.DRAINING  # ledger 6 can still move
+    assert (progress["failed_ledgers"], progress["data_loss_ledgers"], progress["marked"]) == ([5], [7], 1)
+    assert cluster.marker(6) == (A,) and cluster.marker(5) is None and cluster.marker(7) is None
+    cluster.delete_ledger(6)
+    drainer.step()
+    record, _ = cluster.store.lifecycle.read_state(A)
+    assert record is not None and record.state is S.DRAINING_FAILED and record.by == "auditor"
+    assert "2 ledgers cannot be replicated" in record.reason
+
+
+def test_an_open_ledger_waits_and_never_counts_as_failed(cluster: Backend) -> None:
+    for b in (A, B):
+        cluster.add_cookie(b)
+    cluster.put_ledger(9, ledger((A, B), closed=False))
+    drain(cluster, A)
+    for _ in range(3):
+        report_failure(cluster.store, frozenset({A}), frozenset({A, B}), 9, "open")
+    progress = Drainer(cluster.store, settings=LifecycleSettings(drain_max_failures=1)).step()[A]
+    assert progress["waiting_open_ledgers"] == [9] and progress["failed_ledgers"] == []
+    assert service.current(cluster.store, A)[0] is S.DRAINING and cluster.marker(9) == (A,)
+
+
+def test_no_marker_is_written_while_replication_is_disabled(cluster: Backend) -> None:
+    for b in (A, B):
+        cluster.add_cookie(b)
+    cluster.put_ledger(1, ledger((A, B)))
+    cluster.disable_replication()
+    drain(cluster, A)
+    progress = Drainer(cluster.store, settings=LifecycleSettings()).step()[A]
+    assert "marked" not in progress and cluster.marker(1) is None and progress["ledgers_left"] == 1
+
+
+def test_a_writable_bookie_without_http_is_never_drained(cluster: Backend) -> None:
+    cluster.add_cookie(A)
+    cluster.register(A, java_registration(A))  # a Java bookie with httpServerEnabled=false
+    drain(cluster, A)
+    check = serving.inspect(cluster.store, A)
+    assert check.serving is serving.Serving.WRITABLE and check.permanent and "no http endpoint" in check.error
+    progress = Drainer(cluster.store, settings=LifecycleSettings()).step()[A]
+    assert progress["ledgers_left"] == 0
+    record, _ = cluster.store.lifecycle.read_state(A)
+    assert record is not None and record.state is S.DRAINING_FAILED
+    assert "still registered writable" in record.reason
+
+
+def test_serving_follows_the_registration(cluster: Backend) -> None:
+    for b in (A, B, C):
+        cluster.add_cookie(b)
+    cluster.register(A, bkaudit_registration(A))
+    cluster.register(B, java_registration(B, http_port=1), readonly=True)
+    cluster.register(C, b"\xff garbage")
+    assert serving.inspect(cluster.store, A).serving is serving.Serving.FOLLOWS_STATE
+    assert serving.inspect(cluster.store, B).serving is serving.Serving.READ_ONLY
+    assert serving.inspect(cluster.store, D).serving is serving.Serving.ABSENT
+    broken = serving.inspect(cluster.store, C)
+    assert broken.serving is serving.Serving.WRITABLE and "unparseable registration" in broken.error
+
+
+def test_the_workers_cache_and_their_failure_reports(cluster: Backend) -> None:
+    for b in (A, B, C):
+        cluster.add_cookie(b)
+    cache = LifecycleCache(cluster.store, ttl_s=0)
+    assert cache.draining() == frozenset() and cache.not_active() == frozenset()
+    drain(cluster, A)
+    drain(cluster, B)
+    service.transition(cluster.store, B, S.DRAINED, actor=AUD, by="auditor")
+    assert cache.draining() == {A} and cache.not_active() == {A, B}
+    report_failure(cluster.store, frozenset({A, B}), frozenset({A, C}), 4, "x" * 600)
+    (failure,) = cluster.store.lifecycle.list_failures(A).values()
+    assert failure["count"] == 1 and len(failure["error"]) == 500
+    assert cluster.store.lifecycle.list_failures(B) == {}
