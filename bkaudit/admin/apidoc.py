@@ -193,8 +193,9 @@ def openapi_document() -> dict[str, Any]:
     """The app's OpenAPI document, built without ZooKeeper (routes only)."""
     from bkaudit.admin.app import create_app
     from bkaudit.admin.settings import AdminSettings
+    from bkaudit.store.memory import MemoryStore
 
-    doc: dict[str, Any] = create_app(None, root="/ledgers", settings=AdminSettings()).openapi()
+    doc: dict[str, Any] = create_app(MemoryStore(), settings=AdminSettings()).openapi()
     plain: dict[str, Any] = json.loads(json.dumps(doc))
     return plain
 

@@ -14,7 +14,7 @@ document is built from).
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,9 +32,10 @@ from bkaudit.errors import BkAuditError, FormatError, MetadataConflict
 from bkaudit.formats.bookie_id import invalid_bookie_id_reason
 from bkaudit.lifecycle import service, serving
 from bkaudit.model import lifecycle as lc
-from bkaudit.store import ZkStore
-from bkaudit.zk import paths, registry
-from bkaudit.zk import underreplication as ur
+from bkaudit.zk import paths
+
+if TYPE_CHECKING:
+    from bkaudit.store import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def _valid_bookie(bookie: str) -> str:
     if reason is not None:  # NUL, '/', spaces, ...: never handed to ZooKeeper (BadArgumentsError)
         raise ApiError(400, reason)
     try:
-        paths.cookie_path(bookie)  # and no znode name ZooKeeper refuses ('.', '..')
+        paths.validate_bookie_id(bookie)  # and no znode name ZooKeeper refuses ('.', '..')
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
     return bookie
@@ -159,19 +160,15 @@ def role_of(route: APIRoute) -> Role | None:
 
 
 def create_app(
-    zk: Any, *, root: str, settings: AdminSettings, warehouse: str = "", pool: Any = None,
-    state_root: str | None = None, bookie_http_timeout_s: float = 10.0,
+    cluster: ClusterStore, *, settings: AdminSettings, warehouse: str = "", pool: Any = None,
+    bookie_http_timeout_s: float = 10.0,
 ) -> FastAPI:
-    """The app over one started kazoo client (the caller owns it and the optional bookie client pool).
+    """The app over one cluster store (the caller owns it and the optional bookie client pool).
 
-    `state_root` is `[zk] state_root` (None: `/bkaudit<root>`): where lifecycle, webhook, serving and
-    data-loss records live. `bookie_http_timeout_s` (`[lifecycle] bookie_http_timeout_s`) bounds the call to
-    a BookKeeper bookie's own HTTP admin API that the read-only switch makes.
+    `bookie_http_timeout_s` (`[lifecycle] bookie_http_timeout_s`) bounds the call to a BookKeeper bookie's
+    own HTTP admin API that the read-only switch makes.
     """
     from bkaudit.admin.dashboard import SCRIPT, STYLE
-
-    paths.bkaudit_state_root(root=root, state_root=state_root)  # validates both
-    cluster = ZkStore(zk, root=root, state_root=state_root)
     # no /docs or /redoc: FastAPI's pages load Swagger UI / ReDoc from a CDN; docs/http-api.md is the
     # reference, /openapi.json the machine-readable document (a read: open only with anonymous_read)
     app = FastAPI(title="bkaudit admin API", version=__version__, docs_url=None, redoc_url=None,
@@ -216,8 +213,8 @@ def create_app(
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=headers)
 
     def known(bookie: str) -> str:
-        registered = registry.bookie_state(zk, bookie, root) != "absent"
-        if not registered and not registry.exists(zk, paths.cookie_path(bookie, root=root)):
+        registered = cluster.registry.bookie_state(bookie) != "absent"
+        if not registered and not cluster.registry.has_cookie(bookie):
             raise ApiError(404, f"unknown bookie {bookie}")
         return bookie
 
@@ -249,21 +246,20 @@ def create_app(
     def list_bookies(
         _who: Reader, type: Annotated[str, Query(pattern="^(rw|ro|all)$")] = "all"
     ) -> dict[str, Any]:
-        rw = registry.list_writable(zk, root) if type in ("rw", "all") else []
-        ro = registry.list_readonly(zk, root) if type in ("ro", "all") else []
+        rw = cluster.registry.writable() if type in ("rw", "all") else []
+        ro = cluster.registry.readonly() if type in ("ro", "all") else []
         return {b: b.rsplit(":", 1)[0] for b in [*rw, *ro]}
 
     @app.get("/api/v1/bookie/list_bookie_info", tags=["bookkeeper"],
              summary="every bookie: rack, registration, lifecycle state, disk use, drain progress")
     def list_bookie_info(_who: Reader) -> list[dict[str, Any]]:
-        return views.bookies(zk, root=root, state_root=state_root, pool=pool,
-                             timeout_s=settings.disk_info_timeout_s)
+        return views.bookies(cluster, pool=pool, timeout_s=settings.disk_info_timeout_s)
 
     @app.get("/api/v1/bookie/state", tags=["bookkeeper"], summary="a bookie's serving and lifecycle state",
              responses=_errors(400, 404))
     def bookie_state(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
-        registration = registry.bookie_state(zk, bookie, root)
+        registration = cluster.registry.bookie_state(bookie)
         try:
             lifecycle: str | None = service.current(cluster, bookie)[0].value
         except FormatError:
@@ -276,7 +272,7 @@ def create_app(
              responses=_errors(400, 404))
     def get_readonly(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
-        return {"bookie": bookie, "readOnly": registry.bookie_state(zk, bookie, root) == "readonly",
+        return {"bookie": bookie, "readOnly": cluster.registry.bookie_state(bookie) == "readonly",
                 "readOnlyRequested": cluster.lifecycle.read_serving(bookie),
                 **serving.inspect(cluster, bookie).to_dict()}
 
@@ -301,14 +297,14 @@ def create_app(
     @app.get("/api/v1/autorecovery/list_under_replicated_ledger", tags=["bookkeeper"],
              summary="the under-replication queue (BookKeeper's printmissingreplica adds the replicas)")
     def list_under_replicated(_who: Reader, printmissingreplica: bool = False) -> Any:
-        q = views.queue(zk, root=root)
+        q = views.queue(cluster)
         if printmissingreplica:
             return {str(r["ledger_id"]): r.get("replicas", []) for r in q["ledgers"]}
         return [r["ledger_id"] for r in q["ledgers"]]
 
     @app.get("/api/v1/autorecovery/who_is_auditor", tags=["bookkeeper"], summary="the elected auditor")
     def who_is_auditor(_who: Reader) -> dict[str, Any]:
-        return {"Auditor": ur.current_auditor(zk, root=root)}
+        return {"Auditor": cluster.queue.auditor()}
 
     # -- lifecycle (the design's additions) ------------------------------------------------------------------
     @app.get("/api/v1/bookie/lifecycle", tags=["lifecycle"], summary="lifecycle state, who set it, progress",
@@ -340,7 +336,7 @@ def create_app(
     def get_cookie(_who: Reader, bookie: BookieParam) -> dict[str, Any]:
         known(bookie)
         try:
-            found = registry.read_cookie(zk, bookie, root)
+            found = cluster.registry.read_cookie(bookie)
         except FormatError as exc:
             raise ApiError(409, f"the cookie is unreadable: {exc}") from None
         if found is None:
@@ -365,7 +361,7 @@ def create_app(
     # -- data loss and audits --------------------------------------------------------------------------------
     @app.get("/api/v1/autorecovery/data_loss", tags=["audit"], summary="ledgers with entries no replica has")
     def data_loss(_who: Reader) -> list[dict[str, Any]]:
-        return views.data_loss(zk, root=root, state_root=state_root)
+        return views.data_loss(cluster)
 
     @app.get("/api/v1/autorecovery/bad_ledgers", tags=["audit"],
              summary="ledgers a drain could not move (data loss, repeated failures), per bookie")
@@ -387,14 +383,14 @@ def create_app(
     # -- webhooks --------------------------------------------------------------------------------------------
     @app.get("/api/v1/webhooks", tags=["webhooks"], summary="registered webhooks (secrets never shown)")
     def list_webhooks(_who: Admin) -> list[dict[str, Any]]:
-        return [h.public() for h in webhooks.list_all(zk, root=root, state_root=state_root)]
+        return [h.public() for h in webhooks.list_all(cluster)]
 
     @app.post("/api/v1/webhooks", tags=["webhooks"], status_code=201, responses=_errors(400),
               summary="register a URL for lifecycle transitions (HMAC-SHA256 signed with the secret)")
     def add_webhook(who: Admin, body: WebhookBody) -> dict[str, Any]:
         try:
-            hook = webhooks.register(zk, url=body.url, secret=body.secret, by=f"api:{who.name}",
-                                     at=service.now_iso(), root=root, state_root=state_root, allow=allow)
+            hook = webhooks.register(cluster, url=body.url, secret=body.secret, by=f"api:{who.name}",
+                                     at=service.now_iso(), allow=allow)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         return hook.public()
@@ -402,16 +398,16 @@ def create_app(
     @app.delete("/api/v1/webhooks/{hook_id}", tags=["webhooks"], summary="unregister a webhook",
                 responses=_errors(400, 404))
     def delete_webhook(who: Admin, hook_id: Annotated[str, Depends(_hook_id)]) -> dict[str, Any]:
-        if not webhooks.delete(zk, hook_id, root=root, state_root=state_root):
+        if not webhooks.delete(cluster, hook_id):
             raise ApiError(404, f"no webhook {hook_id}")
         return {"deleted": hook_id}
 
     @app.get("/api/v1/webhooks/{hook_id}/deliveries", tags=["webhooks"], responses=_errors(400, 404),
              summary="delivery records: delivered or failed, with a class of error per attempt")
     def webhook_deliveries(_who: Admin, hook_id: Annotated[str, Depends(_hook_id)]) -> list[dict[str, Any]]:
-        if webhooks.get(zk, hook_id, root=root, state_root=state_root) is None:
+        if webhooks.get(cluster, hook_id) is None:
             raise ApiError(404, f"no webhook {hook_id}")
-        return webhooks.deliveries(zk, hook_id, root=root, state_root=state_root)
+        return webhooks.deliveries(cluster, hook_id)
 
     # -- dashboard and the OpenAPI document ------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
@@ -430,11 +426,10 @@ def create_app(
             except Exception as exc:
                 verdict_error = str(exc)
         return HTMLResponse(render(
-            bookies=views.bookies(zk, root=root, state_root=state_root, pool=pool,
-                                  timeout_s=settings.disk_info_timeout_s),
-            queue=views.queue(zk, root=root, limit=200),
-            data_loss=views.data_loss(zk, root=root, state_root=state_root),
-            verdict=verdict, verdict_error=verdict_error, root=root, version=__version__,
+            bookies=views.bookies(cluster, pool=pool, timeout_s=settings.disk_info_timeout_s),
+            queue=views.queue(cluster, limit=200),
+            data_loss=views.data_loss(cluster),
+            verdict=verdict, verdict_error=verdict_error, root=cluster.label, version=__version__,
         ))
 
     @app.get("/openapi.json", include_in_schema=False)

@@ -39,6 +39,7 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.rpc.tls import TlsConfig
     from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.store import ZkStore
     from bkaudit.zk import client as zkclient
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -61,8 +62,8 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
     pool = BookieClientPool(zk=client, root=zk_settings.root, tls=TlsConfig.from_settings(settings),
                             request_timeout_s=timeout, connect_timeout_s=timeout)
     warehouse_used = conf.warehouse or snapshot_warehouse
-    server = AdminServer(client, zk_settings.root, conf, state_root=zk_settings.state_root or None,
-                         warehouse=warehouse_used, pool=pool,
+    cluster = ZkStore(client, root=zk_settings.root, state_root=zk_settings.state_root or None)
+    server = AdminServer(cluster, conf, warehouse=warehouse_used, pool=pool,
                          bookie_http_timeout_s=settings.get(LifecycleSettings).bookie_http_timeout_s)
     scheme = "https" if conf.tls_cert else "http"
     stop = threading.Event()

@@ -7,22 +7,23 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bkaudit.admin.settings import AdminSettings
 from bkaudit.admin.webhooks import Dispatcher
+
+if TYPE_CHECKING:
+    from bkaudit.store import ClusterStore
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class AdminServer:
-    """The API + dashboard and the webhook dispatcher over one ZooKeeper session."""
+    """The API + dashboard and the webhook dispatcher over one cluster store (one ZooKeeper session)."""
 
-    zk: Any
-    root: str
+    cluster: ClusterStore
     settings: AdminSettings
-    state_root: str | None = None  # [zk] state_root (None: /bkaudit<root>)
     warehouse: str = ""
     pool: Any = None
     port: int | None = None  # overrides settings.port (0 = any free port)
@@ -38,8 +39,7 @@ class AdminServer:
 
         from bkaudit.admin.app import create_app
 
-        app = create_app(self.zk, root=self.root, state_root=self.state_root, settings=self.settings,
-                         warehouse=self.warehouse, pool=self.pool,
+        app = create_app(self.cluster, settings=self.settings, warehouse=self.warehouse, pool=self.pool,
                          bookie_http_timeout_s=self.bookie_http_timeout_s)
         s = self.settings
         config = uvicorn.Config(
@@ -50,9 +50,8 @@ class AdminServer:
 
     def _start_dispatcher(self) -> None:
         s = self.settings
-        self.dispatcher = Dispatcher(self.zk, root=self.root, state_root=self.state_root,
-                                     poll_s=s.webhook_poll_s, max_attempts=s.webhook_max_attempts,
-                                     backoff_s=s.webhook_backoff_s,
+        self.dispatcher = Dispatcher(self.cluster, poll_s=s.webhook_poll_s,
+                                     max_attempts=s.webhook_max_attempts, backoff_s=s.webhook_backoff_s,
                                      timeout_s=s.webhook_timeout_s, allow=s.allowed_networks()).start()
 
     def listen(self) -> tuple[str, int]:

@@ -13,13 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from bkaudit.errors import FormatError
 from bkaudit.lifecycle import service
-from bkaudit.zk import dataloss, registry
-from bkaudit.zk import lifecycle as store
-from bkaudit.zk import underreplication as ur
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
     from bkaudit.store import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -27,9 +22,9 @@ log = logging.getLogger(__name__)
 QUEUE_LISTED = 1000
 
 
-def _racks(zk: KazooClient) -> dict[str, str]:
+def _racks(cluster: ClusterStore) -> dict[str, str]:
     try:
-        racks = registry.read_racks(zk)
+        racks = cluster.registry.racks()
     except FormatError:
         return {}
     out: dict[str, str] = {}
@@ -54,15 +49,13 @@ def disk_usage(pool: Any, bookies: list[str], timeout_s: float) -> dict[str, dic
         return dict(zip(bookies, ex.map(ask, bookies), strict=True))
 
 
-def bookies(
-    zk: KazooClient, *, root: str, state_root: str | None = None, pool: Any = None, timeout_s: float = 2.0
-) -> list[dict[str, Any]]:
+def bookies(cluster: ClusterStore, *, pool: Any = None, timeout_s: float = 2.0) -> list[dict[str, Any]]:
     """Every bookie with a cookie or a registration: rack, registration, lifecycle, disk, drain progress."""
-    writable = set(registry.list_writable(zk, root))
-    readonly = set(registry.list_readonly(zk, root))
-    cookies = set(registry.list_cookies(zk, root))
-    recorded = store.list_states(zk, root=root)
-    racks = _racks(zk)
+    writable = set(cluster.registry.writable())
+    readonly = set(cluster.registry.readonly())
+    cookies = set(cluster.registry.cookies())
+    recorded = cluster.lifecycle.list_states()
+    racks = _racks(cluster)
     ids = sorted(cookies | writable | readonly)
     disks = disk_usage(pool, sorted(writable | readonly), timeout_s) if pool is not None else {}
     out = []
@@ -75,38 +68,35 @@ def bookies(
             "registration": "writable" if b in writable else "readonly" if b in readonly else "absent",
             "cookie": b in cookies,
             "state": state,
-            "read_only_requested": store.read_serving(zk, b, root=root, state_root=state_root),
+            "read_only_requested": cluster.lifecycle.read_serving(b),
             "disk": disks.get(b),
-            "progress": (
-                store.read_progress(zk, b, root=root, state_root=state_root) if state != "Active" else None
-            ),
+            "progress": cluster.lifecycle.read_progress(b) if state != "Active" else None,
         })
     return out
 
 
-def queue(zk: KazooClient, *, root: str, limit: int = QUEUE_LISTED) -> dict[str, Any]:
+def queue(cluster: ClusterStore, *, limit: int = QUEUE_LISTED) -> dict[str, Any]:
     """The under-replication queue: marked ledgers with their missing replicas and lock holders."""
-    ids = list(ur.list_underreplicated(zk, root=root))
+    ids = cluster.queue.marked()
     rows = []
     for lid in ids[:limit]:
         try:
-            found = ur.get_marker(zk, lid, root=root)
+            marker = cluster.queue.marker(lid)
         except FormatError as exc:
             rows.append({"ledger_id": lid, "error": str(exc)})
             continue
-        if found is None:
+        if marker is None:
             continue
-        marker, _ = found
         rows.append({"ledger_id": lid, "replicas": list(marker.replicas), "ctime": marker.ctime,
-                     "locked_by": ur.lock_holder(zk, lid, root=root)})
+                     "locked_by": cluster.queue.lock_holder(lid)})
     return {"count": len(ids), "ledgers": rows}
 
 
-def data_loss(zk: KazooClient, *, root: str, state_root: str | None = None) -> list[dict[str, Any]]:
+def data_loss(cluster: ClusterStore) -> list[dict[str, Any]]:
     out = []
-    for lid in dataloss.list_ids(zk, root=root, state_root=state_root):
+    for lid in cluster.data_loss.ids():
         try:
-            record = dataloss.read(zk, lid, root=root, state_root=state_root)
+            record = cluster.data_loss.read(lid)
         except FormatError as exc:
             out.append({"ledger_id": lid, "error": str(exc)})
             continue

@@ -1,4 +1,5 @@
-"""Webhooks for lifecycle transitions: kept in ZooKeeper, HMAC-signed POSTs, retries, delivery records.
+"""Webhooks for lifecycle transitions: kept in the cluster store, HMAC-signed POSTs, retries, delivery
+records.
 
 A webhook is `bkaudit/webhooks/<id>` (JSON: url, secret, who registered it). Every transition record in the
 lifecycle history created after the webhook (compared by ZooKeeper's creation zxid, not by clocks) is POSTed
@@ -36,15 +37,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
-
-from bkaudit.zk import paths
-from bkaudit.zk.client import read_children
-
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
     from bkaudit.admin.settings import Network
+    from bkaudit.store import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +174,7 @@ class Webhook:
     secret: str
     created_by: str
     created_at: str
-    czxid: int = 0
+    created: int = 0  # its creation sequence in the store (ZooKeeper: czxid), ordered with transitions
 
     def public(self) -> dict[str, Any]:
         """What the API shows: never the secret, nor credentials in the URL (a record from before they were
@@ -189,8 +184,7 @@ class Webhook:
 
 
 def register(
-    zk: KazooClient, *, url: str, secret: str, by: str, at: str, root: str, state_root: str | None = None,
-    allow: Iterable[Network] = (),
+    store: ClusterStore, *, url: str, secret: str, by: str, at: str, allow: Iterable[Network] = (),
 ) -> Webhook:
     """Store a webhook; UrlRefused (a ValueError) for a URL webhooks may not go to (`allow`: the networks of
     `[admin] webhook_allow_networks`)."""
@@ -199,50 +193,42 @@ def register(
     hook_id = uuid.uuid4().hex[:16]
     data = {"id": hook_id, "url": validate_url(url, allow), "secret": secret, "created_by": by,
             "created_at": at}
-    path = paths.webhook_path(hook_id, root=root, state_root=state_root)
-    zk.create(path, json.dumps(data).encode(), makepath=True)
-    return get(zk, hook_id, root=root, state_root=state_root) or Webhook(hook_id, url, secret, by, at)
+    store.webhooks.create(hook_id, json.dumps(data).encode())
+    return get(store, hook_id) or Webhook(hook_id, url, secret, by, at)
 
 
-def get(zk: KazooClient, hook_id: str, *, root: str, state_root: str | None = None) -> Webhook | None:
+def get(store: ClusterStore, hook_id: str) -> Webhook | None:
     try:
-        data, stat = zk.get(paths.webhook_path(hook_id, root=root, state_root=state_root))
+        found = store.webhooks.read(hook_id)
+    except ValueError:  # not a webhook id at all
+        return None
+    if found is None:
+        return None
+    data, created = found
+    try:
         raw = json.loads(data.decode())
         return Webhook(raw["id"], raw["url"], raw["secret"], raw.get("created_by", ""),
-                       raw.get("created_at", ""), stat.czxid)
-    except NoNodeError:
-        return None
+                       raw.get("created_at", ""), created)
     except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         log.warning("ignoring malformed webhook %s: %s", hook_id, type(exc).__name__)
         return None
 
 
-def list_all(zk: KazooClient, *, root: str, state_root: str | None = None) -> list[Webhook]:
-    try:
-        ids = zk.get_children(paths.webhooks_root(root=root, state_root=state_root))
-    except NoNodeError:
-        return []
-    return [h for h in (get(zk, i, root=root, state_root=state_root) for i in sorted(ids)) if h is not None]
+def list_all(store: ClusterStore) -> list[Webhook]:
+    return [h for h in (get(store, i) for i in store.webhooks.ids()) if h is not None]
 
 
-def delete(zk: KazooClient, hook_id: str, *, root: str, state_root: str | None = None) -> bool:
-    try:
-        zk.delete(paths.webhook_path(hook_id, root=root, state_root=state_root))
-    except NoNodeError:
-        return False
-    try:
-        zk.delete(paths.webhook_deliveries_root(hook_id, root=root, state_root=state_root), recursive=True)
-    except NoNodeError:
-        pass
-    return True
+def delete(store: ClusterStore, hook_id: str) -> bool:
+    return store.webhooks.delete(hook_id)
 
 
-def deliveries(
-    zk: KazooClient, hook_id: str, *, root: str, state_root: str | None = None
-) -> list[dict[str, Any]]:
-    base = paths.webhook_deliveries_root(hook_id, root=root, state_root=state_root)
-    decode = lambda data: json.loads(data.decode())  # noqa: E731
-    found = read_children(zk, base, decode, skip=(UnicodeDecodeError, ValueError))
+def deliveries(store: ClusterStore, hook_id: str) -> list[dict[str, Any]]:
+    found = []
+    for data in store.webhooks.deliveries(hook_id):
+        try:
+            found.append(json.loads(data.decode()))
+        except (UnicodeDecodeError, ValueError):
+            continue
     return [_public_record(r) for r in found if isinstance(r, dict)]
 
 
@@ -329,12 +315,10 @@ class Dispatcher:
     """Polls the lifecycle history and delivers new transitions to every webhook (one thread)."""
 
     def __init__(
-        self, zk: KazooClient, *, root: str, state_root: str | None = None, poll_s: float = 1.0,
-        max_attempts: int = 5, backoff_s: float = 0.5, timeout_s: float = 5.0, allow: Iterable[Network] = (),
+        self, store: ClusterStore, *, poll_s: float = 1.0, max_attempts: int = 5, backoff_s: float = 0.5,
+        timeout_s: float = 5.0, allow: Iterable[Network] = (),
     ) -> None:
-        self.zk = zk
-        self.root = root
-        self.state_root = state_root
+        self.store = store
         self.poll_s = poll_s
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
@@ -362,36 +346,25 @@ class Dispatcher:
             self._stop.wait(self.poll_s)
 
     def _transitions(self) -> list[tuple[str, str, int, dict[str, Any]]]:
-        """(bookie, record name, czxid, record) of every history record, oldest first."""
-        base = f"{paths.lifecycle_root(root=self.root, state_root=self.state_root)}/history"
-        try:
-            bookies = self.zk.get_children(base)
-        except NoNodeError:
-            return []
+        """(bookie, record name, creation sequence, record) of every history record, oldest first."""
         out = []
-        for bookie in bookies:
+        for bookie, name, created, data in self.store.lifecycle.transitions():
             try:
-                names = self.zk.get_children(f"{base}/{bookie}")
-            except NoNodeError:
+                out.append((bookie, name, created, json.loads(data.decode())))
+            except (UnicodeDecodeError, ValueError):
                 continue
-            for name in names:
-                try:
-                    data, stat = self.zk.get(f"{base}/{bookie}/{name}")
-                    out.append((bookie, name, stat.czxid, json.loads(data.decode())))
-                except (NoNodeError, UnicodeDecodeError, ValueError):
-                    continue
-        return sorted(out, key=lambda t: t[2])
+        return out
 
     def step(self) -> int:
         """Deliver everything new; the number of deliveries attempted."""
-        hooks = list_all(self.zk, root=self.root, state_root=self.state_root)
+        hooks = list_all(self.store)
         if not hooks:
             return 0
         attempted = 0
-        for bookie, name, czxid, record in self._transitions():
+        for bookie, name, created, record in self._transitions():
             for hook in hooks:
                 key = f"{bookie}~{name}"
-                if czxid <= hook.czxid or (hook.id, key) in self._done or self._stop.is_set():
+                if created <= hook.created or (hook.id, key) in self._done or self._stop.is_set():
                     continue
                 self._done.add((hook.id, key))
                 if self._claim(hook, key):
@@ -401,12 +374,7 @@ class Dispatcher:
         return attempted
 
     def _claim(self, hook: Webhook, key: str) -> bool:
-        path = f"{paths.webhook_deliveries_root(hook.id, root=self.root, state_root=self.state_root)}/{key}"
-        try:
-            self.zk.create(path, json.dumps({"key": key, "status": "pending"}).encode(), makepath=True)
-            return True
-        except NodeExistsError:
-            return False
+        return self.store.webhooks.claim(hook.id, key, json.dumps({"key": key, "status": "pending"}).encode())
 
     def _deliver(self, hook: Webhook, key: str, payload: dict[str, Any]) -> None:
         body = json.dumps(payload, sort_keys=True).encode()
@@ -434,9 +402,5 @@ class Dispatcher:
                 break
         record = {"key": key, "webhook": hook.id, "url": redact_url(hook.url), "status": status,
                   "attempts": attempts, "payload": payload}
-        path = f"{paths.webhook_deliveries_root(hook.id, root=self.root, state_root=self.state_root)}/{key}"
-        try:
-            self.zk.set(path, json.dumps(record).encode())
-        except NoNodeError:
-            pass  # the webhook was deleted meanwhile
+        self.store.webhooks.finish(hook.id, key, json.dumps(record).encode())
         log.info("webhook %s %s: %s after %d attempts", hook.id, key, status, len(attempts))

@@ -4,7 +4,7 @@ Callers take a `ClusterStore` (bkaudit.store.base) and never a raw client, a roo
 BookKeeper's auditor tasks take an injected LedgerManager and LedgerUnderreplicationManager. `ZkStore`
 (bkaudit.store.zookeeper) is bound once to its client, ledgers root, state root and ACL; `MemoryStore`
 (bkaudit.store.memory) keeps the same records in dicts for unit tests that need no JVM, and
-tests/integration/test_store_contract.py runs one set of assertions against both.
+tests/store_contract.py holds one set of assertions that runs against both.
 """
 
 from bkaudit.store.base import ClusterStore

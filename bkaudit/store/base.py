@@ -14,12 +14,15 @@ from bkaudit.errors import FormatError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.zk.dataloss import DataLossRecord
 
 ABSENT = -1
 """The version of a state record that does not exist (an Active bookie has none)."""
 
 BookieState = Literal["writable", "readonly", "absent"]
 Where = Literal["writable", "readonly", "absent"]
+Transition = tuple[str, str, int, bytes]
+"""A lifecycle history record: (bookie, record name, creation sequence, its bytes)."""
 
 
 class LifecycleRecords(Protocol):
@@ -46,6 +49,10 @@ class LifecycleRecords(Protocol):
 
     def history(self, bookie_id: str) -> list[lc.StateRecord]:
         """Transitions, oldest first; malformed records skipped. Kept after removal."""
+        ...
+
+    def transitions(self) -> list[Transition]:
+        """Every history record of every bookie, in the order they were written (what webhooks deliver)."""
         ...
 
     def write_progress(self, bookie_id: str, progress: dict[str, Any]) -> None: ...
@@ -85,8 +92,20 @@ class Registry(Protocol):
         """Whether the bookie has a cookie (also when this session may not read it)."""
         ...
 
-    def read_cookie(self, bookie_id: str) -> records.Cookie | None:
-        """The bookie's cookie, None without one; FormatError for a malformed one."""
+    def read_cookie(self, bookie_id: str) -> tuple[records.Cookie, int] | None:
+        """(cookie, version), None without one; FormatError for a malformed one."""
+        ...
+
+    def writable(self) -> list[str]:
+        """Bookies registered writable, sorted."""
+        ...
+
+    def readonly(self) -> list[str]:
+        """Bookies registered read-only, sorted."""
+        ...
+
+    def racks(self) -> dict[str, dict[str, records.BookieRackInfo]]:
+        """Pulsar's rack configuration (group -> bookie -> rack info); FormatError when unparseable."""
         ...
 
     def bookie_state(self, bookie_id: str) -> BookieState: ...
@@ -102,6 +121,14 @@ class DataLossRecords(Protocol):
 
     def exists(self, ledger_id: int) -> bool: ...
 
+    def ids(self) -> list[int]:
+        """Ledgers with a record, ascending."""
+        ...
+
+    def read(self, ledger_id: int) -> DataLossRecord | None:
+        """The ledger's record; FormatError for a malformed one."""
+        ...
+
 
 class ReplicationQueue(Protocol):
     """BookKeeper's under-replication queue, as far as publishing into it goes."""
@@ -113,6 +140,54 @@ class ReplicationQueue(Protocol):
     def mark(self, ledger_id: int, replicas: Iterable[str]) -> bool:
         """Mark the ledger under-replicated missing `replicas`, merged into an existing marker; True when
         something was written."""
+        ...
+
+    def marked(self) -> list[int]:
+        """Ledgers marked under-replicated, ascending."""
+        ...
+
+    def marker(self, ledger_id: int) -> records.UnderreplicatedMarker | None:
+        """The ledger's marker, None when not marked; FormatError for a corrupt one."""
+        ...
+
+    def lock_holder(self, ledger_id: int) -> str | None:
+        """Who holds the ledger's replication lock (None: unlocked, or a holder that did not say)."""
+        ...
+
+    def auditor(self) -> str | None:
+        """The elected Auditor's bookie id, None while nobody is voting."""
+        ...
+
+
+class WebhookRecords(Protocol):
+    """bkaudit's webhooks and their deliveries (under `[zk] state_root`), as bytes: the admin app owns
+    their JSON. A webhook's creation sequence orders it against lifecycle transitions (`transitions`)."""
+
+    def create(self, hook_id: str, data: bytes) -> None: ...
+
+    def read(self, hook_id: str) -> tuple[bytes, int] | None:
+        """(its bytes, its creation sequence), None when there is no such webhook."""
+        ...
+
+    def ids(self) -> list[str]:
+        """Every webhook id, sorted."""
+        ...
+
+    def delete(self, hook_id: str) -> bool:
+        """Delete it and its deliveries; False when there was none."""
+        ...
+
+    def deliveries(self, hook_id: str) -> list[bytes]:
+        """Its delivery records, by key."""
+        ...
+
+    def claim(self, hook_id: str, key: str, data: bytes) -> bool:
+        """Create the delivery record `key` unless it exists (one deliverer per transition across servers);
+        True when this caller created it."""
+        ...
+
+    def finish(self, hook_id: str, key: str, data: bytes) -> None:
+        """Replace a claimed delivery record (nothing when the webhook was deleted meanwhile)."""
         ...
 
 
@@ -131,6 +206,11 @@ class ClusterStore(Protocol):
     """The cluster's coordination state, bound to one cluster (its roots, its credentials)."""
 
     @property
+    def label(self) -> str:
+        """Which cluster this is, for people (the ledgers root)."""
+        ...
+
+    @property
     def lifecycle(self) -> LifecycleRecords: ...
 
     @property
@@ -144,6 +224,9 @@ class ClusterStore(Protocol):
 
     @property
     def index(self) -> LedgerIndex: ...
+
+    @property
+    def webhooks(self) -> WebhookRecords: ...
 
     def check_bookie_id(self, bookie_id: str) -> str:
         """`bookie_id` if the store can hold records for it; ValueError naming the rule otherwise."""

@@ -3,7 +3,7 @@
 It keeps what ZooKeeper would keep, in the same encodings where a caller can tell the difference (state
 records and registrations as bytes, so a malformed one raises FormatError as it does from a znode; JSON
 records round-tripped), and loses races the way ZooKeeper's compare-and-set does (MetadataConflict).
-tests/integration/test_store_contract.py runs the same assertions against it and against a real ZooKeeper.
+tests/store_contract.py holds the assertions run against it and against a real ZooKeeper.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from bkaudit.errors import FormatError, MetadataConflict
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.ledger import LedgerMetadata
-from bkaudit.store.base import ABSENT, BookieState, Where, index_ledgers
+from bkaudit.store.base import ABSENT, BookieState, Transition, Where, index_ledgers
+from bkaudit.zk.dataloss import DataLossRecord
+from bkaudit.zk.dataloss import encode as encode_data_loss
+from bkaudit.zk.dataloss import parse as parse_data_loss
 from bkaudit.zk.paths import validate_bookie_id
 
 _CHANGED = "{what}: the state changed meanwhile; re-read it"
@@ -60,7 +63,7 @@ class _Lifecycle:
                 if current is None or current[1] != version:
                     raise MetadataConflict(_CHANGED.format(what=f"lifecycle of {bookie_id}"))
                 self._s.states[bookie_id] = (lc.encode(record), version + 1)
-            self._s.histories.setdefault(bookie_id, []).append(lc.encode(record))
+            self._s.append_history(bookie_id, lc.encode(record))
 
     def remove_bookie(self, bookie_id: str, record: lc.StateRecord, *, version: int) -> None:
         with self._s.lock:
@@ -69,11 +72,11 @@ class _Lifecycle:
                 raise MetadataConflict(_CHANGED.format(what=f"removing {bookie_id}"))
             del self._s.states[bookie_id]
             del self._s.cookie_bytes[bookie_id]
-            self._s.histories.setdefault(bookie_id, []).append(lc.encode(record))
+            self._s.append_history(bookie_id, lc.encode(record))
 
     def history(self, bookie_id: str) -> list[lc.StateRecord]:
         with self._s.lock:
-            found = list(self._s.histories.get(validate_bookie_id(bookie_id), ()))
+            found = [data for _, _, data in self._s.histories.get(validate_bookie_id(bookie_id), ())]
         out = []
         for data in found:
             try:
@@ -81,6 +84,12 @@ class _Lifecycle:
             except FormatError:
                 continue
         return out
+
+    def transitions(self) -> list[Transition]:
+        with self._s.lock:
+            found = [(b, name, seq, data) for b, records_ in self._s.histories.items()
+                     for name, seq, data in records_]
+        return sorted(found, key=lambda t: t[2])
 
     def write_progress(self, bookie_id: str, progress: dict[str, Any]) -> None:
         with self._s.lock:
@@ -132,10 +141,23 @@ class _Registry:
         with self._s.lock:
             return validate_bookie_id(bookie_id) in self._s.cookie_bytes
 
-    def read_cookie(self, bookie_id: str) -> records.Cookie | None:
+    def read_cookie(self, bookie_id: str) -> tuple[records.Cookie, int] | None:
         with self._s.lock:
             data = self._s.cookie_bytes.get(validate_bookie_id(bookie_id))
-        return None if data is None else records.parse_cookie(data)
+        return None if data is None else (records.parse_cookie(data), 0)
+
+    def writable(self) -> list[str]:
+        with self._s.lock:
+            return sorted(b for b, (where, _) in self._s.registrations.items() if where == "writable")
+
+    def readonly(self) -> list[str]:
+        with self._s.lock:
+            return sorted(b for b, (where, _) in self._s.registrations.items() if where == "readonly")
+
+    def racks(self) -> dict[str, dict[str, records.BookieRackInfo]]:
+        with self._s.lock:
+            data = self._s.racks
+        return {} if data is None else records.parse_rack_config(data)
 
     def bookie_state(self, bookie_id: str) -> BookieState:
         with self._s.lock:
@@ -158,6 +180,15 @@ class _DataLoss:
         with self._s.lock:
             return ledger_id in self._s.lost
 
+    def ids(self) -> list[int]:
+        with self._s.lock:
+            return sorted(self._s.lost)
+
+    def read(self, ledger_id: int) -> DataLossRecord | None:
+        with self._s.lock:
+            data = self._s.lost.get(ledger_id)
+        return None if data is None else parse_data_loss(data)
+
 
 class _Queue:
     def __init__(self, store: MemoryStore) -> None:
@@ -176,6 +207,66 @@ class _Queue:
             self._s.markers[ledger_id] = merged
             return True
 
+    def marked(self) -> list[int]:
+        with self._s.lock:
+            return sorted(self._s.markers)
+
+    def marker(self, ledger_id: int) -> records.UnderreplicatedMarker | None:
+        with self._s.lock:
+            found = self._s.markers.get(ledger_id)
+        return None if found is None else records.UnderreplicatedMarker(found, None)
+
+    def lock_holder(self, ledger_id: int) -> str | None:
+        with self._s.lock:
+            return self._s.locks.get(ledger_id)
+
+    def auditor(self) -> str | None:
+        return self._s.elected
+
+
+class _Webhooks:
+    def __init__(self, store: MemoryStore) -> None:
+        self._s = store
+
+    def create(self, hook_id: str, data: bytes) -> None:
+        with self._s.lock:
+            if validate_bookie_id(hook_id) in self._s.hooks:
+                raise MetadataConflict(f"webhook {hook_id} exists")
+            self._s.hooks[hook_id] = (data, self._s.next_seq())
+
+    def read(self, hook_id: str) -> tuple[bytes, int] | None:
+        with self._s.lock:
+            return self._s.hooks.get(validate_bookie_id(hook_id))
+
+    def ids(self) -> list[str]:
+        with self._s.lock:
+            return sorted(self._s.hooks)
+
+    def delete(self, hook_id: str) -> bool:
+        hook_id = validate_bookie_id(hook_id)
+        with self._s.lock:
+            self._s.deliveries.pop(hook_id, None)
+            return self._s.hooks.pop(hook_id, None) is not None
+
+    def deliveries(self, hook_id: str) -> list[bytes]:
+        with self._s.lock:
+            found = self._s.deliveries.get(validate_bookie_id(hook_id), {})
+            return [found[key] for key in sorted(found)]
+
+    def claim(self, hook_id: str, key: str, data: bytes) -> bool:
+        with self._s.lock:
+            found = self._s.deliveries.setdefault(validate_bookie_id(hook_id), {})
+            if key in found:
+                return False
+            found[key] = data
+            return True
+
+    def finish(self, hook_id: str, key: str, data: bytes) -> None:
+        with self._s.lock:
+            found = self._s.deliveries.get(validate_bookie_id(hook_id))
+            if found is not None and key in found:
+                found[key] = data
+
 
 class _Index:
     def __init__(self, store: MemoryStore) -> None:
@@ -193,17 +284,24 @@ class MemoryStore:
     """A ClusterStore in dicts. Tests arrange the cluster through the methods below (what bookies and
     writers would do), then hand the store to the code under test."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, label: str = "memory") -> None:
+        self.label = label
         self.lock = threading.RLock()
         self.cookie_bytes: dict[str, bytes] = {}  # bookie id -> its cookie, as the bookie wrote it
         self.registrations: dict[str, tuple[Where, bytes]] = {}
         self.states: dict[str, tuple[bytes, int]] = {}
-        self.histories: dict[str, list[bytes]] = {}
+        self.histories: dict[str, list[tuple[str, int, bytes]]] = {}  # bookie -> (name, sequence, record)
         self.progress: dict[str, dict[str, Any]] = {}
         self.failures: dict[str, dict[int, dict[str, Any]]] = {}
         self.serving: dict[str, dict[str, Any]] = {}
-        self.lost: set[int] = set()
+        self.lost: dict[int, bytes] = {}  # ledger -> its data-loss record
         self.markers: dict[int, tuple[str, ...]] = {}
+        self.locks: dict[int, str] = {}  # ledger -> the worker holding its replication lock
+        self.elected: str | None = None  # the Auditor
+        self.racks: bytes | None = None  # Pulsar's rack JSON
+        self.hooks: dict[str, tuple[bytes, int]] = {}  # webhook id -> (record, creation sequence)
+        self.deliveries: dict[str, dict[str, bytes]] = {}  # webhook id -> key -> delivery record
+        self._seq = 0  # ZooKeeper's zxid: one order for every record created
         self.ledgers: dict[int, LedgerMetadata] = {}
         self.replication_enabled = True
         self.lifecycle = _Lifecycle(self)
@@ -211,6 +309,7 @@ class MemoryStore:
         self.data_loss = _DataLoss(self)
         self.queue = _Queue(self)
         self.index = _Index(self)
+        self.webhooks = _Webhooks(self)
 
     def check_bookie_id(self, bookie_id: str) -> str:
         return validate_bookie_id(bookie_id)
@@ -242,6 +341,18 @@ class MemoryStore:
         with self.lock:
             self.ledgers.pop(ledger_id, None)
 
-    def record_data_loss(self, ledger_id: int) -> None:
+    def record_data_loss(self, record: DataLossRecord) -> None:
         with self.lock:
-            self.lost.add(ledger_id)
+            self.lost[record.ledger_id] = encode_data_loss(record)
+
+    # -- what the store itself keeps in order ---------------------------------------------------------------
+    def next_seq(self) -> int:
+        with self.lock:
+            self._seq += 1
+            return self._seq
+
+    def append_history(self, bookie_id: str, data: bytes) -> None:
+        """A history record, named as ZooKeeper names a sequential `h-` child."""
+        with self.lock:
+            found = self.histories.setdefault(bookie_id, [])
+            found.append((f"h-{len(found):010d}", self.next_seq(), data))

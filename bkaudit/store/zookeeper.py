@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
 from bkaudit.errors import FormatError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
-from bkaudit.store.base import BookieState, Where, index_ledgers
+from bkaudit.store.base import BookieState, Transition, Where, index_ledgers
 from bkaudit.zk import dataloss, ledgers, paths, registry
 from bkaudit.zk import lifecycle as zk_lifecycle
 from bkaudit.zk import underreplication as ur
+from bkaudit.zk.client import read_children
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -44,6 +47,26 @@ class _Lifecycle:
 
     def history(self, bookie_id: str) -> list[lc.StateRecord]:
         return zk_lifecycle.history(self._zk, bookie_id, root=self._root, state_root=self._state_root)
+
+    def transitions(self) -> list[Transition]:
+        base = f"{paths.lifecycle_root(root=self._root, state_root=self._state_root)}/history"
+        try:
+            bookies = self._zk.get_children(base)
+        except NoNodeError:
+            return []
+        out = []
+        for bookie in bookies:
+            try:
+                names = self._zk.get_children(f"{base}/{bookie}")
+            except NoNodeError:
+                continue
+            for name in names:
+                try:
+                    data, stat = self._zk.get(f"{base}/{bookie}/{name}")
+                except NoNodeError:
+                    continue
+                out.append((bookie, name, stat.czxid, data))
+        return sorted(out, key=lambda t: t[2])
 
     def write_progress(self, bookie_id: str, progress: dict[str, Any]) -> None:
         zk_lifecycle.write_progress(self._zk, bookie_id, progress, root=self._root,
@@ -81,9 +104,17 @@ class _Registry:
     def has_cookie(self, bookie_id: str) -> bool:
         return registry.exists(self._zk, paths.cookie_path(bookie_id, root=self._root))
 
-    def read_cookie(self, bookie_id: str) -> records.Cookie | None:
-        found = registry.read_cookie(self._zk, bookie_id, self._root)
-        return None if found is None else found[0]
+    def read_cookie(self, bookie_id: str) -> tuple[records.Cookie, int] | None:
+        return registry.read_cookie(self._zk, bookie_id, self._root)
+
+    def writable(self) -> list[str]:
+        return registry.list_writable(self._zk, self._root)
+
+    def readonly(self) -> list[str]:
+        return registry.list_readonly(self._zk, self._root)
+
+    def racks(self) -> dict[str, dict[str, records.BookieRackInfo]]:
+        return registry.read_racks(self._zk)
 
     def bookie_state(self, bookie_id: str) -> BookieState:
         return registry.bookie_state(self._zk, bookie_id, self._root)
@@ -99,6 +130,12 @@ class _DataLoss:
     def exists(self, ledger_id: int) -> bool:
         return dataloss.exists(self._zk, ledger_id, root=self._root, state_root=self._state_root)
 
+    def ids(self) -> list[int]:
+        return list(dataloss.list_ids(self._zk, root=self._root, state_root=self._state_root))
+
+    def read(self, ledger_id: int) -> dataloss.DataLossRecord | None:
+        return dataloss.read(self._zk, ledger_id, root=self._root, state_root=self._state_root)
+
 
 class _Queue:
     def __init__(self, store: ZkStore) -> None:
@@ -109,6 +146,74 @@ class _Queue:
 
     def mark(self, ledger_id: int, replicas: Iterable[str]) -> bool:
         return ur.mark_underreplicated(self._zk, ledger_id, replicas, root=self._root, acl=self._acl)
+
+    def marked(self) -> list[int]:
+        return list(ur.list_underreplicated(self._zk, root=self._root))
+
+    def marker(self, ledger_id: int) -> records.UnderreplicatedMarker | None:
+        found = ur.get_marker(self._zk, ledger_id, root=self._root)
+        return None if found is None else found[0]
+
+    def lock_holder(self, ledger_id: int) -> str | None:
+        return ur.lock_holder(self._zk, ledger_id, root=self._root)
+
+    def auditor(self) -> str | None:
+        return ur.current_auditor(self._zk, root=self._root)
+
+
+class _Webhooks:
+    def __init__(self, store: ZkStore) -> None:
+        self._zk, self._root, self._state_root = store.client, store.root, store.state_root
+
+    def _path(self, hook_id: str) -> str:
+        return paths.webhook_path(hook_id, root=self._root, state_root=self._state_root)
+
+    def _deliveries(self, hook_id: str) -> str:
+        return paths.webhook_deliveries_root(hook_id, root=self._root, state_root=self._state_root)
+
+    def create(self, hook_id: str, data: bytes) -> None:
+        self._zk.create(self._path(hook_id), data, makepath=True)
+
+    def read(self, hook_id: str) -> tuple[bytes, int] | None:
+        try:
+            data, stat = self._zk.get(self._path(hook_id))
+        except NoNodeError:
+            return None
+        return data, stat.czxid
+
+    def ids(self) -> list[str]:
+        try:
+            root = paths.webhooks_root(root=self._root, state_root=self._state_root)
+            return sorted(self._zk.get_children(root))
+        except NoNodeError:
+            return []
+
+    def delete(self, hook_id: str) -> bool:
+        try:
+            self._zk.delete(self._path(hook_id))
+        except NoNodeError:
+            return False
+        try:
+            self._zk.delete(self._deliveries(hook_id), recursive=True)
+        except NoNodeError:
+            pass
+        return True
+
+    def deliveries(self, hook_id: str) -> list[bytes]:
+        return read_children(self._zk, self._deliveries(hook_id), bytes, skip=())
+
+    def claim(self, hook_id: str, key: str, data: bytes) -> bool:
+        try:
+            self._zk.create(f"{self._deliveries(hook_id)}/{key}", data, makepath=True)
+            return True
+        except NodeExistsError:
+            return False
+
+    def finish(self, hook_id: str, key: str, data: bytes) -> None:
+        try:
+            self._zk.set(f"{self._deliveries(hook_id)}/{key}", data)
+        except NoNodeError:
+            pass  # the webhook was deleted meanwhile
 
 
 class _Index:
@@ -136,8 +241,9 @@ class ZkStore:
         acl: list[ACL] | None = None, max_in_flight: int = 500,
     ) -> None:
         self.client = client
-        self.root = paths.validate_root(root)
+        self.root = self.label = paths.validate_root(root)
         self.state_root = state_root or None
+        paths.bkaudit_state_root(root=self.root, state_root=self.state_root)  # validates it
         self.acl = acl
         self.max_in_flight = max_in_flight
         self.lifecycle = _Lifecycle(self)
@@ -145,6 +251,7 @@ class ZkStore:
         self.data_loss = _DataLoss(self)
         self.queue = _Queue(self)
         self.index = _Index(self)
+        self.webhooks = _Webhooks(self)
 
     def check_bookie_id(self, bookie_id: str) -> str:
         return paths.validate_bookie_id(bookie_id)

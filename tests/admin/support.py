@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pyarrow as pa
@@ -13,6 +15,7 @@ from bkaudit.admin.server import AdminServer
 from bkaudit.admin.settings import AdminSettings
 from bkaudit.formats import ledger_metadata, records
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+from bkaudit.store import ZkStore
 from bkaudit.zk import paths, registry
 
 ADMIN_TOKEN = "admin-token-0123456789"
@@ -32,7 +35,7 @@ def settings(**kw: Any) -> AdminSettings:
 def serve(zk: Any, root: str, **kw: Any) -> AdminServer:
     warehouse = kw.pop("warehouse", "")
     pool = kw.pop("pool", None)
-    return AdminServer(zk, root, settings(**kw), warehouse=warehouse, pool=pool, port=0).start()
+    return AdminServer(ZkStore(zk, root=root), settings(**kw), warehouse=warehouse, pool=pool, port=0).start()
 
 
 def add_cookie(zk: Any, root: str, bookie: str) -> None:
@@ -119,3 +122,31 @@ class RawConnection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class Receiver:
+    """A loopback HTTP server recording every POST; the first `fail_first` answers are 503."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        self.fail_first = fail_first
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append((dict(self.headers), body))
+                failing = len(receiver.received) <= receiver.fail_first
+                self.send_response(503 if failing else 204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

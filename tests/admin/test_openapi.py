@@ -26,6 +26,7 @@ from schemathesis.specs.openapi.checks import (
 
 from bkaudit.admin import webhooks
 from bkaudit.admin.apidoc import openapi_document
+from bkaudit.store import ZkStore
 from bkaudit.zk import paths, registry
 from tests.admin.support import ADMIN, READER, add_cookie, add_ledger, serve
 from tests.admin.support import settings as admin_settings
@@ -85,8 +86,8 @@ def served(zk, zk_root, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-unt
     zk.ensure_path(paths.readonly_root(root=zk_root))
     registry.register(zk, B, b"", readonly=True, root=zk_root)
     add_ledger(zk, zk_root, 7, (A, B))
-    webhooks.register(zk, url="http://127.0.0.1:9/hook", secret="s3cret-hook", by="t", at="now", root=zk_root,
-                      allow=admin_settings().allowed_networks())
+    webhooks.register(ZkStore(zk, root=zk_root), url="http://127.0.0.1:9/hook", secret="s3cret-hook", by="t",
+                      at="now", allow=admin_settings().allowed_networks())
     server = serve(zk, zk_root, webhook_max_attempts=1)
     try:
         yield server

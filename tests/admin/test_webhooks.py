@@ -12,7 +12,6 @@ import json
 import logging
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -24,42 +23,12 @@ from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
 from bkaudit.store import ZkStore
 from bkaudit.zk import paths
-from tests.admin.support import ADMIN, add_cookie, serve, settings
+from tests.admin.support import ADMIN, Receiver, add_cookie, serve, settings
 from tests.helpers import wait_for
 
 S = lc.LifecycleState
 SECRET = "webhook-secret-42"
 A, B = "10.0.0.1:3181", "10.0.0.2:3181"
-
-
-class Receiver:
-    """A loopback HTTP server recording every POST; the first `fail_first` answers are 503."""
-
-    def __init__(self, fail_first: int = 0) -> None:
-        self.received: list[tuple[dict[str, str], bytes]] = []
-        self.fail_first = fail_first
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.received.append((dict(self.headers), body))
-                failing = len(receiver.received) <= receiver.fail_first
-                self.send_response(503 if failing else 204)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 
 
 def verified(headers: dict[str, str], body: bytes) -> dict[str, Any]:
@@ -287,7 +256,7 @@ def test_delivery_records_say_failed_and_a_class_only_no_port_scanner(
     targets = {"closed": f"http://127.0.0.1:{_closed_port()}/hook", "ssh": f"http://127.0.0.1:{ssh.port}/",
                "silent": f"http://127.0.0.1:{silent.port}/", "http 503": failing.url,
                "unresolvable": "http://nothing.invalid/hook"}
-    ids = {why: webhooks.register(zk, url=url, secret=SECRET, by="t", at="now", root=zk_root,
+    ids = {why: webhooks.register(ZkStore(zk, root=zk_root), url=url, secret=SECRET, by="t", at="now",
                                   allow=settings().allowed_networks()).id for why, url in targets.items()}
     # registered before the rules (an earlier release): refused at delivery, never connected to
     legacy = {"metadata": "http://169.254.169.254/latest/meta-data/", "credentials": "http://u:pw@127.0.0.1:9/h"}

@@ -66,7 +66,7 @@ def test_lifecycle_webhook_serving_and_data_loss_records_follow_the_state_root(
 
     mode = BookieMode()
     bookie_lifecycle.watch(zk, A, mode, root=zk_root, state_root=sr)  # what bookie/server.py starts
-    server = AdminServer(zk, zk_root, settings(), state_root=sr, port=0).start()
+    server = AdminServer(ZkStore(zk, root=zk_root, state_root=sr), settings(), port=0).start()
     try:
         assert server.bound is not None
         base = f"http://127.0.0.1:{server.bound[1]}/api/v1"

@@ -2,7 +2,7 @@
 
 No bookie runs here: the point is that the state is managed while the bookie host is down. The rules
 (refusals, history, blockers, removal, drain records) are asserted on ZooKeeper and on the in-memory store
-alike in tests/lifecycle_contract.py (run here by test_lifecycle_contract_zk.py).
+alike in tests/store_contract.py (run here by test_store_contract_zk.py).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 
 from bkaudit.admin import app as admin_app
 from bkaudit.admin import webhooks
+from bkaudit.store import ZkStore
 from tests.admin.support import ADMIN, READER, add_cookie, add_ledger, serve, settings
 
 pytestmark = pytest.mark.cluster
@@ -57,8 +58,8 @@ def _tree(zk: KazooClient, base: str) -> dict[str, tuple[bytes, int]]:
 def served(zk, zk_root):  # type: ignore[no-untyped-def]
     add_cookie(zk, zk_root, BOOKIE)
     add_ledger(zk, zk_root, 7, (BOOKIE,))
-    hook = webhooks.register(zk, url="http://127.0.0.1:9/hook", secret="s3cret-hook", by="test", at="now",
-                             root=zk_root, allow=settings().allowed_networks())
+    hook = webhooks.register(ZkStore(zk, root=zk_root), url="http://127.0.0.1:9/hook", secret="s3cret-hook",
+                             by="test", at="now", allow=settings().allowed_networks())
     server = serve(zk, zk_root, anonymous_read=False)
     try:
         yield server, hook.id

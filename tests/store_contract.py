@@ -1,7 +1,7 @@
-"""The lifecycle rules and the drain, asserted once and run against both ClusterStores.
+"""The lifecycle rules, the drain and the admin API, asserted once and run against both ClusterStores.
 
-tests/unit/test_lifecycle_memory.py runs these on bkaudit.store.memory (no JVM, the inner loop);
-tests/integration/test_lifecycle_contract_zk.py runs the very same functions on a real ZooKeeper, which is
+tests/unit/test_store_memory.py runs these on bkaudit.store.memory (no JVM, the inner loop);
+tests/integration/test_store_contract_zk.py runs the very same functions on a real ZooKeeper, which is
 what makes the memory store a faithful double. Each module provides the `cluster` fixture: a `Backend`
 that arranges what bookies and writers would have put in the cluster, and the store handed to the code
 under test. Ground truth is what the test arranged: the ledgers it wrote, the failures it recorded.
@@ -9,10 +9,17 @@ under test. Ground truth is what the test arranged: the ledgers it wrote, the fa
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
+import httpx
 import pytest
 
+from bkaudit.admin import views, webhooks
+from bkaudit.admin.server import AdminServer
 from bkaudit.errors import FormatError, MetadataConflict
 from bkaudit.formats import records
 from bkaudit.lifecycle import service, serving
@@ -22,6 +29,9 @@ from bkaudit.model import lifecycle as lc
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.store import ClusterStore
 from bkaudit.store.base import ABSENT
+from bkaudit.zk.dataloss import DataLossRecord
+from tests.admin.support import ADMIN, READER, Receiver, settings
+from tests.helpers import wait_for
 
 S = lc.LifecycleState
 OP, AUD = lc.Actor.OPERATOR, lc.Actor.AUDITOR
@@ -39,13 +49,21 @@ class Backend(Protocol):
 
     def delete_ledger(self, ledger_id: int) -> None: ...
 
-    def record_data_loss(self, ledger_id: int, bookies: tuple[str, ...]) -> None: ...
+    def record_data_loss(self, record: DataLossRecord) -> None: ...
 
     def disable_replication(self) -> None: ...
 
     def marker(self, ledger_id: int) -> tuple[str, ...] | None: ...
 
     def corrupt_state(self, bookie: str) -> None: ...
+
+    def lock(self, ledger_id: int, holder: str) -> None:
+        """A worker took the marked ledger's replication lock."""
+        ...
+
+    def vote(self, bookie: str) -> None:
+        """A bookie entered the Auditor election (the first voter leads)."""
+        ...
 
 
 def ledger(*ensembles: tuple[str, ...], closed: bool = True, length: int = 1000) -> LedgerMetadata:
@@ -74,6 +92,11 @@ def bkaudit_registration(bookie: str) -> bytes:
     info = records.bookie_service_info_for(bookie, host, int(port))
     return records.encode_bookie_service_info(
         records.BookieServiceInfo(info.endpoints, ((serving.BKAUDIT_BOOKIE_PROPERTY, "test"),)))
+
+
+def lost(ledger_id: int, *bookies: str) -> DataLossRecord:
+    """The record a worker writes when it gives up on entries 0-9 of the ledger."""
+    return DataLossRecord(ledger_id, ((0, 9),), "2026-12-07T00:00:00Z", bookies, 3, "worker")
 
 
 def drain(cluster: Backend, bookie: str, **kwargs: Any) -> lc.StateRecord:
@@ -129,7 +152,7 @@ def test_drained_and_removal_are_refused_while_ledgers_reference_the_bookie(clus
     cluster.put_ledger(7, ledger((A, B)))
     cluster.put_ledger(8, ledger((B, C), (A, C)))  # A only in a later segment
     cluster.put_ledger(9, ledger((B, C)))
-    cluster.record_data_loss(8, (A,))
+    cluster.record_data_loss(lost(8, A))
     drain(cluster, A)
     service.transition(cluster.store, A, S.DRAINING_FAILED, actor=AUD, by="auditor")
     with pytest.raises(lc.TransitionRefused, match=r"2 ledgers still reference it \(1 with data") as refused:
@@ -247,7 +270,7 @@ def test_the_drain_fails_only_when_every_ledger_left_is_bad(cluster: Backend) ->
     cluster.put_ledger(5, ledger((A, B)))
     cluster.put_ledger(6, ledger((A, B)))
     cluster.put_ledger(7, ledger((A, B)))
-    cluster.record_data_loss(7, (A,))
+    cluster.record_data_loss(lost(7, A))
     drain(cluster, A)
     drainer = Drainer(cluster.store, settings=LifecycleSettings(drain_max_failures=2))
     for _ in range(2):
@@ -324,3 +347,118 @@ def test_the_workers_cache_and_their_failure_reports(cluster: Backend) -> None:
     (failure,) = cluster.store.lifecycle.list_failures(A).values()
     assert failure["count"] == 1 and len(failure["error"]) == 500
     assert cluster.store.lifecycle.list_failures(B) == {}
+
+
+LIFECYCLE = "/api/v1/bookie/lifecycle"
+
+
+# -- the admin API over the store --------------------------------------------------------------------------
+@contextlib.contextmanager
+def api(cluster: Backend) -> Iterator[httpx.Client]:
+    """The admin server over the store, on a loopback port (uvicorn, as `bkaudit admin serve` runs it)."""
+    server = AdminServer(cluster.store, settings(), port=0).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            yield client
+    finally:
+        server.stop()
+
+
+def test_the_api_lists_bookies_with_their_registration_state_and_cookie(cluster: Backend) -> None:
+    for b in (A, B, C):
+        cluster.add_cookie(b)
+    cluster.register(A, bkaudit_registration(A))
+    cluster.register(B, b"", readonly=True)
+    cluster.register(D, b"")  # registered, never formatted into the cluster: no cookie
+    drain(cluster, B)
+    with api(cluster) as http:
+        assert http.get("/api/v1/bookie/list_bookies", headers=READER).json() == {
+            A: "10.0.0.1", B: "10.0.0.2", D: "10.0.0.4"}
+        assert http.get("/api/v1/bookie/list_bookies?type=ro", headers=READER).json() == {B: "10.0.0.2"}
+        info = {i["bookie"]: i for i in http.get("/api/v1/bookie/list_bookie_info", headers=READER).json()}
+        assert {b: (i["registration"], i["cookie"], i["state"]) for b, i in info.items()} == {
+            A: ("writable", True, "Active"), B: ("readonly", True, "Draining"), C: ("absent", True, "Active"),
+            D: ("writable", False, "Active")}
+        state = http.get("/api/v1/bookie/state", params={"bookie": B}, headers=READER).json()
+        assert (state["running"], state["readOnly"], state["lifecycleState"]) == (True, True, "Draining")
+        cookie = http.get("/api/v1/bookie/cookie", params={"bookie": A}, headers=READER).json()
+        assert cookie["bookieHost"] == A and isinstance(cookie["version"], int)
+        unknown = http.get("/api/v1/bookie/state", params={"bookie": "10.9.9.9:1"}, headers=READER)
+        assert unknown.status_code == 404
+
+
+def test_the_api_moves_a_bookie_through_its_lifecycle(cluster: Backend) -> None:
+    for b in (A, B):
+        cluster.add_cookie(b)
+    cluster.put_ledger(3, ledger((A, B)))
+    with api(cluster) as http:
+        r = http.put("/api/v1/bookie/lifecycle", params={"bookie": A}, headers=ADMIN,
+                     json={"state": "Draining", "reason": "scale down"})
+        assert r.status_code == 200, r.text
+        assert http.put("/api/v1/bookie/lifecycle", params={"bookie": A}, headers=READER,
+                        json={"state": "Draining"}).status_code == 403
+        service.transition(cluster.store, A, S.DRAINING_FAILED, actor=AUD, by="auditor")
+        r = http.put(LIFECYCLE, params={"bookie": A}, headers=ADMIN, json={"state": "Drained"})
+        assert r.status_code == 409 and r.json()["blockers"] == ["ledger 3"]
+        cluster.delete_ledger(3)
+        r = http.put(LIFECYCLE, params={"bookie": A}, headers=ADMIN, json={"state": "Drained"})
+        assert r.status_code == 200, r.text
+        r = http.request("DELETE", "/api/v1/bookie/cookie", params={"bookie": A}, headers=ADMIN)
+        assert r.status_code == 200 and r.json()["state"] == "Removed"
+        history = http.get("/api/v1/bookie/lifecycle/history", params={"bookie": A}, headers=READER).json()
+        assert [(h["state"], h["by"]) for h in history] == [
+            ("Draining", "api:ops"), ("DrainingFailed", "auditor"), ("Drained", "api:ops"),
+            ("Removed", "api:ops")]
+        assert not cluster.store.registry.has_cookie(A)
+
+
+def test_the_api_shows_the_queue_data_loss_and_the_auditor(cluster: Backend) -> None:
+    cluster.store.queue.mark(5, [A])
+    cluster.store.queue.mark(5, [B])
+    cluster.store.queue.mark(9, [C])
+    cluster.lock(9, "worker-1")
+    cluster.record_data_loss(lost(7, A, B))
+    cluster.vote(C)
+    cluster.vote(A)
+    with api(cluster) as http:
+        assert http.get("/api/v1/autorecovery/list_under_replicated_ledger", headers=READER).json() == [5, 9]
+        missing = http.get("/api/v1/autorecovery/list_under_replicated_ledger?printmissingreplica=true",
+                           headers=READER).json()
+        assert missing == {"5": [A, B], "9": [C]}
+        (loss,) = http.get("/api/v1/autorecovery/data_loss", headers=READER).json()
+        assert (loss["ledger_id"], loss["bookies"], loss["lost_entries"]) == (7, [A, B], 10)
+        assert http.get("/api/v1/autorecovery/who_is_auditor", headers=READER).json() == {"Auditor": C}
+    rows = {r["ledger_id"]: r for r in views.queue(cluster.store)["ledgers"]}
+    assert (rows[5]["locked_by"], rows[9]["locked_by"]) == (None, "worker-1")
+
+
+def test_webhooks_deliver_each_later_transition_once(cluster: Backend) -> None:
+    for b in (A, B):
+        cluster.add_cookie(b)
+    drain(cluster, B)  # before the webhook: never delivered
+    receiver = Receiver()
+    try:
+        hook = webhooks.register(cluster.store, url=receiver.url, secret="s3cret", by="t", at="now",
+                                 allow=settings().allowed_networks())
+        assert [h.id for h in webhooks.list_all(cluster.store)] == [hook.id]
+        drain(cluster, A)
+        dispatchers = [webhooks.Dispatcher(cluster.store, poll_s=0.05, backoff_s=0.01,
+                                           allow=settings().allowed_networks()) for _ in range(2)]
+        for d in dispatchers:
+            d.start()  # two admin servers: the claim lets one of them deliver
+        try:
+            wait_for(lambda: [d for d in webhooks.deliveries(cluster.store, hook.id)
+                              if d["status"] != "pending"], 10, "a delivery")
+            time.sleep(0.3)  # further passes over the same history send nothing again
+        finally:
+            for d in dispatchers:
+                d.stop()
+        (delivered,) = webhooks.deliveries(cluster.store, hook.id)
+        assert delivered["status"] == "delivered" and delivered["payload"]["bookie"] == A
+        assert delivered["payload"]["transition"]["state"] == "Draining"
+        assert len(receiver.received) == 1
+        assert json.loads(receiver.received[0][1])["bookie"] == A
+        assert webhooks.delete(cluster.store, hook.id) and not webhooks.delete(cluster.store, hook.id)
+        assert webhooks.list_all(cluster.store) == [] and webhooks.deliveries(cluster.store, hook.id) == []
+    finally:
+        receiver.close()

@@ -1,5 +1,5 @@
 """The lifecycle rules and the drain on a real ZooKeeper: the same assertions as the in-memory store's
-(tests/lifecycle_contract.py), so the unit tests' double is held to what ZooKeeper does.
+(tests/store_contract.py), so the unit tests' double is held to what ZooKeeper does.
 
 The cluster is arranged as bookies and writers arrange it: cookies and registrations at BookKeeper's
 paths, ledger metadata in its v3 format, data-loss records where the Auditor writes them.
@@ -17,7 +17,7 @@ from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss, paths, registry
 from bkaudit.zk import underreplication as ur
-from tests.lifecycle_contract import *  # noqa: F403  (the shared tests, collected here)
+from tests.store_contract import *  # noqa: F403  (the shared tests, collected here)
 
 
 class ZkBackend:
@@ -42,8 +42,7 @@ class ZkBackend:
     def delete_ledger(self, ledger_id: int) -> None:
         self.zk.delete(paths.ledger_path(ledger_id, root=self.root))
 
-    def record_data_loss(self, ledger_id: int, bookies: tuple[str, ...]) -> None:
-        record = dataloss.DataLossRecord(ledger_id, ((0, 9),), "2026-12-07T00:00:00Z", bookies)
+    def record_data_loss(self, record: dataloss.DataLossRecord) -> None:
         dataloss.write(self.zk, record, root=self.root)
 
     def disable_replication(self) -> None:
@@ -55,6 +54,12 @@ class ZkBackend:
 
     def corrupt_state(self, bookie: str) -> None:
         self.zk.create(paths.lifecycle_state_path(bookie, root=self.root), b"garbage")
+
+    def lock(self, ledger_id: int, holder: str) -> None:
+        assert ur.acquire_lock(self.zk, ledger_id, root=self.root, holder=holder) is not None
+
+    def vote(self, bookie: str) -> None:
+        ur.create_vote(self.zk, bookie, root=self.root)
 
 
 @pytest.fixture

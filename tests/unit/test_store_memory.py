@@ -1,6 +1,6 @@
 """The lifecycle rules and the drain on the in-memory ClusterStore: no JVM, the inner loop.
 
-The assertions live in tests/lifecycle_contract.py; tests/integration/test_lifecycle_contract_zk.py runs the
+The assertions live in tests/store_contract.py; tests/integration/test_store_contract_zk.py runs the
 same ones on a real ZooKeeper, so a difference between the two stores fails there.
 """
 
@@ -10,7 +10,8 @@ import pytest
 
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.store.memory import MemoryStore
-from tests.lifecycle_contract import *  # noqa: F403  (the shared tests, collected here)
+from bkaudit.zk.dataloss import DataLossRecord
+from tests.store_contract import *  # noqa: F403  (the shared tests, collected here)
 
 
 class MemoryBackend:
@@ -29,8 +30,8 @@ class MemoryBackend:
     def delete_ledger(self, ledger_id: int) -> None:
         self.store.delete_ledger(ledger_id)
 
-    def record_data_loss(self, ledger_id: int, bookies: tuple[str, ...]) -> None:
-        self.store.record_data_loss(ledger_id)
+    def record_data_loss(self, record: DataLossRecord) -> None:
+        self.store.record_data_loss(record)
 
     def disable_replication(self) -> None:
         self.store.replication_enabled = False
@@ -40,6 +41,13 @@ class MemoryBackend:
 
     def corrupt_state(self, bookie: str) -> None:
         self.store.states[bookie] = (b"garbage", 0)
+
+    def lock(self, ledger_id: int, holder: str) -> None:
+        self.store.locks[ledger_id] = holder
+
+    def vote(self, bookie: str) -> None:
+        if self.store.elected is None:
+            self.store.elected = bookie
 
 
 @pytest.fixture
