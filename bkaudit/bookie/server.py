@@ -181,9 +181,10 @@ class BookieServer:
             registry.set_rack(zk, self.bookie_id, rack, conf.advertised_address, acl=acl)
         registration = self.registration = Registration(zk, self.bookie_id, self._service_info(),
                                                         root=self.root, acl=acl)
-        registration.start(readonly=self.mode.readonly)
+        registered_readonly = self.mode.readonly
+        registration.start(readonly=registered_readonly)
         self._closers.append(registration.stop)
-        self.mode.listen(lambda readonly: registration.set_readonly(readonly))
+        self.mode.listen(lambda readonly: registration.set_readonly(readonly), assumed=registered_readonly)
         threading.Thread(target=self._monitor_disk, name="bookie-disk", daemon=True).start()
         if integrity is not None and integrity.needed:  # serving and registered: recover, then copy back
             integrity.start()

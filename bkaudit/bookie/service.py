@@ -77,12 +77,20 @@ class BookieMode:
             before = self.readonly
             (self._reasons.add if on else self._reasons.discard)(reason)
             after = self.readonly
+            listeners = list(self._listeners)
         if before != after:
-            for listener in list(self._listeners):
+            for listener in listeners:
                 listener(after)
 
-    def listen(self, listener: Callable[[bool], None]) -> None:
-        self._listeners.append(listener)
+    def listen(self, listener: Callable[[bool], None], *, assumed: bool | None = None) -> None:
+        """Tell `listener` of every later transition. `assumed` is the mode the caller already acted on (the
+        registration it made): a transition between that and this call is told now, else it would be lost
+        (a bookie drained while it started stayed registered writable)."""
+        with self._lock:
+            self._listeners.append(listener)
+            current = self.readonly
+        if assumed is not None and current != assumed:
+            listener(current)
 
 
 class _Workers:
