@@ -5,17 +5,23 @@ Exit codes are bkaudit.exitcodes' table (docs/cli.md): 0 clean, 1 error, 2 usage
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from bkaudit.errors import BkAuditError, ConfigError
 from bkaudit.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from bkaudit.store.zookeeper import ZkStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -130,6 +136,50 @@ def zk_options(func: F) -> F:
     func = click.option("--zk", default=None,
                         help="ZooKeeper connect string HOST:PORT[,HOST:PORT] ($BKAUDIT_ZK)")(func)
     return func
+
+
+@dataclass(frozen=True)
+class ZkTarget:
+    """The cluster a command acts on, as its flags name it (--zk, --dir, --root, --config): what
+    `zk_target` hands a command instead of four loose values."""
+
+    zk: str | None = None
+    cluster_dir: str | None = None
+    root: str | None = None
+    config_path: str | None = None
+
+    def settings(self, *, need_zk: bool = True, probe_zk: bool = True, **overrides: Any) -> Any:
+        """The command's settings (load_settings: the flags over file and environment, validated)."""
+        return load_settings(self.zk, self.cluster_dir, self.root, self.config_path, need_zk=need_zk,
+                             probe_zk=probe_zk, **overrides)
+
+    @contextlib.contextmanager
+    def store(self, settings: Any = None) -> Iterator[ZkStore]:
+        """A cluster store on a session of its own, closed after; a store error ends the command with its
+        exit code (one line on stderr)."""
+        from bkaudit.config import ZkSettings
+        from bkaudit.store.zookeeper import close, connect
+
+        zk_settings = (settings if settings is not None else self.settings()).get(ZkSettings)
+        try:
+            store = connect(zk_settings)
+            try:
+                yield store
+            finally:
+                close(store)
+        except BkAuditError as exc:
+            fail(str(exc), exit_code_for(exc))
+
+
+def zk_target(func: F) -> F:
+    """zk_options, handed to the command as one `target: ZkTarget`."""
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        target = ZkTarget(*(kwargs.pop(name) for name in ("zk", "cluster_dir", "root", "config_path")))
+        return func(*args, target=target, **kwargs)
+
+    return zk_options(command)  # type: ignore[return-value]
 
 
 def resolve_zk(zk: str | None, cluster_dir: str | None) -> str | None:

@@ -26,10 +26,10 @@ from bkaudit.lifecycle import service, serving
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache, report_failure
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
+from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.store import ClusterStore
 from bkaudit.store.base import ABSENT
-from bkaudit.zk.dataloss import DataLossRecord
 from tests.admin.support import ADMIN, READER, Receiver, settings
 from tests.helpers import wait_for
 

@@ -27,23 +27,16 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from kazoo.exceptions import NodeExistsError
-from kazoo.recipe.watchers import DataWatch
-from kazoo.security import OPEN_ACL_UNSAFE
+from typing import TYPE_CHECKING
 
 from bkaudit.autorecovery import metrics as m
-from bkaudit.zk import ledgers, paths, registry
-from bkaudit.zk import underreplication as ur
 from bkaudit.zk.client import RateLimiter
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
     from bkaudit.autorecovery.events import EventLog
     from bkaudit.autorecovery.settings import AutoRecoverySettings
     from bkaudit.autorecovery.view import BookieView
+    from bkaudit.store.base import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -150,43 +143,24 @@ class BookieCheckSchedule:
             self.next_due = None if self.interval_s == 0 else self.next_due + self.interval_s
 
 
-def seed_delay(zk: KazooClient, delay_s: int, *, root: str) -> int:
-    """Create `lostBookieRecoveryDelay` from the config if absent (as BookKeeper does); the stored value."""
-    try:
-        zk.create(
-            paths.lost_bookie_recovery_delay_path(root=root),
-            str(delay_s).encode("ascii"),
-            acl=list(OPEN_ACL_UNSAFE),
-            makepath=True,
-        )
-    except NodeExistsError:
-        pass
-    stored = ur.get_lost_bookie_recovery_delay(zk, root=root)
-    return delay_s if stored is None else stored
-
-
 # -- the auditor ------------------------------------------------------------------------------------------
 class Auditor:
     """One term of office: created when elected, stopped when demoted."""
 
     def __init__(
         self,
-        zk: KazooClient,
+        cluster: ClusterStore,
         *,
-        root: str,
         settings: AutoRecoverySettings,
         view: BookieView,
         metrics: m.AutoRecoveryMetrics,
         events: EventLog,
-        acl: Any = None,
     ) -> None:
-        self.zk = zk
-        self.root = root
+        self.cluster = cluster
         self.settings = settings
         self.view = view
         self.metrics = metrics
         self.events = events
-        self.acl = acl
         self.delay = LostBookieDelay(settings.lost_bookie_recovery_delay_s)
         self.bookie_check = BookieCheckSchedule(
             settings.auditor_periodic_bookie_check_interval_s, now=time.monotonic()
@@ -203,12 +177,13 @@ class Auditor:
         self._thread = threading.Thread(target=self._run, name="auditor", daemon=True)
 
     def start(self) -> Auditor:
-        self.delay.delay_s = seed_delay(self.zk, self.settings.lost_bookie_recovery_delay_s, root=self.root)
+        queue = self.cluster.queue
+        self.delay.delay_s = queue.seed_recovery_delay(self.settings.lost_bookie_recovery_delay_s)
         self.delay.known = set(self.view.cookies())  # BookKeeper: knownBookies = admin.getAllBookies()
         self.view.add_listener(self._on_bookies)
         first = [True]
 
-        def on_delay(data: bytes | None, _stat: object) -> bool | None:
+        def on_delay(data: bytes | None) -> bool | None:
             if self._stop.is_set():
                 return False  # stop watching
             if first[0]:  # the current value, not a change
@@ -224,7 +199,7 @@ class Auditor:
             self._wake.set()
             return None
 
-        DataWatch(self.zk, paths.lost_bookie_recovery_delay_path(root=self.root), on_delay)
+        queue.watch_recovery_delay(on_delay)
         self._thread.start()
         self.events.emit("auditor_started", lost_bookie_recovery_delay_s=self.delay.delay_s)
         return self
@@ -324,7 +299,7 @@ class Auditor:
         paused = False
         try:
             while not self._stop.is_set():
-                if not ur.wait_until_enabled(self.zk, timeout=1.0, root=self.root):
+                if not self.cluster.queue.wait_until_enabled(1.0):
                     if not paused:  # once per audit: the evidence that a requested audit is held back
                         paused = True
                         self.events.emit("audit_paused", reason=reason, why="replication disabled")
@@ -340,11 +315,10 @@ class Auditor:
     def _audit_once(self, reason: str) -> int | None:
         started = time.monotonic()
         self.events.emit("audit_started", reason=reason)
-        index = self._bookie_ledger_index()
+        index = self.cluster.index.every_bookie()  # BookKeeper's BookieLedgerIndexer
         self.metrics.observe_ms(m.BOOKIE_TO_LEDGERS_MAP_CREATION_TIME, 1000 * (time.monotonic() - started))
-        available = set(registry.list_writable(self.zk, self.root)) | set(
-            registry.list_readonly(self.zk, self.root)
-        )
+        registry, queue = self.cluster.registry, self.cluster.queue
+        available = set(registry.writable()) | set(registry.readonly())
         lost = sorted(set(index) - available)
         wanted: dict[int, list[str]] = defaultdict(list)
         for bookie in lost:
@@ -355,11 +329,9 @@ class Auditor:
         for n, (ledger_id, bookies) in enumerate(sorted(wanted.items())):
             if self._stop.is_set():
                 return marked
-            if n % ENABLED_CHECK_EVERY == 0 and not ur.is_replication_enabled(self.zk, root=self.root):
+            if n % ENABLED_CHECK_EVERY == 0 and not queue.is_enabled():
                 return None
-            if ur.mark_underreplicated(
-                self.zk, ledger_id, bookies, root=self.root, acl=self.acl, rate_limiter=self.publish_limiter
-            ):
+            if queue.mark(ledger_id, bookies, rate_limiter=self.publish_limiter):
                 marked += 1
                 self.metrics.inc(m.MARKERS_PUBLISHED)
         self.audits += 1
@@ -377,14 +349,3 @@ class Auditor:
             seconds=round(time.monotonic() - started, 3),
         )
         return marked
-
-    def _bookie_ledger_index(self) -> dict[str, list[int]]:
-        """bookie -> ledgers having it in any segment (BookKeeper's BookieLedgerIndexer)."""
-        index: dict[str, list[int]] = defaultdict(list)
-        reads = ledgers.iter_all_metadata(
-            self.zk, root=self.root, max_in_flight=self.settings.max_concurrent_metadata_reads
-        )
-        for ledger_id, metadata in reads:
-            for bookie in metadata.bookies():
-                index[bookie].append(ledger_id)
-        return index

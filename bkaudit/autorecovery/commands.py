@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import click
 
-from bkaudit.cli_common import LEDGER_ID, SECONDS, emit, exit_code_for, fail, load_settings, zk_options
+from bkaudit.cli_common import LEDGER_ID, SECONDS, ZkTarget, emit, exit_code_for, fail, zk_target
 from bkaudit.errors import BkAuditError
 from bkaudit.shutdown import STOP_GRACE_S, StopWatchdog, stop_signals
 
@@ -29,7 +28,7 @@ def autorecovery() -> None:
 
 
 @autorecovery.command()
-@zk_options
+@zk_target
 @click.option("--once", is_flag=True, help="drain the queue, then exit (non-zero on --timeout)")
 @click.option("--json", "as_json", is_flag=True, help="print the final summary as JSON")
 @click.option(
@@ -54,10 +53,7 @@ def autorecovery() -> None:
 )
 @click.option("--no-auditor", is_flag=True, help="only replicate; do not stand for auditor")
 def run(
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
+    target: ZkTarget,
     once: bool,
     as_json: bool,
     workers: int | None,
@@ -70,7 +66,7 @@ def run(
     from bkaudit.autorecovery.service import AutoRecoveryService
 
     _setup_logging()
-    settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False)  # a service waits for ZK
+    settings = target.settings(probe_zk=False)  # a service waits for ZK
     stop = threading.Event()
     watchdog = StopWatchdog(STOP_GRACE_S, "autorecovery run")
     summary: Any = None
@@ -164,130 +160,73 @@ def _stop(service: Any, watchdog: StopWatchdog) -> bool:
 
 
 @autorecovery.command()
-@zk_options
+@zk_target
 @click.option("--json", "as_json", is_flag=True)
-def status(
-    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, as_json: bool
-) -> None:
+def status(target: ZkTarget, as_json: bool) -> None:
     """Who is auditor, whether replication is enabled, queue size, locks, data-lost ledgers, lost bookies."""
     from bkaudit.autorecovery import admin
 
-    state = _state_root(zk, cluster_dir, root, config_path)
-    doc = _with_zk(
-        zk, cluster_dir, root, config_path, lambda client, r: admin.status(client, root=r, state_root=state)
-    )
+    with target.store() as cluster:
+        doc = admin.status(cluster)
     emit(doc, as_json, admin.human_status)
 
 
 @autorecovery.command("trigger-audit")
-@zk_options
-def trigger_audit(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None) -> None:
+@zk_target
+def trigger_audit(target: ZkTarget) -> None:
     """Make the elected auditor audit lost bookies now (BookKeeper's triggeraudit); exit 1 if none runs."""
     from bkaudit.autorecovery import admin
     from bkaudit.autorecovery.settings import AutoRecoverySettings
 
-    settings = _settings(zk, cluster_dir, root, config_path)
+    settings = target.settings()
     default = settings.get(AutoRecoverySettings).lost_bookie_recovery_delay_s
-
-    def act(client: Any, r: str) -> tuple[int, str | None]:
-        return admin.trigger_audit(client, root=r, default_delay_s=default), admin.who_is_auditor(
-            client, root=r
-        )
-
-    delay, auditor = _with_zk(zk, cluster_dir, root, config_path, act)
+    with target.store(settings) as cluster:
+        delay = admin.trigger_audit(cluster, default_delay_s=default)
+        auditor = cluster.queue.auditor()
     if auditor is None:
         fail("no auditor is elected (is any `bkaudit autorecovery run` up?); the request stays in ZooKeeper")
     click.echo(f"audit triggered on auditor {auditor} (lostBookieRecoveryDelay {delay}s)")
 
 
 @autorecovery.command()
-@zk_options
-def disable(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None) -> None:
+@zk_target
+def disable(target: ZkTarget) -> None:
     """Stop auditors publishing and workers replicating (creates underreplication/disable)."""
-    from bkaudit.zk import underreplication as ur
-
-    changed = _with_zk(zk, cluster_dir, root, config_path, lambda c, r: ur.disable_replication(c, root=r))
+    with target.store() as cluster:
+        changed = cluster.queue.set_enabled(False)
     click.echo("replication disabled" if changed else "replication was already disabled")
 
 
 @autorecovery.command()
-@zk_options
-def enable(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None) -> None:
+@zk_target
+def enable(target: ZkTarget) -> None:
     """Let auditors and workers resume (deletes underreplication/disable)."""
-    from bkaudit.zk import underreplication as ur
-
-    changed = _with_zk(zk, cluster_dir, root, config_path, lambda c, r: ur.enable_replication(c, root=r))
+    with target.store() as cluster:
+        changed = cluster.queue.set_enabled(True)
     click.echo("replication enabled" if changed else "replication was already enabled")
 
 
 @autorecovery.command("set-delay")
-@zk_options
+@zk_target
 @click.argument("seconds", type=click.IntRange(min=0, max=2**31 - 1))
-def set_delay(
-    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, seconds: int
-) -> None:
+def set_delay(target: ZkTarget, seconds: int) -> None:
     """Set lostBookieRecoveryDelay in ZooKeeper (0, or the current value, audits at once)."""
-    from bkaudit.zk import underreplication as ur
-
-    _with_zk(
-        zk, cluster_dir, root, config_path, lambda c, r: ur.set_lost_bookie_recovery_delay(c, seconds, root=r)
-    )
+    with target.store() as cluster:
+        cluster.queue.set_recovery_delay(seconds)
     click.echo(f"lostBookieRecoveryDelay = {seconds}s")
 
 
 @autorecovery.command("clear-data-loss")
-@zk_options
+@zk_target
 @click.option("--ledger", "ledger_id", type=LEDGER_ID, required=True)
-def clear_data_loss(
-    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, ledger_id: int
-) -> None:
+def clear_data_loss(target: ZkTarget, ledger_id: int) -> None:
     """Delete a ledger's data-loss record so workers try it again (e.g. after restoring a bookie)."""
-    from bkaudit.zk import dataloss
-
-    state = _state_root(zk, cluster_dir, root, config_path)
-    removed = _with_zk(
-        zk, cluster_dir, root, config_path,
-        lambda c, r: dataloss.delete(c, ledger_id, root=r, state_root=state),
-    )
+    with target.store() as cluster:
+        removed = cluster.data_loss.delete(ledger_id)
     click.echo(f"ledger {ledger_id}: data-loss record {'deleted' if removed else 'was absent'}")
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
-def _settings(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None) -> Any:
-
-    return load_settings(zk, cluster_dir, root, config_path)
-
-
-def _state_root(
-    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None
-) -> str | None:
-    """`[zk] state_root` (None: derived from the ledgers root)."""
-    from bkaudit.config import ZkSettings
-
-    return _settings(zk, cluster_dir, root, config_path).get(ZkSettings).state_root or None
-
-
-def _with_zk(
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
-    action: Callable[[Any, str], Any],
-) -> Any:
-    from bkaudit.config import ZkSettings
-    from bkaudit.zk import client as zkclient
-
-    zk_settings = _settings(zk, cluster_dir, root, config_path).get(ZkSettings)
-    try:
-        client = zkclient.connect(zk_settings)
-        try:
-            return action(client, zk_settings.root)
-        finally:
-            zkclient.close(client)
-    except BkAuditError as exc:
-        fail(str(exc), exit_code_for(exc))
-
-
 def _setup_logging() -> None:
     import logging
     import os

@@ -15,18 +15,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kazoo.protocol.states import KazooState
-
 from bkaudit.autorecovery import metrics as m
 from bkaudit.errors import MetadataError
-from bkaudit.zk import underreplication as ur
 from bkaudit.zk.client import is_transient
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-    from kazoo.security import ACL
-
     from bkaudit.autorecovery.events import EventLog
+    from bkaudit.store.base import AuditorElection
 
 log = logging.getLogger(__name__)
 
@@ -38,24 +33,20 @@ class AuditorElector:
 
     def __init__(
         self,
-        zk: KazooClient,
+        election: AuditorElection,
         node_id: str,
         *,
-        root: str,
         on_elected: Callable[[], None],
         on_demoted: Callable[[], None],
         metrics: m.AutoRecoveryMetrics,
         events: EventLog | None = None,
-        acl: list[ACL] | None = None,
     ) -> None:
-        self.zk = zk
+        self.election = election
         self.node_id = node_id
-        self.root = root
         self.on_elected = on_elected
         self.on_demoted = on_demoted
         self.metrics = metrics
         self.events = events
-        self.acl = acl
         self.vote: str | None = None
         self.leader = False
         self.decided = threading.Event()
@@ -63,6 +54,7 @@ class AuditorElector:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._session_lost = threading.Event()
+        self._unlisten: Callable[[], None] | None = None
         self._thread = threading.Thread(target=self._run, name=f"auditor-elector-{node_id}", daemon=True)
 
     @property
@@ -70,7 +62,7 @@ class AuditorElector:
         return self.leader
 
     def start(self) -> AuditorElector:
-        self.zk.add_listener(self._on_state)
+        self._unlisten = self.election.on_session_lost(self._on_session_lost)
         self._thread.start()
         return self
 
@@ -79,20 +71,20 @@ class AuditorElector:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=10)
-        self.zk.remove_listener(self._on_state)
+        if self._unlisten is not None:
+            self._unlisten()
         self._demote("stopped")
         vote, self.vote = self.vote, None
         if vote is not None:
             try:
-                self.zk.delete(vote)
+                self.election.withdraw(vote)
             except Exception as exc:  # session already gone: the vote went with it
                 log.debug("deleting vote %s: %s", vote, exc)
 
-    # -- kazoo's event thread: flags only --------------------------------------------------------------------
-    def _on_state(self, state: str) -> None:
-        if state == KazooState.LOST:
-            self._session_lost.set()
-            self._wake.set()
+    # -- the store's event thread: flags only ----------------------------------------------------------------
+    def _on_session_lost(self) -> None:
+        self._session_lost.set()
+        self._wake.set()
 
     # -- the election loop ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -110,11 +102,11 @@ class AuditorElector:
             self._demote("ZooKeeper session lost")
             self.vote = None
         if self.vote is None:
-            self.vote = ur.create_vote(self.zk, self.node_id, root=self.root, acl=self.acl)
+            self.vote = self.election.vote(self.node_id)
             self.metrics.inc(m.ELECTION_ATTEMPTS)
             self._emit("voted", vote=self.vote)
         try:
-            before = ur.predecessor(self.zk, self.vote, root=self.root)
+            before = self.election.predecessor(self.vote)
         except MetadataError:  # our vote vanished (session expired before we noticed)
             self._demote("vote vanished")
             self.vote = None
@@ -122,15 +114,15 @@ class AuditorElector:
         self._wake.clear()
         if before is None:
             if not self.leader:
-                ur.announce_auditor(self.zk, self.node_id, root=self.root)
+                self.election.announce(self.node_id)
                 self.leader = True
                 self._emit("elected", vote=self.vote)
                 self.on_elected()
             self.decided.set()
-            if self.zk.exists(self.vote, watch=lambda _event: self._wake.set()) is not None:
+            if self.election.watch_gone(self.vote, self._wake.set):
                 self._wake.wait()  # until our vote goes (session lost, deleted by hand) or we stop
             return
-        if self.zk.exists(before, watch=lambda _event: self._wake.set()) is None:
+        if not self.election.watch_gone(before, self._wake.set):
             return  # predecessor already gone: re-run at once
         self.decided.set()
         self._wake.wait()

@@ -27,8 +27,6 @@ from bkaudit.lifecycle.drain import Drainer, LifecycleCache
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.store import ZkStore
 from bkaudit.zk import client as zkclient
-from bkaudit.zk import dataloss
-from bkaudit.zk import underreplication as ur
 
 log = logging.getLogger(__name__)
 
@@ -112,17 +110,17 @@ class AutoRecoveryService:
     def _start(self) -> None:
         if self._zk is None:
             self._zk = zkclient.connect(self.zk_settings)
-        acl = zkclient.acls(self.zk_settings)
-        ur.ensure_underreplication_layout(self._zk, root=self.root, acl=acl)
-        self.view = BookieView(self._zk, root=self.root, settings=self.settings).start()
-        self.cluster = cluster = ZkStore(self._zk, root=self.root, state_root=self.state_root, acl=acl,
+        self.cluster = cluster = ZkStore(self._zk, root=self.root, state_root=self.state_root,
+                                         acl=zkclient.acls(self.zk_settings),
                                          max_in_flight=self.conf.max_concurrent_metadata_reads)
-        self.shared = self._shared(acl, cluster)
+        cluster.queue.ensure_layout()
+        self.view = BookieView(cluster.registry, settings=self.settings).start()
+        self.shared = self._shared(cluster)
         # ledgers already recorded as data-lost are left alone from the first pick on (no lock, no probe)
-        moved = dataloss.migrate_legacy(self._zk, root=self.root, state_root=self.state_root)
+        moved = cluster.data_loss.migrate_legacy()
         if moved:
             self.events.emit("data_loss_records_migrated", ledgers=moved)
-        self.shared.data_lost.update(dataloss.list_ids(self._zk, root=self.root, state_root=self.state_root))
+        self.shared.data_lost.update(cluster.data_loss.ids())
         self.events.emit("started", workers=self.n_workers, root=self.root)
         for i in range(self.n_workers):
             worker = ReplicationWorker(self.shared, f"{self.node_id}/w{i}")
@@ -132,14 +130,12 @@ class AutoRecoveryService:
             thread.start()
         if self.run_auditor:
             self.elector = AuditorElector(
-                self._zk,
+                cluster.election,
                 self.node_id,
-                root=self.root,
                 on_elected=self._elected,
                 on_demoted=self._demoted,
                 metrics=self.metrics,
                 events=self.events,
-                acl=acl,
             ).start()
         if self.conf.metrics_file:
             thread = threading.Thread(
@@ -147,7 +143,7 @@ class AutoRecoveryService:
             )
             thread.start()
 
-    def _shared(self, acl: Any, cluster: ZkStore) -> Shared:
+    def _shared(self, cluster: ZkStore) -> Shared:
         from bkaudit.audit.settings import policy_from_settings
         from bkaudit.client.bookkeeper import BookKeeper
         from bkaudit.client.directory import ZkBookieDirectory
@@ -179,9 +175,7 @@ class AutoRecoveryService:
         self._closers.append(bk.close)
         conf = self.conf
         return Shared(
-            zk=self._zk,
-            root=self.root,
-            state_root=self.state_root,
+            cluster=cluster,
             settings=conf,
             view=self.view,
             pool=pool,
@@ -191,7 +185,6 @@ class AutoRecoveryService:
             events=self.events,
             holder=self.node_id,
             recover=lambda ledger_id, lost: bk.open_ledger(ledger_id, recover=True, lost_copies=lost),
-            acl=acl,
             lifecycle=LifecycleCache(cluster),
             read_timeout_s=min(client_settings.read_timeout_s, rpc.request_timeout_s * 2),
             task_limiter=RateLimiter(conf.zk_replication_task_rate_limit)
@@ -234,13 +227,8 @@ class AutoRecoveryService:
         with self._auditor_lock:
             if self.auditor is None:
                 self.auditor = Auditor(
-                    self._zk,
-                    root=self.root,
-                    settings=self.conf,
-                    view=self.view,
-                    metrics=self.metrics,
+                    self.cluster, settings=self.conf, view=self.view, metrics=self.metrics,
                     events=self.events,
-                    acl=self.shared.acl,
                 ).start()
             if self.drainer is None:  # the lifecycle drain runs beside the Auditor, for its term
                 self.drainer = Drainer(
@@ -302,13 +290,11 @@ class AutoRecoveryService:
         return self.left()
 
     def left(self) -> list[LeftLedger]:
-        from bkaudit.autorecovery.queue import locked_ids
-
-        assert self.shared is not None
-        sh = self.shared
-        remaining = list(ur.list_underreplicated(self._zk, root=self.root))
-        lost = set(dataloss.list_ids(self._zk, root=self.root, state_root=self.state_root))
-        locked = locked_ids(self._zk, root=self.root)
+        assert self.shared is not None and self.cluster is not None
+        sh, queue = self.shared, self.cluster.queue
+        remaining = queue.marked()
+        lost = set(self.cluster.data_loss.ids())
+        locked = queue.locked()
         held = {lid: h for w in self.workers for lid, h in w.held.items()}
         out = []
         for lid in remaining:
@@ -318,10 +304,10 @@ class AutoRecoveryService:
                 reason = "deferred_open" if held[lid].kind == "open" else "failing"
                 detail = sh.last_error.get(lid, "open ledger within its grace period")
             elif lid in locked:
-                reason, detail = "locked_elsewhere", str(ur.lock_holder(self._zk, lid, root=self.root))
+                reason, detail = "locked_elsewhere", str(queue.lock_holder(lid))
             elif lid in sh.failures:
                 reason, detail = "failing", sh.last_error.get(lid, "")
-            elif not ur.is_replication_enabled(self._zk, root=self.root):
+            elif not queue.is_enabled():
                 reason, detail = "disabled", "replication is disabled"
             else:
                 reason, detail = "pending", "not yet taken"
@@ -329,10 +315,11 @@ class AutoRecoveryService:
         return out
 
     def summary(self, left: list[LeftLedger], *, timed_out: bool) -> DrainSummary:
+        assert self.cluster is not None
         records = []
         for item in left:
             if item.reason == "data_lost":
-                record = dataloss.read(self._zk, item.ledger_id, root=self.root, state_root=self.state_root)
+                record = self.cluster.data_loss.read(item.ledger_id)
                 if record is not None:
                     records.append(record.to_json())
         return drain_summary(
@@ -349,10 +336,10 @@ class AutoRecoveryService:
     # -- metrics ---------------------------------------------------------------------------------------------
     def _progress_gauges(self) -> None:
         """Queue size and the replication switch, read at each metrics write (AutoRecovery progress)."""
-        from bkaudit.zk import underreplication as ur
-
-        queued = sum(1 for _ in ur.list_underreplicated(self._zk, root=self.root))
-        enabled = ur.is_replication_enabled(self._zk, root=self.root)
+        if self.cluster is None:
+            return
+        queued = len(self.cluster.queue.marked())
+        enabled = self.cluster.queue.is_enabled()
         self.metrics.set_gauge("queue_ledgers", queued)
         self.metrics.set_gauge("replication_enabled", 1 if enabled else 0)
 

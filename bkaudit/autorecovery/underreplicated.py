@@ -10,11 +10,14 @@ replicas, `--printreplicationworkerid/-prw` the holder of the ledger's re-replic
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, zk_options
+from bkaudit.cli_common import ZkTarget, emit, zk_target
+
+if TYPE_CHECKING:
+    from bkaudit.store.base import ReplicationQueue
 
 
 @click.group(name="underreplicated")
@@ -23,7 +26,7 @@ def underreplicated() -> None:
 
 
 @underreplicated.command("list", context_settings={"ignore_unknown_options": False})
-@zk_options
+@zk_target
 @click.option("--missingreplica", "-mr", "missing", default=None, metavar="BOOKIE",
               help="only ledgers missing a replica on this bookie")
 @click.option("--excludingmissingreplica", "-emr", "excluding", default=None, metavar="BOOKIE",
@@ -35,46 +38,30 @@ def underreplicated() -> None:
 @click.option("--onlydisplayledgercount", "-c", "only_count", is_flag=True, help="print only the count")
 @click.option("--json", "as_json", is_flag=True,
               help="one JSON document: {count, ledgers: [{ledger_id, missing_replicas, marked_at, worker}]}")
-def list_command(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
-                 missing: str | None, excluding: str | None, print_missing: bool, print_worker: bool,
-                 only_count: bool, as_json: bool) -> None:
+def list_command(target: ZkTarget, missing: str | None, excluding: str | None, print_missing: bool,
+                 print_worker: bool, only_count: bool, as_json: bool) -> None:
     """Ledgers marked under-replicated, in ledger id order."""
-    from bkaudit.config import ZkSettings
-    from bkaudit.errors import BkAuditError
-    from bkaudit.zk import client as zkclient
-
-    zk_settings = load_settings(zk, cluster_dir, root, config_path).get(ZkSettings)
-    try:
-        client = zkclient.connect(zk_settings)
-        try:
-            rows = queue(client, zk_settings.root, missing=missing, excluding=excluding,
-                         with_worker=print_worker or as_json, only_count=only_count)
-        finally:
-            zkclient.close(client)
-    except BkAuditError as exc:
-        fail(str(exc), exit_code_for(exc))
-        return
+    with target.store() as cluster:
+        rows = queue(cluster.queue, missing=missing, excluding=excluding, with_worker=print_worker or as_json,
+                     only_count=only_count)
     data = {"count": len(rows), "ledgers": [] if only_count else rows}
     emit(data, as_json, lambda d: _human(d, print_missing=print_missing, print_worker=print_worker,
                                          only_count=only_count))
 
 
-def queue(client: Any, root: str, *, missing: str | None = None, excluding: str | None = None,
+def queue(marked: ReplicationQueue, *, missing: str | None = None, excluding: str | None = None,
           with_worker: bool = False, only_count: bool = False) -> list[dict[str, Any]]:
     """The marked ledgers after the filters, with their markers (read once each) and lock holders."""
     from datetime import UTC, datetime
 
-    from bkaudit.zk import underreplication as ur
-
     out: list[dict[str, Any]] = []
-    for ledger_id in ur.list_underreplicated(client, root=root):
+    for ledger_id in marked.marked():
         needs_marker = missing or excluding or not only_count
         marker = None
         if needs_marker:
-            found = ur.get_marker(client, ledger_id, root=root)
-            if found is None:
+            marker = marked.marker(ledger_id)
+            if marker is None:
                 continue  # resolved while we listed
-            marker = found[0]
         replicas = tuple(marker.replicas) if marker is not None else ()
         if missing and missing not in replicas:
             continue
@@ -86,7 +73,7 @@ def queue(client: Any, root: str, *, missing: str | None = None, excluding: str 
             row["marked_at"] = (datetime.fromtimestamp(marker.ctime / 1000, tz=UTC)
                                 if marker.ctime is not None else None)
         if with_worker:
-            row["worker"] = ur.lock_holder(client, ledger_id, root=root)
+            row["worker"] = marked.lock_holder(ledger_id)
         out.append(row)
     return out
 

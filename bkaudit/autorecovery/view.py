@@ -14,17 +14,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import NodeExistsError
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
-
 from bkaudit.errors import FormatError
 from bkaudit.formats import records
-from bkaudit.zk import paths, registry
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
 
     from bkaudit.model.topology import Topology
+    from bkaudit.store.base import Registry
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +28,8 @@ log = logging.getLogger(__name__)
 class BookieView:
     """Writable / read-only bookies and the topology, from watches; thread-safe reads."""
 
-    def __init__(self, zk: KazooClient, *, root: str = paths.DEFAULT_ROOT, settings: Any = None) -> None:
-        self.zk = zk
-        self.root = root
+    def __init__(self, registry: Registry, *, settings: Any = None) -> None:
+        self.registry = registry
         self.settings = settings  # bkaudit.config.Settings: [placement] policy and locations
         self._writable: frozenset[str] = frozenset()
         self._readonly: frozenset[str] = frozenset()
@@ -50,21 +45,16 @@ class BookieView:
         if self._started:
             return self
         self._started = True
-        for path in (paths.available_root(root=self.root), paths.readonly_root(root=self.root)):
-            try:
-                self.zk.ensure_path(path)
-            except NodeExistsError:
-                pass
-        ChildrenWatch(self.zk, paths.available_root(root=self.root), self._on_available)
-        ChildrenWatch(self.zk, paths.readonly_root(root=self.root), self._on_readonly)
-        DataWatch(self.zk, paths.RACKS_PATH, self._on_racks)
+        self.registry.watch(
+            on_writable=self._on_available, on_readonly=self._on_readonly, on_racks=self._on_racks
+        )
         return self
 
-    # -- watches (kazoo's event thread: no ZooKeeper calls here) ---------------------------------------------
+    # -- watches (the store's event thread: no store calls here) --------------------------------------------
     def _on_available(self, children: list[str]) -> None:
         with self._lock:
             before = self._writable | self._readonly
-            self._writable = frozenset(c for c in children if c != paths.READONLY_NODE)
+            self._writable = frozenset(children)
             self._note_absences(before)
         self._notify()
 
@@ -82,12 +72,13 @@ class BookieView:
         for bookie in before - now:
             self._gone_at.setdefault(bookie, time.monotonic())
 
-    def _on_racks(self, data: bytes | None, _stat: object) -> None:
+    def _on_racks(self, data: bytes | None) -> None:
         try:
             racks = records.parse_rack_config(data) if data else {}
         except FormatError as exc:
             log.warning(
-                "%s holds unparseable rack JSON (%s); keeping the previous racks", paths.RACKS_PATH, exc
+                "%s holds unparseable rack JSON (%s); keeping the previous racks", self.registry.racks_home,
+                exc,
             )
             return
         with self._lock:
@@ -131,7 +122,7 @@ class BookieView:
 
     def cookies(self) -> list[str]:
         """Every bookie known to the cluster (BookKeeper's admin.getAllBookies): a registry read."""
-        return registry.list_cookies(self.zk, self.root)
+        return self.registry.cookies()
 
     def lost(self) -> set[str]:
         """BookKeeper's lost bookies: known (cookies) - writable - read-only."""
@@ -160,7 +151,7 @@ class BookieView:
         current = writable | readonly
         new = current - set(known)
         if new:
-            found = registry.endpoint_hosts(self.zk, new & writable, new & readonly, root=self.root)
+            found = self.registry.endpoint_hosts(new & writable, new & readonly)
             known.update({b: found.get(b) for b in new})
         known = {b: h for b, h in known.items() if b in current}
         with self._lock:

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bkaudit.autorecovery import metrics as m
 from bkaudit.autorecovery.copier import CopyResult, CopyTask, FragmentCopier
@@ -49,7 +49,7 @@ from bkaudit.autorecovery.fragments import (
     plan_repairs,
     segment_closed,
 )
-from bkaudit.autorecovery.queue import LedgerPicker, holds_lock
+from bkaudit.autorecovery.queue import LedgerPicker
 from bkaudit.autorecovery.settings import AutoRecoverySettings
 from bkaudit.autorecovery.swap import SwapOutcome, replace_bookies
 from bkaudit.errors import (
@@ -60,11 +60,19 @@ from bkaudit.errors import (
     NotEnoughBookies,
     ZooKeeperError,
 )
+from bkaudit.model.dataloss import DataLossRecord, merge_ranges, now_iso
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.model.quorum import write_set
 from bkaudit.rpc.listing import confirm_tail
-from bkaudit.zk import dataloss
-from bkaudit.zk import underreplication as ur
+
+if TYPE_CHECKING:
+    from bkaudit.autorecovery.view import BookieView
+    from bkaudit.client.store import MetadataStore
+    from bkaudit.lifecycle.drain import LifecycleCache
+    from bkaudit.model.placement import PlacementPolicy
+    from bkaudit.rpc.pool import BookieClientPool
+    from bkaudit.store.base import ClusterStore
+    from bkaudit.zk.client import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -91,25 +99,22 @@ LOST_COPIES = (Reason.MISSING_ENTRIES, Reason.READONLY_INCOMPLETE)  # answered, 
 class Shared:
     """What every worker thread of one process shares (sessions, caches, counters, per-ledger history)."""
 
-    zk: Any
-    root: str
+    cluster: ClusterStore  # the queue, its locks, data-loss records
     settings: AutoRecoverySettings
-    view: Any  # BookieView
-    pool: Any  # BookieClientPool
-    store: Any  # client MetadataStore
-    policy: Any  # PlacementPolicy
+    view: BookieView
+    pool: BookieClientPool
+    store: MetadataStore  # ledger metadata (BookKeeper's LedgerManager)
+    policy: PlacementPolicy
     metrics: m.AutoRecoveryMetrics
     events: EventLog
     holder: str
     # fence + recover + close a ledger: (ledger id, bookies known to have lost copies) -> anything
     # (BookKeeper.open_ledger(recover=True, lost_copies=...))
     recover: Callable[[int, frozenset[str]], object]
-    acl: Any = None
-    state_root: str | None = None  # [zk] state_root: where data-loss records live (None = derived from root)
-    lifecycle: Any = None  # lifecycle.drain.LifecycleCache: Draining bookies move out; none is a target
+    lifecycle: LifecycleCache | None = None  # Draining bookies move out; none is a target
     read_timeout_s: float = 30.0
-    task_limiter: Any = None
-    byte_limiter: Any = None
+    task_limiter: RateLimiter | None = None
+    byte_limiter: RateLimiter | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     data_lost: set[int] = field(default_factory=set)
@@ -205,12 +210,7 @@ class ReplicationWorker:
         self.rng = rng or random.Random()
         self.held: dict[int, Held] = {}
         self.picker = LedgerPicker(
-            shared.zk,
-            root=shared.root,
-            holder=shared.holder,
-            rng=self.rng,
-            acl=shared.acl,
-            on_refresh=self._reload_data_lost,
+            shared.cluster.queue, holder=shared.holder, rng=self.rng, on_refresh=self._reload_data_lost
         )
         self.idle = False
         self.paused = False  # replication found disabled (an event says so once per disabled period)
@@ -244,12 +244,12 @@ class ReplicationWorker:
         due = self._due_held()
         if due is not None:
             return due
-        if not ur.is_replication_enabled(sh.zk, root=sh.root):
+        if not sh.cluster.queue.is_enabled():
             self.idle = True
             if not self.paused:  # once per disabled period: the evidence that the queue is left alone
                 self.paused = True
                 sh.events.emit("paused", worker=self.name, why="replication disabled")
-            ur.wait_until_enabled(sh.zk, timeout=sh.settings.idle_poll_s, root=sh.root)
+            sh.cluster.queue.wait_until_enabled(sh.settings.idle_poll_s)
             return None
         self.paused = False
         if sh.task_limiter is not None:
@@ -266,7 +266,7 @@ class ReplicationWorker:
     def _reload_data_lost(self) -> None:
         """Ledgers other workers recorded as data-lost are skipped too (re-read with every queue listing)."""
         sh = self.shared
-        sh.data_lost.update(dataloss.list_ids(sh.zk, root=sh.root, state_root=sh.state_root))
+        sh.data_lost.update(sh.cluster.data_loss.ids())
 
     def _due_held(self) -> Outcome | None:
         now = time.monotonic()
@@ -406,8 +406,8 @@ class ReplicationWorker:
 
     def _marked(self, ledger_id: int) -> set[str]:
         """The bookies the marker names (read only when a bookie could not be asked: see find_fragments)."""
-        found = ur.get_marker(self.shared.zk, ledger_id, root=self.shared.root)
-        return set(found[0].replicas) if found is not None else set()
+        found = self.shared.cluster.queue.marker(ledger_id)
+        return set(found.replicas) if found is not None else set()
 
     def _repair(
         self,
@@ -438,7 +438,7 @@ class ReplicationWorker:
             if self._should_stop():
                 report.errors.append("worker stopping")
                 break
-            if n and not ur.is_replication_enabled(sh.zk, root=sh.root):  # step() checked before segment 0
+            if n and not sh.cluster.queue.is_enabled():  # step() checked before segment 0
                 report.disabled = True
                 break
             try:
@@ -541,7 +541,7 @@ class ReplicationWorker:
             metadata.segment_last_entry(repair.segment_index),
             replacements,
             known=known,
-            still_locked=lambda: holds_lock(sh.zk, ledger_id, root=sh.root),
+            still_locked=lambda: sh.cluster.queue.holds_lock(ledger_id),
             on_conflict=lambda n: sh.events.emit("swap_conflict", ledger=ledger_id, attempt=n),
         )
         if result.outcome is SwapOutcome.DONE:
@@ -728,7 +728,7 @@ class ReplicationWorker:
         BookKeeper's ReplicationWorker.deferLedgerLockRelease recovery-opens the ledger for an
         under-replicated fragment that is not closed."""
         sh = self.shared
-        if not holds_lock(sh.zk, ledger_id, root=sh.root):
+        if not sh.cluster.queue.holds_lock(ledger_id):
             return Outcome.LOCK_LOST
         try:
             metadata, _ = sh.store.read(ledger_id)
@@ -775,7 +775,7 @@ class ReplicationWorker:
     def _resolve(self, ledger_id: int, version: int) -> Outcome:
         sh = self.shared
         sh.events.emit("unlocking", ledger=ledger_id, worker=self.name)
-        if ur.mark_replicated(sh.zk, ledger_id, version=version, root=sh.root):
+        if sh.cluster.queue.resolve(ledger_id, version=version):
             sh.forget(ledger_id)
             sh.events.emit("replicated", ledger=ledger_id, worker=self.name)
             return Outcome.REPLICATED
@@ -784,9 +784,9 @@ class ReplicationWorker:
 
     def _resolve_deleted(self, ledger_id: int, version: int) -> Outcome:
         sh = self.shared
-        dataloss.delete(sh.zk, ledger_id, root=sh.root, state_root=sh.state_root)
+        sh.cluster.data_loss.delete(ledger_id)
         sh.events.emit("unlocking", ledger=ledger_id, worker=self.name)
-        ur.mark_replicated(sh.zk, ledger_id, version=version, root=sh.root)
+        sh.cluster.queue.resolve(ledger_id, version=version)
         sh.forget(ledger_id)
         sh.metrics.inc(m.LEDGERS_DELETED)
         sh.events.emit("deleted", ledger=ledger_id, worker=self.name)
@@ -794,7 +794,7 @@ class ReplicationWorker:
 
     def _release(self, ledger_id: int, why: str) -> None:
         self.shared.events.emit("unlocking", ledger=ledger_id, worker=self.name, reason=why)
-        ur.release_lock(self.shared.zk, ledger_id, root=self.shared.root)
+        self.shared.cluster.queue.release(ledger_id)
 
     def _fail(self, ledger_id: int, version: int, why: str, *, cluster_problem: bool = False) -> Outcome:
         sh = self.shared
@@ -809,7 +809,7 @@ class ReplicationWorker:
         if self._draining & self._ensemble_bookies:  # the Auditor counts these toward DrainingFailed
             from bkaudit.lifecycle.drain import report_failure
 
-            report_failure(sh.lifecycle.store, self._draining, self._ensemble_bookies, ledger_id, why)
+            report_failure(sh.cluster, self._draining, self._ensemble_bookies, ledger_id, why)
         if cluster_problem:  # e.g. NotEnoughBookies: BookKeeper's rwRereplicateBackoffMs pause
             sh.stop.wait(sh.settings.rw_rereplicate_backoff_s)
         return Outcome.FAILED
@@ -834,15 +834,15 @@ class ReplicationWorker:
                 f"{len(missing)} entries on no surviving replica "
                 f"(attempt {attempts}/{sh.settings.data_loss_max_attempts})",
             )
-        record = dataloss.DataLossRecord(
+        record = DataLossRecord(
             ledger_id,
-            dataloss.merge_ranges(missing),
-            dataloss.now_iso(),
+            merge_ranges(missing),
+            now_iso(),
             tuple(sorted(report.lost_bookies)),
             attempts,
             sh.holder,
         )
-        dataloss.write(sh.zk, record, root=sh.root, state_root=sh.state_root, acl=sh.acl)
+        sh.cluster.data_loss.write(record)
         sh.data_lost.add(ledger_id)
         sh.metrics.inc(m.LEDGERS_DATA_LOST)
         sh.events.emit(

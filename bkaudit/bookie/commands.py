@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import BOOKIE_ID, LEDGER_ID, emit, exit_code_for, fail, load_settings, zk_options
+from bkaudit.cli_common import BOOKIE_ID, LEDGER_ID, ZkTarget, emit, exit_code_for, fail, zk_target
 from bkaudit.errors import BkAuditError
 
 
@@ -21,7 +21,7 @@ def bookie() -> None:
 
 
 @bookie.command()
-@zk_options
+@zk_target
 @click.option("--port", type=int, required=True,
               help="BookKeeper native protocol port (bookie-rpc); default bookie id 127.0.0.1:PORT")
 @click.option("--data-dir", type=click.Path(file_okay=False), required=True, help="storage directory")
@@ -33,14 +33,13 @@ def bookie() -> None:
               help="never answer listing requests, like a Java bookie on DbLedgerStorage (tests, demos)")
 @click.option("--events", "events_path", default=None, type=click.Path(dir_okay=False),
               help="append the data-integrity check's events (JSON lines) to FILE")
-def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, port: int,
-        data_dir: str, rack: str | None, readonly: bool, bookie_id: str | None, autorecovery: bool,
-        no_listing: bool, events_path: str | None) -> None:
+def run(target: ZkTarget, port: int, data_dir: str, rack: str | None, readonly: bool, bookie_id: str | None,
+        autorecovery: bool, no_listing: bool, events_path: str | None) -> None:
     """Run a bookie until SIGTERM (graceful: read-only, drain, deregister)."""
     from bkaudit.bookie.server import BookieOptions, Services
     from bkaudit.bookie.server import run as run_bookie
 
-    settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False)  # a service waits for ZK
+    settings = target.settings(probe_zk=False)  # a service waits for ZK
     options = BookieOptions(data_dir=data_dir, port=port, bookie_id=bookie_id, rack=rack, readonly=readonly,
                             autorecovery=autorecovery, no_listing=no_listing, events_path=events_path)
     try:
@@ -50,51 +49,28 @@ def run(zk: str | None, cluster_dir: str | None, root: str | None, config_path: 
 
 
 @bookie.command("format")
-@zk_options
+@zk_target
 @click.option("--bookie", "bookie_id", type=BOOKIE_ID, required=True, help="bookie id whose cookie to delete")
 @click.option("--force", is_flag=True, help="even if the bookie is currently registered")
-def format_cookie(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
-                  bookie_id: str, force: bool) -> None:
+def format_cookie(target: ZkTarget, bookie_id: str, force: bool) -> None:
     """Delete a bookie's cookie so a wiped bookie may rejoin as a new, empty bookie."""
-    from bkaudit.config import ZkSettings
-    from bkaudit.zk import client as zkclient
-    from bkaudit.zk import registry
-
-    settings = load_settings(zk, cluster_dir, root, config_path)
-    zk_settings = settings.get(ZkSettings)
-    try:
-        client = zkclient.connect(zk_settings)
-        try:
-            state = registry.bookie_state(client, bookie_id, zk_settings.root)
-            if state != "absent" and not force:
-                fail(f"bookie {bookie_id} is running ({state}); stop it first or pass --force")
-            deleted = registry.delete_cookie(client, bookie_id, zk_settings.root)
-        finally:
-            zkclient.close(client)
-    except BkAuditError as exc:
-        fail(str(exc), exit_code_for(exc))
+    with target.store() as cluster:
+        state = cluster.registry.bookie_state(bookie_id)
+        if state != "absent" and not force:
+            fail(f"bookie {bookie_id} is running ({state}); stop it first or pass --force")
+        deleted = cluster.registry.delete_cookie(bookie_id)
     click.echo(f"cookie of {bookie_id} {'deleted' if deleted else 'was already absent'}")
 
 
 @bookie.command("list")
-@zk_options
+@zk_target
 @click.option("--json", "as_json", is_flag=True)
-def list_bookies(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
-                 as_json: bool) -> None:
+def list_bookies(target: ZkTarget, as_json: bool) -> None:
     """Bookies known to ZooKeeper: cookie, registration state, endpoint, rack."""
-    from bkaudit.config import ZkSettings
-    from bkaudit.zk import client as zkclient
-    from bkaudit.zk import registry
+    from bkaudit.store.base import describe_bookies
 
-    zk_settings = load_settings(zk, cluster_dir, root, config_path).get(ZkSettings)
-    try:
-        client = zkclient.connect(zk_settings)
-        try:
-            rows = registry.describe(client, zk_settings.root)
-        finally:
-            zkclient.close(client)
-    except BkAuditError as exc:
-        fail(str(exc), exit_code_for(exc))
+    with target.store() as cluster:
+        rows = describe_bookies(cluster.registry)
     emit(rows, as_json, lambda rs: "\n".join(
         f"{r['id']:24} {r['state']:9} {r['endpoint'] or '-':24} {r['rack'] or '-'}" for r in rs) or "(none)")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import BOOKIE_ID, emit, exit_code_for, fail, load_settings, zk_options
+from bkaudit.cli_common import BOOKIE_ID, ZkTarget, emit, exit_code_for, fail, zk_target
 from bkaudit.errors import BkAuditError
 
 
@@ -22,23 +22,15 @@ def cluster() -> None:
 
 
 @cluster.command()
-@zk_options
-def init(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None) -> None:
+@zk_target
+def init(target: ZkTarget) -> None:
     """Create a new cluster's metadata (BookKeeper's initNewCluster); bookies refuse to start without it."""
     from bkaudit.config import ZkSettings
-    from bkaudit.zk import client as zkclient
-    from bkaudit.zk.ledgers import init_cluster
 
-    zk_settings = load_settings(zk, cluster_dir, root, config_path).get(ZkSettings)
-    try:
-        client = zkclient.connect(zk_settings)
-        try:
-            created = init_cluster(client, root=zk_settings.root, layout=zk_settings.layout,
-                                   acl=zkclient.acls(zk_settings))
-        finally:
-            zkclient.close(client)
-    except BkAuditError as exc:
-        fail(str(exc), exit_code_for(exc))
+    settings = target.settings()
+    zk_settings = settings.get(ZkSettings)
+    with target.store(settings) as store:
+        created = store.init_cluster(layout=zk_settings.layout)
     click.echo(f"{'initialised' if created else 'already initialised:'} cluster at {zk_settings.root} "
                f"on {zk_settings.connect}")
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bkaudit.cli_common import BOOKIE_ID, emit, fail, load_settings, zk_options
+from bkaudit.cli_common import BOOKIE_ID, ZkTarget, emit, fail, zk_target
 from bkaudit.errors import BkAuditError
 
 if TYPE_CHECKING:
@@ -23,13 +23,11 @@ def lifecycle() -> None:
     """Bookie lifecycle: Active -> Draining -> Drained (or DrainingFailed) -> removed (docs/lifecycle.md)."""
 
 
-def _run(
-    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, action: Any
-) -> Any:
+def _run(target: ZkTarget, action: Any) -> Any:
     from bkaudit.config import ZkSettings
     from bkaudit.store import zookeeper
 
-    zk_settings = load_settings(zk, cluster_dir, root, config_path).get(ZkSettings)
+    zk_settings = target.settings().get(ZkSettings)
     try:
         store = zookeeper.connect(zk_settings)
     except BkAuditError as exc:
@@ -40,18 +38,18 @@ def _run(
         zookeeper.close(store)
 
 
-def _transition(bookie: str, target: str, reason: str, as_json: bool, force: bool = False,
-                **zk_args: Any) -> None:
+def _transition(bookie: str, to: str, reason: str, as_json: bool, *, target: ZkTarget,
+                force: bool = False) -> None:
     from bkaudit.lifecycle import service
     from bkaudit.model import lifecycle as lc
 
     def act(store: ClusterStore) -> dict[str, Any]:
-        done = _already(store, bookie, lc.LifecycleState.parse(target))
+        done = _already(store, bookie, lc.LifecycleState.parse(to))
         if done is not None:  # a retried step (Airflow, scripts) finds its work done: success
             return done
         try:
             record = service.transition(
-                store, bookie, lc.LifecycleState.parse(target), actor=lc.Actor.OPERATOR,
+                store, bookie, lc.LifecycleState.parse(to), actor=lc.Actor.OPERATOR,
                 by=f"cli:{getpass.getuser()}", reason=reason, force=force,
             )
         except lc.TransitionRefused as exc:
@@ -62,19 +60,19 @@ def _transition(bookie: str, target: str, reason: str, as_json: bool, force: boo
             fail(str(exc), code=2)
         return {"bookie": bookie, **record.to_dict()}
 
-    doc = _run(action=act, **zk_args)
+    doc = _run(target, act)
     emit(doc, as_json, lambda d: f"{d['bookie']}: {d['previous']} -> {d['state']} (by {d['by']}, {d['at']})")
-    if target == "Draining" and not doc.get("already"):
-        _say_how_it_serves_reads_only(bookie, **zk_args)
+    if to == "Draining" and not doc.get("already"):
+        _say_how_it_serves_reads_only(bookie, target)
 
 
-def _say_how_it_serves_reads_only(bookie: str, **zk_args: Any) -> None:
+def _say_how_it_serves_reads_only(bookie: str, target: ZkTarget) -> None:
     """On stderr: how a bookie that does not follow its state znode (a Java bookie) becomes read-only, or
     why it cannot (no HTTP endpoint), at once rather than when the drain ends DrainingFailed."""
     from bkaudit.lifecycle import serving
 
     try:
-        check = _run(action=lambda store: serving.inspect(store, bookie), **zk_args)
+        check = _run(target, lambda store: serving.inspect(store, bookie))
     except (SystemExit, Exception):  # advice only: the transition itself is done
         return
     if check.serving is not serving.Serving.WRITABLE:
@@ -110,24 +108,24 @@ def _already(store: ClusterStore, bookie: str, target: Any) -> dict[str, Any] | 
 
 def _common(func: Any) -> Any:
     func = click.option("--json", "as_json", is_flag=True, help="print JSON")(func)
-    func = zk_options(func)
+    func = zk_target(func)
     return click.argument("bookie", type=BOOKIE_ID)(func)
 
 
 @lifecycle.command()
 @_common
 @click.option("--reason", default="", help="why (kept in the history)")
-def drain(bookie: str, reason: str, as_json: bool, **zk_args: Any) -> None:
+def drain(bookie: str, reason: str, as_json: bool, target: ZkTarget) -> None:
     """Active -> Draining: the bookie serves reads only and the Auditor moves its ledgers out."""
-    _transition(bookie, "Draining", reason, as_json, **zk_args)
+    _transition(bookie, "Draining", reason, as_json, target=target)
 
 
 @lifecycle.command("mark-drained")
 @_common
 @click.option("--reason", default="", help="why (kept in the history)")
-def mark_drained(bookie: str, reason: str, as_json: bool, **zk_args: Any) -> None:
+def mark_drained(bookie: str, reason: str, as_json: bool, target: ZkTarget) -> None:
     """DrainingFailed -> Drained, once no ledger references the bookie any more (refused otherwise)."""
-    _transition(bookie, "Drained", reason, as_json, **zk_args)
+    _transition(bookie, "Drained", reason, as_json, target=target)
 
 
 @lifecycle.command()
@@ -136,19 +134,19 @@ def mark_drained(bookie: str, reason: str, as_json: bool, **zk_args: Any) -> Non
 @click.option("--force", is_flag=True,
               help="remove it even while it is still registered (running); it then stays read-only until it "
                    "stops")
-def remove(bookie: str, reason: str, as_json: bool, force: bool, **zk_args: Any) -> None:
+def remove(bookie: str, reason: str, as_json: bool, force: bool, target: ZkTarget) -> None:
     """Drained -> removed: delete the cookie and the state together (refused unless Drained, and while the
     bookie is still registered unless --force)."""
-    _transition(bookie, "Removed", reason, as_json, force=force, **zk_args)
+    _transition(bookie, "Removed", reason, as_json, target=target, force=force)
 
 
 @lifecycle.command()
 @_common
-def state(bookie: str, as_json: bool, **zk_args: Any) -> None:
+def state(bookie: str, as_json: bool, target: ZkTarget) -> None:
     """The bookie's lifecycle state, serving mode and drain progress."""
     from bkaudit.lifecycle import service
 
-    doc = _run(action=lambda store: service.describe(store, bookie), **zk_args)
+    doc = _run(target, lambda store: service.describe(store, bookie))
 
     def human(d: dict[str, Any]) -> str:
         lines = [f"{d['bookie']}: {d.get('state') or 'unreadable: ' + str(d.get('error'))}"
@@ -170,9 +168,9 @@ def state(bookie: str, as_json: bool, **zk_args: Any) -> None:
 
 @lifecycle.command()
 @_common
-def history(bookie: str, as_json: bool, **zk_args: Any) -> None:
+def history(bookie: str, as_json: bool, target: ZkTarget) -> None:
     """Every lifecycle transition of the bookie, oldest first (kept after removal)."""
-    records = _run(action=lambda store: [h.to_dict() for h in store.lifecycle.history(bookie)], **zk_args)
+    records = _run(target, lambda store: [h.to_dict() for h in store.lifecycle.history(bookie)])
     emit(records, as_json, lambda rs: "\n".join(
         f"{r['at']} {r['previous']} -> {r['state']} by {r['by']}: {r['reason'] or '-'}" for r in rs
     ) or "none")

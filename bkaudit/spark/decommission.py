@@ -28,14 +28,14 @@ from bkaudit.audit.base import Finding
 from bkaudit.audit.reads import EVIDENCE_READS
 from bkaudit.audit.settings import CheckerSettings
 from bkaudit.cli_common import (
+    ZkTarget,
     emit,
     exit_code_for,
     fail,
-    load_settings,
     require_warehouse,
     require_zk,
     warehouse_of,
-    zk_options,
+    zk_target,
 )
 from bkaudit.config import ZkSettings
 from bkaudit.errors import BkAuditError
@@ -48,10 +48,9 @@ from bkaudit.spark.checker import run_check
 from bkaudit.spark.session import get_session
 from bkaudit.spark.settings import SnapshotSettings
 from bkaudit.spark.snapshot import run_snapshot
+from bkaudit.store.zookeeper import close, connect
 from bkaudit.tables.read import read_arrow
 from bkaudit.tables.store import validate_snapshot_id, write_table
-from bkaudit.zk import registry
-from bkaudit.zk.client import close, connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -107,12 +106,11 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookie
 
 def _states(settings: Settings, bookies: Sequence[str]) -> dict[str, str]:
     """Each bookie's registration now: writable, readonly or absent."""
-    zk_settings = settings.get(ZkSettings)
-    zk = connect(zk_settings)
+    cluster = connect(settings.get(ZkSettings))
     try:
-        return {b: str(registry.bookie_state(zk, b, zk_settings.root)) for b in bookies}
+        return {b: str(cluster.registry.bookie_state(b)) for b in bookies}
     finally:
-        close(zk)
+        close(cluster)
 
 
 def recorded(warehouse: str, audit_id: str) -> dict[str, Any]:
@@ -152,7 +150,7 @@ def human(summary: dict[str, Any]) -> str:
 
 
 @click.command("decommission-audit")
-@zk_options
+@zk_target
 @click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
 @click.option("--bookie", "bookies", multiple=True, help="bookie id to remove (repeatable; or --bookies a,b)")
 @click.option("--bookies", "bookie_list", default=None, help="comma-separated bookie ids")
@@ -162,14 +160,13 @@ def human(summary: dict[str, Any]) -> str:
               help="copies every entry must keep after the removal")
 @click.option("--master", default=None, help="Spark master (default [snapshot] master, local[2])")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
-def decommission_audit(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
-                       warehouse: str | None, bookies: tuple[str, ...], bookie_list: str | None,
-                       audit_id: str | None, snapshot_id: str | None, min_copies: int, master: str | None,
-                       as_json: bool) -> None:
+def decommission_audit(target: ZkTarget, warehouse: str | None, bookies: tuple[str, ...],
+                       bookie_list: str | None, audit_id: str | None, snapshot_id: str | None,
+                       min_copies: int, master: str | None, as_json: bool) -> None:
     """Would removing these bookies lose data? Safe or blocked per bookie, with the blocking ledgers."""
     wanted = [*bookies, *[b.strip() for b in (bookie_list or "").split(",") if b.strip()]]
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse} if warehouse else {}
-    settings = load_settings(zk, cluster_dir, root, config_path, need_zk=bool(wanted), **overrides)
+    settings = target.settings(need_zk=bool(wanted), **overrides)
     snap = settings.get(SnapshotSettings)
     warehouse_of(settings, must_exist=False)
     try:

@@ -7,14 +7,14 @@ MetadataConflict. Both implementations (zookeeper.py, memory.py) keep them, and 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Literal, Protocol
 
 from bkaudit.errors import FormatError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
+from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.ledger import LedgerMetadata
-from bkaudit.zk.dataloss import DataLossRecord
 
 ABSENT = -1
 """The version of a state record that does not exist (an Active bookie has none)."""
@@ -88,6 +88,11 @@ class Registry(Protocol):
         """Where cookies live, for messages."""
         ...
 
+    @property
+    def racks_home(self) -> str:
+        """Where Pulsar's rack JSON lives, for messages."""
+        ...
+
     def has_cookie(self, bookie_id: str) -> bool:
         """Whether the bookie has a cookie (also when this session may not read it)."""
         ...
@@ -115,6 +120,23 @@ class Registry(Protocol):
         choose ensembles from it); FormatError for an unparseable registration."""
         ...
 
+    def delete_cookie(self, bookie_id: str) -> bool:
+        """Remove the bookie's cookie (BookKeeper's `bookie format` of that id); False without one."""
+        ...
+
+    def endpoint_hosts(self, writable: Iterable[str], readonly: Iterable[str] = ()) -> dict[str, str]:
+        """bookie id -> the host of its `bookie-rpc` endpoint (BookKeeper's DefaultBookieAddressResolver);
+        bookies that cannot be resolved are left out."""
+        ...
+
+    def watch(
+        self, *, on_writable: Callable[[list[str]], None], on_readonly: Callable[[list[str]], None],
+        on_racks: Callable[[bytes | None], None],
+    ) -> None:
+        """Call each function now and on every change of the writable / read-only sets and of the rack
+        JSON, from one event thread (the functions must not block or call the store)."""
+        ...
+
 
 class DataLossRecords(Protocol):
     """bkaudit's records of ledgers whose entries are lost (under `[zk] state_root`)."""
@@ -129,25 +151,87 @@ class DataLossRecords(Protocol):
         """The ledger's record; FormatError for a malformed one."""
         ...
 
+    def write(self, record: DataLossRecord) -> None:
+        """Create or replace the ledger's record."""
+        ...
+
+    def delete(self, ledger_id: int) -> bool:
+        """Drop the ledger's record; False when there was none."""
+        ...
+
+    def migrate_legacy(self) -> list[int]:
+        """Move records from where bkaudit kept them before `[zk] state_root` existed; the ids moved."""
+        ...
+
+
+class Limiter(Protocol):
+    """A rate limit a caller waits on (bkaudit.zk.client.RateLimiter)."""
+
+    def acquire(self, n: int = 1) -> float: ...
+
 
 class ReplicationQueue(Protocol):
-    """BookKeeper's under-replication queue, as far as publishing into it goes."""
+    """BookKeeper's under-replication queue (LedgerUnderreplicationManager): markers, the workers' locks,
+    the disable switch and the Auditor's lostBookieRecoveryDelay."""
+
+    def ensure_layout(self) -> None:
+        """Create the queue's parents (and the layout record) when absent, as BookKeeper's manager does."""
+        ...
 
     def is_enabled(self) -> bool:
         """False while an operator disabled AutoRecovery (BookKeeper's disable marker)."""
         ...
 
-    def mark(self, ledger_id: int, replicas: Iterable[str]) -> bool:
+    def set_enabled(self, enabled: bool) -> bool:
+        """Remove (enabled) or create the disable marker; False when it already was so."""
+        ...
+
+    def wait_until_enabled(self, timeout: float | None) -> bool:
+        """Block until replication is enabled; False when `timeout` passed first."""
+        ...
+
+    def mark(self, ledger_id: int, replicas: Iterable[str], *, rate_limiter: Limiter | None = None) -> bool:
         """Mark the ledger under-replicated missing `replicas`, merged into an existing marker; True when
-        something was written."""
+        something was written (after one permit of `rate_limiter`)."""
         ...
 
     def marked(self) -> list[int]:
         """Ledgers marked under-replicated, ascending."""
         ...
 
+    def queued(self) -> list[int]:
+        """The marked ledgers as the queue's directories spell them: a cheaper listing that may still name a
+        ledger whose marker was just resolved (taking it then finds no marker)."""
+        ...
+
     def marker(self, ledger_id: int) -> records.UnderreplicatedMarker | None:
         """The ledger's marker, None when not marked; FormatError for a corrupt one."""
+        ...
+
+    def read_marker(self, ledger_id: int) -> tuple[records.UnderreplicatedMarker, int] | None:
+        """(marker, version) as `resolve` needs it; None when not marked."""
+        ...
+
+    def lock(self, ledger_id: int, *, holder: str | None) -> int | None:
+        """Take the ledger's replication lock for this session; the marker version seen, or None (locked
+        elsewhere, or not marked). The lock goes with the session."""
+        ...
+
+    def holds_lock(self, ledger_id: int) -> bool:
+        """Whether this session holds the ledger's lock now."""
+        ...
+
+    def release(self, ledger_id: int) -> bool:
+        """Release this session's lock on the ledger; True when it was released."""
+        ...
+
+    def locked(self) -> set[int]:
+        """Ledgers some worker holds the lock of."""
+        ...
+
+    def resolve(self, ledger_id: int, *, version: int) -> bool:
+        """Remove the marker if still at `version` and release the lock; False (marker kept) when it was
+        re-marked since."""
         ...
 
     def lock_holder(self, ledger_id: int) -> str | None:
@@ -156,6 +240,53 @@ class ReplicationQueue(Protocol):
 
     def auditor(self) -> str | None:
         """The elected Auditor's bookie id, None while nobody is voting."""
+        ...
+
+    def votes(self) -> list[str]:
+        """The Auditor election's votes, in order (the first leads)."""
+        ...
+
+    def recovery_delay(self) -> int | None:
+        """lostBookieRecoveryDelay in seconds, None when never set; FormatError when not a number."""
+        ...
+
+    def set_recovery_delay(self, delay_s: int) -> None: ...
+
+    def seed_recovery_delay(self, delay_s: int) -> int:
+        """Set it to `delay_s` unless it is set already (as BookKeeper's Auditor does); the value in force."""
+        ...
+
+    def watch_recovery_delay(self, on_change: Callable[[bytes | None], bool | None]) -> None:
+        """Call `on_change(bytes)` now and on every change until it returns False."""
+        ...
+
+
+class AuditorElection(Protocol):
+    """The votes of BookKeeper's AuditorElector: one vote per process in a session, the lowest leads."""
+
+    def vote(self, node_id: str) -> str:
+        """Enter the election; the vote's name."""
+        ...
+
+    def predecessor(self, vote: str) -> str | None:
+        """The vote just before `vote` (None: `vote` leads); MetadataError when `vote` is gone."""
+        ...
+
+    def announce(self, node_id: str) -> None:
+        """What the winner writes for people and BookKeeper's `whoisauditor`."""
+        ...
+
+    def withdraw(self, vote: str) -> None:
+        """Delete the vote (a stopped process lets its successor lead at once)."""
+        ...
+
+    def watch_gone(self, vote: str, on_gone: Callable[[], None]) -> bool:
+        """Call `on_gone` once at the vote's next change (its deletion: votes are never rewritten); False,
+        and no call, when it is gone already."""
+        ...
+
+    def on_session_lost(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener` when the session (and every vote of it) is lost; returns what stops that."""
         ...
 
 
@@ -201,6 +332,10 @@ class LedgerIndex(Protocol):
         when given, receives the ids of those not closed yet."""
         ...
 
+    def every_bookie(self) -> dict[str, list[int]]:
+        """Every bookie named in any segment -> its ledgers, ascending (BookKeeper's BookieLedgerIndexer)."""
+        ...
+
 
 class ClusterStore(Protocol):
     """The cluster's coordination state, bound to one cluster (its roots, its credentials)."""
@@ -228,9 +363,44 @@ class ClusterStore(Protocol):
     @property
     def webhooks(self) -> WebhookRecords: ...
 
+    @property
+    def election(self) -> AuditorElection: ...
+
     def check_bookie_id(self, bookie_id: str) -> str:
         """`bookie_id` if the store can hold records for it; ValueError naming the rule otherwise."""
         ...
+
+
+def describe_bookies(registry: Registry) -> list[dict[str, object]]:
+    """One row per bookie known by cookie or registration: id, state, endpoint, rack, has_cookie."""
+    from bkaudit.zk.registry import DEFAULT_RACK_GROUP, endpoint_target
+
+    writable, readonly = set(registry.writable()), set(registry.readonly())
+    cookies = set(registry.cookies())
+    racks = registry.racks().get(DEFAULT_RACK_GROUP, {})
+    rows: list[dict[str, object]] = []
+    for bookie_id in sorted(writable | readonly | cookies):
+        state = "writable" if bookie_id in writable else "readonly" if bookie_id in readonly else "absent"
+        endpoint = None
+        if state != "absent":
+            try:
+                info = registry.registration(bookie_id)[1]
+                endpoint = endpoint_target(info) if info is not None else None
+            except FormatError:
+                endpoint = "(unparseable registration)"
+        rack = racks.get(bookie_id)
+        rows.append({"id": bookie_id, "state": state, "endpoint": endpoint,
+                     "rack": rack.rack if rack is not None else None, "has_cookie": bookie_id in cookies})
+    return rows
+
+
+def index_bookies(ledgers: Iterable[tuple[int, LedgerMetadata]]) -> dict[str, list[int]]:
+    """LedgerIndex.every_bookie over (ledger id, metadata) pairs in ascending id order."""
+    out: dict[str, list[int]] = {}
+    for ledger_id, metadata in ledgers:
+        for bookie in metadata.bookies():
+            out.setdefault(bookie, []).append(ledger_id)
+    return out
 
 
 def index_ledgers(

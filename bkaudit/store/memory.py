@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Collection, Iterable
+import time
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from bkaudit.errors import FormatError, MetadataConflict
+from bkaudit.errors import FormatError, MetadataConflict, MetadataError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
+from bkaudit.model.dataloss import DataLossRecord
+from bkaudit.model.dataloss import encode as encode_data_loss
+from bkaudit.model.dataloss import parse as parse_data_loss
 from bkaudit.model.ledger import LedgerMetadata
-from bkaudit.store.base import ABSENT, BookieState, Transition, Where, index_ledgers
-from bkaudit.zk.dataloss import DataLossRecord
-from bkaudit.zk.dataloss import encode as encode_data_loss
-from bkaudit.zk.dataloss import parse as parse_data_loss
+from bkaudit.store.base import ABSENT, BookieState, Limiter, Transition, Where, index_bookies, index_ledgers
 from bkaudit.zk.paths import validate_bookie_id
 
 _CHANGED = "{what}: the state changed meanwhile; re-read it"
@@ -129,6 +130,7 @@ class _Lifecycle:
 
 class _Registry:
     cookie_home = "the memory store's cookies"
+    racks_home = "the memory store's racks"
 
     def __init__(self, store: MemoryStore) -> None:
         self._s = store
@@ -171,6 +173,30 @@ class _Registry:
             return "absent", None
         return found[0], records.parse_bookie_service_info(found[1], bookie_id)
 
+    def delete_cookie(self, bookie_id: str) -> bool:
+        with self._s.lock:
+            return self._s.cookie_bytes.pop(validate_bookie_id(bookie_id), None) is not None
+
+    def endpoint_hosts(self, writable: Iterable[str], readonly: Iterable[str] = ()) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for bookie in {*writable, *readonly}:
+            try:
+                _, info = self.registration(bookie)
+            except FormatError:
+                continue
+            endpoint = info.endpoint() if info is not None else None
+            if endpoint is not None:
+                out[bookie] = endpoint.host
+        return out
+
+    def watch(
+        self, *, on_writable: Callable[[list[str]], None], on_readonly: Callable[[list[str]], None],
+        on_racks: Callable[[bytes | None], None],
+    ) -> None:
+        with self._s.lock:
+            self._s.watchers.append((on_writable, on_readonly, on_racks))
+        self._s.notify_registry()
+
 
 class _DataLoss:
     def __init__(self, store: MemoryStore) -> None:
@@ -189,39 +215,187 @@ class _DataLoss:
             data = self._s.lost.get(ledger_id)
         return None if data is None else parse_data_loss(data)
 
+    def write(self, record: DataLossRecord) -> None:
+        self._s.record_data_loss(record)
+
+    def delete(self, ledger_id: int) -> bool:
+        with self._s.lock:
+            return self._s.lost.pop(ledger_id, None) is not None
+
+    def migrate_legacy(self) -> list[int]:
+        return []  # a memory store has no earlier release
+
 
 class _Queue:
     def __init__(self, store: MemoryStore) -> None:
         self._s = store
 
+    def ensure_layout(self) -> None:
+        pass
+
     def is_enabled(self) -> bool:
         return self._s.replication_enabled
 
-    def mark(self, ledger_id: int, replicas: Iterable[str]) -> bool:
+    def set_enabled(self, enabled: bool) -> bool:
+        with self._s.lock:
+            changed = self._s.replication_enabled != enabled
+            self._s.replication_enabled = enabled
+        return changed
+
+    def wait_until_enabled(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._s.replication_enabled:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def mark(self, ledger_id: int, replicas: Iterable[str], *, rate_limiter: Limiter | None = None) -> bool:
         wanted = tuple(dict.fromkeys(replicas))
+        if rate_limiter is not None:
+            rate_limiter.acquire()
         with self._s.lock:
             before = self._s.markers.get(ledger_id)
             merged = tuple(dict.fromkeys((*(before or ()), *wanted)))
             if before == merged:
                 return False
             self._s.markers[ledger_id] = merged
+            versions = self._s.marker_versions
+            versions[ledger_id] = 0 if before is None else versions.get(ledger_id, 0) + 1
             return True
 
     def marked(self) -> list[int]:
         with self._s.lock:
             return sorted(self._s.markers)
 
+    queued = marked
+
     def marker(self, ledger_id: int) -> records.UnderreplicatedMarker | None:
+        found = self.read_marker(ledger_id)
+        return None if found is None else found[0]
+
+    def read_marker(self, ledger_id: int) -> tuple[records.UnderreplicatedMarker, int] | None:
         with self._s.lock:
             found = self._s.markers.get(ledger_id)
-        return None if found is None else records.UnderreplicatedMarker(found, None)
+            version = self._s.marker_versions.get(ledger_id, 0)
+        return None if found is None else (records.UnderreplicatedMarker(found, None), version)
+
+    def lock(self, ledger_id: int, *, holder: str | None) -> int | None:
+        with self._s.lock:
+            if ledger_id not in self._s.markers or ledger_id in self._s.locks:
+                return None
+            self._s.locks[ledger_id] = holder or ""
+            self._s.own_locks.add(ledger_id)
+            return self._s.marker_versions.get(ledger_id, 0)
+
+    def holds_lock(self, ledger_id: int) -> bool:
+        with self._s.lock:
+            return ledger_id in self._s.own_locks
+
+    def release(self, ledger_id: int) -> bool:
+        with self._s.lock:
+            if ledger_id not in self._s.own_locks:
+                return False
+            self._s.own_locks.discard(ledger_id)
+            self._s.locks.pop(ledger_id, None)
+            return True
+
+    def locked(self) -> set[int]:
+        with self._s.lock:
+            return set(self._s.locks)
+
+    def resolve(self, ledger_id: int, *, version: int) -> bool:
+        with self._s.lock:
+            try:
+                if ledger_id in self._s.markers:
+                    if self._s.marker_versions.get(ledger_id, 0) != version:
+                        return False
+                    del self._s.markers[ledger_id]
+                    self._s.marker_versions.pop(ledger_id, None)
+                return True
+            finally:
+                self.release(ledger_id)
 
     def lock_holder(self, ledger_id: int) -> str | None:
         with self._s.lock:
-            return self._s.locks.get(ledger_id)
+            return self._s.locks.get(ledger_id) or None
 
     def auditor(self) -> str | None:
         return self._s.elected
+
+    def votes(self) -> list[str]:
+        with self._s.lock:
+            return [name for name, _ in self._s.votes]
+
+    def recovery_delay(self) -> int | None:
+        return self._s.recovery_delay
+
+    def set_recovery_delay(self, delay_s: int) -> None:
+        with self._s.lock:
+            self._s.recovery_delay = delay_s
+            watchers = list(self._s.delay_watchers)
+        data = str(delay_s).encode("ascii")
+        for watcher in watchers:
+            if watcher(data) is False:
+                with self._s.lock:
+                    self._s.delay_watchers.remove(watcher)
+
+    def seed_recovery_delay(self, delay_s: int) -> int:
+        with self._s.lock:
+            if self._s.recovery_delay is None:
+                self._s.recovery_delay = delay_s
+            return self._s.recovery_delay
+
+    def watch_recovery_delay(self, on_change: Callable[[bytes | None], bool | None]) -> None:
+        value = self._s.recovery_delay
+        if on_change(None if value is None else str(value).encode("ascii")) is not False:
+            with self._s.lock:
+                self._s.delay_watchers.append(on_change)
+
+
+class _Election:
+    """Votes in one session (this store); `MemoryStore.expire_session` loses them as ZooKeeper would."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._s = store
+
+    def vote(self, node_id: str) -> str:
+        with self._s.lock:
+            name = f"V_{self._s.next_seq():010d}"
+            self._s.votes.append((name, node_id))
+            return name
+
+    def predecessor(self, vote: str) -> str | None:
+        with self._s.lock:
+            names = [name for name, _ in self._s.votes]
+        if vote not in names:
+            raise MetadataError(f"vote {vote} is not in the election (session expired?)")
+        index = names.index(vote)
+        return names[index - 1] if index > 0 else None
+
+    def announce(self, node_id: str) -> None:
+        self._s.elected = node_id
+
+    def withdraw(self, vote: str) -> None:
+        self._s.drop_votes({vote})
+
+    def watch_gone(self, vote: str, on_gone: Callable[[], None]) -> bool:
+        with self._s.lock:
+            if vote not in {name for name, _ in self._s.votes}:
+                return False
+            self._s.vote_watchers.setdefault(vote, []).append(on_gone)
+            return True
+
+    def on_session_lost(self, listener: Callable[[], None]) -> Callable[[], None]:
+        with self._s.lock:
+            self._s.session_listeners.append(listener)
+
+        def stop() -> None:
+            with self._s.lock:
+                if listener in self._s.session_listeners:
+                    self._s.session_listeners.remove(listener)
+
+        return stop
 
 
 class _Webhooks:
@@ -279,6 +453,11 @@ class _Index:
             every = sorted(self._s.ledgers.items())
         return index_ledgers(every, bookies, open_ledgers=open_ledgers)
 
+    def every_bookie(self) -> dict[str, list[int]]:
+        with self._s.lock:
+            every = sorted(self._s.ledgers.items())
+        return index_bookies(every)
+
 
 class MemoryStore:
     """A ClusterStore in dicts. Tests arrange the cluster through the methods below (what bookies and
@@ -296,8 +475,17 @@ class MemoryStore:
         self.serving: dict[str, dict[str, Any]] = {}
         self.lost: dict[int, bytes] = {}  # ledger -> its data-loss record
         self.markers: dict[int, tuple[str, ...]] = {}
+        self.marker_versions: dict[int, int] = {}  # ledger -> its marker's version (0 when created)
         self.locks: dict[int, str] = {}  # ledger -> the worker holding its replication lock
+        self.own_locks: set[int] = set()  # the locks this store's session took
         self.elected: str | None = None  # the Auditor
+        self.votes: list[tuple[str, str]] = []  # (vote, node id), in order
+        self.vote_watchers: dict[str, list[Callable[[], None]]] = {}
+        self.session_listeners: list[Callable[[], None]] = []
+        self.recovery_delay: int | None = None  # lostBookieRecoveryDelay
+        self.delay_watchers: list[Callable[[bytes | None], bool | None]] = []
+        self.watchers: list[tuple[Callable[[list[str]], None], Callable[[list[str]], None],
+                                  Callable[[bytes | None], None]]] = []
         self.racks: bytes | None = None  # Pulsar's rack JSON
         self.hooks: dict[str, tuple[bytes, int]] = {}  # webhook id -> (record, creation sequence)
         self.deliveries: dict[str, dict[str, bytes]] = {}  # webhook id -> key -> delivery record
@@ -310,6 +498,7 @@ class MemoryStore:
         self.queue = _Queue(self)
         self.index = _Index(self)
         self.webhooks = _Webhooks(self)
+        self.election = _Election(self)
 
     def check_bookie_id(self, bookie_id: str) -> str:
         return validate_bookie_id(bookie_id)
@@ -328,10 +517,31 @@ class MemoryStore:
         a writable one replaces a read-only one and vice versa."""
         with self.lock:
             self.registrations[validate_bookie_id(bookie_id)] = ("readonly" if readonly else "writable", data)
+        self.notify_registry()
 
     def deregister(self, bookie_id: str) -> None:
         with self.lock:
             self.registrations.pop(bookie_id, None)
+        self.notify_registry()
+
+    def set_racks(self, data: bytes | None) -> None:
+        """Pulsar's rack JSON as an operator writes it (None: deleted)."""
+        with self.lock:
+            self.racks = data
+            watchers = list(self.watchers)
+        for _, _, on_racks in watchers:
+            on_racks(data)
+
+    def expire_session(self) -> None:
+        """What ZooKeeper does when this session expires: its votes and locks go, listeners hear of it."""
+        with self.lock:
+            for ledger_id in self.own_locks:
+                self.locks.pop(ledger_id, None)
+            self.own_locks.clear()
+            listeners = list(self.session_listeners)
+        self.drop_votes({name for name, _ in self.votes})
+        for listener in listeners:
+            listener()
 
     def put_ledger(self, ledger_id: int, metadata: LedgerMetadata) -> None:
         with self.lock:
@@ -346,6 +556,24 @@ class MemoryStore:
             self.lost[record.ledger_id] = encode_data_loss(record)
 
     # -- what the store itself keeps in order ---------------------------------------------------------------
+    def notify_registry(self) -> None:
+        """Tell registry watchers the writable and read-only sets, as ZooKeeper's child watches would."""
+        with self.lock:
+            writable = sorted(b for b, (where, _) in self.registrations.items() if where == "writable")
+            readonly = sorted(b for b, (where, _) in self.registrations.items() if where == "readonly")
+            watchers, racks = list(self.watchers), self.racks
+        for on_writable, on_readonly, on_racks in watchers:
+            on_writable(writable)
+            on_readonly(readonly)
+            on_racks(racks)
+
+    def drop_votes(self, gone: set[str]) -> None:
+        with self.lock:
+            self.votes = [(name, node) for name, node in self.votes if name not in gone]
+            fired = [w for name in gone for w in self.vote_watchers.pop(name, ())]
+        for watcher in fired:
+            watcher()
+
     def next_seq(self) -> int:
         with self.lock:
             self._seq += 1

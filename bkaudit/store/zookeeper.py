@@ -6,15 +6,18 @@ and ACL; every record kind is an attribute that delegates to the bkaudit.zk modu
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from bkaudit.errors import FormatError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
-from bkaudit.store.base import BookieState, Transition, Where, index_ledgers
+from bkaudit.model.dataloss import DataLossRecord
+from bkaudit.store.base import BookieState, Limiter, Transition, Where, index_bookies, index_ledgers
 from bkaudit.zk import dataloss, ledgers, paths, registry
 from bkaudit.zk import lifecycle as zk_lifecycle
 from bkaudit.zk import underreplication as ur
@@ -97,6 +100,7 @@ class _Registry:
     def __init__(self, store: ZkStore) -> None:
         self._zk, self._root = store.client, store.root
         self.cookie_home = paths.cookies_root(root=store.root)
+        self.racks_home = paths.RACKS_PATH
 
     def cookies(self) -> list[str]:
         return registry.list_cookies(self._zk, self._root)
@@ -122,10 +126,31 @@ class _Registry:
     def registration(self, bookie_id: str) -> tuple[Where, records.BookieServiceInfo | None]:
         return registry.registration(self._zk, bookie_id, self._root)
 
+    def delete_cookie(self, bookie_id: str) -> bool:
+        return registry.delete_cookie(self._zk, bookie_id, self._root)
+
+    def endpoint_hosts(self, writable: Iterable[str], readonly: Iterable[str] = ()) -> dict[str, str]:
+        return registry.endpoint_hosts(self._zk, writable, readonly, root=self._root)
+
+    def watch(
+        self, *, on_writable: Callable[[list[str]], None], on_readonly: Callable[[list[str]], None],
+        on_racks: Callable[[bytes | None], None],
+    ) -> None:
+        available, readonly_node = paths.available_root(root=self._root), paths.READONLY_NODE
+        for path in (available, paths.readonly_root(root=self._root)):
+            try:
+                self._zk.ensure_path(path)
+            except NodeExistsError:
+                pass
+        ChildrenWatch(self._zk, available, lambda kids: on_writable([k for k in kids if k != readonly_node]))
+        ChildrenWatch(self._zk, paths.readonly_root(root=self._root), on_readonly)
+        DataWatch(self._zk, paths.RACKS_PATH, lambda data, _stat: on_racks(data))
+
 
 class _DataLoss:
     def __init__(self, store: ZkStore) -> None:
         self._zk, self._root, self._state_root = store.client, store.root, store.state_root
+        self._acl = store.acl
 
     def exists(self, ledger_id: int) -> bool:
         return dataloss.exists(self._zk, ledger_id, root=self._root, state_root=self._state_root)
@@ -133,32 +158,120 @@ class _DataLoss:
     def ids(self) -> list[int]:
         return list(dataloss.list_ids(self._zk, root=self._root, state_root=self._state_root))
 
-    def read(self, ledger_id: int) -> dataloss.DataLossRecord | None:
+    def read(self, ledger_id: int) -> DataLossRecord | None:
         return dataloss.read(self._zk, ledger_id, root=self._root, state_root=self._state_root)
+
+    def write(self, record: DataLossRecord) -> None:
+        dataloss.write(self._zk, record, root=self._root, state_root=self._state_root, acl=self._acl)
+
+    def delete(self, ledger_id: int) -> bool:
+        return dataloss.delete(self._zk, ledger_id, root=self._root, state_root=self._state_root)
+
+    def migrate_legacy(self) -> list[int]:
+        return dataloss.migrate_legacy(self._zk, root=self._root, state_root=self._state_root)
 
 
 class _Queue:
     def __init__(self, store: ZkStore) -> None:
         self._zk, self._root, self._acl = store.client, store.root, store.acl
 
+    def ensure_layout(self) -> None:
+        ur.ensure_underreplication_layout(self._zk, root=self._root, acl=self._acl)
+
     def is_enabled(self) -> bool:
         return ur.is_replication_enabled(self._zk, root=self._root)
 
-    def mark(self, ledger_id: int, replicas: Iterable[str]) -> bool:
+    def set_enabled(self, enabled: bool) -> bool:
+        if enabled:
+            return ur.enable_replication(self._zk, root=self._root)
+        return ur.disable_replication(self._zk, root=self._root, acl=self._acl)
+
+    def wait_until_enabled(self, timeout: float | None) -> bool:
+        return ur.wait_until_enabled(self._zk, timeout, root=self._root)
+
+    def mark(self, ledger_id: int, replicas: Iterable[str], *, rate_limiter: Limiter | None = None) -> bool:
+        if rate_limiter is not None:
+            rate_limiter.acquire()
         return ur.mark_underreplicated(self._zk, ledger_id, replicas, root=self._root, acl=self._acl)
 
     def marked(self) -> list[int]:
         return list(ur.list_underreplicated(self._zk, root=self._root))
 
+    def queued(self) -> list[int]:
+        return ur.queued_ids(self._zk, root=self._root)
+
     def marker(self, ledger_id: int) -> records.UnderreplicatedMarker | None:
         found = ur.get_marker(self._zk, ledger_id, root=self._root)
         return None if found is None else found[0]
+
+    def read_marker(self, ledger_id: int) -> tuple[records.UnderreplicatedMarker, int] | None:
+        found = ur.get_marker(self._zk, ledger_id, root=self._root)
+        return None if found is None else (found[0], int(found[1].version))
+
+    def lock(self, ledger_id: int, *, holder: str | None) -> int | None:
+        return ur.acquire_lock(self._zk, ledger_id, root=self._root, holder=holder, acl=self._acl)
+
+    def holds_lock(self, ledger_id: int) -> bool:
+        return ur.holds_lock(self._zk, ledger_id, root=self._root)
+
+    def release(self, ledger_id: int) -> bool:
+        return ur.release_lock(self._zk, ledger_id, root=self._root)
+
+    def locked(self) -> set[int]:
+        return ur.locked_ids(self._zk, root=self._root)
+
+    def resolve(self, ledger_id: int, *, version: int) -> bool:
+        return ur.mark_replicated(self._zk, ledger_id, version=version, root=self._root)
 
     def lock_holder(self, ledger_id: int) -> str | None:
         return ur.lock_holder(self._zk, ledger_id, root=self._root)
 
     def auditor(self) -> str | None:
         return ur.current_auditor(self._zk, root=self._root)
+
+    def votes(self) -> list[str]:
+        return ur.list_votes(self._zk, root=self._root)
+
+    def recovery_delay(self) -> int | None:
+        return ur.get_lost_bookie_recovery_delay(self._zk, root=self._root)
+
+    def set_recovery_delay(self, delay_s: int) -> None:
+        ur.set_lost_bookie_recovery_delay(self._zk, delay_s, root=self._root)
+
+    def seed_recovery_delay(self, delay_s: int) -> int:
+        return ur.seed_lost_bookie_recovery_delay(self._zk, delay_s, root=self._root)
+
+    def watch_recovery_delay(self, on_change: Callable[[bytes | None], bool | None]) -> None:
+        DataWatch(self._zk, paths.lost_bookie_recovery_delay_path(root=self._root),
+                  lambda data, _stat: on_change(data))
+
+
+class _Election:
+    def __init__(self, store: ZkStore) -> None:
+        self._zk, self._root, self._acl = store.client, store.root, store.acl
+
+    def vote(self, node_id: str) -> str:
+        return ur.create_vote(self._zk, node_id, root=self._root, acl=self._acl)
+
+    def predecessor(self, vote: str) -> str | None:
+        return ur.predecessor(self._zk, vote, root=self._root)
+
+    def announce(self, node_id: str) -> None:
+        ur.announce_auditor(self._zk, node_id, root=self._root)
+
+    def withdraw(self, vote: str) -> None:
+        self._zk.delete(vote)
+
+    def watch_gone(self, vote: str, on_gone: Callable[[], None]) -> bool:
+        return self._zk.exists(vote, watch=lambda _event: on_gone()) is not None
+
+    def on_session_lost(self, listener: Callable[[], None]) -> Callable[[], None]:
+        def on_state(state: str) -> None:
+            if state == KazooState.LOST:
+                listener()
+
+        self._zk.add_listener(on_state)
+        return lambda: self._zk.remove_listener(on_state)
 
 
 class _Webhooks:
@@ -228,6 +341,10 @@ class _Index:
         every = ledgers.iter_all_metadata(self._zk, root=self._root, max_in_flight=self._max_in_flight)
         return index_ledgers(every, bookies, open_ledgers=open_ledgers)
 
+    def every_bookie(self) -> dict[str, list[int]]:
+        return index_bookies(ledgers.iter_all_metadata(self._zk, root=self._root,
+                                                       max_in_flight=self._max_in_flight))
+
 
 class ZkStore:
     """A ClusterStore over one kazoo client.
@@ -252,9 +369,15 @@ class ZkStore:
         self.queue = _Queue(self)
         self.index = _Index(self)
         self.webhooks = _Webhooks(self)
+        self.election = _Election(self)
 
     def check_bookie_id(self, bookie_id: str) -> str:
         return paths.validate_bookie_id(bookie_id)
+
+    def init_cluster(self, *, layout: str) -> bool:
+        """Create a new cluster's metadata under the root (BookKeeper's initNewCluster); False when it
+        exists already."""
+        return ledgers.init_cluster(self.client, root=self.root, layout=layout, acl=self.acl)
 
     def __repr__(self) -> str:
         return f"ZkStore(root={self.root!r}, state_root={self.state_root!r})"

@@ -285,22 +285,3 @@ def set_rack(zk: KazooClient, bookie_id: str, rack: str, hostname: str | None = 
 
 
 # -- overview ---------------------------------------------------------------------------------------------
-def describe(zk: KazooClient, root: str = DEFAULT_ROOT) -> list[dict[str, object]]:
-    """One row per bookie known by cookie or registration: id, state, endpoint, rack, has_cookie."""
-    writable, readonly = set(list_writable(zk, root)), set(list_readonly(zk, root))
-    cookies = set(list_cookies(zk, root))
-    racks = read_racks(zk).get(DEFAULT_RACK_GROUP, {})
-    rows: list[dict[str, object]] = []
-    for bookie_id in sorted(writable | readonly | cookies):
-        state = "writable" if bookie_id in writable else "readonly" if bookie_id in readonly else "absent"
-        endpoint = None
-        if state != "absent":
-            try:
-                info = read_bookie_service_info(zk, bookie_id, root)
-                endpoint = endpoint_target(info) if info is not None else None
-            except FormatError:
-                endpoint = "(unparseable registration)"
-        rack = racks.get(bookie_id)
-        rows.append({"id": bookie_id, "state": state, "endpoint": endpoint,
-                     "rack": rack.rack if rack is not None else None, "has_cookie": bookie_id in cookies})
-    return rows

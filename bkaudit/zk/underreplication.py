@@ -241,6 +241,38 @@ def mark_replicated(zk: KazooClient, ledger_id: int, *, version: int, root: str 
         release_lock(zk, ledger_id, root=root)
 
 
+def locked_ids(zk: KazooClient, *, root: str = DEFAULT_ROOT) -> set[int]:
+    """Ledgers currently locked by some worker (children of `underreplication/locks`)."""
+    try:
+        names = zk.get_children(paths.locks_root(root=root))
+    except NoNodeError:
+        return set()
+    return {i for i in (paths.parse_lock_name(n) for n in names) if i is not None}
+
+
+def queued_ids(zk: KazooClient, *, root: str = DEFAULT_ROOT, max_in_flight: int = 100) -> list[int]:
+    """Ids of the marked ledgers, from the hex directories alone (a directory may be left empty for a moment
+    after its marker was resolved: taking that ledger then simply finds no marker)."""
+    level = [(paths.ur_ledgers_root(root=root), 0)]
+    for _ in range(UR_HEX_LEVELS):
+        values = dict(level)
+        nxt = []
+        for parent, kids in get_children_many(zk, [p for p, _ in level], max_in_flight):
+            for kid in kids:
+                try:
+                    nxt.append((f"{parent}/{kid}", (values[parent] << 16) | int(kid, 16)))
+                except ValueError:
+                    continue  # not a hex dir: not BookKeeper's layout, ignore
+        level = nxt
+    return sorted(ledger_id for _, ledger_id in level if ledger_id <= paths.LONG_MAX)
+
+
+def holds_lock(zk: KazooClient, ledger_id: int, *, root: str = DEFAULT_ROOT) -> bool:
+    """True while THIS session owns the ledger's lock (it vanishes when the session expires)."""
+    stat = zk.exists(paths.lock_path(ledger_id, root=root))
+    return stat is not None and zk.client_id is not None and stat.ephemeralOwner == zk.client_id[0]
+
+
 # -- switches ----------------------------------------------------------------------------------------------
 def is_replication_enabled(zk: KazooClient, *, root: str = DEFAULT_ROOT) -> bool:
     """Auto-recovery is enabled unless `{root}/underreplication/disable` exists."""
@@ -292,6 +324,18 @@ def get_lost_bookie_recovery_delay(zk: KazooClient, *, root: str = DEFAULT_ROOT)
         return int(data.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
         raise FormatError(f"lostBookieRecoveryDelay is not a decimal integer: {data!r}") from None
+
+
+def seed_lost_bookie_recovery_delay(zk: KazooClient, delay_s: int, *, root: str = DEFAULT_ROOT) -> int:
+    """Create `lostBookieRecoveryDelay` from the config if absent (as BookKeeper's Auditor does); the stored
+    value."""
+    try:
+        zk.create(paths.lost_bookie_recovery_delay_path(root=root), str(delay_s).encode("ascii"),
+                  acl=list(OPEN_ACL_UNSAFE), makepath=True)
+    except NodeExistsError:
+        pass
+    stored = get_lost_bookie_recovery_delay(zk, root=root)
+    return delay_s if stored is None else stored
 
 
 def set_lost_bookie_recovery_delay(zk: KazooClient, delay_s: int, *, root: str = DEFAULT_ROOT) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
+from bkaudit.model.dataloss import DataLossRecord, now_iso
 from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss, paths, registry
 from bkaudit.zk import lifecycle as store
@@ -236,7 +237,7 @@ def test_queue_auditor_data_loss(api: httpx.Client, zk, zk_root) -> None:
     assert api.get("/api/v1/autorecovery/who_is_auditor").json() == {"Auditor": None}
     ur.create_vote(zk, "auditor-1:3181", root=zk_root)
     assert api.get("/api/v1/autorecovery/who_is_auditor").json() == {"Auditor": "auditor-1:3181"}
-    record = dataloss.DataLossRecord(42, ((3, 7),), dataloss.now_iso(), (C,), 3, "w")
+    record = DataLossRecord(42, ((3, 7),), now_iso(), (C,), 3, "w")
     dataloss.write(zk, record, root=zk_root)
     (got,) = api.get("/api/v1/autorecovery/data_loss").json()
     assert got["ledger_id"] == 42 and got["lost_entries"] == 5 and got["bookies"] == [C]

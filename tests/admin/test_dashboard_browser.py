@@ -19,6 +19,7 @@ import pytest
 from bkaudit.admin.auth import hash_token
 from bkaudit.lifecycle import service
 from bkaudit.model import lifecycle as lc
+from bkaudit.model.dataloss import DataLossRecord, now_iso
 from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss
 from bkaudit.zk import underreplication as ur
@@ -102,7 +103,7 @@ def test_dashboard_shows_the_cluster_and_drains_from_the_page(cluster_factory, b
     zk = cluster.zk_client()
     a, b, c = cluster.ids()
     ur.mark_underreplicated(zk, 77, [c], root=cluster.root)
-    dataloss.write(zk, dataloss.DataLossRecord(78, ((0, 4),), dataloss.now_iso(), (c,), 3, "w"),
+    dataloss.write(zk, DataLossRecord(78, ((0, 4),), now_iso(), (c,), 3, "w"),
                    root=cluster.root)
     cs = ZkStore(zk, root=cluster.root)
     service.transition(cs, b, lc.LifecycleState.DRAINING, actor=lc.Actor.OPERATOR, by="t")

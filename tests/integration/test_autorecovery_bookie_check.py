@@ -20,6 +20,7 @@ from bkaudit.autorecovery.auditor import Auditor
 from bkaudit.autorecovery.events import EventLog, read_events
 from bkaudit.autorecovery.settings import AutoRecoverySettings
 from bkaudit.autorecovery.view import BookieView
+from bkaudit.store import ZkStore
 from bkaudit.zk import underreplication as ur
 from tests.helpers import wait_for
 from tests.integration.bookkeeper_znodes import add_cookie, add_ledger, register, service_info
@@ -46,9 +47,10 @@ def start_auditor(zk: Any, zk_root: str, tmp_path: Path) -> Iterator[Any]:
 
     def start(**settings: Any) -> tuple[Auditor, Path]:
         events = tmp_path / f"auditor{len(started)}.events"
+        cluster = ZkStore(zk, root=zk_root)
         auditor = Auditor(
-            zk, root=zk_root, settings=AutoRecoverySettings(**settings),
-            view=BookieView(zk, root=zk_root).start(), metrics=m.AutoRecoveryMetrics(),
+            cluster, settings=AutoRecoverySettings(**settings),
+            view=BookieView(cluster.registry).start(), metrics=m.AutoRecoveryMetrics(),
             events=EventLog(str(events)),
         ).start()
         started.append(auditor)

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from bkaudit.autorecovery import admin
 from bkaudit.client import BookKeeper
+from bkaudit.store import ZkStore
 from tests.integration.autorecovery_support import (
     FAST,
     assert_readable,
@@ -28,7 +28,7 @@ def test_bookies_with_autorecovery_heal_a_lost_bookie(cluster_factory, monkeypat
             monkeypatch.setenv(key, value)
     cluster = cluster_factory(bookies=4, racks=4, bookie_args=["--autorecovery"])
     zk = cluster.zk_client()
-    wait_for(lambda: admin.who_is_auditor(zk, root=cluster.root) in cluster.ids(), 30, "an auditor bookie")
+    wait_for(lambda: ZkStore(zk, root=cluster.root).queue.auditor() in cluster.ids(), 30, "an auditor bookie")
     with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
         truth = write_ledgers(bk, 12, 30)
         victim = Counter(b for lid in truth for b in bk.ledger_metadata(lid).bookies()).most_common(1)[0][0]
@@ -37,7 +37,7 @@ def test_bookies_with_autorecovery_heal_a_lost_bookie(cluster_factory, monkeypat
         wait_for(lambda: all(victim not in bk.ledger_metadata(lid).bookies() for lid in truth), 60,
                  "every ledger to leave the lost bookie")
         wait_for(lambda: queue(cluster) == [], 30, "the queue to drain")
-        auditor = admin.who_is_auditor(zk, root=cluster.root)
+        auditor = ZkStore(zk, root=cluster.root).queue.auditor()
         assert auditor in cluster.ids() and auditor != victim
         assert durability_violations(cluster, bk, sorted(truth), lost={victim}) == []
         assert_readable(bk, truth)

@@ -11,6 +11,7 @@ from bkaudit.lifecycle import service
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
+from bkaudit.model.dataloss import DataLossRecord, now_iso
 from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss, paths, registry
 from bkaudit.zk import lifecycle as store
@@ -53,7 +54,7 @@ def test_markers_name_every_draining_bookie_and_progress_is_recorded(zk, zk_root
     assert cache.draining() == {A} and cache.not_active() == {A, B}
 
     # ledger 2 cannot be replicated (data loss recorded): everything left is bad -> DrainingFailed
-    dataloss.write(zk, dataloss.DataLossRecord(2, ((0, 9),), dataloss.now_iso(), (A,), 3, "w"), root=zk_root)
+    dataloss.write(zk, DataLossRecord(2, ((0, 9),), now_iso(), (A,), 3, "w"), root=zk_root)
     drainer.step()
     record, _ = store.read_state(zk, A, root=zk_root)
     assert record is not None and record.state is S.DRAINING_FAILED and record.by == "auditor"

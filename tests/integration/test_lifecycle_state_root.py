@@ -23,6 +23,7 @@ from bkaudit.lifecycle import service
 from bkaudit.lifecycle.drain import Drainer, report_failure
 from bkaudit.lifecycle.settings import LifecycleSettings
 from bkaudit.model import lifecycle as lc
+from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss, ledgers, paths
 from tests.admin.support import ADMIN, add_cookie, add_ledger, settings
@@ -60,7 +61,7 @@ def test_lifecycle_webhook_serving_and_data_loss_records_follow_the_state_root(
     add_ledger(zk, zk_root, 1, (A, B))
     add_ledger(zk, zk_root, 2, (A, C))
     # ledger 1 lost entries: its record sits under the configured root only (the default root has none)
-    dataloss.write(zk, dataloss.DataLossRecord(1, ((0, 9),), "2026-01-01T00:00:00Z", (A, B), 2, "t"),
+    dataloss.write(zk, DataLossRecord(1, ((0, 9),), "2026-01-01T00:00:00Z", (A, B), 2, "t"),
                    root=zk_root, state_root=sr)
     assert zk.exists(paths.data_loss_path(1, root=zk_root, state_root=state)) is not None
 

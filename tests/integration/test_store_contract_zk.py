@@ -13,6 +13,7 @@ import pytest
 from kazoo.exceptions import NodeExistsError
 
 from bkaudit.formats import ledger_metadata, records
+from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.store import ZkStore
 from bkaudit.zk import dataloss, paths, registry
@@ -42,7 +43,7 @@ class ZkBackend:
     def delete_ledger(self, ledger_id: int) -> None:
         self.zk.delete(paths.ledger_path(ledger_id, root=self.root))
 
-    def record_data_loss(self, record: dataloss.DataLossRecord) -> None:
+    def record_data_loss(self, record: DataLossRecord) -> None:
         dataloss.write(self.zk, record, root=self.root)
 
     def disable_replication(self) -> None:

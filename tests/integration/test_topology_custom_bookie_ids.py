@@ -26,6 +26,7 @@ from bkaudit.autorecovery.view import BookieView
 from bkaudit.client.directory import ZkBookieDirectory
 from bkaudit.model.placement import Adherence, RackAwarePolicy
 from bkaudit.model.topology import Topology
+from bkaudit.store import ZkStore
 from tests.integration.bookkeeper_znodes import register, service_info
 from tests.integration.test_topology_precedence import racks_znode, write_racks
 
@@ -79,7 +80,7 @@ def test_client_worker_and_checker_resolve_bookies_keys_through_registrations(zk
     client = ZkBookieDirectory(zk, root=zk_root, settings=conf).topology()
     assert locations(client) == EXPECTED
 
-    view = BookieView(zk, root=zk_root, settings=conf).start()
+    view = BookieView(ZkStore(zk, root=zk_root).registry, settings=conf).start()
     deadline = time.monotonic() + 30
     while locations(view.topology()) != EXPECTED and time.monotonic() < deadline:
         time.sleep(0.05)  # the view learns /bookies and the registrations through watches

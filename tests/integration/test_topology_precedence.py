@@ -21,6 +21,7 @@ from bkaudit.autorecovery.view import BookieView
 from bkaudit.client.directory import ZkBookieDirectory
 from bkaudit.job.cluster_view import read_placement_inputs
 from bkaudit.model.topology import Topology
+from bkaudit.store import ZkStore
 from bkaudit.zk.paths import RACKS_PATH
 
 BOOKIES = ("bk1:3181", "bk2:3181", "bk3:3181")
@@ -85,7 +86,7 @@ def test_pulsar_racks_win_over_configured_locations_for_every_caller(
     zk: KazooClient, zk_root: str, tmp_path: Path, racks_znode: None
 ) -> None:
     write_racks(zk, PULSAR)
-    view = BookieView(zk, root=zk_root, settings=settings(tmp_path)).start()
+    view = BookieView(ZkStore(zk, root=zk_root).registry, settings=settings(tmp_path)).start()
     wait_for_view(view, "bk2:3181", "/pulsar-b")
     expected = {"bk1:3181": "/pulsar-a", "bk2:3181": "/pulsar-b", "bk3:3181": DEFAULT_RACK}
     got = by_caller(zk, zk_root, tmp_path, view)
@@ -97,7 +98,7 @@ def test_configured_locations_apply_for_every_caller_without_pulsar_racks(
     zk: KazooClient, zk_root: str, tmp_path: Path, racks_znode: None
 ) -> None:
     write_racks(zk, PULSAR)
-    view = BookieView(zk, root=zk_root, settings=settings(tmp_path)).start()
+    view = BookieView(ZkStore(zk, root=zk_root).registry, settings=settings(tmp_path)).start()
     wait_for_view(view, "bk1:3181", "/pulsar-a")
     write_racks(zk, None)  # the map goes away: every caller falls back to [placement] locations
     wait_for_view(view, "bk1:3181", "/configured-x")

@@ -7,12 +7,14 @@ import pytest
 
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ConfigError
+from bkaudit.model.dataloss import DataLossRecord
+from bkaudit.model.dataloss import encode as encode_data_loss
 from bkaudit.zk import dataloss, ledgers, paths
 from tests.integration.autorecovery_support import children_blocking_nuke
 
 
-def _record(ledger_id: int) -> dataloss.DataLossRecord:
-    return dataloss.DataLossRecord(ledger_id, ((1, 2),), "2026-01-01T00:00:00Z", ("b:1",), 3, "w")
+def _record(ledger_id: int) -> DataLossRecord:
+    return DataLossRecord(ledger_id, ((1, 2),), "2026-01-01T00:00:00Z", ("b:1",), 3, "w")
 
 
 def test_records_written_by_bkaudit_never_block_nuke(zk, zk_root: str) -> None:
@@ -32,7 +34,7 @@ def test_legacy_records_under_the_root_are_migrated(zk, zk_root: str) -> None:
     ledgers.init_cluster(zk, root=zk_root)
     for lid in (5, 70000):
         legacy = paths.legacy_data_loss_path(lid, root=zk_root)
-        zk.create(legacy, dataloss.encode(_record(lid)), makepath=True)
+        zk.create(legacy, encode_data_loss(_record(lid)), makepath=True)
     assert children_blocking_nuke(zk, zk_root) == ["bkaudit"]  # what an earlier release left behind
 
     assert dataloss.migrate_legacy(zk, root=zk_root) == [5, 70000]
@@ -50,7 +52,7 @@ def test_open_legacy_records_migrated_by_a_secured_session_get_its_acl(zk, zk_se
     from tests.security.flow import digest_id
 
     ledgers.init_cluster(zk, root=zk_root)
-    zk.create(paths.legacy_data_loss_path(5, root=zk_root), dataloss.encode(_record(5)), makepath=True)
+    zk.create(paths.legacy_data_loss_path(5, root=zk_root), encode_data_loss(_record(5)), makepath=True)
     secured = zkclient.connect(ZkSettings(connect=zk_server.connect_string, root=zk_root,
                                           auth_digest="bkaudit:migrate-pw", enable_security=True))
     try:
@@ -63,7 +65,7 @@ def test_open_legacy_records_migrated_by_a_secured_session_get_its_acl(zk, zk_se
 
 def test_foreign_data_next_to_legacy_records_is_left_for_the_operator(zk, zk_root: str) -> None:
     ledgers.init_cluster(zk, root=zk_root)
-    zk.create(paths.legacy_data_loss_path(5, root=zk_root), dataloss.encode(_record(5)), makepath=True)
+    zk.create(paths.legacy_data_loss_path(5, root=zk_root), encode_data_loss(_record(5)), makepath=True)
     zk.create(f"{paths.legacy_bkaudit_root(root=zk_root)}/someone-elses", b"x")
     assert dataloss.migrate_legacy(zk, root=zk_root) == [5]
     assert zk.exists(f"{paths.legacy_bkaudit_root(root=zk_root)}/someone-elses") is not None

@@ -16,7 +16,9 @@ from bkaudit.autorecovery.summary import (
     exit_code,
 )
 from bkaudit.errors import ConfigError, FormatError
-from bkaudit.zk import dataloss
+from bkaudit.model.dataloss import DataLossRecord, merge_ranges
+from bkaudit.model.dataloss import encode as encode_data_loss
+from bkaudit.model.dataloss import parse as parse_data_loss
 from tests.promtext import types, value
 
 
@@ -65,9 +67,9 @@ def test_conf_file_section_loads() -> None:
 
 
 def test_data_loss_record_round_trip_and_ranges() -> None:
-    record = dataloss.DataLossRecord(
+    record = DataLossRecord(
         7,
-        dataloss.merge_ranges([5, 3, 4, 9, 10, 20]),
+        merge_ranges([5, 3, 4, 9, 10, 20]),
         "2026-01-01T00:00:00Z",
         ("b1:3181", "b2:3181"),
         attempts=3,
@@ -78,9 +80,9 @@ def test_data_loss_record_round_trip_and_ranges() -> None:
     doc = record.to_json()
     assert doc["ledger_id"] == 7 and doc["lost_entry_ranges"] == [[3, 5], [9, 10], [20, 20]]
     assert {"ledger_id", "lost_entry_ranges", "detected_at", "bookies"} <= set(doc)
-    assert dataloss.parse(dataloss.encode(record)) == record
+    assert parse_data_loss(encode_data_loss(record)) == record
     with pytest.raises(FormatError):
-        dataloss.parse(b"{not json")
+        parse_data_loss(b"{not json")
 
 
 def test_exit_codes() -> None:

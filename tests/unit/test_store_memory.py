@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.store.memory import MemoryStore
-from bkaudit.zk.dataloss import DataLossRecord
 from tests.store_contract import *  # noqa: F403  (the shared tests, collected here)
 
 
