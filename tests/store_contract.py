@@ -20,7 +20,7 @@ import pytest
 
 from bkaudit.admin import views, webhooks
 from bkaudit.admin.server import AdminServer
-from bkaudit.errors import FormatError, MetadataConflict
+from bkaudit.errors import FormatError, MetadataConflict, MetadataError
 from bkaudit.formats import records
 from bkaudit.lifecycle import service, serving
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache, report_failure
@@ -29,7 +29,7 @@ from bkaudit.model import lifecycle as lc
 from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.store import ClusterStore
-from bkaudit.store.base import ABSENT
+from bkaudit.store.base import ABSENT, describe_bookies
 from tests.admin.support import ADMIN, READER, Receiver, settings
 from tests.helpers import wait_for
 
@@ -63,6 +63,10 @@ class Backend(Protocol):
 
     def vote(self, bookie: str) -> None:
         """A bookie entered the Auditor election (the first voter leads)."""
+        ...
+
+    def deregister(self, bookie: str) -> None:
+        """A bookie's registration went (it stopped, or its session expired)."""
         ...
 
 
@@ -462,3 +466,102 @@ def test_webhooks_deliver_each_later_transition_once(cluster: Backend) -> None:
         assert webhooks.list_all(cluster.store) == [] and webhooks.deliveries(cluster.store, hook.id) == []
     finally:
         receiver.close()
+
+
+# -- AutoRecovery's records: the queue, its locks, the switch, the delay, data loss, the election, watches ---
+def test_a_marker_is_locked_resolved_at_its_version_and_kept_when_remarked(cluster: Backend) -> None:
+    queue = cluster.store.queue
+    assert queue.lock(7, holder="w1") is None  # not marked: nothing to take
+    assert queue.mark(7, [A]) and not queue.mark(7, [A])  # the same replica again writes nothing
+    assert queue.marked() == queue.queued() == [7]
+    marker, version = queue.read_marker(7) or (None, -1)
+    assert marker is not None and marker.replicas == (A,) and version == 0
+    assert queue.lock(7, holder="w1") == 0 and queue.holds_lock(7)
+    assert queue.lock(7, holder="w2") is None  # one holder at a time
+    assert queue.locked() == {7} and queue.lock_holder(7) == "w1"
+    assert queue.mark(7, [B])  # another bookie lost meanwhile: the marker moves on
+    assert queue.marker(7) is not None and queue.marker(7).replicas == (A, B)  # type: ignore[union-attr]
+    assert not queue.resolve(7, version=0)  # re-marked since the lock: it stays queued ...
+    assert queue.marked() == [7] and not queue.holds_lock(7) and queue.locked() == set()  # ... unlocked
+    version = queue.lock(7, holder="w1")
+    assert version == 1 and queue.resolve(7, version=version)
+    assert queue.marked() == [] and queue.locked() == set() and queue.read_marker(7) is None
+    assert queue.mark(8, [A]) and queue.lock(8, holder="w1") == 0
+    assert queue.release(8) and not queue.release(8) and queue.marked() == [8]
+
+
+def test_the_disable_switch_holds_workers_until_enabled(cluster: Backend) -> None:
+    queue = cluster.store.queue
+    assert queue.is_enabled() and queue.wait_until_enabled(0.0)
+    assert queue.set_enabled(False) and not queue.set_enabled(False)
+    assert not queue.is_enabled() and not queue.wait_until_enabled(0.2)
+    assert queue.set_enabled(True) and not queue.set_enabled(True)
+    assert queue.wait_until_enabled(1.0)
+
+
+def test_the_recovery_delay_is_seeded_once_and_watched(cluster: Backend) -> None:
+    queue = cluster.store.queue
+    assert queue.recovery_delay() is None
+    assert queue.seed_recovery_delay(30) == 30 and queue.seed_recovery_delay(5) == 30
+    seen: list[bytes | None] = []
+    queue.watch_recovery_delay(lambda data: seen.append(data) and None)
+    wait_for(lambda: seen == [b"30"], 10, "the current value")
+    queue.set_recovery_delay(7)
+    wait_for(lambda: seen == [b"30", b"7"], 10, "the change")
+    assert queue.recovery_delay() == 7
+
+
+def test_data_loss_records_are_written_read_and_cleared(cluster: Backend) -> None:
+    records_ = cluster.store.data_loss
+    record = lost(42, A, B)
+    records_.write(record)
+    assert records_.ids() == [42] and records_.exists(42) and records_.read(42) == record
+    assert records_.delete(42) and not records_.delete(42) and records_.read(42) is None
+    assert records_.migrate_legacy() == []
+
+
+def test_the_election_orders_votes_and_tells_of_a_vote_that_went(cluster: Backend) -> None:
+    election, queue = cluster.store.election, cluster.store.queue
+    assert queue.auditor() is None and queue.votes() == []
+    first = election.vote("a:1")
+    second = election.vote("b:1")
+    assert election.predecessor(first) is None and election.predecessor(second) == first
+    assert queue.auditor() == "a:1" and len(queue.votes()) == 2
+    gone: list[str] = []
+    assert election.watch_gone(first, lambda: gone.append(first))
+    election.withdraw(first)
+    wait_for(lambda: gone == [first], 10, "the watch on the withdrawn vote")
+    assert not election.watch_gone(first, lambda: gone.append("again"))
+    with pytest.raises(MetadataError):
+        election.predecessor(first)
+    assert election.predecessor(second) is None and queue.auditor() == "b:1"
+
+
+def test_registry_watches_see_registrations_come_and_go(cluster: Backend) -> None:
+    seen: dict[str, Any] = {}
+    cluster.store.registry.watch(
+        on_writable=lambda ids: seen.__setitem__("writable", sorted(ids)),
+        on_readonly=lambda ids: seen.__setitem__("readonly", sorted(ids)),
+        on_racks=lambda data: seen.__setitem__("racks", data),
+    )
+    wait_for(lambda: seen == {"writable": [], "readonly": [], "racks": None}, 10, "the empty registry")
+    cluster.register(A, bkaudit_registration(A))
+    cluster.register(B, b"", readonly=True)
+    wait_for(lambda: seen.get("writable") == [A] and seen.get("readonly") == [B], 10, "both registrations")
+    cluster.deregister(A)
+    wait_for(lambda: seen.get("writable") == [], 10, "A gone")
+    assert cluster.store.registry.endpoint_hosts([], [B]) == {B: "10.0.0.2"}
+
+
+def test_the_index_of_every_bookie_and_the_bookie_table(cluster: Backend) -> None:
+    cluster.put_ledger(1, ledger((A, B)))
+    cluster.put_ledger(2, ledger((A, B), (C, D)))
+    assert cluster.store.index.every_bookie() == {A: [1, 2], B: [1, 2], C: [2], D: [2]}
+    for bookie in (A, C):
+        cluster.add_cookie(bookie)
+    cluster.register(A, bkaudit_registration(A))
+    rows = {r["id"]: r for r in describe_bookies(cluster.store.registry)}
+    assert (rows[A]["state"], rows[A]["has_cookie"], rows[C]["state"]) == ("writable", True, "absent")
+    assert cluster.store.registry.delete_cookie(C) and not cluster.store.registry.delete_cookie(C)
+    assert cluster.store.registry.cookies() == [A]
+

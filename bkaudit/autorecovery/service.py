@@ -19,9 +19,10 @@ from bkaudit.autorecovery.auditor import Auditor
 from bkaudit.autorecovery.election import AuditorElector
 from bkaudit.autorecovery.events import EventLog
 from bkaudit.autorecovery.settings import AutoRecoverySettings
+from bkaudit.autorecovery.shared import Shared
 from bkaudit.autorecovery.summary import DrainSummary, LeftLedger, drain_summary
 from bkaudit.autorecovery.view import BookieView
-from bkaudit.autorecovery.worker import ReplicationWorker, Shared
+from bkaudit.autorecovery.worker import ReplicationWorker
 from bkaudit.config import Settings, ZkSettings
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache
 from bkaudit.lifecycle.settings import LifecycleSettings

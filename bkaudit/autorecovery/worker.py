@@ -18,172 +18,49 @@ A failed pass holds the lock for an exponential delay. Entries no surviving repl
 
 from __future__ import annotations
 
-import enum
 import logging
 import random
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bkaudit.autorecovery import metrics as m
-from bkaudit.autorecovery.copier import CopyResult, CopyTask, FragmentCopier
-from bkaudit.autorecovery.events import EventLog
+from bkaudit.autorecovery.copier import FragmentCopier
 from bkaudit.autorecovery.fragments import (
     Answer,
     BookieState,
-    ReadEvidence,
     Reason,
     SegmentRepair,
     bookie_state,
     bookies_to_probe,
     choose_targets,
-    entries_to_read,
     find_fragments,
-    first_entry_unconfirmed,
-    last_expected,
     open_last_segment_at_risk,
     plan_repairs,
     segment_closed,
 )
+from bkaudit.autorecovery.probe import Prober
 from bkaudit.autorecovery.queue import LedgerPicker
-from bkaudit.autorecovery.settings import AutoRecoverySettings
-from bkaudit.autorecovery.swap import SwapOutcome, replace_bookies
+from bkaudit.autorecovery.segment import SegmentMover
+from bkaudit.autorecovery.shared import Held, Outcome, RepairReport, Shared
 from bkaudit.errors import (
     BkAuditError,
-    BookieError,
-    FormatError,
     NoSuchLedger,
     NotEnoughBookies,
     ZooKeeperError,
 )
 from bkaudit.model.dataloss import DataLossRecord, merge_ranges, now_iso
 from bkaudit.model.ledger import LedgerMetadata
-from bkaudit.model.quorum import write_set
-from bkaudit.rpc.listing import confirm_tail
 
 if TYPE_CHECKING:
-    from bkaudit.autorecovery.view import BookieView
-    from bkaudit.client.store import MetadataStore
-    from bkaudit.lifecycle.drain import LifecycleCache
-    from bkaudit.model.placement import PlacementPolicy
-    from bkaudit.rpc.pool import BookieClientPool
-    from bkaudit.store.base import ClusterStore
-    from bkaudit.zk.client import RateLimiter
+    pass
 
 log = logging.getLogger(__name__)
 
 MAX_EVALUATIONS = 4  # passes over one ledger while its metadata keeps changing under us
-LISTING_RETRY_S = 600.0  # a bookie found not answering listings is judged from reads this long
-READS_IN_FLIGHT = 500  # entry reads outstanding while judging bookies from reads
-
-
-class Outcome(enum.Enum):
-    REPLICATED = "replicated"  # marker resolved
-    REMARKED = "remarked"  # repaired, but re-marked since the lock: stays queued
-    DELETED = "deleted"  # ledger gone: marker removed
-    DEFERRED = "deferred"  # OPEN ledger within its grace period: lock held
-    FAILED = "failed"  # lock held for the failed-ledger backoff
-    DATA_LOST = "data_lost"  # terminal record written
-    LOCK_LOST = "lock_lost"  # session expired mid-pass
-    SKIPPED = "skipped"  # marker vanished or the ledger is already recorded as data-lost
-
-
 LOST_COPIES = (Reason.MISSING_ENTRIES, Reason.READONLY_INCOMPLETE)  # answered, without entries it stored
-
-
-@dataclass
-class Shared:
-    """What every worker thread of one process shares (sessions, caches, counters, per-ledger history)."""
-
-    cluster: ClusterStore  # the queue, its locks, data-loss records
-    settings: AutoRecoverySettings
-    view: BookieView
-    pool: BookieClientPool
-    store: MetadataStore  # ledger metadata (BookKeeper's LedgerManager)
-    policy: PlacementPolicy
-    metrics: m.AutoRecoveryMetrics
-    events: EventLog
-    holder: str
-    # fence + recover + close a ledger: (ledger id, bookies known to have lost copies) -> anything
-    # (BookKeeper.open_ledger(recover=True, lost_copies=...))
-    recover: Callable[[int, frozenset[str]], object]
-    lifecycle: LifecycleCache | None = None  # Draining bookies move out; none is a target
-    read_timeout_s: float = 30.0
-    task_limiter: RateLimiter | None = None
-    byte_limiter: RateLimiter | None = None
-    stop: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    data_lost: set[int] = field(default_factory=set)
-    failures: dict[int, int] = field(default_factory=dict)
-    data_loss_attempts: dict[int, int] = field(default_factory=dict)
-    last_error: dict[int, str] = field(default_factory=dict)
-    listing_silent: dict[str, float] = field(default_factory=dict)  # bookie -> judged from reads until
-
-    def judged_by_reads(self, bookie: str) -> bool:
-        """True while `bookie` is known to leave listings unanswered (see learn_listing_silent)."""
-        with self.lock:
-            return self.listing_silent.get(bookie, 0.0) > time.monotonic()
-
-    def learn_listing_silent(self, bookie: str) -> bool:
-        """Judge `bookie` from reads for LISTING_RETRY_S (then its listing is tried again); True when it was
-        not known yet."""
-        now = time.monotonic()
-        with self.lock:
-            known = self.listing_silent.get(bookie, 0.0) > now
-            self.listing_silent[bookie] = now + LISTING_RETRY_S
-            return not known
-
-    def count_failure(self, ledger_id: int, why: str) -> int:
-        with self.lock:
-            n = self.failures[ledger_id] = self.failures.get(ledger_id, 0) + 1
-            self.last_error[ledger_id] = why
-            return n
-
-    def forget(self, ledger_id: int) -> None:
-        with self.lock:
-            self.failures.pop(ledger_id, None)
-            self.data_loss_attempts.pop(ledger_id, None)
-            self.last_error.pop(ledger_id, None)
-
-
-@dataclass
-class Held:
-    """A lock kept after a pass: until `due` (monotonic), then released (failed) or acted on (open)."""
-
-    due: float
-    version: int
-    kind: str  # "failed" | "open"
-
-
-@dataclass
-class RepairReport:
-    repaired: int = 0  # segments fixed (copied + swapped, or refilled)
-    copy: CopyResult = field(default_factory=CopyResult)
-    lost_bookies: set[str] = field(default_factory=set)  # replicas of entries nobody has
-    errors: list[str] = field(default_factory=list)
-    changed: bool = False
-    gone: bool = False
-    lock_lost: bool = False
-    cluster_problem: bool = False  # NotEnoughBookies: nothing to gain from retrying other ledgers now
-    disabled: bool = False  # the disable switch appeared mid-pass
-    known: tuple[LedgerMetadata, int] | None = None  # the metadata as our last swap left it
-
-    @property
-    def clean(self) -> bool:
-        """Everything planned was copied and swapped in: nothing failed, nothing changed under us."""
-        return (
-            self.known is not None
-            and not self.errors
-            and not self.copy.missing
-            and not self.changed
-            and not self.gone
-            and not self.lock_lost
-            and not self.disabled
-        )
 
 
 class ReplicationWorker:
@@ -209,6 +86,8 @@ class ReplicationWorker:
         )
         self.rng = rng or random.Random()
         self.held: dict[int, Held] = {}
+        self.prober = Prober(shared, name)
+        self.mover = SegmentMover(shared, name, self.copier)
         self.picker = LedgerPicker(
             shared.cluster.queue, holder=shared.holder, rng=self.rng, on_refresh=self._reload_data_lost
         )
@@ -361,19 +240,18 @@ class ReplicationWorker:
         states = {b: bookie_state(b, writable, readonly) for b in metadata.bookies()}
         draining = self._draining = sh.lifecycle.draining() if sh.lifecycle is not None else frozenset()
         self._ensemble_bookies = frozenset(metadata.bookies())
-        lac = None if metadata.is_closed else self._lac(ledger_id, metadata)
-        end = self._open_end(ledger_id, metadata, lac)
+        lac = None if metadata.is_closed else self.prober.lac(ledger_id, metadata)
+        end = self.prober.open_end(ledger_id, metadata, lac)
         if verified:
             left = find_fragments(metadata, states, {}, lac=lac, draining=draining, open_end=end)
             if not left and not open_last_segment_at_risk(metadata, writable, draining):
                 return self._resolve(ledger_id, version), None
             return None, RepairReport()  # not clean: re-read and evaluate fully
-        answers = self._probe(
+        answers = self.prober.probe(
             ledger_id, metadata, bookies_to_probe(metadata, states, lac, open_end=end), lac, end
         )
-        marked = (
-            self._marked(ledger_id) if any(isinstance(a, BaseException) for a in answers.values()) else ()
-        )
+        unanswered = any(isinstance(a, BaseException) for a in answers.values())
+        marked = self.prober.marked(ledger_id) if unanswered else ()
         fragments = find_fragments(
             metadata, states, answers, lac=lac, marked=marked, draining=draining, open_end=end
         )
@@ -403,11 +281,6 @@ class ReplicationWorker:
                 ledger_id, version, report.errors[0], cluster_problem=report.cluster_problem
             ), report
         return None, report
-
-    def _marked(self, ledger_id: int) -> set[str]:
-        """The bookies the marker names (read only when a bookie could not be asked: see find_fragments)."""
-        found = self.shared.cluster.queue.marker(ledger_id)
-        return set(found.replicas) if found is not None else set()
 
     def _repair(
         self,
@@ -449,270 +322,18 @@ class ReplicationWorker:
                 report.errors.append(f"segment {repair.segment_index}: {exc}")
                 report.cluster_problem = True
                 continue
-            if not self._copy_segment(
-                ledger_id, metadata, repair, digest, key, answers, lost, report, unreachable
+            if not self.mover.copy(
+                ledger_id, metadata, repair, digest, key, answers, lost, report, unreachable, self._draining
             ):
                 continue
             if not repair.targets:
                 report.repaired += 1  # refilled in place: no metadata change
                 continue
-            swapped = self._swap(ledger_id, metadata, known, repair, report)
+            swapped = self.mover.swap(ledger_id, metadata, known, repair, report)
             if swapped is None:
                 break
             known = report.known = swapped
         return report
-
-    def _copy_segment(
-        self,
-        ledger_id: int,
-        metadata: LedgerMetadata,
-        repair: SegmentRepair,
-        digest: Any,
-        key: bytes,
-        answers: Mapping[str, Answer],
-        lost: set[str],
-        report: RepairReport,
-        unreachable: frozenset[str] = frozenset(),
-    ) -> bool:
-        sh = self.shared
-        # a draining bookie leaves the ensemble but stays a source while it answers
-        leaving = {repair.ensemble[i] for i in repair.replaced()} - (self._draining - lost)
-        ok = True
-        for fragment in repair.fragments:
-            target = repair.target_of(fragment)
-            task = CopyTask(
-                ledger_id,
-                key,
-                digest,
-                repair.ensemble,
-                metadata.ensemble_size,
-                metadata.write_quorum,
-                fragment.entry_ranges(),
-                target,
-                excluded=frozenset(leaving | lost | {target}),
-                unreachable=unreachable,
-                holdings=answers,
-                size_hint=_entry_size(metadata),
-            )
-            sh.events.emit(
-                "copy",
-                ledger=ledger_id,
-                segment=repair.segment_index,
-                index=fragment.bookie_index,
-                bookie=fragment.bookie,
-                target=target,
-                reason=fragment.reason.value,
-                entries=fragment.entry_count(),
-                worker=self.name,
-            )
-            result = self.copier.copy(task, should_stop=self._should_stop)
-            report.copy.merge(result)
-            if result.missing:
-                ok = False
-                for entry_id in result.missing:
-                    ws = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum)
-                    report.lost_bookies.update(repair.ensemble[i] for i in ws)
-            if result.errors:
-                ok = False
-                first = min(result.errors)
-                report.errors.append(
-                    f"segment {repair.segment_index} index {fragment.bookie_index}: "
-                    f"{len(result.errors)} entries not copied (entry {first}: "
-                    f"{result.errors[first]})"
-                )
-        return ok
-
-    def _swap(
-        self,
-        ledger_id: int,
-        metadata: LedgerMetadata,
-        known: tuple[LedgerMetadata, int],
-        repair: SegmentRepair,
-        report: RepairReport,
-    ) -> tuple[LedgerMetadata, int] | None:
-        """Swap the segment's targets in, first CAS at the version evaluated (like BookKeeper's loop); the new
-        (metadata, version), or None when the ledger must be re-evaluated (stop repairing)."""
-        sh = self.shared
-        replacements = {i: (repair.ensemble[i], t) for i, t in repair.targets.items()}
-        result = replace_bookies(
-            sh.store,
-            ledger_id,
-            repair.first_entry_id,
-            metadata.segment_last_entry(repair.segment_index),
-            replacements,
-            known=known,
-            still_locked=lambda: sh.cluster.queue.holds_lock(ledger_id),
-            on_conflict=lambda n: sh.events.emit("swap_conflict", ledger=ledger_id, attempt=n),
-        )
-        if result.outcome is SwapOutcome.DONE:
-            report.repaired += 1
-            sh.events.emit(
-                "swapped",
-                ledger=ledger_id,
-                segment=repair.segment_index,
-                replacements={str(i): list(p) for i, p in replacements.items()},
-                conflicts=result.conflicts,
-                worker=self.name,
-            )
-            assert result.metadata is not None and result.version is not None
-            return result.metadata, result.version
-        if result.outcome is SwapOutcome.CHANGED:
-            report.changed = True
-            sh.events.emit("segment_changed", ledger=ledger_id, segment=repair.segment_index)
-        elif result.outcome is SwapOutcome.GONE:
-            report.gone = True
-        else:
-            report.lock_lost = True
-        return None
-
-    # -- probes ----------------------------------------------------------------------------------------------
-    def _probe(
-        self,
-        ledger_id: int,
-        metadata: LedgerMetadata,
-        bookies: list[str],
-        lac: int | None,
-        open_end: int | None = None,
-    ) -> dict[str, Answer]:
-        """What each bookie to judge holds, in parallel: Availability, None (no ledger), ReadEvidence, error.
-
-        GetListOfEntries first; a bookie known to leave listings unanswered, or that leaves this one
-        unanswered, is judged from reads (`_read_evidence`). One that answers neither stays an error.
-        """
-        from bkaudit.formats import availability
-
-        sh = self.shared
-        by_reads = [b for b in bookies if sh.judged_by_reads(b)]
-        futures: dict[str, Any] = {}
-        answers: dict[str, Answer] = {}
-        for bookie in bookies:
-            if bookie in by_reads:
-                continue
-            try:
-                futures[bookie] = sh.pool.get(bookie).get_list_of_entries(ledger_id)
-            except Exception as exc:
-                answers[bookie] = exc
-        silent: list[str] = []
-        for bookie, fut in futures.items():
-            try:
-                listed = confirm_tail(
-                    sh.pool.get(bookie),
-                    ledger_id,
-                    fut.result(sh.read_timeout_s),
-                    last_expected(metadata, bookie, lac, open_end=open_end),
-                    timeout_s=sh.read_timeout_s,
-                )
-                answers[bookie] = availability.decode(listed)
-            except BookieError as exc:
-                answers[bookie] = None if exc.status == "ENOLEDGER" else exc
-                if exc.status == "UNAVAILABLE":
-                    silent.append(bookie)
-            except FutureTimeout as exc:
-                answers[bookie] = exc
-                silent.append(bookie)
-            except FormatError as exc:
-                answers[bookie] = exc
-        if by_reads or silent:
-            marked = self._marked(ledger_id)
-            read = self._read_evidence(ledger_id, metadata, by_reads + silent, lac, marked, open_end)
-            for bookie in silent:
-                if isinstance(read[bookie], BaseException):
-                    continue  # no answer to reads either: unreachable, keep the listing's error
-                if sh.learn_listing_silent(bookie):
-                    sh.events.emit(
-                        "listing_unanswered", bookie=bookie, ledger=ledger_id, judged_by="reads",
-                        for_s=LISTING_RETRY_S, worker=self.name,
-                    )
-                answers[bookie] = read[bookie]
-            answers.update({b: read[b] for b in by_reads})
-        return answers
-
-    def _read_evidence(
-        self,
-        ledger_id: int,
-        metadata: LedgerMetadata,
-        bookies: list[str],
-        lac: int | None,
-        marked: set[str],
-        open_end: int | None = None,
-    ) -> dict[str, Answer]:
-        """Judge bookies from reads (BookKeeper's LedgerChecker): the first and last entry each stores per
-        fragment, every entry of a bookie the marker names. ENOENTRY or a digest that does not verify = the
-        entry is absent; ENOLEDGER = nothing held (None); any other failure = the bookie stays unjudged."""
-        from bkaudit.formats.entry import DigestManager
-
-        sh = self.shared
-        digest = DigestManager(ledger_id, metadata.password, metadata.digest_type)
-        work = [
-            (b, e)
-            for b in bookies
-            for e in entries_to_read(metadata, b, lac, every=b in marked, open_end=open_end)
-        ]
-        absent: dict[str, set[int]] = {b: set() for b in bookies}
-        failed: dict[str, Answer] = {}
-        for start in range(0, len(work), READS_IN_FLIGHT):
-            sent = []
-            for bookie, entry_id in work[start : start + READS_IN_FLIGHT]:
-                if bookie in failed:
-                    continue
-                try:
-                    sent.append((bookie, entry_id, sh.pool.get(bookie).read_entry(ledger_id, entry_id)))
-                except Exception as exc:
-                    failed[bookie] = exc
-            for bookie, entry_id, fut in sent:
-                if bookie in failed:
-                    continue
-                try:
-                    digest.verify(fut.result(sh.read_timeout_s), entry_id=entry_id)
-                except BookieError as exc:
-                    if exc.status == "ENOENTRY":
-                        absent[bookie].add(entry_id)
-                    else:
-                        failed[bookie] = None if exc.status == "ENOLEDGER" else exc
-                except FormatError:  # the stored bytes do not verify: not a replica
-                    absent[bookie].add(entry_id)
-                except FutureTimeout as exc:
-                    failed[bookie] = exc
-        counts = Counter(b for b, _ in work)
-        return {
-            b: failed[b] if b in failed else ReadEvidence(frozenset(absent[b]), counts[b]) for b in bookies
-        }
-
-    def _lac(self, ledger_id: int, metadata: LedgerMetadata) -> int | None:
-        from bkaudit.client.reader import read_last_add_confirmed
-        from bkaudit.formats.entry import DigestManager
-
-        digest = DigestManager(ledger_id, metadata.password, metadata.digest_type)
-        try:
-            return read_last_add_confirmed(
-                self.shared.pool, digest, ledger_id, metadata, self.shared.read_timeout_s
-            )
-        except BkAuditError as exc:
-            log.info("ledger %s: LAC unknown (%s); its non-last segments wait", ledger_id, exc)
-            return None
-
-    def _open_end(self, ledger_id: int, metadata: LedgerMetadata, lac: int | None) -> int | None:
-        """Where the open last segment is checked to, when not at the LAC: LedgerChecker's first-entry probe.
-        With the LAC below the segment's first entry, that entry is read from its write set; unless every
-        bookie says NoSuchEntry / NoSuchLedger it may have been written, and the fragment [first, first] is
-        checked (as the checker does: audit.open_segments)."""
-        from bkaudit.audit.open_segments import first_entry_may_exist
-
-        first = first_entry_unconfirmed(metadata, lac)
-        if first is None:
-            return None
-        sh = self.shared
-        ensemble = metadata.segments[-1].ensemble
-        statuses = []
-        for index in write_set(first, metadata.ensemble_size, metadata.write_quorum):
-            try:
-                sh.pool.get(ensemble[index]).read_entry(ledger_id, first).result(sh.read_timeout_s)
-                statuses.append("OK")
-            except BookieError as exc:
-                statuses.append(exc.status)
-            except Exception as exc:  # no answer: it cannot say the entry was never written
-                statuses.append(type(exc).__name__)
-        return first if first_entry_may_exist(statuses) else None
 
     # -- open ledgers ----------------------------------------------------------------------------------------
     def _defer_open(self, ledger_id: int, version: int) -> Outcome:
@@ -768,7 +389,7 @@ class ReplicationWorker:
         earlier = {b for seg in metadata.segments[:-1] for b in seg.ensemble}
         if not earlier & draining:
             return False
-        lac = self._lac(ledger_id, metadata)
+        lac = self.prober.lac(ledger_id, metadata)
         return not all(segment_closed(metadata, i, lac) for i in range(len(metadata.segments) - 1))
 
     # -- endings ---------------------------------------------------------------------------------------------
@@ -860,11 +481,3 @@ class ReplicationWorker:
 
     def _should_stop(self) -> bool:
         return self.shared.stop.is_set()
-
-
-def _entry_size(metadata: LedgerMetadata) -> int:
-    """Average stored entry size (payload plus header and digest, roughly), for the byte limiter."""
-    entries = metadata.last_entry_id + 1
-    if metadata.is_closed and entries > 0 and metadata.length > 0:
-        return metadata.length // entries + 40
-    return 1024

@@ -321,7 +321,8 @@ class _Queue:
             return self._s.locks.get(ledger_id) or None
 
     def auditor(self) -> str | None:
-        return self._s.elected
+        with self._s.lock:
+            return self._s.votes[0][1] if self._s.votes else None
 
     def votes(self) -> list[str]:
         with self._s.lock:
@@ -374,7 +375,7 @@ class _Election:
         return names[index - 1] if index > 0 else None
 
     def announce(self, node_id: str) -> None:
-        self._s.elected = node_id
+        self._s.announced = node_id
 
     def withdraw(self, vote: str) -> None:
         self._s.drop_votes({vote})
@@ -478,7 +479,7 @@ class MemoryStore:
         self.marker_versions: dict[int, int] = {}  # ledger -> its marker's version (0 when created)
         self.locks: dict[int, str] = {}  # ledger -> the worker holding its replication lock
         self.own_locks: set[int] = set()  # the locks this store's session took
-        self.elected: str | None = None  # the Auditor
+        self.announced: str | None = None  # what the elected Auditor wrote for people
         self.votes: list[tuple[str, str]] = []  # (vote, node id), in order
         self.vote_watchers: dict[str, list[Callable[[], None]]] = {}
         self.session_listeners: list[Callable[[], None]] = []

@@ -62,6 +62,9 @@ class ZkBackend:
     def vote(self, bookie: str) -> None:
         ur.create_vote(self.zk, bookie, root=self.root)
 
+    def deregister(self, bookie: str) -> None:
+        registry.deregister(self.zk, bookie, root=self.root)
+
 
 @pytest.fixture
 def cluster(zk, zk_root: str) -> Iterator[ZkBackend]:  # type: ignore[no-untyped-def]

@@ -46,8 +46,10 @@ class MemoryBackend:
         self.store.locks[ledger_id] = holder
 
     def vote(self, bookie: str) -> None:
-        if self.store.elected is None:
-            self.store.elected = bookie
+        self.store.election.vote(bookie)
+
+    def deregister(self, bookie: str) -> None:
+        self.store.deregister(bookie)
 
 
 @pytest.fixture
