@@ -328,9 +328,15 @@ def _config_error(name: str, exc: Any) -> ConfigError:
 NO_WAREHOUSE = "no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE"
 
 
-def warehouse(settings: Settings, given: str | None = None) -> str:
-    """The Delta warehouse: `given` (a job's own argument), else `[snapshot] warehouse` (where --warehouse
-    flags land); ConfigError when neither names one. The one "no warehouse given" rule for every command."""
+def warehouse(settings: Settings, given: str | None = None, *, admin: bool = False) -> str:
+    """The Delta warehouse, the one rule for every command: `given` (a job's own argument), else `[snapshot]
+    warehouse` (where --warehouse flags land); ConfigError when none names one.
+
+    `admin`: the admin server's rule, which reads `[admin] warehouse` (its --warehouse) first, so the settings
+    files that set it keep working, and serves without a warehouse ("" then: the verdict routes say none is
+    configured)."""
+    if admin:
+        return str(settings["admin"].warehouse or settings["snapshot"].warehouse)
     chosen = given or str(settings["snapshot"].warehouse)
     if not chosen:
         raise ConfigError("snapshot.warehouse", NO_WAREHOUSE)

@@ -152,3 +152,14 @@ def test_one_rule_for_the_warehouse(tmp_path: Path) -> None:
     flagged = config.load(path=conf(tmp_path, '[snapshot]\nwarehouse = "/wh/file"\n'), environ={},
                           overrides={"snapshot.warehouse": "s3a://b/wh"})
     assert config.warehouse(flagged) == "s3a://b/wh"
+
+
+def test_the_admin_server_reads_admin_warehouse_first(tmp_path: Path) -> None:
+    """`admin serve`: [admin] warehouse (its --warehouse) before [snapshot] warehouse; none is no error."""
+    both = conf(tmp_path, '[snapshot]\nwarehouse = "/wh/snap"\n[admin]\nwarehouse = "/wh/admin"\n')
+    assert config.warehouse(config.load(path=both, environ={}), admin=True) == "/wh/admin"
+    assert config.warehouse(config.load(path=both, environ={}, overrides={"admin.warehouse": "/wh/flag"}),
+                            admin=True) == "/wh/flag"
+    snap_only = config.load(path=conf(tmp_path, '[snapshot]\nwarehouse = "/wh/snap"\n'), environ={})
+    assert config.warehouse(snap_only, admin=True) == "/wh/snap"
+    assert config.warehouse(config.load(path=conf(tmp_path, ""), environ={}), admin=True) == ""
