@@ -37,7 +37,9 @@ from bkaudit.zk.settings import ZkSettings
 
 T = TypeVar("T")
 
-__all__ = ["DEFAULT_PATH", "SECTIONS", "Settings", "ZkSettings", "load"]  # ZkSettings: the shared [zk]
+__all__ = [  # ZkSettings: the shared [zk]
+    "DEFAULT_PATH", "SECTIONS", "Settings", "ZkSettings", "load", "with_overrides",
+]
 
 _SHORTCUTS = {"BKAUDIT_ZK": ("zk", "connect"), "BKAUDIT_ROOT": ("zk", "root")}
 TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
@@ -209,7 +211,21 @@ def load(
         merged.setdefault(sec, {})[key] = value
         text.add((sec, key))
         origins[(sec, key)] = "environment"
-    for dotted, value in (overrides or {}).items():
+    return _overridden(merged, source, catalog, text, origins, overrides or {})
+
+
+def with_overrides(settings: Settings, overrides: Mapping[str, Any]) -> Settings:
+    """`settings` with a run's own values on top ({"section.key": value}; None keeps the setting), validated
+    as `load` validates its overrides: how per-run flags reach a job whose settings were loaded before."""
+    return _overridden(settings.raw(), settings.source, settings._catalog, set(settings._text),
+                       dict(settings._origins), overrides)
+
+
+def _overridden(merged: dict[str, dict[str, Any]], source: str, catalog: Mapping[str, SectionRef],
+                text: set[tuple[str, str]], origins: dict[tuple[str, str], str], overrides: Mapping[str, Any]
+                ) -> Settings:
+    """The one place flags land: on top of file and environment, text when they are strings."""
+    for dotted, value in overrides.items():
         if value is None:
             continue
         sec, _, key = dotted.partition(".")

@@ -46,7 +46,7 @@ from bkaudit.audit.coverage import RunCoverage, stamps
 from bkaudit.audit.open_segments import OpenSegment, open_segment_finding
 from bkaudit.audit.reads import EVIDENCE_READS
 from bkaudit.audit.settings import CheckerSettings
-from bkaudit.config import Settings, ZkSettings
+from bkaudit.config import Settings, ZkSettings, with_overrides
 from bkaudit.errors import BkAuditError
 from bkaudit.job.bookie_stats import bookie_findings, bookie_stats, lost_bookies
 from bkaudit.job.check_options import CheckOptions, validate_options
@@ -129,21 +129,20 @@ class RunContext:
     """A run's fixed inputs: settings, options and what follows from them."""
 
     settings: Settings
+    """As given: what the `audit_runs` row records (the run's flags are recorded as its own choices)."""
     options: CheckOptions
     conf: CheckerSettings
+    """`[checker]` with the run's flags on top (`CheckOptions.setting_overrides`)."""
     zk: ZkSettings
     run_id: str
     started: datetime
     t0: float
     now_ms: int
-    fail_on: FailOn
-    publish: bool
-    publish_placement: bool
     staging: str
 
     @classmethod
     def of(cls, settings: Settings, options: CheckOptions) -> RunContext:
-        conf = settings.get(CheckerSettings)
+        conf = with_overrides(settings, options.setting_overrides()).get(CheckerSettings)
         started = datetime.now(UTC)
         run_id = validate_snapshot_id(options.run_id or new_run_id(started))
         return cls(
@@ -155,15 +154,12 @@ class RunContext:
             started=started,
             t0=time.monotonic(),
             now_ms=options.now_ms if options.now_ms is not None else int(time.time() * 1000),
-            fail_on=FailOn(options.fail_on or conf.fail_on),
-            publish=conf.publish_underreplicated
-            if options.publish_underreplicated is None
-            else options.publish_underreplicated,
-            publish_placement=conf.publish_placement
-            if options.publish_placement is None
-            else options.publish_placement,
             staging=staging_dir(options.warehouse, run_id),
         )
+
+    @property
+    def fail_on(self) -> FailOn:
+        return FailOn(self.conf.fail_on)
 
     def say(self, message: str) -> None:
         log.info("check %s: %s", self.run_id, message)
@@ -173,11 +169,11 @@ class RunContext:
     def config(self) -> dict[str, Any]:
         """What the `audit_runs` row records of the run's configuration (secrets masked)."""
         return {
-            "checker": dataclasses.asdict(self.conf),
+            "checker": dataclasses.asdict(self.settings.get(CheckerSettings)),
             "settings": self.settings.redacted(),
             "fail_on": self.fail_on.value,
-            "publish_underreplicated": self.publish,
-            "publish_placement": self.publish_placement,
+            "publish_underreplicated": self.conf.publish_underreplicated,
+            "publish_placement": self.conf.publish_placement,
             "fresh": self.options.fresh,
         }
 
@@ -212,7 +208,8 @@ def run_check(
             log.error("check %s failed: %s", result.run_id, result.error)
             out.fail(result, info)
             if selection.complete:
-                export_run_metrics(result, success=False, conf=ctx.conf, options=options)
+                export_run_metrics(result, success=False, conf=ctx.conf,
+                                   pushgateway_url=options.pushgateway_url)
             if isinstance(exc, KeyboardInterrupt):
                 raise
             raise CheckFailed(f"check {result.run_id} failed: {exc}", result) from exc
@@ -360,13 +357,13 @@ def _check(
     t = _lap(result, "progress", t)
 
     violations = violations_of(found)
-    if ctx.publish:
+    if conf.publish_underreplicated:
         ctx.say("publishing under-replicated ledgers")
         violations, _stats = publish(
             zk,
             violations,
             root=ctx.zk.root,
-            publish_placement=ctx.publish_placement,
+            publish_placement=conf.publish_placement,
             rate_per_s=conf.publish_rate_per_s,
             layout=session.layout,
         )
@@ -397,7 +394,7 @@ def _check(
         ctx.say(f"the Auditor's check times this run did not cover are left alone (stamped: "
                 f"{', '.join(result.check_stamps) or 'none'}; docs/checker.md)")
     if selection.complete:
-        export_run_metrics(result, success=True, conf=conf, options=ctx.options)
+        export_run_metrics(result, success=True, conf=conf, pushgateway_url=ctx.options.pushgateway_url)
 
 
 def _close_quietly(zk: Any) -> None:

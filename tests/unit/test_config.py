@@ -163,3 +163,19 @@ def test_the_admin_server_reads_admin_warehouse_first(tmp_path: Path) -> None:
     snap_only = config.load(path=conf(tmp_path, '[snapshot]\nwarehouse = "/wh/snap"\n'), environ={})
     assert config.warehouse(snap_only, admin=True) == "/wh/snap"
     assert config.warehouse(config.load(path=conf(tmp_path, ""), environ={}), admin=True) == ""
+
+
+def test_a_runs_flags_are_overrides_on_loaded_settings(tmp_path: Path) -> None:
+    """`with_overrides`: the flags of a run on top of settings loaded before, as `load` applies them."""
+    loaded = config.load(path=conf(tmp_path, '[checker]\nfail_on = "warning"\nmetrics_file = "/m.prom"\n'),
+                         environ={})
+    run = config.with_overrides(loaded, {"checker.fail_on": "never", "checker.metrics_file": "",
+                                         "checker.publish_placement": None})
+    assert run["checker"].fail_on == "never" and run["checker"].metrics_file == ""
+    assert run["checker"].publish_placement is False and run.origin("checker", "fail_on") == "flag"
+    assert loaded["checker"].fail_on == "warning"  # the loaded settings are left as they were
+    text = config.with_overrides(loaded, {"checker.publish_underreplicated": "yes"})
+    assert text["checker"].publish_underreplicated is True
+    with pytest.raises(ConfigError) as err:
+        config.with_overrides(loaded, {"checker.fail_on": "sometimes"})
+    assert err.value.key == "checker.fail_on"
