@@ -38,7 +38,7 @@ from bkaudit.zk.settings import ZkSettings
 T = TypeVar("T")
 
 __all__ = [  # ZkSettings: the shared [zk]
-    "DEFAULT_PATH", "SECTIONS", "Settings", "ZkSettings", "load", "with_overrides",
+    "DEFAULT_PATH", "SECTIONS", "Settings", "ZkSettings", "load", "section_from_text", "with_overrides",
 ]
 
 _SHORTCUTS = {"BKAUDIT_ZK": ("zk", "connect"), "BKAUDIT_ROOT": ("zk", "root")}
@@ -240,6 +240,13 @@ def _overridden(merged: dict[str, dict[str, Any]], source: str, catalog: Mapping
     settings = Settings(merged, source, catalog=catalog, text=frozenset(text), origins=origins)
     settings.validate_all()
     return settings
+
+
+def section_from_text(name: str, cls: type[T], values: Mapping[str, str]) -> T:
+    """Section `name` (class `cls`) from text values, spelt as the environment spells them and validated as
+    `load` validates them: how settings that crossed a boundary as strings (a Spark data source's options)
+    are read back."""
+    return typing.cast(T, _build(name, cls, values, frozenset(values)))
 
 
 def _build(name: str, cls: type[Any], values: Mapping[str, Any], text: set[str] | frozenset[str] = frozenset()
