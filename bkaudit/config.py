@@ -242,6 +242,16 @@ def _overridden(merged: dict[str, dict[str, Any]], source: str, catalog: Mapping
     return settings
 
 
+KEY = "key"
+"""Field metadata naming the key operators write for a field whose Python name tells it apart from another
+section's same key (`dataclasses.field(metadata={KEY: "batch_size"})`); any other field's key is its name."""
+
+
+def keys_of(cls: type[Any]) -> dict[str, str]:
+    """A section's keys -> its fields' names."""
+    return {f.metadata.get(KEY, f.name): f.name for f in dataclasses.fields(cls)}
+
+
 def section_from_text(name: str, cls: type[T], values: Mapping[str, str]) -> T:
     """Section `name` (class `cls`) from text values, spelt as the environment spells them and validated as
     `load` validates them: how settings that crossed a boundary as strings (a Spark data source's options)
@@ -256,27 +266,29 @@ def _build(name: str, cls: type[Any], values: Mapping[str, Any], text: set[str] 
     environment or a flag (the spellings of booleans text may use)."""
     from pydantic import ValidationError
 
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    keys = keys_of(cls)
     for key in values:
-        if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(fields))}"
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(keys))}"
             raise ConfigError(f"{name}.{key}", f"unknown key ({hint})")
     hints = typing.get_type_hints(cls)
-    prepared = {key: _prepare(hints[key], value) for key, value in values.items()}
-    for key, value in prepared.items():
-        prepared[key] = _strict_bool(f"{name}.{key}", hints[key], value, key in text)
-        _check_number(f"{name}.{key}", key, prepared[key])
+    prepared: dict[str, Any] = {}
+    for key, value in values.items():
+        field = keys[key]
+        value = _prepare(hints[field], value)
+        prepared[field] = _strict_bool(f"{name}.{key}", hints[field], value, key in text)
+        _check_number(f"{name}.{key}", key, prepared[field])
     try:
         section = _adapter(typing.cast(Hashable, cls)).validate_python(prepared)
     except ValidationError as exc:
-        raise _config_error(name, exc) from None
+        raise _config_error(name, exc, {field: key for key, field in keys.items()}) from None
     except ConfigError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
         raise ConfigError(name, str(exc)) from None
-    for field in dataclasses.fields(cls):
-        _check_number(f"{name}.{field.name}", field.name, getattr(section, field.name))
+    for key, field in keys.items():
+        _check_number(f"{name}.{key}", key, getattr(section, field))
     return section
 
 
@@ -334,13 +346,15 @@ def _prepare(hint: Any, value: Any) -> Any:
     return value
 
 
-def _config_error(name: str, exc: Any) -> ConfigError:
-    """The first problem of a pydantic ValidationError as one ConfigError naming the key."""
+def _config_error(name: str, exc: Any, key_of: Mapping[str, str]) -> ConfigError:
+    """The first problem of a pydantic ValidationError as one ConfigError naming the key (`key_of`: field
+    name -> key)."""
     err = exc.errors(include_url=False)[0]
     original = (err.get("ctx") or {}).get("error")
     if isinstance(original, ConfigError):  # raised by the section's own __post_init__ checks
         return original
-    loc = ".".join(str(part) for part in err.get("loc", ()) if not isinstance(part, int))
+    parts = [str(part) for part in err.get("loc", ()) if not isinstance(part, int)]
+    loc = ".".join(key_of.get(part, part) for part in parts)
     key = f"{name}.{loc}" if loc else name
     message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
     if loc and "input" in err:

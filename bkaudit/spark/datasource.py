@@ -157,7 +157,7 @@ def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
                 attempts=snap.attempts,
             )
             yield from chunk_batches(
-                ((ids, a.data, a.stats) for ids, _, a in answered), batch_size=snap.batch_size
+                ((ids, a.data, a.stats) for ids, _, a in answered), batch_size=snap.ledgers_per_batch
             )
             return
         ids: dict[str, int] = {}
@@ -170,7 +170,7 @@ def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
         reads = read_many(
             zk, listed(), max_in_flight=snap.max_in_flight, rate_limiter=limiter, attempts=snap.attempts
         )
-        yield from ledger_batches(reads, ids, batch_size=snap.batch_size)
+        yield from ledger_batches(reads, ids, batch_size=snap.ledgers_per_batch)
     finally:
         close(zk)
 

@@ -179,3 +179,18 @@ def test_a_runs_flags_are_overrides_on_loaded_settings(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         config.with_overrides(loaded, {"checker.fail_on": "sometimes"})
     assert err.value.key == "checker.fail_on"
+
+
+def test_a_field_renamed_in_code_keeps_its_key(tmp_path: Path) -> None:
+    """[snapshot] batch_size (ledgers per Arrow batch) is `ledgers_per_batch` in code, apart from [checker]
+    batch_size (ledgers per listing call): operators write, and errors name, the key."""
+    from_file = config.load(path=conf(tmp_path, "[snapshot]\nbatch_size = 5\n"), environ={})
+    assert from_file["snapshot"].ledgers_per_batch == 5 and from_file["checker"].batch_size == 500
+    from_env = config.load(path=conf(tmp_path, ""), environ={"BKAUDIT_SNAPSHOT__BATCH_SIZE": "7"})
+    assert from_env["snapshot"].ledgers_per_batch == 7
+    for text, key, why in (("batch_size = 0", "snapshot.batch_size", "must be >= 1"),
+                           ("batch_size = 'x'", "snapshot.batch_size", "integer"),
+                           ("ledgers_per_batch = 5", "snapshot.ledgers_per_batch", "unknown key")):
+        with pytest.raises(ConfigError) as err:
+            config.load(path=conf(tmp_path, f"[snapshot]\n{text}\n"), environ={})
+        assert err.value.key == key and why in str(err.value)
