@@ -9,7 +9,7 @@ import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
@@ -306,13 +306,15 @@ def fail(message: str, code: int = ExitCode.ERROR) -> NoReturn:
 
 # -- the spark-submit entry points (jobs/*.py): the CLI's settings, errors and exit codes --------------
 def job_settings(config_path: str | None, *, zk: str | None = None, root: str | None = None,
-                 warehouse: str | None = None, need_zk: bool = False, probe_zk: bool = False) -> Any:
+                 warehouse: str | None = None, need_zk: bool = False, probe_zk: bool = False,
+                 overrides: Mapping[str, Any] | None = None) -> Any:
     """A job's settings, resolved as the CLI resolves them (load_settings: file < environment < flags, the
     [tables] storage options; with `need_zk`, a ZooKeeper the user named, and with `probe_zk` one that
-    answers: require_zk). Called inside run_job, so that a dead ZooKeeper is a failed run; the snapshot probes
-    in spark.commands.snapshot_job instead, where its failure metric is exported."""
-    overrides = {"snapshot.warehouse": warehouse}
-    settings = load_settings(zk, None, root, config_path, need_zk=need_zk, probe_zk=False, **overrides)
+    answers: require_zk). `overrides`: the job's other flags, {"section.key": value} (None: the setting).
+    Called inside run_job, so that a dead ZooKeeper is a failed run; the snapshot probes in
+    spark.commands.snapshot_job instead, where its failure metric is exported."""
+    flags = {**(overrides or {}), "snapshot.warehouse": warehouse}
+    settings = load_settings(zk, None, root, config_path, need_zk=need_zk, probe_zk=False, **flags)
     if probe_zk:
         require_zk(settings)
     return settings

@@ -37,7 +37,9 @@ from bkaudit.zk.settings import ZkSettings
 
 T = TypeVar("T")
 
-__all__ = ["DEFAULT_PATH", "SECTIONS", "Settings", "ZkSettings", "load"]  # ZkSettings: the shared [zk]
+__all__ = [  # ZkSettings: the shared [zk]
+    "DEFAULT_PATH", "SECTIONS", "Settings", "ZkSettings", "load", "section_from_text", "with_overrides",
+]
 
 _SHORTCUTS = {"BKAUDIT_ZK": ("zk", "connect"), "BKAUDIT_ROOT": ("zk", "root")}
 TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
@@ -209,7 +211,21 @@ def load(
         merged.setdefault(sec, {})[key] = value
         text.add((sec, key))
         origins[(sec, key)] = "environment"
-    for dotted, value in (overrides or {}).items():
+    return _overridden(merged, source, catalog, text, origins, overrides or {})
+
+
+def with_overrides(settings: Settings, overrides: Mapping[str, Any]) -> Settings:
+    """`settings` with a run's own values on top ({"section.key": value}; None keeps the setting), validated
+    as `load` validates its overrides: how per-run flags reach a job whose settings were loaded before."""
+    return _overridden(settings.raw(), settings.source, settings._catalog, set(settings._text),
+                       dict(settings._origins), overrides)
+
+
+def _overridden(merged: dict[str, dict[str, Any]], source: str, catalog: Mapping[str, SectionRef],
+                text: set[tuple[str, str]], origins: dict[tuple[str, str], str], overrides: Mapping[str, Any]
+                ) -> Settings:
+    """The one place flags land: on top of file and environment, text when they are strings."""
+    for dotted, value in overrides.items():
         if value is None:
             continue
         sec, _, key = dotted.partition(".")
@@ -226,6 +242,23 @@ def load(
     return settings
 
 
+KEY = "key"
+"""Field metadata naming the key operators write for a field whose Python name tells it apart from another
+section's same key (`dataclasses.field(metadata={KEY: "batch_size"})`); any other field's key is its name."""
+
+
+def keys_of(cls: type[Any]) -> dict[str, str]:
+    """A section's keys -> its fields' names."""
+    return {f.metadata.get(KEY, f.name): f.name for f in dataclasses.fields(cls)}
+
+
+def section_from_text(name: str, cls: type[T], values: Mapping[str, str]) -> T:
+    """Section `name` (class `cls`) from text values, spelt as the environment spells them and validated as
+    `load` validates them: how settings that crossed a boundary as strings (a Spark data source's options)
+    are read back."""
+    return typing.cast(T, _build(name, cls, values, frozenset(values)))
+
+
 def _build(name: str, cls: type[Any], values: Mapping[str, Any], text: set[str] | frozenset[str] = frozenset()
            ) -> Any:
     """Validate one section with pydantic (types, coercion of environment strings, the class's own checks),
@@ -233,27 +266,29 @@ def _build(name: str, cls: type[Any], values: Mapping[str, Any], text: set[str] 
     environment or a flag (the spellings of booleans text may use)."""
     from pydantic import ValidationError
 
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    keys = keys_of(cls)
     for key in values:
-        if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(fields))}"
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(keys))}"
             raise ConfigError(f"{name}.{key}", f"unknown key ({hint})")
     hints = typing.get_type_hints(cls)
-    prepared = {key: _prepare(hints[key], value) for key, value in values.items()}
-    for key, value in prepared.items():
-        prepared[key] = _strict_bool(f"{name}.{key}", hints[key], value, key in text)
-        _check_number(f"{name}.{key}", key, prepared[key])
+    prepared: dict[str, Any] = {}
+    for key, value in values.items():
+        field = keys[key]
+        value = _prepare(hints[field], value)
+        prepared[field] = _strict_bool(f"{name}.{key}", hints[field], value, key in text)
+        _check_number(f"{name}.{key}", key, prepared[field])
     try:
         section = _adapter(typing.cast(Hashable, cls)).validate_python(prepared)
     except ValidationError as exc:
-        raise _config_error(name, exc) from None
+        raise _config_error(name, exc, {field: key for key, field in keys.items()}) from None
     except ConfigError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
         raise ConfigError(name, str(exc)) from None
-    for field in dataclasses.fields(cls):
-        _check_number(f"{name}.{field.name}", field.name, getattr(section, field.name))
+    for key, field in keys.items():
+        _check_number(f"{name}.{key}", key, getattr(section, field))
     return section
 
 
@@ -311,13 +346,15 @@ def _prepare(hint: Any, value: Any) -> Any:
     return value
 
 
-def _config_error(name: str, exc: Any) -> ConfigError:
-    """The first problem of a pydantic ValidationError as one ConfigError naming the key."""
+def _config_error(name: str, exc: Any, key_of: Mapping[str, str]) -> ConfigError:
+    """The first problem of a pydantic ValidationError as one ConfigError naming the key (`key_of`: field
+    name -> key)."""
     err = exc.errors(include_url=False)[0]
     original = (err.get("ctx") or {}).get("error")
     if isinstance(original, ConfigError):  # raised by the section's own __post_init__ checks
         return original
-    loc = ".".join(str(part) for part in err.get("loc", ()) if not isinstance(part, int))
+    parts = [str(part) for part in err.get("loc", ()) if not isinstance(part, int)]
+    loc = ".".join(key_of.get(part, part) for part in parts)
     key = f"{name}.{loc}" if loc else name
     message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
     if loc and "input" in err:
@@ -328,9 +365,15 @@ def _config_error(name: str, exc: Any) -> ConfigError:
 NO_WAREHOUSE = "no warehouse given: use --warehouse DIR, [snapshot] warehouse or BKAUDIT_SNAPSHOT__WAREHOUSE"
 
 
-def warehouse(settings: Settings, given: str | None = None) -> str:
-    """The Delta warehouse: `given` (a job's own argument), else `[snapshot] warehouse` (where --warehouse
-    flags land); ConfigError when neither names one. The one "no warehouse given" rule for every command."""
+def warehouse(settings: Settings, given: str | None = None, *, admin: bool = False) -> str:
+    """The Delta warehouse, the one rule for every command: `given` (a job's own argument), else `[snapshot]
+    warehouse` (where --warehouse flags land); ConfigError when none names one.
+
+    `admin`: the admin server's rule, which reads `[admin] warehouse` (its --warehouse) first, so the settings
+    files that set it keep working, and serves without a warehouse ("" then: the verdict routes say none is
+    configured)."""
+    if admin:
+        return str(settings["admin"].warehouse or settings["snapshot"].warehouse)
     chosen = given or str(settings["snapshot"].warehouse)
     if not chosen:
         raise ConfigError("snapshot.warehouse", NO_WAREHOUSE)

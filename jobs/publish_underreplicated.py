@@ -43,15 +43,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         settings = job_settings(args.config, zk=args.zk, root=args.root, warehouse=args.warehouse,
-                                need_zk=True, probe_zk=True)
+                                need_zk=True, probe_zk=True,
+                                overrides={"checker.publish_placement": args.publish_placement})
         warehouse = config.warehouse(settings)
         conf = settings.get(CheckerSettings)
         zk_settings = settings.get(ZkSettings)
-        placement = conf.publish_placement if args.publish_placement is None else args.publish_placement
         zk = connect(zk_settings)
         try:
             stats = publish_run(warehouse, args.run_id, zk, root=zk_settings.root,
-                                publish_placement=placement, rate_per_s=conf.publish_rate_per_s,
+                                publish_placement=conf.publish_placement, rate_per_s=conf.publish_rate_per_s,
                                 layout=read_layout(zk, root=zk_settings.root))
         finally:
             close(zk)

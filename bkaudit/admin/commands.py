@@ -32,13 +32,13 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
           listen: str | None, port: int | None, warehouse: str | None, tls_cert: str | None,
           tls_key: str | None) -> None:
     """Serve the API and dashboard until SIGTERM / SIGINT; works with any bookie host down."""
+    from bkaudit import config
     from bkaudit.admin.server import AdminServer
     from bkaudit.admin.settings import AdminSettings
     from bkaudit.config import ZkSettings
     from bkaudit.lifecycle.settings import LifecycleSettings
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.rpc.tls import TlsConfig
-    from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.store import ZkStore
     from bkaudit.zk import client as zkclient
 
@@ -51,19 +51,14 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
     conf = settings.get(AdminSettings)
     zk_settings = settings.get(ZkSettings)
     try:
-        snapshot_warehouse = settings.get(SnapshotSettings).warehouse
-    except BkAuditError:
-        snapshot_warehouse = ""
-    try:
         client = zkclient.connect(zk_settings)
     except BkAuditError as exc:
         fail(str(exc), code=2)
     timeout = conf.disk_info_timeout_s
     pool = BookieClientPool(zk=client, root=zk_settings.root, tls=TlsConfig.from_settings(settings),
                             request_timeout_s=timeout, connect_timeout_s=timeout)
-    warehouse_used = conf.warehouse or snapshot_warehouse
     cluster = ZkStore(client, root=zk_settings.root, state_root=zk_settings.state_root or None)
-    server = AdminServer(cluster, conf, warehouse=warehouse_used, pool=pool,
+    server = AdminServer(cluster, conf, warehouse=config.warehouse(settings, admin=True), pool=pool,
                          bookie_http_timeout_s=settings.get(LifecycleSettings).bookie_http_timeout_s)
     scheme = "https" if conf.tls_cert else "http"
     stop = threading.Event()

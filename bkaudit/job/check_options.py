@@ -36,6 +36,15 @@ class CheckOptions:
     now_ms: int | None = None
     progress: Callable[[str], None] | None = None
 
+    def setting_overrides(self) -> dict[str, Any]:
+        """The flags that set a `[checker]` key, as `config.with_overrides` takes them (None: the setting).
+
+        An empty `fail_on` (only the Python API can pass one: both parsers offer the three choices) also means
+        the setting, as it always has; an empty metrics file is a choice (no file)."""
+        values = {flag.setting: getattr(self, flag.field) for flag in CHECK_FLAGS if flag.setting}
+        values["checker.fail_on"] = self.fail_on or None
+        return values
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -46,6 +55,8 @@ class Flag:
     help: str
     kind: Literal["text", "switch", "tristate", "choice"] = "text"
     choices: tuple[str, ...] = ()
+    setting: str = ""
+    """The `section.key` the flag overrides for its run ("": a choice of the run only)."""
 
 
 FAIL_ON_CHOICES = tuple(f.value for f in FailOn)
@@ -64,12 +75,14 @@ CHECK_FLAGS: tuple[Flag, ...] = (
         "mark ledgers with durability violations under-replicated in ZooKeeper ([checker] "
         "publish_underreplicated, off by default)",
         "tristate",
+        setting="checker.publish_underreplicated",
     ),
     Flag(
         "publish_placement",
         "--publish-placement",
         "also mark placement_fail ledgers, with no replicas (BookKeeper's BP-54)",
         "tristate",
+        setting="checker.publish_placement",
     ),
     Flag(
         "fail_on",
@@ -77,8 +90,12 @@ CHECK_FLAGS: tuple[Flag, ...] = (
         "lowest severity that makes the exit code 3 (default [checker] fail_on = critical)",
         "choice",
         FAIL_ON_CHOICES,
+        setting="checker.fail_on",
     ),
-    Flag("metrics_file", "--metrics-file", "write Prometheus text here ([checker] metrics_file)"),
+    Flag("metrics_file", "--metrics-file", "write Prometheus text here ([checker] metrics_file)",
+         setting="checker.metrics_file"),
+    # not an override: the flag takes any address the push gateway client takes (`gw:9091` too), where the
+    # [checker] key takes http(s) URLs only; export_run_metrics picks it over the key
     Flag(
         "pushgateway_url",
         "--pushgateway",

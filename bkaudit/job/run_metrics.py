@@ -6,7 +6,6 @@ import logging
 import time
 
 from bkaudit.audit.settings import CheckerSettings
-from bkaudit.job.check_options import CheckOptions
 from bkaudit.job.result import CheckResult
 from bkaudit.metrics import CheckerRunMetrics, MetricsError, export
 
@@ -14,11 +13,13 @@ log = logging.getLogger(__name__)
 
 
 def export_run_metrics(
-    result: CheckResult, *, success: bool, conf: CheckerSettings, options: CheckOptions
+    result: CheckResult, *, success: bool, conf: CheckerSettings, pushgateway_url: str | None = None
 ) -> None:
-    """Export where the flags (else `[checker]`) say; an export error is kept in `result.metrics_error`."""
-    path = options.metrics_file if options.metrics_file is not None else conf.metrics_file
-    url = options.pushgateway_url if options.pushgateway_url is not None else conf.pushgateway_url
+    """Export where `conf` (the run's `[checker]`, its flags applied) says; `pushgateway_url`: the run's
+    --pushgateway, which is no override (`check_options.CHECK_FLAGS`). An export error is kept in
+    `result.metrics_error`."""
+    path = conf.metrics_file
+    url = pushgateway_url if pushgateway_url is not None else conf.pushgateway_url
     if not path and not url:
         return
     m = CheckerRunMetrics(

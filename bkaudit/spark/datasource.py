@@ -14,98 +14,81 @@ single pipelined reads with `multi_read=false` or on ZooKeeper < 3.6). Transient
 jittered backoff; a ledger deleted between listing and reading is simply absent. Decoding never raises: a bad
 blob is a row with `parse_error`.
 
-Options (snake_case, as in the [snapshot] settings): zk (required), root, session_timeout_s,
-connect_timeout_s, auth_digest_secret ("user:password"; named so Spark redacts it), max_zk_sessions,
-partitions, reads_per_second_per_task, max_in_flight, batch_size, attempts, multi_read.
+Options (snake_case, as in the [zk] and [snapshot] settings, with their defaults and checks: `ReadOptions`):
+zk (required), root, session_timeout_s, connect_timeout_s, auth_digest_secret ("user:password"; named so
+Spark redacts it), max_zk_sessions, partitions, reads_per_second_per_task, max_in_flight, batch_size,
+attempts, multi_read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from bkaudit.config import ZkSettings, section_from_text
+from bkaudit.errors import ConfigError
+from bkaudit.spark.settings import SnapshotSettings
+
 NAME = "bookkeeper"
+ZK_OPTIONS = {"zk": "connect", "root": "root", "session_timeout_s": "session_timeout_s",
+              "connect_timeout_s": "connect_timeout_s", "auth_digest_secret": "auth_digest"}
+"""Data source option -> its `[zk]` key (`auth_digest_secret`: so named that Spark redacts it)."""
+SNAPSHOT_OPTIONS = ("max_zk_sessions", "partitions", "reads_per_second_per_task", "max_in_flight",
+                    "batch_size", "attempts", "multi_read")
+"""The `[snapshot]` keys the data source takes as options, under their own names."""
 
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """Validated data source options (picklable: it travels to every task)."""
+    """What a reading task needs: the typed `[zk]` and `[snapshot]` settings, so the data source has the
+    settings' defaults and checks, not copies (picklable: it travels to every task).
 
-    zk: str
-    root: str = "/ledgers"
-    session_timeout_s: float = 30.0
-    connect_timeout_s: float = 15.0
-    auth_digest_secret: str = ""
-    max_zk_sessions: int = 4
-    partitions: int = 0  # 0 = max_zk_sessions
-    reads_per_second_per_task: float = 20_000.0  # SnapshotSettings' default (docs/performance.md)
-    max_in_flight: int = 500
-    batch_size: int = 10_000
-    attempts: int = 5
-    multi_read: bool = True  # batch reads as ZooKeeper multiRead (>= 3.6); False = one getData per znode
+    Spark hands a Python data source its options as strings: `parse` reads them through the sections' own
+    validation (`config.section_from_text`); the snapshot job hands its tasks the sections themselves."""
+
+    zk: ZkSettings
+    snapshot: SnapshotSettings = dataclasses.field(default_factory=SnapshotSettings)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         lowered = {k.lower(): v for k, v in options.items() if k.lower() not in ("path",)}
         if not lowered.get("zk"):
             raise ValueError('the bookkeeper data source needs .option("zk", "host:port[,host:port]")')
-        known = {f.name: f for f in fields(cls)}
+        known = [*ZK_OPTIONS, *SNAPSHOT_OPTIONS]
         unknown = sorted(set(lowered) - set(known))
         if unknown:
             raise ValueError(f"unknown bookkeeper data source option(s) {unknown} (known: {sorted(known)})")
-        kwargs: dict[str, Any] = {}
-        for key, raw in lowered.items():
-            kind = known[key].type
-            try:
-                kwargs[key] = _convert(str(kind), raw)
-            except ValueError:
-                raise ValueError(f"bookkeeper data source option {key}={raw!r}: expected {kind}") from None
-        opts = cls(**kwargs)
-        opts.check()
-        return opts
+        try:
+            zk = section_from_text("zk", ZkSettings,
+                                   {key: lowered[opt] for opt, key in ZK_OPTIONS.items() if opt in lowered})
+            snapshot = section_from_text("snapshot", SnapshotSettings,
+                                         {key: lowered[key] for key in SNAPSHOT_OPTIONS if key in lowered})
+        except ConfigError as exc:
+            section, _, key = exc.key.partition(".")
+            option = next((o for o, k in ZK_OPTIONS.items() if k == key), key) if section == "zk" else key
+            raise ValueError(f"bookkeeper data source option {option}: {exc.reason}") from None
+        return cls(zk, snapshot)
 
-    def check(self) -> None:
-        from bkaudit.zk.paths import validate_root
+    def session_settings(self) -> ZkSettings:
+        """`[zk]` as this process connects with it: built here, not unpickled, so that its checks run in this
+        process and the digest's password is registered with its log redaction (`bkaudit.logs`)."""
+        return dataclasses.replace(self.zk)
 
-        validate_root(self.root)
-        if self.max_zk_sessions < 1:
-            raise ValueError("max_zk_sessions must be >= 1")
-        if self.partitions < 0 or self.partitions > self.max_zk_sessions:
-            raise ValueError(
-                f"partitions={self.partitions} would open more than max_zk_sessions={self.max_zk_sessions} "
-                "concurrent ZooKeeper sessions (use 0 for max_zk_sessions)"
-            )
-        if self.max_in_flight < 1 or self.batch_size < 1 or self.attempts < 1:
-            raise ValueError("max_in_flight, batch_size and attempts must be >= 1")
-        if self.reads_per_second_per_task < 0:
-            raise ValueError("reads_per_second_per_task must be >= 0 (0 = unlimited)")
+    @property
+    def root(self) -> str:
+        return self.zk.root
+
+    @property
+    def multi_read(self) -> bool:
+        return self.snapshot.multi_read
 
     @property
     def task_count(self) -> int:
-        return self.partitions or self.max_zk_sessions
-
-    def zk_settings(self) -> Any:
-        from bkaudit.config import ZkSettings
-
-        return ZkSettings(
-            connect=self.zk,
-            root=self.root,
-            session_timeout_s=self.session_timeout_s,
-            connect_timeout_s=self.connect_timeout_s,
-            auth_digest=self.auth_digest_secret,
-        )
-
-
-def _convert(kind: str, raw: Any) -> Any:
-    if kind == "bool":
-        text = str(raw).strip().lower()
-        if text not in ("true", "false", "1", "0"):
-            raise ValueError(raw)
-        return text in ("true", "1")
-    return int(raw) if kind == "int" else float(raw) if kind == "float" else str(raw)
+        return self.snapshot.partitions or self.snapshot.max_zk_sessions
 
 
 class LedgerPartition(InputPartition):
@@ -135,7 +118,7 @@ def plan_partitions(options: ReadOptions) -> list[list[str]]:
     from bkaudit.job.zkscan import pack, plan_units
     from bkaudit.zk.client import close, connect
 
-    zk = connect(options.zk_settings())
+    zk = connect(options.session_settings())
     try:
         units = plan_units(zk, options.root, options.task_count)
     finally:
@@ -154,13 +137,12 @@ def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
     from bkaudit.zk.ledgers import iter_ledger_dirs, iter_ledgers, read_many
     from bkaudit.zk.multiread import MULTI_READ_BATCH, read_chunks
 
-    zk = connect(options.zk_settings())
+    zk = connect(options.session_settings())
     try:
-        limiter = (
-            RateLimiter(options.reads_per_second_per_task) if options.reads_per_second_per_task else None
-        )
-        if options.multi_read:
-            step = max(1, min(MULTI_READ_BATCH, options.max_in_flight))
+        snap = options.snapshot
+        limiter = RateLimiter(snap.reads_per_second_per_task) if snap.reads_per_second_per_task else None
+        if snap.multi_read:
+            step = max(1, min(MULTI_READ_BATCH, snap.max_in_flight))
 
             def chunks() -> Iterator[tuple[list[int], list[str]]]:
                 for ids, znodes in iter_ledger_dirs(zk, options.root, units):
@@ -170,12 +152,12 @@ def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
             answered = read_chunks(
                 zk,
                 chunks(),
-                max_in_flight=options.max_in_flight,
+                max_in_flight=snap.max_in_flight,
                 rate_limiter=limiter,
-                attempts=options.attempts,
+                attempts=snap.attempts,
             )
             yield from chunk_batches(
-                ((ids, a.data, a.stats) for ids, _, a in answered), batch_size=options.batch_size
+                ((ids, a.data, a.stats) for ids, _, a in answered), batch_size=snap.ledgers_per_batch
             )
             return
         ids: dict[str, int] = {}
@@ -186,9 +168,9 @@ def read_units(options: ReadOptions, units: list[str]) -> Iterator[Any]:
                 yield path
 
         reads = read_many(
-            zk, listed(), max_in_flight=options.max_in_flight, rate_limiter=limiter, attempts=options.attempts
+            zk, listed(), max_in_flight=snap.max_in_flight, rate_limiter=limiter, attempts=snap.attempts
         )
-        yield from ledger_batches(reads, ids, batch_size=options.batch_size)
+        yield from ledger_batches(reads, ids, batch_size=snap.ledgers_per_batch)
     finally:
         close(zk)
 
@@ -214,21 +196,3 @@ class BookKeeperDataSource(DataSource):
 def register(spark: Any) -> None:
     """Register the data source with this session (cheap; re-registering replaces the same class)."""
     spark.dataSource.register(BookKeeperDataSource)
-
-
-def options_from_settings(zk: Any, snapshot: Any) -> dict[str, str]:
-    """Data source options from ZkSettings and SnapshotSettings."""
-    return {
-        "zk": zk.connect,
-        "root": zk.root,
-        "session_timeout_s": str(zk.session_timeout_s),
-        "connect_timeout_s": str(zk.connect_timeout_s),
-        "auth_digest_secret": zk.auth_digest,
-        "max_zk_sessions": str(snapshot.max_zk_sessions),
-        "partitions": str(snapshot.partitions),
-        "reads_per_second_per_task": str(snapshot.reads_per_second_per_task),
-        "max_in_flight": str(snapshot.max_in_flight),
-        "batch_size": str(snapshot.batch_size),
-        "attempts": str(snapshot.attempts),
-        "multi_read": str(snapshot.multi_read).lower(),
-    }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from bkaudit.config import KEY
 from bkaudit.errors import ConfigError
 
 
@@ -25,7 +26,8 @@ class SnapshotSettings:
     max_in_flight: int = 500  # pipelined reads outstanding per session
     multi_read: bool = True  # batch reads as ZooKeeper multiRead (>= 3.6; older servers: automatic fallback)
     attempts: int = 5  # tries per ZooKeeper request on transient errors (jittered exponential backoff)
-    batch_size: int = 10_000  # ledgers per Arrow batch handed to Spark
+    # ledgers per Arrow batch handed to Spark; key `batch_size` (not [checker] batch_size, ledgers per call)
+    ledgers_per_batch: int = dataclasses.field(default=10_000, metadata={KEY: "batch_size"})
     # validation (Great Expectations)
     validate: bool = True
     fail_on_critical_validation: bool = True  # a failed critical expectation fails the run (nothing visible)
@@ -58,5 +60,5 @@ class SnapshotSettings:
             raise ConfigError(
                 "snapshot.validation_engine", f"must be auto, pandas or spark, got {self.validation_engine!r}"
             )
-        if self.batch_size < 1:
+        if self.ledgers_per_batch < 1:
             raise ConfigError("snapshot.batch_size", "must be >= 1")

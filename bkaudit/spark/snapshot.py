@@ -138,9 +138,9 @@ def stage_ledgers(
     `spark.read.format("bookkeeper")` and staging in a `mapInArrow` would send every row Python -> JVM ->
     Python, converted to Spark's rows and back: about half the step's time at 200,000 ledgers
     (docs/performance.md, "Snapshot job")."""
-    from bkaudit.spark.datasource import ReadOptions, options_from_settings, plan_partitions
+    from bkaudit.spark.datasource import ReadOptions, plan_partitions
 
-    options = ReadOptions.parse(options_from_settings(zk, snap))
+    options = ReadOptions(zk, snap)
     groups = plan_partitions(options) or [[]]
     tasks = spark.range(len(groups), numPartitions=len(groups))
     stager = _stager(options, groups, warehouse, snapshot_id, snapshot_date)

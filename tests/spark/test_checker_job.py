@@ -211,7 +211,7 @@ def test_failed_run_leaves_no_violations(spark, world, snapshot_id, monkeypatch)
 
 
 def test_spark_input_path_gives_the_same_findings(spark, world, snapshot_id, monkeypatch):
-    from bkaudit.spark import checker
+    from bkaudit.spark import checker_inputs as checker
 
     arrow = check(spark, world, snapshot_id)
     monkeypatch.setattr(checker, "DRIVER_INPUT_MAX_LEDGERS", 0)  # join ledgers and segments on Spark

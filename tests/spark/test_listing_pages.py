@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from bkaudit.job.inputs import listing_pages
-from bkaudit.spark.checker import RunInputs
+from bkaudit.spark.checker_inputs import RunInputs
 from tests.unit.test_java_listing_pages import ledgers
 
 pytestmark = pytest.mark.spark

@@ -366,7 +366,9 @@ def test_scan_respects_session_cap_and_read_rate(zk: Any, zk_root: str, zk_serve
     """At most max_zk_sessions partitions; a task reads no faster than reads_per_second_per_task."""
     import time
 
+    from bkaudit.config import ZkSettings
     from bkaudit.spark.datasource import BookKeeperReader, ReadOptions, read_units
+    from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.zk import paths
     from bkaudit.zk.ledgers import init_cluster
 
@@ -376,7 +378,8 @@ def test_scan_respects_session_cap_and_read_rate(zk: Any, zk_root: str, zk_serve
     for ledger_id in ids:
         zk.create(paths.ledger_path(ledger_id, root=zk_root), data, makepath=True)
     opts = ReadOptions(
-        zk=zk_server.connect_string, root=zk_root, max_zk_sessions=3, reads_per_second_per_task=200
+        ZkSettings(connect=zk_server.connect_string, root=zk_root),
+        SnapshotSettings(max_zk_sessions=3, reads_per_second_per_task=200),
     )
     parts = BookKeeperReader(opts).partitions()
     assert 1 <= len(parts) <= 3
@@ -385,7 +388,8 @@ def test_scan_respects_session_cap_and_read_rate(zk: Any, zk_root: str, zk_serve
     got = [i for p in parts for b in read_units(opts, p.units) for i in b.column("ledger_id").to_pylist()]
     assert sorted(got) == sorted(ids)
     slow = ReadOptions(
-        zk=zk_server.connect_string, root=zk_root, max_zk_sessions=1, reads_per_second_per_task=100
+        ZkSettings(connect=zk_server.connect_string, root=zk_root),
+        SnapshotSettings(max_zk_sessions=1, reads_per_second_per_task=100),
     )
     t0 = time.monotonic()
     assert sum(b.num_rows for b in read_units(slow, [u for p in parts for u in p.units])) == len(ids)

@@ -432,6 +432,24 @@ def test_flags_are_defined_once_for_click_and_argparse() -> None:
         parser.parse_args(["--fail-on", "sometimes"])
 
 
+def test_flags_that_set_a_checker_key_are_its_overrides() -> None:
+    """Every flag but --pushgateway (any address the push client takes) overrides its [checker] key; an
+    empty fail_on (Python API only) means the setting, an empty metrics file means none."""
+    parsed = vars(_parser().parse_args(ARGS))
+    assert options_from(parsed, warehouse="w").setting_overrides() == {
+        "checker.publish_underreplicated": True, "checker.publish_placement": False,
+        "checker.fail_on": "warning", "checker.metrics_file": "m.prom"}
+    assert CheckOptions(warehouse="w", fail_on="", metrics_file="").setting_overrides() == {
+        "checker.publish_underreplicated": None, "checker.publish_placement": None,
+        "checker.fail_on": None, "checker.metrics_file": ""}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser
+
+
 @pytest.mark.parametrize("ledgers", [0, 1, 999, 1_000, 5_000, 199_999, 200_001, 1_000_000, 2_000_000])
 @pytest.mark.parametrize("cores", [1, 2, 8])
 def test_no_ledger_pass_task_holds_more_than_its_share(ledgers: int, cores: int) -> None:

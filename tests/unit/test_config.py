@@ -152,3 +152,45 @@ def test_one_rule_for_the_warehouse(tmp_path: Path) -> None:
     flagged = config.load(path=conf(tmp_path, '[snapshot]\nwarehouse = "/wh/file"\n'), environ={},
                           overrides={"snapshot.warehouse": "s3a://b/wh"})
     assert config.warehouse(flagged) == "s3a://b/wh"
+
+
+def test_the_admin_server_reads_admin_warehouse_first(tmp_path: Path) -> None:
+    """`admin serve`: [admin] warehouse (its --warehouse) before [snapshot] warehouse; none is no error."""
+    both = conf(tmp_path, '[snapshot]\nwarehouse = "/wh/snap"\n[admin]\nwarehouse = "/wh/admin"\n')
+    assert config.warehouse(config.load(path=both, environ={}), admin=True) == "/wh/admin"
+    assert config.warehouse(config.load(path=both, environ={}, overrides={"admin.warehouse": "/wh/flag"}),
+                            admin=True) == "/wh/flag"
+    snap_only = config.load(path=conf(tmp_path, '[snapshot]\nwarehouse = "/wh/snap"\n'), environ={})
+    assert config.warehouse(snap_only, admin=True) == "/wh/snap"
+    assert config.warehouse(config.load(path=conf(tmp_path, ""), environ={}), admin=True) == ""
+
+
+def test_a_runs_flags_are_overrides_on_loaded_settings(tmp_path: Path) -> None:
+    """`with_overrides`: the flags of a run on top of settings loaded before, as `load` applies them."""
+    loaded = config.load(path=conf(tmp_path, '[checker]\nfail_on = "warning"\nmetrics_file = "/m.prom"\n'),
+                         environ={})
+    run = config.with_overrides(loaded, {"checker.fail_on": "never", "checker.metrics_file": "",
+                                         "checker.publish_placement": None})
+    assert run["checker"].fail_on == "never" and run["checker"].metrics_file == ""
+    assert run["checker"].publish_placement is False and run.origin("checker", "fail_on") == "flag"
+    assert loaded["checker"].fail_on == "warning"  # the loaded settings are left as they were
+    text = config.with_overrides(loaded, {"checker.publish_underreplicated": "yes"})
+    assert text["checker"].publish_underreplicated is True
+    with pytest.raises(ConfigError) as err:
+        config.with_overrides(loaded, {"checker.fail_on": "sometimes"})
+    assert err.value.key == "checker.fail_on"
+
+
+def test_a_field_renamed_in_code_keeps_its_key(tmp_path: Path) -> None:
+    """[snapshot] batch_size (ledgers per Arrow batch) is `ledgers_per_batch` in code, apart from [checker]
+    batch_size (ledgers per listing call): operators write, and errors name, the key."""
+    from_file = config.load(path=conf(tmp_path, "[snapshot]\nbatch_size = 5\n"), environ={})
+    assert from_file["snapshot"].ledgers_per_batch == 5 and from_file["checker"].batch_size == 500
+    from_env = config.load(path=conf(tmp_path, ""), environ={"BKAUDIT_SNAPSHOT__BATCH_SIZE": "7"})
+    assert from_env["snapshot"].ledgers_per_batch == 7
+    for text, key, why in (("batch_size = 0", "snapshot.batch_size", "must be >= 1"),
+                           ("batch_size = 'x'", "snapshot.batch_size", "integer"),
+                           ("ledgers_per_batch = 5", "snapshot.ledgers_per_batch", "unknown key")):
+        with pytest.raises(ConfigError) as err:
+            config.load(path=conf(tmp_path, f"[snapshot]\n{text}\n"), environ={})
+        assert err.value.key == key and why in str(err.value)
