@@ -32,7 +32,6 @@ from bkaudit.errors import BkAuditError, FormatError, MetadataConflict
 from bkaudit.formats.bookie_id import invalid_bookie_id_reason
 from bkaudit.lifecycle import service, serving
 from bkaudit.model import lifecycle as lc
-from bkaudit.zk import paths
 
 if TYPE_CHECKING:
     from bkaudit.store import ClusterStore
@@ -57,12 +56,12 @@ Reader = Annotated[Caller, Depends(_reader)]
 Admin = Annotated[Caller, Depends(_admin)]
 
 
-def _valid_bookie(bookie: str) -> str:
+def _valid_bookie(request: Request, bookie: str) -> str:
     reason = invalid_bookie_id_reason(bookie)
     if reason is not None:  # NUL, '/', spaces, ...: never handed to ZooKeeper (BadArgumentsError)
         raise ApiError(400, reason)
     try:
-        paths.validate_bookie_id(bookie)  # and no znode name ZooKeeper refuses ('.', '..')
+        request.app.state.cluster.check_bookie_id(bookie)  # and no record name the store refuses ('.', '..')
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
     return bookie
@@ -71,14 +70,17 @@ def _valid_bookie(bookie: str) -> str:
 _BOOKIE_DOC = "bookie id, e.g. 10.0.0.1:3181 (BookKeeper's BookieId rule: [a-zA-Z0-9:-_.\\-]+, else 400)"
 
 
-def _bookie(bookie: Annotated[str, Query(min_length=1, max_length=255, description=_BOOKIE_DOC)]) -> str:
-    return _valid_bookie(bookie)
+def _bookie(
+    request: Request, bookie: Annotated[str, Query(min_length=1, max_length=255, description=_BOOKIE_DOC)]
+) -> str:
+    return _valid_bookie(request, bookie)
 
 
 def _maybe_bookie(
+    request: Request,
     bookie: Annotated[str | None, Query(min_length=1, max_length=255, description=_BOOKIE_DOC)] = None,
 ) -> str | None:
-    return None if bookie is None else _valid_bookie(bookie)
+    return None if bookie is None else _valid_bookie(request, bookie)
 
 
 BookieParam = Annotated[str, Depends(_bookie)]
@@ -178,6 +180,7 @@ def create_app(
 
     tokens = TokenBook(admin=settings.admin_tokens, read=settings.read_tokens)
     app.state.tokens = tokens
+    app.state.cluster = cluster
     app.state.anonymous_read = settings.anonymous_read
     allow = settings.allowed_networks()
     roles: list[tuple[Any, Role | None]] = []
@@ -429,7 +432,7 @@ def create_app(
             bookies=views.bookies(cluster, pool=pool, timeout_s=settings.disk_info_timeout_s),
             queue=views.queue(cluster, limit=200),
             data_loss=views.data_loss(cluster),
-            verdict=verdict, verdict_error=verdict_error, root=cluster.label, version=__version__,
+            verdict=verdict, verdict_error=verdict_error, cluster_label=cluster.label, version=__version__,
         ))
 
     @app.get("/openapi.json", include_in_schema=False)

@@ -110,7 +110,7 @@ def _bookie_row(b: dict[str, Any]) -> str:
 
 def render(
     *, bookies: list[dict[str, Any]], queue: dict[str, Any], data_loss: list[dict[str, Any]],
-    verdict: dict[str, Any] | None, verdict_error: str, root: str, version: str,
+    verdict: dict[str, Any] | None, verdict_error: str, cluster_label: str, version: str,
 ) -> str:
     bookie_rows = [_bookie_row(b) for b in bookies]
     queue_rows = [
@@ -140,7 +140,7 @@ def render(
 <html lang="en"><head><meta charset="utf-8"><title>bkaudit admin</title>
 <style>{STYLE}</style><script>{SCRIPT}</script></head>
 <body>
-<h1>bkaudit admin <span class="muted">{_e(root)} · bkaudit {_e(version)}</span></h1>
+<h1>bkaudit admin <span class="muted">{_e(cluster_label)} · bkaudit {_e(version)}</span></h1>
 <form id="login-form">admin token <input id="token" type="password" autocomplete="off">
 <button id="login" type="submit">log in</button></form>
 <button id="logout" hidden>log out</button><span id="status"></span>
