@@ -565,3 +565,18 @@ def test_the_index_of_every_bookie_and_the_bookie_table(cluster: Backend) -> Non
     assert cluster.store.registry.delete_cookie(C) and not cluster.store.registry.delete_cookie(C)
     assert cluster.store.registry.cookies() == [A]
 
+
+
+def test_a_bookie_watching_its_records_sees_its_state_and_switch(cluster: Backend) -> None:
+    cluster.add_cookie(A)
+    states: list[lc.LifecycleState | None] = []
+    switches: list[bool] = []
+    cluster.store.lifecycle.watch(
+        A, on_state=lambda s: states.append(None if s is None else s.state),  # type: ignore[union-attr]
+        on_serving=switches.append,
+    )
+    wait_for(lambda: states == [None] and switches == [False], 10, "the first reading")
+    drain(cluster, A)
+    wait_for(lambda: states[-1] is S.DRAINING, 10, "Draining")
+    cluster.store.lifecycle.write_serving(A, True, by="t", at="now")
+    wait_for(lambda: switches[-1] is True, 10, "the switch")

@@ -12,16 +12,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from kazoo.recipe.watchers import DataWatch
-
 from bkaudit.errors import FormatError
 from bkaudit.model import lifecycle as lc
-from bkaudit.zk import paths
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
     from bkaudit.bookie.service import BookieMode
+    from bkaudit.store.base import ClusterStore, Registry
 
 log = logging.getLogger(__name__)
 
@@ -29,48 +25,28 @@ LIFECYCLE_REASON = "lifecycle"  # Draining / DrainingFailed / Drained
 OPERATOR_REASON = "operator"  # PUT /api/v1/bookie/state/readonly {"readOnly": true}
 
 
-def serves_reads_only(data: bytes | None) -> bool:
-    """What a state znode's bytes mean for serving; unreadable data errs on the safe side (read-only)."""
-    if not data:
-        return False
-    try:
-        return lc.parse(data).state.serves_reads_only
-    except FormatError as exc:
-        log.warning("unreadable lifecycle state (%s): serving reads only until it is fixed", exc)
+def serves_reads_only(state: lc.StateRecord | FormatError | None) -> bool:
+    """What the bookie's state record means for serving; an unreadable one errs on the safe side."""
+    if isinstance(state, FormatError):
+        log.warning("unreadable lifecycle state (%s): serving reads only until it is fixed", state)
         return True
+    return state is not None and state.state.serves_reads_only
 
 
-def operator_read_only(data: bytes | None) -> bool:
-    import json
-
-    if not data:
-        return False
+def _removed(registry: Registry, bookie_id: str) -> bool:
     try:
-        value = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError):
-        return False
-    return isinstance(value, dict) and value.get("readOnly") is True
-
-
-def _removed(zk: KazooClient, bookie_id: str, *, root: str) -> bool:
-    try:
-        return zk.exists(paths.cookie_path(bookie_id, root=root)) is None
+        return not registry.has_cookie(bookie_id)
     except Exception as exc:  # unknown: stay as we are (read-only) rather than open for writes
         log.warning("could not look up the cookie of %s (%s): serving reads only", bookie_id, exc)
         return True
 
 
-def watch(
-    zk: KazooClient, bookie_id: str, mode: BookieMode, *, root: str, state_root: str | None = None
-) -> None:
-    """Keep `mode` in step with the bookie's lifecycle state and read-only switch (first reading now).
+def watch(cluster: ClusterStore, bookie_id: str, mode: BookieMode) -> None:
+    """Keep `mode` in step with the bookie's lifecycle state and read-only switch (first reading now)."""
 
-    The state sits beside the cookie under `root`; the switch under bkaudit's state root (`[zk] state_root`).
-    """
-
-    def on_state(data: bytes | None, _stat: object) -> None:
-        reads_only = serves_reads_only(data)
-        if data is None and LIFECYCLE_REASON in mode.reasons and _removed(zk, bookie_id, root=root):
+    def on_state(state: lc.StateRecord | FormatError | None) -> None:
+        reads_only = serves_reads_only(state)
+        if state is None and LIFECYCLE_REASON in mode.reasons and _removed(cluster.registry, bookie_id):
             # `lifecycle remove` deleted the state with the cookie while this bookie still runs: it stays
             # read-only until it is stopped, as a decommissioned BookKeeper bookie (its restart is refused:
             # no cookie). Only a state znode gone with the cookie still there means Active again.
@@ -80,8 +56,5 @@ def watch(
             log.info("lifecycle state of %s: %s", bookie_id, "serving reads only" if reads_only else "active")
         mode.set(LIFECYCLE_REASON, reads_only)
 
-    def on_switch(data: bytes | None, _stat: object) -> None:
-        mode.set(OPERATOR_REASON, operator_read_only(data))
-
-    DataWatch(zk, paths.lifecycle_state_path(bookie_id, root=root), on_state)
-    DataWatch(zk, paths.serving_path(bookie_id, root=root, state_root=state_root), on_switch)
+    cluster.lifecycle.watch(bookie_id, on_state=on_state,
+                            on_serving=lambda read_only: mode.set(OPERATOR_REASON, read_only))

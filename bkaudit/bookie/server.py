@@ -31,6 +31,7 @@ from bkaudit.rpc.framing import max_payload_bytes
 from bkaudit.rpc.settings import BATCH_LISTING_PROPERTY, GRPC_PROTOCOL
 from bkaudit.rpc.tls import server_credentials, server_ssl_context
 from bkaudit.shutdown import STOP_GRACE_S, StopWatchdog, stop_signals
+from bkaudit.store.zookeeper import ZkStore
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import registry
 
@@ -142,9 +143,8 @@ class BookieServer:
                      stamp_missing=conf.data_integrity_stamp_missing_cookies)
         if self.options.readonly:
             self.mode.set("forced", True)
-        bookie_lifecycle.watch(  # Draining & co.: read-only
-            zk, self.bookie_id, self.mode, root=self.root, state_root=self.zk_settings.state_root or None
-        )
+        cluster = ZkStore(zk, root=self.root, state_root=self.zk_settings.state_root or None, acl=acl)
+        bookie_lifecycle.watch(cluster, self.bookie_id, self.mode)  # Draining & co.: read-only
         self._check_disk()
         service = self.service = BookieService(storage, self.mode, max_pending=conf.max_pending_requests,
                                                read_threads=conf.read_threads,

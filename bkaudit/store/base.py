@@ -75,6 +75,14 @@ class LifecycleRecords(Protocol):
 
     def write_serving(self, bookie_id: str, read_only: bool, *, by: str, at: str) -> None: ...
 
+    def watch(
+        self, bookie_id: str, *, on_state: Callable[[lc.StateRecord | FormatError | None], None],
+        on_serving: Callable[[bool], None],
+    ) -> None:
+        """Call `on_state` with the bookie's state record (None: none, FormatError: unreadable) and
+        `on_serving` with its read-only switch, now and at every change (what a running bookie follows)."""
+        ...
+
 
 class Registry(Protocol):
     """Bookies known to the cluster (cookies) and registered now (writable or read-only)."""

@@ -65,6 +65,8 @@ class _Lifecycle:
                     raise MetadataConflict(_CHANGED.format(what=f"lifecycle of {bookie_id}"))
                 self._s.states[bookie_id] = (lc.encode(record), version + 1)
             self._s.append_history(bookie_id, lc.encode(record))
+        self._s.notify_lifecycle(bookie_id)
+
 
     def remove_bookie(self, bookie_id: str, record: lc.StateRecord, *, version: int) -> None:
         with self._s.lock:
@@ -74,6 +76,8 @@ class _Lifecycle:
             del self._s.states[bookie_id]
             del self._s.cookie_bytes[bookie_id]
             self._s.append_history(bookie_id, lc.encode(record))
+        self._s.notify_lifecycle(bookie_id)
+
 
     def history(self, bookie_id: str) -> list[lc.StateRecord]:
         with self._s.lock:
@@ -123,14 +127,25 @@ class _Lifecycle:
             value = self._s.serving.get(validate_bookie_id(bookie_id))
         return bool(value and value.get("readOnly") is True)
 
+    def watch(
+        self, bookie_id: str, *, on_state: Callable[[lc.StateRecord | FormatError | None], None],
+        on_serving: Callable[[bool], None],
+    ) -> None:
+        with self._s.lock:
+            found = self._s.lifecycle_watchers.setdefault(validate_bookie_id(bookie_id), [])
+            found.append((on_state, on_serving))
+        self._s.notify_lifecycle(bookie_id)
+
     def write_serving(self, bookie_id: str, read_only: bool, *, by: str, at: str) -> None:
         with self._s.lock:
             self._s.serving[validate_bookie_id(bookie_id)] = {"readOnly": read_only, "by": by, "at": at}
+        self._s.notify_lifecycle(bookie_id)
 
 
 class _Registry:
     cookie_home = "the memory store's cookies"
     racks_home = "the memory store's racks"
+
 
     def __init__(self, store: MemoryStore) -> None:
         self._s = store
@@ -485,6 +500,8 @@ class MemoryStore:
         self.session_listeners: list[Callable[[], None]] = []
         self.recovery_delay: int | None = None  # lostBookieRecoveryDelay
         self.delay_watchers: list[Callable[[bytes | None], bool | None]] = []
+        self.lifecycle_watchers: dict[str, list[tuple[Callable[[lc.StateRecord | FormatError | None], None],
+                                                      Callable[[bool], None]]]] = {}
         self.watchers: list[tuple[Callable[[list[str]], None], Callable[[list[str]], None],
                                   Callable[[bytes | None], None]]] = []
         self.racks: bytes | None = None  # Pulsar's rack JSON
@@ -567,6 +584,23 @@ class MemoryStore:
             on_writable(writable)
             on_readonly(readonly)
             on_racks(racks)
+
+    def notify_lifecycle(self, bookie_id: str) -> None:
+        """Tell a bookie's lifecycle watchers its state record and serving switch, as DataWatches would."""
+        with self.lock:
+            watchers = list(self.lifecycle_watchers.get(bookie_id, ()))
+            found = self.states.get(bookie_id)
+            switch = self.serving.get(bookie_id)
+        state: lc.StateRecord | FormatError | None = None
+        if found is not None:
+            try:
+                state = lc.parse(found[0])
+            except FormatError as exc:
+                state = exc
+        read_only = bool(switch and switch.get("readOnly") is True)
+        for on_state, on_serving in watchers:
+            on_state(state)
+            on_serving(read_only)
 
     def drop_votes(self, gone: set[str]) -> None:
         with self.lock:

@@ -91,6 +91,13 @@ class _Lifecycle:
     def read_serving(self, bookie_id: str) -> bool:
         return zk_lifecycle.read_serving(self._zk, bookie_id, root=self._root, state_root=self._state_root)
 
+    def watch(
+        self, bookie_id: str, *, on_state: Callable[[lc.StateRecord | FormatError | None], None],
+        on_serving: Callable[[bool], None],
+    ) -> None:
+        zk_lifecycle.watch(self._zk, bookie_id, root=self._root, state_root=self._state_root,
+                           on_state=on_state, on_serving=on_serving)
+
     def write_serving(self, bookie_id: str, read_only: bool, *, by: str, at: str) -> None:
         zk_lifecycle.write_serving(self._zk, bookie_id, read_only, by=by, at=at, root=self._root,
                                    state_root=self._state_root)

@@ -8,6 +8,7 @@ transition that happened, and two writers racing on one bookie cannot both win.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
@@ -203,6 +204,40 @@ def read_serving(zk: KazooClient, bookie_id: str, *, root: str, state_root: str 
     """True when an operator asked the bookie to serve reads only (cluster-level readOnly switch)."""
     value = _read_json(zk, paths.serving_path(bookie_id, root=root, state_root=state_root))
     return bool(value and value.get("readOnly") is True)
+
+
+def serving_read_only(data: bytes | None) -> bool:
+    """What a serving switch's bytes say (unreadable: not switched)."""
+    if not data:
+        return False
+    try:
+        value = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(value, dict) and value.get("readOnly") is True
+
+
+def parse_state(data: bytes | None) -> lc.StateRecord | FormatError | None:
+    """A state znode's bytes as a watch delivers them: None without a record, FormatError if unreadable."""
+    if not data:
+        return None
+    try:
+        return lc.parse(data)
+    except FormatError as exc:
+        return exc
+
+
+def watch(
+    zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None,
+    on_state: Callable[[lc.StateRecord | FormatError | None], None], on_serving: Callable[[bool], None],
+) -> None:
+    """DataWatches on the bookie's state record and serving switch (each called now, then on changes)."""
+    from kazoo.recipe.watchers import DataWatch
+
+    state = paths.lifecycle_state_path(bookie_id, root=root)
+    DataWatch(zk, state, lambda data, _stat: on_state(parse_state(data)))
+    DataWatch(zk, paths.serving_path(bookie_id, root=root, state_root=state_root),
+              lambda data, _stat: on_serving(serving_read_only(data)))
 
 
 def write_serving(

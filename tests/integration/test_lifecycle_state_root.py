@@ -66,7 +66,7 @@ def test_lifecycle_webhook_serving_and_data_loss_records_follow_the_state_root(
     assert zk.exists(paths.data_loss_path(1, root=zk_root, state_root=state)) is not None
 
     mode = BookieMode()
-    bookie_lifecycle.watch(zk, A, mode, root=zk_root, state_root=sr)  # what bookie/server.py starts
+    bookie_lifecycle.watch(ZkStore(zk, root=zk_root, state_root=sr), A, mode)  # what bookie/server.py starts
     server = AdminServer(ZkStore(zk, root=zk_root, state_root=sr), settings(), port=0).start()
     try:
         assert server.bound is not None
