@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bkaudit.autorecovery.copier import CopyTask, FragmentCopier
 from bkaudit.autorecovery.events import EventLog
@@ -36,10 +36,13 @@ from bkaudit.errors import NoSuchLedger
 from bkaudit.model.ledger import LedgerMetadata, Segment
 from bkaudit.model.quorum import write_set
 
+if TYPE_CHECKING:
+    from bkaudit.store.base import ClusterStore
+
 log = logging.getLogger(__name__)
 
 MetadataSource = Callable[[], Iterable[tuple[int, LedgerMetadata]]]
-"""Every ledger's (id, metadata) (bkaudit.zk.ledgers.iter_all_metadata bound to a session and root)."""
+"""Every ledger's (id, metadata) (the cluster store's `index.every_ledger`)."""
 
 
 def names_bookie(metadata: LedgerMetadata, bookie_id: str) -> bool:
@@ -240,13 +243,11 @@ class IntegrityCheck:
         self.events.close()
 
 
-def for_bookie(*, settings: Any, storage: Storage, zk: Any, bookie_id: str, root: str,
+def for_bookie(*, settings: Any, storage: Storage, cluster: ClusterStore, bookie_id: str,
                interval_s: float, events_path: str | None = None) -> IntegrityCheck:
-    """The check of a bookie process: metadata from its ZooKeeper session, a ledger client per round."""
+    """The check of a bookie process: metadata from its cluster store, a ledger client per round."""
     from bkaudit.client import BookKeeper
-    from bkaudit.zk.ledgers import iter_all_metadata
 
-    return IntegrityCheck(storage=storage, bookie_id=bookie_id,
-                          metadata=lambda: iter_all_metadata(zk, root=root),
+    return IntegrityCheck(storage=storage, bookie_id=bookie_id, metadata=cluster.index.every_ledger,
                           client=lambda: BookKeeper.connect(settings=settings), interval_s=interval_s,
                           events=EventLog(events_path, node=bookie_id))

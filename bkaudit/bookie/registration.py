@@ -20,18 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.protocol.states import KazooState
-
 from bkaudit.bookie.storage import current_dir
-from bkaudit.errors import BkAuditError, ClusterError, FormatError
+from bkaudit.errors import BkAuditError, FormatError, MetadataConflict
 from bkaudit.formats import records
-from bkaudit.zk import paths, registry
-from bkaudit.zk.client import with_retries
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-    from kazoo.security import ACL
+    from bkaudit.store.base import ClusterStore, Registry, SessionEvent
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +34,6 @@ VERSION_FILE = "VERSION"
 
 class CookieError(BkAuditError):
     """The bookie's local cookie and ZooKeeper's disagree: starting could lie about which data it holds."""
-
-
-def instance_id(zk: KazooClient, root: str) -> str:
-    """The cluster's INSTANCEID; ClusterError when the cluster was never initialised."""
-    try:
-        data, _ = zk.get(paths.instanceid_path(root=root))
-    except NoNodeError:
-        raise ClusterError(
-            f"no BookKeeper cluster at {root} (missing {paths.instanceid_path(root=root)}); "
-            f"initialise it first: bkaudit cluster init --zk ... --root {root}"
-        ) from None
-    return str(data.decode("utf-8"))
 
 
 def expected_cookie(bookie_id: str, data_dir: str | os.PathLike[str], instance: str) -> records.Cookie:
@@ -89,9 +71,8 @@ def write_local_cookie(data_dir: str | os.PathLike[str], cookie: records.Cookie)
         os.close(fd)
 
 
-def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[str], *, root: str,
-                 has_data: bool, acl: list[ACL] | None = None, connect: str = "<zk>",
-                 preboot: Callable[[str], None] | None = None,
+def check_cookie(cluster: ClusterStore, bookie_id: str, data_dir: str | os.PathLike[str], *,
+                 has_data: bool, connect: str = "<zk>", preboot: Callable[[str], None] | None = None,
                  stamp_missing: bool = False) -> records.Cookie:
     """Verify the bookie's cookies or stamp a brand-new bookie's; CookieError when it must not start.
 
@@ -103,10 +84,11 @@ def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[st
     """
     # reads retried across a lost connection (BookKeeper's ZooKeeperClient retries): a ZooKeeper restart
     # during start-up must not kill the bookie
-    instance = with_retries(lambda: instance_id(zk, root), client=zk, what="cluster instance id")
+    registry, root = cluster.registry, cluster.label
+    instance = cluster.retrying(registry.instance_id, what="cluster instance id")
     expected = expected_cookie(bookie_id, data_dir, instance)
     local = read_local_cookie(data_dir)
-    remote = with_retries(lambda: registry.read_cookie(zk, bookie_id, root), client=zk, what="bookie cookie")
+    remote = cluster.retrying(lambda: registry.read_cookie(bookie_id), what="bookie cookie")
     format_hint = f"bkaudit bookie format --zk {connect} --root {root} --bookie {bookie_id}"
     if local is None and remote is None:
         if has_data:
@@ -115,8 +97,8 @@ def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[st
         if preboot is not None:
             preboot("NEW_ENVIRONMENT")
         try:
-            registry.create_cookie(zk, expected, root=root, acl=acl)
-        except NodeExistsError:
+            registry.create_cookie(expected)
+        except MetadataConflict:
             raise CookieError(f"another bookie registered the cookie of {bookie_id} concurrently") from None
         write_local_cookie(data_dir, expected)
         log.info("stamped new cookie for bookie %s (instance %s)", bookie_id, expected.instance_id)
@@ -132,7 +114,7 @@ def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[st
         log.warning("bookie %s: ZooKeeper cookie %s or directory cookie %s differ from %s: running the "
                     "data-integrity check, then stamping new cookies", bookie_id, remote[0], local, expected)
         preboot("INVALID_COOKIE")
-        zk.set(paths.cookie_path(bookie_id, root=root), records.encode_cookie(expected), version=remote[1])
+        registry.replace_cookie(expected, version=remote[1])
         write_local_cookie(data_dir, expected)
         return expected
     if local is None:
@@ -149,28 +131,27 @@ def check_cookie(zk: KazooClient, bookie_id: str, data_dir: str | os.PathLike[st
 
 
 class Registration:
-    """Keeps `{root}/available[/readonly]/<id>` matching the bookie's mode, across session expiries."""
+    """Keeps the bookie's registration (`{root}/available[/readonly]/<id>`) matching its mode, across session
+    expiries."""
 
-    def __init__(self, zk: KazooClient, bookie_id: str, data: bytes, *, root: str,
-                 acl: list[ACL] | None = None) -> None:
-        self.zk = zk
+    def __init__(self, registry: Registry, bookie_id: str, data: bytes) -> None:
+        self.registry = registry
         self.bookie_id = bookie_id
         self.data = data
-        self.root = root
-        self.acl = acl
         self.readonly = False
         self._present = False
         self._stopping = False
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="bookie-registration", daemon=True)
+        self._unlisten: Callable[[], None] | None = None
 
     def start(self, *, readonly: bool) -> None:
         """Register now (errors surface to the caller), then follow changes in the background."""
         self.readonly = readonly
         self._present = True
         self.sync()
-        self.zk.add_listener(self._on_state)
+        self._unlisten = self.registry.on_session(self._on_session)
         self._thread.start()
 
     def set_readonly(self, readonly: bool, *, wait: bool = False) -> None:
@@ -185,18 +166,18 @@ class Registration:
         """Make ZooKeeper match the desired state (idempotent)."""
         with self._lock:
             if self._present:
-                registry.register(self.zk, self.bookie_id, self.data, readonly=self.readonly, root=self.root,
-                                  acl=self.acl)
+                self.registry.register(self.bookie_id, self.data, readonly=self.readonly)
                 log.info("registered %s as %s", self.bookie_id, "read-only" if self.readonly else "writable")
             else:
-                registry.deregister(self.zk, self.bookie_id, root=self.root)
+                self.registry.deregister(self.bookie_id)
                 log.info("deregistered %s", self.bookie_id)
 
     def stop(self) -> None:
         """Remove the registration and stop following the session."""
         self._stopping = True
         self._present = False
-        self.zk.remove_listener(self._on_state)
+        if self._unlisten is not None:
+            self._unlisten()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
@@ -206,12 +187,12 @@ class Registration:
             log.warning("deregistering %s failed (the ephemeral node dies with the session): %s",
                         self.bookie_id, exc)
 
-    def _on_state(self, state: str) -> None:
-        # kazoo callback thread: only signal. After LOST, kazoo opens a new session whose CONNECTED
-        # event triggers re-registration; after SUSPENDED -> CONNECTED the sync is a harmless no-op.
-        if state == KazooState.LOST:
+    def _on_session(self, event: SessionEvent) -> None:
+        # the store's event thread: only signal. After "lost", a new session connects and its "connected"
+        # triggers re-registration; a reconnection of the same session makes the sync a harmless no-op.
+        if event == "lost":
             log.warning("ZooKeeper session of bookie %s expired; will re-register", self.bookie_id)
-        elif state == KazooState.CONNECTED:
+        else:
             self._wake.set()
 
     def _run(self) -> None:

@@ -33,7 +33,6 @@ from bkaudit.rpc.tls import server_credentials, server_ssl_context
 from bkaudit.shutdown import STOP_GRACE_S, StopWatchdog, stop_signals
 from bkaudit.store.zookeeper import ZkStore
 from bkaudit.zk import client as zkclient
-from bkaudit.zk import registry
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ class Services:
     process (`bkaudit bookie run`, bkaudit.bookie.commands): the bookie layer never imports AutoRecovery.
 
     `autorecovery(settings, zk, bookie_id)` starts AutoRecovery (`--autorecovery`) and returns an object
-    whose `stop()` the bookie calls at shutdown. `integrity(settings=, storage=, zk=, bookie_id=, root=,
+    whose `stop()` the bookie calls at shutdown. `integrity(settings=, storage=, cluster=, bookie_id=,
     interval_s=, events_path=)` returns the data-integrity check (`[bookie] data_integrity_checking`):
     `preboot(reason)` (run by the cookie check before stamping), `needed`, `start()`, `stop()`.
     """
@@ -132,18 +131,18 @@ class BookieServer:
         zk = self.zk = zkclient.connect(self.zk_settings)
         self._closers.append(lambda: zkclient.close(zk))
         acl = zkclient.acls(self.zk_settings)
+        cluster = ZkStore(zk, root=self.root, state_root=self.zk_settings.state_root or None, acl=acl)
         integrity = None
         if integrity_factory is not None:
             integrity = self.integrity = integrity_factory(
-                settings=self.settings, storage=storage, zk=zk, bookie_id=self.bookie_id, root=self.root,
+                settings=self.settings, storage=storage, cluster=cluster, bookie_id=self.bookie_id,
                 interval_s=conf.data_integrity_interval_s, events_path=self.options.events_path)
-        check_cookie(zk, self.bookie_id, self.data_dir, root=self.root, has_data=bool(storage.ledger_ids()),
-                     acl=acl, connect=self.zk_settings.connect,
+        check_cookie(cluster, self.bookie_id, self.data_dir, has_data=bool(storage.ledger_ids()),
+                     connect=self.zk_settings.connect,
                      preboot=integrity.preboot if integrity is not None else None,
                      stamp_missing=conf.data_integrity_stamp_missing_cookies)
         if self.options.readonly:
             self.mode.set("forced", True)
-        cluster = ZkStore(zk, root=self.root, state_root=self.zk_settings.state_root or None, acl=acl)
         bookie_lifecycle.watch(cluster, self.bookie_id, self.mode)  # Draining & co.: read-only
         self._check_disk()
         service = self.service = BookieService(storage, self.mode, max_pending=conf.max_pending_requests,
@@ -178,9 +177,10 @@ class BookieServer:
         # the rack first: once registered, clients and auditors place ledgers with this bookie's location
         rack = self.options.rack or conf.rack
         if rack:
-            registry.set_rack(zk, self.bookie_id, rack, conf.advertised_address, acl=acl)
-        registration = self.registration = Registration(zk, self.bookie_id, self._service_info(),
-                                                        root=self.root, acl=acl)
+            cluster.registry.set_rack(self.bookie_id, rack, conf.advertised_address)
+        registration = self.registration = Registration(
+            cluster.registry, self.bookie_id, self._service_info()
+        )
         registered_readonly = self.mode.readonly
         registration.start(readonly=registered_readonly)
         self._closers.append(registration.stop)

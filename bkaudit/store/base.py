@@ -7,8 +7,8 @@ MetadataConflict. Both implementations (zookeeper.py, memory.py) keep them, and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Collection, Iterable, Iterator
+from typing import Any, Literal, Protocol, TypeVar
 
 from bkaudit.errors import FormatError
 from bkaudit.formats import records
@@ -16,10 +16,13 @@ from bkaudit.model import lifecycle as lc
 from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.ledger import LedgerMetadata
 
+T = TypeVar("T")
+
 ABSENT = -1
 """The version of a state record that does not exist (an Active bookie has none)."""
 
 BookieState = Literal["writable", "readonly", "absent"]
+SessionEvent = Literal["lost", "connected"]
 Where = Literal["writable", "readonly", "absent"]
 Transition = tuple[str, str, int, bytes]
 """A lifecycle history record: (bookie, record name, creation sequence, its bytes)."""
@@ -126,6 +129,34 @@ class Registry(Protocol):
     def registration(self, bookie_id: str) -> tuple[Where, records.BookieServiceInfo | None]:
         """Where it is registered and its BookieServiceInfo, the writable registration first (clients
         choose ensembles from it); FormatError for an unparseable registration."""
+        ...
+
+    def instance_id(self) -> str:
+        """The cluster's INSTANCEID; ClusterError when the cluster was never initialised."""
+        ...
+
+    def create_cookie(self, cookie: records.Cookie) -> None:
+        """Stamp a new bookie's cookie; MetadataConflict when another bookie claimed the id first."""
+        ...
+
+    def replace_cookie(self, cookie: records.Cookie, *, version: int) -> None:
+        """Re-stamp the bookie's cookie at `version` (MetadataConflict when it moved)."""
+        ...
+
+    def register(self, bookie_id: str, data: bytes, *, readonly: bool) -> None:
+        """Register this session's bookie (writable or read-only; the other registration goes), waiting
+        out a registration an ended session left; ZooKeeperError when another live process holds it."""
+        ...
+
+    def deregister(self, bookie_id: str) -> None: ...
+
+    def set_rack(self, bookie_id: str, rack: str, hostname: str | None = None) -> None:
+        """Record the bookie's rack in Pulsar's rack JSON, keeping every other entry."""
+        ...
+
+    def on_session(self, listener: Callable[[SessionEvent], None]) -> Callable[[], None]:
+        """Call `listener` as the session is lost (its registrations go with it) or (re)connected; returns
+        what stops that."""
         ...
 
     def delete_cookie(self, bookie_id: str) -> bool:
@@ -340,6 +371,10 @@ class LedgerIndex(Protocol):
         when given, receives the ids of those not closed yet."""
         ...
 
+    def every_ledger(self) -> Iterator[tuple[int, LedgerMetadata]]:
+        """(id, metadata) of every ledger, in ascending id order (read pipelined, bounded in flight)."""
+        ...
+
     def every_bookie(self) -> dict[str, list[int]]:
         """Every bookie named in any segment -> its ledgers, ascending (BookKeeper's BookieLedgerIndexer)."""
         ...
@@ -376,6 +411,11 @@ class ClusterStore(Protocol):
 
     def check_bookie_id(self, bookie_id: str) -> str:
         """`bookie_id` if the store can hold records for it; ValueError naming the rule otherwise."""
+        ...
+
+    def retrying(self, call: Callable[[], T], *, what: str) -> T:
+        """`call()`, retried while the store's connection is being re-established (a ZooKeeper restart
+        while a bookie starts must not kill it); ZooKeeperError once that takes too long."""
         ...
 
 

@@ -11,17 +11,27 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
-from bkaudit.errors import FormatError, MetadataConflict, MetadataError
+from bkaudit.errors import ClusterError, FormatError, MetadataConflict, MetadataError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.dataloss import encode as encode_data_loss
 from bkaudit.model.dataloss import parse as parse_data_loss
 from bkaudit.model.ledger import LedgerMetadata
-from bkaudit.store.base import ABSENT, BookieState, Limiter, Transition, Where, index_bookies, index_ledgers
+from bkaudit.store.base import (
+    ABSENT,
+    BookieState,
+    Limiter,
+    SessionEvent,
+    T,
+    Transition,
+    Where,
+    index_bookies,
+    index_ledgers,
+)
 from bkaudit.zk.paths import validate_bookie_id
 
 _CHANGED = "{what}: the state changed meanwhile; re-read it"
@@ -187,6 +197,51 @@ class _Registry:
         if found is None:
             return "absent", None
         return found[0], records.parse_bookie_service_info(found[1], bookie_id)
+
+    def instance_id(self) -> str:
+        if self._s.instance is None:
+            raise ClusterError("no BookKeeper cluster in the memory store (init_cluster it first)")
+        return self._s.instance
+
+    def create_cookie(self, cookie: records.Cookie) -> None:
+        with self._s.lock:
+            if validate_bookie_id(cookie.bookie_host) in self._s.cookie_bytes:
+                raise MetadataConflict(f"the cookie of {cookie.bookie_host} exists")
+            self._s.cookie_bytes[cookie.bookie_host] = records.encode_cookie(cookie)
+            self._s.cookie_versions[cookie.bookie_host] = 0
+
+    def replace_cookie(self, cookie: records.Cookie, *, version: int) -> None:
+        with self._s.lock:
+            if self._s.cookie_versions.get(cookie.bookie_host, 0) != version or (
+                cookie.bookie_host not in self._s.cookie_bytes
+            ):
+                raise MetadataConflict(f"the cookie of {cookie.bookie_host} changed meanwhile")
+            self._s.cookie_bytes[cookie.bookie_host] = records.encode_cookie(cookie)
+            self._s.cookie_versions[cookie.bookie_host] = version + 1
+
+    def register(self, bookie_id: str, data: bytes, *, readonly: bool) -> None:
+        self._s.register(bookie_id, data, readonly=readonly)
+
+    def deregister(self, bookie_id: str) -> None:
+        self._s.deregister(bookie_id)
+
+    def set_rack(self, bookie_id: str, rack: str, hostname: str | None = None) -> None:
+        with self._s.lock:
+            data = records.update_rack_entry(self._s.racks or b"", bookie_id=bookie_id, rack=rack,
+                                             hostname=hostname)
+        if data is not None:
+            self._s.set_racks(data)
+
+    def on_session(self, listener: Callable[[SessionEvent], None]) -> Callable[[], None]:
+        with self._s.lock:
+            self._s.session_watchers.append(listener)
+
+        def stop() -> None:
+            with self._s.lock:
+                if listener in self._s.session_watchers:
+                    self._s.session_watchers.remove(listener)
+
+        return stop
 
     def delete_cookie(self, bookie_id: str) -> bool:
         with self._s.lock:
@@ -469,10 +524,13 @@ class _Index:
             every = sorted(self._s.ledgers.items())
         return index_ledgers(every, bookies, open_ledgers=open_ledgers)
 
-    def every_bookie(self) -> dict[str, list[int]]:
+    def every_ledger(self) -> Iterator[tuple[int, LedgerMetadata]]:
         with self._s.lock:
             every = sorted(self._s.ledgers.items())
-        return index_bookies(every)
+        return iter(every)
+
+    def every_bookie(self) -> dict[str, list[int]]:
+        return index_bookies(self.every_ledger())
 
 
 class MemoryStore:
@@ -497,7 +555,10 @@ class MemoryStore:
         self.announced: str | None = None  # what the elected Auditor wrote for people
         self.votes: list[tuple[str, str]] = []  # (vote, node id), in order
         self.vote_watchers: dict[str, list[Callable[[], None]]] = {}
-        self.session_listeners: list[Callable[[], None]] = []
+        self.session_listeners: list[Callable[[], None]] = []  # the election's
+        self.session_watchers: list[Callable[[SessionEvent], None]] = []  # the registry's
+        self.instance: str | None = None  # INSTANCEID: set by init_cluster
+        self.cookie_versions: dict[str, int] = {}
         self.recovery_delay: int | None = None  # lostBookieRecoveryDelay
         self.delay_watchers: list[Callable[[bytes | None], bool | None]] = []
         self.lifecycle_watchers: dict[str, list[tuple[Callable[[lc.StateRecord | FormatError | None], None],
@@ -520,6 +581,13 @@ class MemoryStore:
 
     def check_bookie_id(self, bookie_id: str) -> str:
         return validate_bookie_id(bookie_id)
+
+    def retrying(self, call: Callable[[], T], *, what: str) -> T:
+        return call()  # memory does not lose its connection
+
+    def init_cluster(self, *, instance: str = "memory-instance") -> None:
+        """What `bkaudit cluster init` creates (the INSTANCEID bookies stamp into their cookies)."""
+        self.instance = instance
 
     # -- arranging a cluster --------------------------------------------------------------------------------
     def add_cookie(self, bookie_id: str, data: bytes | None = None) -> None:
@@ -551,15 +619,23 @@ class MemoryStore:
             on_racks(data)
 
     def expire_session(self) -> None:
-        """What ZooKeeper does when this session expires: its votes and locks go, listeners hear of it."""
+        """What ZooKeeper does when this session expires: its votes, locks and registrations go, listeners
+        hear of it, and a new session connects."""
         with self.lock:
             for ledger_id in self.own_locks:
                 self.locks.pop(ledger_id, None)
             self.own_locks.clear()
+            self.registrations.clear()
             listeners = list(self.session_listeners)
+            watchers = list(self.session_watchers)
         self.drop_votes({name for name, _ in self.votes})
+        self.notify_registry()
         for listener in listeners:
             listener()
+        events: tuple[SessionEvent, ...] = ("lost", "connected")
+        for event in events:
+            for watcher in watchers:
+                watcher(event)
 
     def put_ledger(self, ledger_id: int, metadata: LedgerMetadata) -> None:
         with self.lock:

@@ -6,22 +6,32 @@ and ACL; every record kind is an attribute that delegates to the bkaudit.zk modu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from bkaudit.errors import FormatError
+from bkaudit.errors import FormatError, MetadataConflict
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.dataloss import DataLossRecord
-from bkaudit.store.base import BookieState, Limiter, Transition, Where, index_bookies, index_ledgers
+from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.store.base import (
+    BookieState,
+    Limiter,
+    SessionEvent,
+    T,
+    Transition,
+    Where,
+    index_bookies,
+    index_ledgers,
+)
 from bkaudit.zk import dataloss, ledgers, paths, registry
 from bkaudit.zk import lifecycle as zk_lifecycle
 from bkaudit.zk import underreplication as ur
-from bkaudit.zk.client import read_children
+from bkaudit.zk.client import read_children, with_retries
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -105,7 +115,7 @@ class _Lifecycle:
 
 class _Registry:
     def __init__(self, store: ZkStore) -> None:
-        self._zk, self._root = store.client, store.root
+        self._zk, self._root, self._acl = store.client, store.root, store.acl
         self.cookie_home = paths.cookies_root(root=store.root)
         self.racks_home = paths.RACKS_PATH
 
@@ -132,6 +142,41 @@ class _Registry:
 
     def registration(self, bookie_id: str) -> tuple[Where, records.BookieServiceInfo | None]:
         return registry.registration(self._zk, bookie_id, self._root)
+
+    def instance_id(self) -> str:
+        return registry.instance_id(self._zk, self._root)
+
+    def create_cookie(self, cookie: records.Cookie) -> None:
+        try:
+            registry.create_cookie(self._zk, cookie, root=self._root, acl=self._acl)
+        except NodeExistsError:
+            raise MetadataConflict(f"the cookie of {cookie.bookie_host} exists") from None
+
+    def replace_cookie(self, cookie: records.Cookie, *, version: int) -> None:
+        try:
+            path = paths.cookie_path(cookie.bookie_host, root=self._root)
+            self._zk.set(path, records.encode_cookie(cookie), version=version)
+        except (BadVersionError, NoNodeError):
+            raise MetadataConflict(f"the cookie of {cookie.bookie_host} changed meanwhile") from None
+
+    def register(self, bookie_id: str, data: bytes, *, readonly: bool) -> None:
+        registry.register(self._zk, bookie_id, data, readonly=readonly, root=self._root, acl=self._acl)
+
+    def deregister(self, bookie_id: str) -> None:
+        registry.deregister(self._zk, bookie_id, root=self._root)
+
+    def set_rack(self, bookie_id: str, rack: str, hostname: str | None = None) -> None:
+        registry.set_rack(self._zk, bookie_id, rack, hostname, acl=self._acl)
+
+    def on_session(self, listener: Callable[[SessionEvent], None]) -> Callable[[], None]:
+        def on_state(state: str) -> None:
+            if state == KazooState.LOST:
+                listener("lost")
+            elif state == KazooState.CONNECTED:
+                listener("connected")
+
+        self._zk.add_listener(on_state)
+        return lambda: self._zk.remove_listener(on_state)
 
     def delete_cookie(self, bookie_id: str) -> bool:
         return registry.delete_cookie(self._zk, bookie_id, self._root)
@@ -348,9 +393,11 @@ class _Index:
         every = ledgers.iter_all_metadata(self._zk, root=self._root, max_in_flight=self._max_in_flight)
         return index_ledgers(every, bookies, open_ledgers=open_ledgers)
 
+    def every_ledger(self) -> Iterator[tuple[int, LedgerMetadata]]:
+        return ledgers.iter_all_metadata(self._zk, root=self._root, max_in_flight=self._max_in_flight)
+
     def every_bookie(self) -> dict[str, list[int]]:
-        return index_bookies(ledgers.iter_all_metadata(self._zk, root=self._root,
-                                                       max_in_flight=self._max_in_flight))
+        return index_bookies(self.every_ledger())
 
 
 class ZkStore:
@@ -380,6 +427,9 @@ class ZkStore:
 
     def check_bookie_id(self, bookie_id: str) -> str:
         return paths.validate_bookie_id(bookie_id)
+
+    def retrying(self, call: Callable[[], T], *, what: str) -> T:
+        return with_retries(call, client=self.client, what=what)
 
     def init_cluster(self, *, layout: str) -> bool:
         """Create a new cluster's metadata under the root (BookKeeper's initNewCluster); False when it

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 
-from bkaudit.errors import FormatError, ZooKeeperError
+from bkaudit.errors import ClusterError, FormatError, ZooKeeperError
 from bkaudit.formats import records
 from bkaudit.model.topology import RackConfig
 from bkaudit.zk import paths
@@ -184,6 +184,18 @@ def read_cookie(zk: KazooClient, bookie_id: str,
     except NoNodeError:
         return None
     return records.parse_cookie(data), stat.version
+
+
+def instance_id(zk: KazooClient, root: str) -> str:
+    """The cluster's INSTANCEID; ClusterError when the cluster was never initialised."""
+    try:
+        data, _ = zk.get(paths.instanceid_path(root=root))
+    except NoNodeError:
+        raise ClusterError(
+            f"no BookKeeper cluster at {root} (missing {paths.instanceid_path(root=root)}); "
+            f"initialise it first: bkaudit cluster init --zk ... --root {root}"
+        ) from None
+    return str(data.decode("utf-8"))
 
 
 def create_cookie(zk: KazooClient, cookie: records.Cookie, *, root: str = DEFAULT_ROOT,

@@ -178,6 +178,7 @@ class _DropsFirstRead:
 def test_chaos_seed_402_bookie_start_and_ensemble_change_read_through_a_lost_connection(zk, tmp_path) -> None:
     from bkaudit.bookie.registration import check_cookie
     from bkaudit.client.directory import ZkBookieDirectory
+    from bkaudit.store import ZkStore
     from bkaudit.zk import registry
     from tests.helpers import unique_path
 
@@ -190,6 +191,6 @@ def test_chaos_seed_402_bookie_start_and_ensemble_change_read_through_a_lost_con
     assert ZkBookieDirectory(directory, root=root).writable() == ["127.0.0.1:3181"]
     assert directory.dropped == 1
     starting = _DropsFirstRead(zk)
-    cookie = check_cookie(starting, "127.0.0.1:3182", tmp_path, root=root, has_data=False)
+    cookie = check_cookie(ZkStore(starting, root=root), "127.0.0.1:3182", tmp_path, has_data=False)
     assert starting.dropped == 1 and cookie.instance_id == "instance-402"
     assert registry.read_cookie(zk, "127.0.0.1:3182", root) is not None  # stamped after the retried read
