@@ -135,7 +135,7 @@ test-fast: $(STAMP) bookkeeper lint
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(PY) bench/formats.py
+	$(PY) -m bench.formats
 
 # The smaller rows of docs/performance.md through bench/harness.py (fresh processes, alternated sides, 3 runs
 # each, medians): formats, the checker at 10,000 ledgers, the snapshot at 10,000, and the checker at 10,000
@@ -143,15 +143,15 @@ bench: $(STAMP)
 # on 2 cores. The 100,000 and 1,000,000 rows: see docs/performance.md ("Reproducing").
 BENCH_OUT ?= bench/results/quick
 bench-quick: $(STAMP) bookkeeper
-	$(PY) bench/formats.py --json $(BENCH_OUT)/formats.json
-	$(PY) bench/checker.py --quick --json $(BENCH_OUT)/checker-10000.json
-	$(PY) bench/snapshot.py --quick --sides a,a2,b,c --json $(BENCH_OUT)/snapshot-10000.json
-	$(PY) bench/java_auditor.py --quick --json $(BENCH_OUT)/java-auditor-replicas-10000.json
+	$(PY) -m bench.formats --json $(BENCH_OUT)/formats.json
+	$(PY) -m bench.checker --quick --json $(BENCH_OUT)/checker-10000.json
+	$(PY) -m bench.snapshot --quick --sides a,a2,b,c --json $(BENCH_OUT)/snapshot-10000.json
+	$(PY) -m bench.java_auditor --quick --json $(BENCH_OUT)/java-auditor-replicas-10000.json
 
 # AutoRecovery's quick row: 5 realistic ledgers (10k-50k entries of 1-4 KiB), 3 alternated runs of each scenario,
 # ~10 minutes. The 200-ledger row (hours, ~50 GB of disk): see docs/performance.md.
 bench-recovery: $(STAMP)
-	$(PY) bench/recovery.py --quick --json $(BENCH_OUT)/recovery-quick.json
+	$(PY) -m bench.recovery --quick --json $(BENCH_OUT)/recovery-quick.json
 
 # The wheel (core; `bkaudit[spark]` adds pyspark) and dist/bkaudit-pyfiles.zip for `spark-submit --py-files`.
 # Rebuilt only when the package changes (the standalone-cluster test asks for them on every run).

@@ -1,6 +1,6 @@
 """Bookie transports compared: BookKeeper's native TCP protocol vs bkaudit's gRPC framed path, same run.
 
-    .venv/bin/python bench/bookie.py [--quick] [--runs 3] [--json PATH]
+    .venv/bin/python -m bench.bookie [--quick] [--runs 3] [--json PATH]
 
 Starts a LocalCluster of 3 bookies (3 racks) serving both transports (native on bookie-rpc, gRPC on the
 optional bkaudit-grpc listener), bulk-loads N ledgers into every bookie for listing, then runs each
@@ -39,11 +39,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from bench import harness
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-
-import harness  # noqa: E402
-
 ENTRY = 1024
 WINDOW = 500
 LIST_BASE_ID = 10_000_000  # bulk-loaded ledger ids start here (far from client-created ones)
@@ -222,9 +220,10 @@ def populate(cluster: Any, ledgers: int) -> None:
 
 def run_client(transport: str, zk: str, root: str, adds: int, list_ledgers: int,
                pids: list[int]) -> dict[str, float]:
-    cmd = [sys.executable, __file__, "--worker", transport, "--zk", zk, "--root", root, "--adds", str(adds),
-           "--list-ledgers", str(list_ledgers), "--bookie-pids", ",".join(map(str, pids))]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    pid_list = ",".join(map(str, pids))
+    cmd = [sys.executable, "-m", "bench.bookie", "--worker", transport, "--zk", zk, "--root", root,
+           "--adds", str(adds), "--list-ledgers", str(list_ledgers), "--bookie-pids", pid_list]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"{transport} client failed:\n{done.stderr[-3000:]}")
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,6 +1,6 @@
 """Bookie micro-benchmarks behind the numbers in docs/storage.md.
 
-    .venv/bin/python bench/bookie_storage.py [--ledgers 100000] [--adds 50000]
+    .venv/bin/python -m bench.bookie_storage [--ledgers 100000] [--adds 50000]
 
 1. storage only (in process): adds/s with group commit vs one transaction (one fsync) per add;
 2. one bookie process, one BookieClient: pipelined 1 KiB adds/s (acknowledged = durable);
@@ -11,13 +11,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from concurrent.futures import Future, wait
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bkaudit.bookie.storage import Storage, bulk_load_index
 from bkaudit.cluster.local import LocalCluster

@@ -1,6 +1,6 @@
 """Benchmark of the metadata checker (Spark jobs 1 + 2) against a BookKeeper-Auditor-style sequential checker.
 
-    .venv/bin/python bench/checker.py [--ledgers N | --quick] [--layout uniform|realistic] [--entries E]
+    .venv/bin/python -m bench.checker [--ledgers N | --quick] [--layout uniform|realistic] [--entries E]
                                       [--runs R] [--monitor] [--json PATH]
 
 1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper); N closed ledgers (ids 0..N-1) laid
@@ -45,12 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-import harness  # noqa: E402
-import layouts  # noqa: E402
-import monitor  # noqa: E402
+from bench import harness, layouts, monitor
 
 BOOKIES = 9
 RACKS = 3
@@ -215,7 +210,7 @@ def spark_side(zk: str, root: str, warehouse: str, overrides: dict[str, Any] | N
         "snapshot_s": snapshot_s,
         "check_s": check_s,
         "ledgers": result.ledgers_checked,
-        "found": _found_json(spark_found(result)),
+        "found": found_json(spark_found(result)),
         "violations": [(v.ledger_id, v.category, v.detail.get("evidence")) for v in result.violations],
         "bookies_missing": [(v.ledger_id, list(v.detail.get("bookies_missing_entries", ())))
                             for v in result.violations if v.category in DURABILITY],
@@ -272,11 +267,12 @@ def baseline_side(
     wall0 = time.time()
     out = baseline(zk, root, list(range(ledgers)), in_flight=in_flight, reads_percentage=reads_percentage)
     out["window"] = [wall0, time.time()]  # the work (and the connect), wall clock, for bench/monitor.py
-    out["found"] = _found_json(out["found"])
+    out["found"] = found_json(out["found"])
     return out
 
 
-def _found_json(found: dict[int, tuple[str, list[tuple[int, int]]]]) -> list[Any]:
+def found_json(found: dict[int, tuple[str, list[tuple[int, int]]]]) -> list[Any]:
+    """What a side found, as JSON rows sorted by ledger (also java_auditor's, so both sides compare)."""
     return [[lid, cat, [list(r) for r in runs]] for lid, (cat, runs) in sorted(found.items())]
 
 

@@ -1,6 +1,6 @@
 """Benchmark of read-evidence checking (no bookie can list) against a BookKeeper checkAllLedgers-style check.
 
-    .venv/bin/python bench/checker_reads.py [--ledgers N | --quick] [--layout uniform|realistic] [--runs R]
+    .venv/bin/python -m bench.checker_reads [--ledgers N | --quick] [--layout uniform|realistic] [--runs R]
                                             [--json PATH]
 
 1. a LocalCluster of 9 bookie processes on 3 racks (embedded ZooKeeper), every bookie DbLedgerStorage-like
@@ -51,13 +51,9 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import checker as listing_bench
+from bench import harness, layouts
 
-import checker as listing_bench
-import harness
-import layouts
-
-REPO = listing_bench.REPO
 BOOKIES, RACKS, SEED = listing_bench.BOOKIES, listing_bench.RACKS, listing_bench.SEED
 MIN_ENTRIES, MAX_ENTRIES = 10, 100
 MIN_PAYLOAD, MAX_PAYLOAD = 100, 1024

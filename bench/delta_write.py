@@ -1,6 +1,6 @@
 """Benchmark of bkaudit's Delta write path (delta-rs) against Delta Lake's own Spark writer (issue 31).
 
-    .venv/bin/python bench/delta_write.py [--rows N] [--runs R] [--json PATH]
+    .venv/bin/python -m bench.delta_write [--rows N] [--runs R] [--json PATH]
 
 One checker run's `violations` (bkaudit.tables.catalog.spec("violations"): one run_id, one run_date
 partition, N synthetic rows keyed by row index, ledger_id = index, categories and severities cycling, a
@@ -36,10 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
+from bench import harness
 
-import harness  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 RUN_ID, SNAPSHOT_ID, RUN_DATE = "bench-run-1", "20261201T000000Z-bench0", "2026-12-01"
 DELTA_JARS = REPO / ".cache" / "delta" / "lib"

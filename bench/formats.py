@@ -1,6 +1,6 @@
 """Pure-codec benchmark: BP-34 availability, missing-entry arithmetic, entry digests, ledger metadata parsing.
 
-    .venv/bin/python bench/formats.py [--quick] [--runs R] [--json PATH]
+    .venv/bin/python -m bench.formats [--quick] [--runs R] [--json PATH]
 
 Every row is measured against an in-run baseline on the same machine and data, and the ratio is reported:
 
@@ -36,18 +36,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+import google_crc32c
 
-import google_crc32c  # noqa: E402
-import harness  # noqa: E402
-
-from bkaudit.formats.availability import decode, encode, encode_runs  # noqa: E402
-from bkaudit.formats.entry import DigestManager, Entry  # noqa: E402
-from bkaudit.model.ledger import DigestType  # noqa: E402
-from bkaudit.model.quorum import Striping, entries_of_bookie  # noqa: E402
+from bench import harness
+from bkaudit.formats.availability import decode, encode, encode_runs
+from bkaudit.formats.entry import DigestManager, Entry
+from bkaudit.model.ledger import DigestType
+from bkaudit.model.quorum import Striping, entries_of_bookie
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Every benchmark in bench/ that compares bkaudit with a baseline runs its sides through `compare`:
 
-- each run of each side is a FRESH Python process (`python bench/harness.py --call module:function ...`), so
+- each run of each side is a FRESH Python process (`python -m bench.harness --call module:function ...`), so
   nothing is warmed by an earlier run in the same process (JVM, Spark session, Python imports, caches);
 - two times per run: `wall_s`, spawn to exit as the parent sees it (start-up included: interpreter, imports,
   Spark session), and `seconds`, the work alone as the side timed it inside its process (no start-up); a side
@@ -124,7 +124,8 @@ def run_fresh(side: Side, *, timeout_s: float = 3600.0, log_to: Path | None = No
         out = Path(tmp) / "result.json"
         cmd = [
             sys.executable,
-            str(BENCH / "harness.py"),
+            "-m",
+            "bench.harness",
             "--call",
             side.function,
             "--kwargs",
@@ -322,10 +323,9 @@ def _probe(note: str) -> dict[str, Any]:
 
 
 def _call(function: str, kwargs: dict[str, Any], out: str) -> int:
-    """Child side of `run_fresh`: import bench/<module>, call the function, write its dict as JSON."""
-    sys.path[:0] = [str(BENCH), str(REPO)]
+    """Child side of `run_fresh`: import bench.<module>, call the function, write its dict as JSON."""
     module_name, _, func_name = function.partition(":")
-    result = getattr(importlib.import_module(module_name), func_name)(**kwargs)
+    result = getattr(importlib.import_module(f"bench.{module_name}"), func_name)(**kwargs)
     Path(out).write_text(json.dumps(result, default=_jsonable), encoding="utf-8")
     return 0
 

@@ -1,6 +1,6 @@
 """Benchmark: `bkaudit check --fresh` against Apache BookKeeper's own Auditor, on Apache BookKeeper's bookies.
 
-    .venv/bin/python bench/java_auditor.py [--ledgers N | --quick] [--check replicas|all] [--percentage P]
+    .venv/bin/python -m bench.java_auditor [--ledgers N | --quick] [--check replicas|all] [--percentage P]
                                            [--runs R] [--json PATH]
 
 Both sides are BookKeeper's or bkaudit's real code; nothing here models either of them.
@@ -74,12 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-import checker  # noqa: E402
-import harness  # noqa: E402
-import layouts  # noqa: E402
+from bench import checker, harness, layouts
 
 BOOKIES = 6
 # A Java bookie on Interleaved/SortedLedgerStorage keeps the index file of every ledger it lists open until
@@ -345,7 +340,7 @@ def java_side(zk: str, root: str, directory: str, check: str, percentage: int) -
                               - len(CATEGORY_LINE.findall(text))}
     if check == "replicas":
         reported, by_bookie = replicas_found(text)
-        result["found"] = checker._found_json(reported)
+        result["found"] = checker.found_json(reported)
         result["missing"] = by_bookie
         result["summary"] = re.search(r"Completed ReplicasCheck in .*", text).group(0)  # type: ignore[union-attr]
     else:
@@ -599,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
             expected = truth(ledgers, lost)
             m["victim"] = victim.id
             m["holed"] = len(holes)
-            m["expected"] = checker._found_json(expected)
+            m["expected"] = checker.found_json(expected)
             m["forgotten"] = sum(v is None for v in plan.values())
             m["categories"] = dict(Counter(cat for cat, _ in expected.values()))
 

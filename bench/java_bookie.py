@@ -1,6 +1,6 @@
 """Benchmark: the bkaudit bookie against Apache BookKeeper's Java bookie, under the same Java client load.
 
-    .venv/bin/python bench/java_bookie.py [--storage sorted|interleaved|db] [--ledgers N] [--entries E]
+    .venv/bin/python -m bench.java_bookie [--storage sorted|interleaved|db] [--ledgers N] [--entries E]
                                           [--size BYTES] [--runs R] [--json PATH]
 
 What a mixed cluster costs: the same load from BookKeeper 4.17.3's own Java client
@@ -28,10 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-import harness  # noqa: E402
+from bench import harness
 
 BOOKIES = 3
 LIST_ROUNDS = 10

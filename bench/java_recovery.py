@@ -1,6 +1,6 @@
 """Benchmark: a lost Java bookie repaired by bkaudit's AutoRecovery and by BookKeeper's, onto Java bookies.
 
-    .venv/bin/python bench/java_recovery.py [--ledgers N] [--storage sorted|db] [--runs R] [--json PATH]
+    .venv/bin/python -m bench.java_recovery [--ledgers N] [--storage sorted|db] [--runs R] [--json PATH]
 
 Both sides are real: BookKeeper 4.17.3's AutoRecoveryMain (its Auditor and one ReplicationWorker) and
 `bkaudit autorecovery run` (its Auditor and one worker, the default `workers` 1), each at its defaults.
@@ -34,11 +34,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
+from bench import harness, java_auditor
 
-import harness  # noqa: E402
-import java_auditor  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 BOOKIES = 6
 RACKS = 3

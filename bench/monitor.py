@@ -4,7 +4,7 @@ Runs in the *parent* bench process, around each side's fresh process (bench/harn
 so it measures without touching the measured process. Three background threads:
 
 - `MemorySampler`: at 1 Hz, the resident set size (RSS, /proc/<pid>/statm) of every process of each *role*:
-  `driver` (the side's own Python process, `harness.py --call`, a direct child of the bench process),
+  `driver` (the side's own Python process, `bench.harness --call`, a direct child of the bench process),
   `jvm` (a Java process under the driver: Spark's JVM), `python_workers` (Python processes under that JVM:
   pyspark.daemon and the workers it forks), `other` (anything else under the driver), and the fixed pids
   the bench names: `bookie-<i>` (each LocalCluster bookie) and `zookeeper` (the embedded ZooKeeper JVM).
@@ -96,7 +96,7 @@ def is_python(p: Proc) -> bool:
 
 
 def is_harness_side(p: Proc) -> bool:
-    """The side's fresh process, as bench/harness.py's `run_fresh` starts it (`harness.py --call ...`)."""
+    """The side's fresh process, as bench/harness.py's `run_fresh` starts it (`bench.harness --call ...`)."""
     return is_python(p) and "--call" in p.argv
 
 

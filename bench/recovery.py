@@ -1,6 +1,6 @@
 """AutoRecovery benchmark at a realistic size (issue 15 item 7): every ledger of a lost bookie re-replicated.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/recovery.py [--ledgers N | --quick] [--runs R] [--scenarios A,B]
+    .venv/bin/python -m bench.recovery [--ledgers N | --quick] [--runs R] [--scenarios A,B]
         [--min-entries A --max-entries B] [--seed S] [--json PATH] [--workdir DIR]
 
 The data (set-up, not measured): N CLOSED ledgers (default 200) of 10,000-50,000 entries (seeded, uniform)
@@ -64,12 +64,10 @@ from typing import Any
 
 import numpy as np
 
+from bench import harness
+from bkaudit.autorecovery.copier import CopyResult, CopyTask, FragmentCopier
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-import harness  # noqa: E402
-
-from bkaudit.autorecovery.copier import CopyResult, CopyTask, FragmentCopier  # noqa: E402
 
 E, WQ, AQ = 3, 2, 2
 SOURCES = 4  # bookies holding the surviving copies (read-only during the runs)

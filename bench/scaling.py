@@ -1,6 +1,6 @@
 """Scaling curve of the bkaudit side (issue 15 item 3): per-phase timings of snapshot and check by size.
 
-    .venv/bin/python bench/scaling.py --sizes 10000,100000,300000,1000000 [--layout uniform|realistic]
+    .venv/bin/python -m bench.scaling --sizes 10000,100000,300000,1000000 [--layout uniform|realistic]
                                       [--entries E] [--runs R] [--json PATH]
 
 For each size, in order: a fresh LocalCluster (9 bookies on 3 racks, embedded ZooKeeper) set up exactly as
@@ -30,12 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import checker
-import harness
-import layouts
-import monitor
+from bench import checker, harness, layouts, monitor
 
 SNAPSHOT_STEPS = ("ledgers", "cluster_state", "validation", "commit")
 

@@ -1,6 +1,6 @@
 """Benchmark of the snapshot job (Spark job 1) against raw reads of the same znodes, through bench/harness.py.
 
-    .venv/bin/python bench/snapshot.py [--ledgers N | --quick] [--runs R] [--sides a,a2,b,b2,c] [--monitor]
+    .venv/bin/python -m bench.snapshot [--ledgers N | --quick] [--runs R] [--sides a,a2,b,b2,c] [--monitor]
                                        [--zk-load] [--json PATH]
 
 1. start an embedded ZooKeeper and bulk-populate N ledgers in BookKeeper's format (v3 metadata, hierarchical
@@ -41,11 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-import harness  # noqa: E402
-import monitor  # noqa: E402
+from bench import harness, monitor
 
 WINDOW = 1000  # outstanding async requests of the raw reads (the job keeps its default, 500)
 CREATE_BATCH = 200  # creates per multi() transaction when populating

@@ -1,6 +1,6 @@
 """Python CPU per ledger of the snapshot's partition reader, without ZooKeeper or Spark.
 
-    .venv/bin/python bench/snapshot_decode.py [--ledgers N] [--runs R] [--profile] [--baseline-repo DIR]
+    .venv/bin/python -m bench.snapshot_decode [--ledgers N] [--runs R] [--profile] [--baseline-repo DIR]
 
 Why: at 1M ledgers the snapshot's `ledgers` step ran at 0.22x the rate of raw multiRead, bound by the Python
 workers (~60 us of CPU per ledger). This isolates that per-ledger path exactly as
@@ -38,8 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
+ROOT = Path(__file__).resolve().parent.parent
 BOOKIES = [f"10.0.0.{i}:3181" for i in range(10, 50)]
 CHUNK = 100  # getData ops per multiRead (bkaudit.zk.multiread.MULTI_READ_BATCH)
 
@@ -105,7 +104,8 @@ def one_pass(chunks: list[tuple[list[str], bytes]], ids: dict[str, int], batch_s
 
     On a tree with `rows.chunk_batches` (2026-11-27 on), as `read_units` runs it: each response decoded
     column-wise by `MultiRead.deserialize`, a chunk at a time; on an older tree (a `--baseline-repo`), one
-    read at a time through `multiread._pair` and `rows.ledger_batches`, as that tree's reader did."""
+    read at a time through `rows.ledger_batches`, each answer paired with its path as that tree's reader
+    did (`old_reads`)."""
     from bkaudit.tables import rows
     from bkaudit.zk.multiread import MultiRead
 
@@ -114,13 +114,29 @@ def one_pass(chunks: list[tuple[list[str], bytes]], ids: dict[str, int], batch_s
         return list(rows.chunk_batches(
             (([ids.pop(p) for p in paths], a.data, a.stats) for paths, a in answered), batch_size=batch_size
         ))
-    from bkaudit.zk.multiread import _pair  # type: ignore[attr-defined]
+    return list(rows.ledger_batches(old_reads(chunks, MultiRead.deserialize), ids, batch_size=batch_size))
 
-    def reads() -> Iterator[tuple[str, bytes | None, Any]]:
-        for paths, buf in chunks:
-            yield from _pair(paths, MultiRead.deserialize(buf, 0))
 
-    return list(rows.ledger_batches(reads(), ids, batch_size=batch_size))
+def old_reads(
+    chunks: list[tuple[list[str], bytes]], deserialize: Any
+) -> Iterator[tuple[str, bytes | None, Any]]:
+    """(path, data, stat) per read, from a tree whose `MultiRead.deserialize` answers a list of results: its
+    private `multiread._pair` (until 45509b0), restated here so the bench imports no private name."""
+    from kazoo.exceptions import NoNodeError
+
+    for paths, buf in chunks:
+        results = deserialize(buf, 0)
+        if len(results) != len(paths):
+            raise ValueError(f"multiRead answered {len(results)} results for {len(paths)} reads")
+        for path, res in zip(paths, results, strict=True):
+            if type(res) is tuple:  # (data, stat): nearly every result
+                yield path, res[0], res[1]
+            elif isinstance(res, NoNodeError):
+                yield path, None, None
+            elif isinstance(res, Exception):
+                raise res
+            else:
+                yield path, res[0], res[1]
 
 
 def digest(batches: list[Any]) -> str:
@@ -150,10 +166,12 @@ def side(ledgers: int, passes: int, seed: int, bad_fraction: float, batch_size: 
 
 
 def run_fresh(repo: Path, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--side", "--repo", str(repo),
+    """One side's run in a fresh process importing `bkaudit` from `repo` (its PYTHONPATH, alone). The file
+    runs by path, not as bench.snapshot_decode: `-m` would put the current directory, this tree, first."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--side",
            "--ledgers", str(args.ledgers), "--passes", str(args.passes), "--seed", str(args.seed),
            "--bad-fraction", str(args.bad_fraction), "--batch-size", str(args.batch_size)]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**os.environ, "PYTHONPATH": str(repo.resolve())}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return result
@@ -170,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-repo", type=Path, help="another revision's tree, measured alternately")
     parser.add_argument("--profile", action="store_true", help="cProfile one pass (this tree) and exit")
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--repo", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    sys.path[:0] = [str(args.repo.resolve()), str(BENCH)]
     if args.side:
         print(json.dumps(side(args.ledgers, args.passes, args.seed, args.bad_fraction, args.batch_size)))
         return 0
@@ -187,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         profiler.runcall(one_pass, chunks, dict(ids), args.batch_size)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         return 0
-    import harness
+    from bench import harness
 
     trees = {"this tree": ROOT}
     if args.baseline_repo is not None:

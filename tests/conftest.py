@@ -10,6 +10,10 @@ through its own `BOOKIE_EXTRA_OPTS` (bin/bookkeeper), Spark's drivers (the fixtu
 jobs' sessions, every spark-submit) through Spark's `SPARK_SUBMIT_OPTS` (bin/spark-class). The suite is CPU
 bound (two cores busy from its first minute to its last), and a local Spark session starting and running a
 small query spends 12.5 CPU-seconds so, 21 with the default JIT and collector (3 runs each, 2026-11-29).
+
+The `cluster`, `spark` and `java` markers follow from the fixtures a test uses (MARKER_OF_FIXTURE), directly
+or through another fixture, so a test cannot start ZooKeeper and miss its marker. A test that starts the same
+things another way (a subprocess, a fixture of its own) still carries the marker by hand.
 """
 
 import os
@@ -33,6 +37,22 @@ pytest_plugins = [
     "tests.fixtures.java",
     "tests.fixtures.prometheus",
 ]
+
+# the fixture that starts the thing, and the marker that says so (pyproject.toml describes the markers)
+MARKER_OF_FIXTURE = {
+    "zk_server": "cluster",  # a real ZooKeeper; the cluster fixtures (tests/fixtures/cluster.py) build on it
+    "spark": "spark",
+    "java_bookkeeper": "java",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in MARKER_OF_FIXTURE.items():
+            if fixture in used:
+                item.add_marker(marker)
 
 
 @pytest.hookimpl(optionalhook=True)

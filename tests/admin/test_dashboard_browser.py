@@ -27,7 +27,7 @@ from bkaudit.zk.server import free_port
 from tests import helpers
 from tests.admin.support import ADMIN_TOKEN, write_audit_run
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

@@ -213,7 +213,6 @@ def test_run_ids_are_valid_snapshot_ids(dagbag: dict[str, Any]) -> None:
 # -- a real run --------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.spark
-@pytest.mark.cluster
 def test_dags_test_metadata_checker_writes_the_tables(cluster_factory: Any, tmp_path: Path) -> None:
     with spark_standalone.running_cluster(tmp_path / "spark") as spark:
         _metadata_checker_run(cluster_factory, tmp_path, spark)

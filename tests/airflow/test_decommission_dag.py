@@ -16,7 +16,7 @@ from tests.airflow.test_dags import AIRFLOW_BIN, AIRFLOW_PY, airflow_env
 from tests.helpers import QUICK_JVM
 
 pytestmark = [
-    pytest.mark.airflow, pytest.mark.slow, pytest.mark.spark, pytest.mark.cluster,
+    pytest.mark.airflow, pytest.mark.slow, pytest.mark.spark,
     pytest.mark.skipif(not AIRFLOW_PY.exists(), reason="no .venv-airflow: `make airflow` (make test does)"),
 ]
 

@@ -13,7 +13,7 @@ from bkaudit.client import BookKeeper
 from bkaudit.errors import BookieError
 from bkaudit.model.quorum import write_set
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def test_chaos_seed_7_recovery_after_a_wiped_bookie_keeps_acknowledged_entries(

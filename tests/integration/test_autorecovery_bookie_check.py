@@ -25,8 +25,6 @@ from bkaudit.zk import underreplication as ur
 from tests.helpers import wait_for
 from tests.integration.bookkeeper_znodes import add_cookie, add_ledger, register, service_info
 
-pytestmark = pytest.mark.cluster
-
 A, B, C = "10.1.0.1:3181", "10.1.0.2:3181", "10.1.0.3:3181"
 GONE = "10.1.0.9:3181"  # named by ensembles, no cookie, no registration: BookKeeper's auditor still finds it
 LONG_DELAY = 600  # lostBookieRecoveryDelay far beyond the test: a delayed audit never runs here

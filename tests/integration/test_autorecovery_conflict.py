@@ -26,7 +26,7 @@ from tests.integration.autorecovery_support import (
     write_ledgers,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def service(cluster, tmp_path):

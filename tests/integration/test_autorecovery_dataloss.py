@@ -22,7 +22,7 @@ from tests.integration.autorecovery_support import (
 )
 from tests.promtext import value
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 LOST = (10, 20, 21)  # entries the test wipes from both of their replicas
 FAST_FAIL = {

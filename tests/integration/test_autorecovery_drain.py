@@ -33,7 +33,7 @@ from tests.integration.autorecovery_support import (
     write_ledgers,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum", "ledger_unverifiable")
 

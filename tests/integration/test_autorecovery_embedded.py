@@ -19,7 +19,7 @@ from tests.integration.autorecovery_support import (
     write_ledgers,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def test_bookies_with_autorecovery_heal_a_lost_bookie(cluster_factory, monkeypatch) -> None:

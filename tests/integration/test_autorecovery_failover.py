@@ -21,7 +21,7 @@ from tests.integration.autorecovery_support import (
     write_ledgers,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 SLOW_PUBLISH = {"BKAUDIT_AUTORECOVERY__PUBLISH_RATE_LIMIT": "5"}
 

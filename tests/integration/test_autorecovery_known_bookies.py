@@ -23,7 +23,7 @@ from tests.integration.autorecovery_support import (
     write_ledgers,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 DELAY_S = 600  # far longer than the test: B's restart always falls inside it
 

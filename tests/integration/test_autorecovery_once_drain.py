@@ -19,7 +19,7 @@ from bkaudit.zk import lifecycle as store
 from bkaudit.zk import registry
 from tests.integration.autorecovery_support import assert_readable, run_once, wait_for, write_ledgers
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 S = lc.LifecycleState
 ONE_PASS_ONLY = {"BKAUDIT_LIFECYCLE__DRAIN_CHECK_INTERVAL_S": "3600"}

@@ -25,7 +25,7 @@ from tests.integration.autorecovery_support import (
     wait_absent,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 GRACE_S = 2.0
 
 

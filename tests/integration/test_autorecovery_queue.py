@@ -5,8 +5,6 @@ from __future__ import annotations
 import random
 import threading
 
-import pytest
-
 from bkaudit.autorecovery import admin
 from bkaudit.autorecovery import metrics as m
 from bkaudit.autorecovery.election import AuditorElector
@@ -18,8 +16,6 @@ from bkaudit.zk import underreplication as ur
 from bkaudit.zk.client import close
 from bkaudit.zk.ledgers import init_cluster
 from tests.integration.autorecovery_support import wait_for
-
-pytestmark = pytest.mark.cluster
 
 IDS = [0, 1, 7, 65535, 65536, 2**31 + 5, 0x4AFEBEEF0000FEED]
 

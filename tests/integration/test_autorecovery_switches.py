@@ -25,7 +25,7 @@ from tests.integration.autorecovery_support import (
     write_ledgers,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def cli(cluster, *args: str) -> subprocess.CompletedProcess[str]:

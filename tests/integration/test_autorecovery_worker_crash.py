@@ -22,7 +22,7 @@ from tests.integration.autorecovery_support import (
     write_ledgers,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def test_killed_worker_releases_its_lock_with_its_session(cluster_factory, tmp_path) -> None:

@@ -19,17 +19,12 @@ from typing import Any
 
 import pytest
 
+from bench import monitor
 from bkaudit.zk.server import ZooKeeperServer
-from tests.helpers import load_bench, wait_for
+from tests.helpers import wait_for
 
 MB = 1024 * 1024
 ALLOCATE_MB = 150
-
-
-
-
-monitor = load_bench("monitor")
-
 
 # A process tree shaped like a Spark side: driver (python) -> "java" (Python run through a symlink named
 # `java`, so /proc shows argv[0] as a JVM's) -> worker (python), which allocates ALLOCATE_MB when told to

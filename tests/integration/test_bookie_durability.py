@@ -17,8 +17,6 @@ from bkaudit.formats.entry import DigestManager, master_key
 from bkaudit.model.ledger import DigestType
 from bkaudit.rpc.client import BookieClient
 
-pytestmark = pytest.mark.cluster
-
 PWD = b"pwd"
 KEY = master_key(PWD)
 

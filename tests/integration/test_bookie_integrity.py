@@ -17,7 +17,7 @@ from bkaudit.formats import availability
 from bkaudit.model.quorum import write_set
 from tests.helpers import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def _stored(md: Any, bookie: str, last: int) -> list[int]:

@@ -14,8 +14,6 @@ from bkaudit.zk import lifecycle as store
 from bkaudit.zk import registry
 from tests.helpers import wait_for
 
-pytestmark = pytest.mark.cluster
-
 
 def wait_registered(cluster, bookie: str, state: str) -> None:  # type: ignore[no-untyped-def]
     """Wait (the helper's 60 s) for the bookie to be registered `state`; on failure, show the bookie's log:

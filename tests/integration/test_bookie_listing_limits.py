@@ -44,7 +44,7 @@ from bkaudit.rpc.client import BookieClient
 from bkaudit.zk import registry
 from tests.helpers import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 LEDGERS = range(1, 17)
 ENTRIES = 50_000

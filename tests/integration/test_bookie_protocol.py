@@ -17,8 +17,6 @@ from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.model.ledger import DigestType
 from bkaudit.rpc.client import BookieClient, BookieInfo, ReadLacResult
 
-pytestmark = pytest.mark.cluster
-
 PWD = b"secret"
 KEY = master_key(PWD)
 _ledgers = itertools.count(1000)

@@ -6,8 +6,6 @@ import uuid
 from concurrent.futures import wait
 from pathlib import Path
 
-import pytest
-
 from bkaudit import config
 from bkaudit.bookie.server import BookieOptions, BookieServer
 from bkaudit.formats.entry import DigestManager, master_key
@@ -17,8 +15,6 @@ from bkaudit.zk import registry
 from bkaudit.zk.ledgers import init_cluster
 from bkaudit.zk.server import free_port
 from tests.helpers import unique_path, wait_for
-
-pytestmark = pytest.mark.cluster
 
 KEY = master_key(b"pwd")
 

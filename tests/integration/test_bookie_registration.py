@@ -24,10 +24,6 @@ from bkaudit.rpc.client import BookieClient
 from bkaudit.zk import paths, registry
 from tests.helpers import unique_path, wait_for
 
-pytestmark = pytest.mark.cluster
-
-
-
 
 def test_registration_cookie_and_racks(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(bookies=5, racks=3)  # five bookies start concurrently

@@ -21,8 +21,6 @@ from bkaudit.zk import paths
 from tests.bookkeeper_wire import BOOKIE_KINDS, KEY, V2, Messages, Wire, entry, v2_call
 from tests.pki import make_pki
 
-pytestmark = pytest.mark.cluster
-
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:

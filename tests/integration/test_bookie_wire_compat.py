@@ -31,8 +31,6 @@ from tests.bookkeeper_wire import (
     frame,
 )
 
-pytestmark = pytest.mark.cluster
-
 MAX_FRAME = NETTY_MAX_FRAME_SIZE
 _ledgers = itertools.count(70_000)
 

@@ -33,8 +33,6 @@ from tests.bookkeeper_wire import (
     v2_call,
 )
 
-pytestmark = pytest.mark.cluster
-
 _ledgers = itertools.count(90_000)
 
 

@@ -53,8 +53,6 @@ from tests.fixtures.cluster import running_cluster
 from tests.helpers import unique_path
 
 pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.spark,
     pytest.mark.slow,
 ]
 

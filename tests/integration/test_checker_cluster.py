@@ -37,7 +37,7 @@ from bkaudit.zk.underreplication import get_marker, mark_underreplicated
 from tests.fixtures.cluster import running_cluster
 from tests.promtext import value
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 QUORUMS = [(3, 2, 2), (3, 3, 2), (5, 3, 2), (2, 2, 1), (4, 2, 2), (3, 2, 1)]

@@ -28,7 +28,7 @@ from bkaudit.model.quorum import write_set
 from bkaudit.zk import ledgers as zk_ledgers
 from tests.fixtures.cluster import running_cluster
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 ENTRIES = 30
 DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")

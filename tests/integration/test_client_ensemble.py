@@ -14,8 +14,6 @@ from bkaudit.model.quorum import entries_of_bookie
 from bkaudit.zk import ledgers as zk_ledgers
 from tests.integration.test_fencing import Writer, connect, payload
 
-pytestmark = pytest.mark.cluster
-
 
 def test_kill_9_mid_write_changes_the_ensemble_and_loses_nothing(cluster4) -> None:
     with connect(cluster4) as bk:

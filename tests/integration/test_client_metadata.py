@@ -12,8 +12,6 @@ from bkaudit.formats import ledger_metadata
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.zk import paths
 
-pytestmark = pytest.mark.cluster
-
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
 
 

@@ -17,8 +17,6 @@ from bkaudit.client import BookKeeper, ClientSettings
 from bkaudit.errors import FencedError, LedgerStateError, RecoveryError
 from bkaudit.model.ledger import LedgerState
 
-pytestmark = pytest.mark.cluster
-
 
 def payload(i: int) -> bytes:
     return b"p-%d" % i

@@ -8,11 +8,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 from bkaudit.client.commands import entry_payload
-
-pytestmark = pytest.mark.cluster
 
 
 def run(

@@ -31,7 +31,7 @@ from tests.integration.autorecovery_support import (
 )
 from tests.integration.test_autorecovery_drain import DURABILITY, checker
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 S = lc.LifecycleState
 DRAIN_FAST = {"BKAUDIT_LIFECYCLE__DRAIN_CHECK_INTERVAL_S": "1", "BKAUDIT_LIFECYCLE__DRAIN_MAX_FAILURES": "3"}

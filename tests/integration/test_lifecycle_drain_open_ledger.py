@@ -31,7 +31,7 @@ from tests.integration.autorecovery_support import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 S = lc.LifecycleState
 DRAIN_FAST = {"BKAUDIT_LIFECYCLE__DRAIN_CHECK_INTERVAL_S": "1", "BKAUDIT_LIFECYCLE__DRAIN_MAX_FAILURES": "3"}

@@ -30,7 +30,6 @@ from bkaudit.store import ZkStore
 from tests.integration.bookkeeper_znodes import register, service_info
 from tests.integration.test_topology_precedence import racks_znode, write_racks
 
-pytestmark = pytest.mark.cluster
 __all__ = ["racks_znode"]  # the fixture, shared with the precedence tests
 
 DEFAULT_RACK = "/default-rack"  # rack-aware's unknown location (docs/placement.md)

@@ -81,7 +81,6 @@ def wait_for_view(view: BookieView, bookie: str, location: str, timeout_s: float
         time.sleep(0.05)
 
 
-@pytest.mark.cluster
 def test_pulsar_racks_win_over_configured_locations_for_every_caller(
     zk: KazooClient, zk_root: str, tmp_path: Path, racks_znode: None
 ) -> None:
@@ -93,7 +92,6 @@ def test_pulsar_racks_win_over_configured_locations_for_every_caller(
     assert got == {"client": expected, "worker": expected, "checker": expected}
 
 
-@pytest.mark.cluster
 def test_configured_locations_apply_for_every_caller_without_pulsar_racks(
     zk: KazooClient, zk_root: str, tmp_path: Path, racks_znode: None
 ) -> None:

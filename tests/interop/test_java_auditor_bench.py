@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.test_recovery_bench_smoke import _processes_under
 
-pytestmark = [pytest.mark.java, pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 LEDGERS = 150

@@ -45,7 +45,7 @@ from tests.fixtures.cluster import running_cluster
 from tests.helpers import wait_for
 from tests.integration.autorecovery_support import events, run_once, start_run, stop
 
-pytestmark = [pytest.mark.java, pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 STORAGES = {0: "sorted", 1: "interleaved", 2: "db", 3: "sorted", 4: "interleaved", 5: "db"}
 ENTRIES = 20
@@ -215,7 +215,6 @@ def durability(result: Any) -> dict[int, str]:
 
 
 # -- 1. queue handoff ----------------------------------------------------------------------------------------
-@pytest.mark.spark
 def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
         spark, cluster: LocalCluster, client: JavaClient, java_bookkeeper: JavaBookKeeper, tmp_path) -> None:
     """Damage Java's Auditor does not see, published by bkaudit's checker, repaired by Java's AutoRecovery.
@@ -527,7 +526,6 @@ SCHEDULED = re.compile(r"(\w+) scheduling info\.\s+\w+LastExecutedCTime: (-?\d+)
                        r"durationSinceLastExecutionInSecs: (-?\d+) initialDelay: (\d+) interval: (\d+)")
 
 
-@pytest.mark.spark
 def test_java_auditor_schedules_its_checks_from_what_bkaudit_wrote(spark, cluster: LocalCluster,
                                                                    tmp_path) -> None:
     """What a Java Auditor elected after bkaudit's runs does with what they wrote.

@@ -34,7 +34,7 @@ from bkaudit.zk import registry
 from tests.fixtures.cluster import running_cluster
 from tests.helpers import wait_for
 
-pytestmark = [pytest.mark.java, pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 LAYOUT = {0: "sorted", 1: "interleaved", 2: "db", 3: "sorted", 4: "db"}  # bookie 5 is bkaudit's
 HOLED, WIPED, KILLED = (0, 1, 2), 3, 4

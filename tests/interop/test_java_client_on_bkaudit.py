@@ -18,7 +18,7 @@ import pytest
 from bkaudit.cluster.local import LocalCluster
 from tests.fixtures.cluster import running_cluster
 
-pytestmark = [pytest.mark.java, pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 DIGESTS = ("CRC32", "MAC", "CRC32C", "DUMMY")
 FENCED = -101  # BKException.Code.LedgerFencedException

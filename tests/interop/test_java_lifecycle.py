@@ -37,7 +37,7 @@ from bkaudit.zk import registry
 from tests.fixtures.cluster import running_cluster
 from tests.integration.autorecovery_support import events, run_once
 
-pytestmark = [pytest.mark.java, pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 S = lc.LifecycleState
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,8 +24,6 @@ import pytest
 from bkaudit.cluster.local import LOG_FILE, LocalCluster
 from tests.fixtures.cluster import running_cluster
 
-pytestmark = [pytest.mark.java, pytest.mark.cluster]
-
 PAGE_LIMIT = 24
 LEDGERS = 2 * PAGE_LIMIT
 OVER = 3  # listings tried past the limit (each waits out the client's timeout)

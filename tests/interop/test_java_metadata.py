@@ -21,7 +21,7 @@ from bkaudit.cluster.local import LocalCluster
 from tests.fixtures.cluster import running_cluster
 from tests.helpers import wait_for
 
-pytestmark = [pytest.mark.java, pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 DIGESTS = ("CRC32", "MAC", "CRC32C", "DUMMY")
 

@@ -28,7 +28,7 @@ from tests.fixtures.cluster import running_cluster
 from tests.helpers import unique_path, wait_for
 from tests.integration import autorecovery_support as ar
 
-pytestmark = [pytest.mark.java, pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def shell_for(java: java_bk.JavaBookKeeper, tmp: Path, zk_connect: str, root: str, *args: str,

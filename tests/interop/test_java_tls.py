@@ -22,7 +22,7 @@ from tests.fixtures.cluster import running_cluster
 from tests.integration import autorecovery_support as ar
 from tests.pki import make_pki
 
-pytestmark = [pytest.mark.java, pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 
@@ -80,7 +80,6 @@ def check(spark: Any, cluster: LocalCluster, warehouse: Path, ca: str) -> Any:
     return run_check(spark, settings, CheckOptions(warehouse=str(warehouse), snapshot_id=snap.snapshot_id))
 
 
-@pytest.mark.spark
 def test_checker_lists_entries_over_start_tls(spark, cluster, ledgers, pki, tmp_path) -> None:
     result = check(spark, cluster, tmp_path / "good", pki["ca"])
     assert result.status == "succeeded"

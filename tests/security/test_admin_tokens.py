@@ -23,8 +23,6 @@ from bkaudit.admin import webhooks
 from bkaudit.store import ZkStore
 from tests.admin.support import ADMIN, READER, add_cookie, add_ledger, serve, settings
 
-pytestmark = pytest.mark.cluster
-
 BOOKIE = "10.0.0.1:3181"
 CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 REFUSED = {

@@ -25,8 +25,6 @@ from bkaudit.rpc.tls import TlsConfig
 from bkaudit.zk import paths
 from tests.pki import make_pki
 
-pytestmark = pytest.mark.cluster
-
 PWD = b"tls-test"
 _ledgers = itertools.count(5000)
 

@@ -28,7 +28,7 @@ from bkaudit.formats.entry import mac_key, master_key
 from bkaudit.zk import paths
 from tests.security.flow import USER, SecureRun, digest_id
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 ROOT = "/ledgers"
 

@@ -10,7 +10,7 @@ import bkaudit.tables.checker_schemas  # noqa: F401 - registers audit_runs and v
 from bkaudit.tables.read import read_arrow
 from tests.security.flow import SecureRun
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
 def test_the_checker_reads_every_bookie_over_mutual_tls(secure_run: SecureRun) -> None:

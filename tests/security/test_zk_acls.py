@@ -20,7 +20,7 @@ from bkaudit.zk import client as zkclient
 from bkaudit.zk import paths
 from tests.security.flow import USER, SecureRun, digest_id
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 ROOT = "/ledgers"
 

@@ -30,7 +30,7 @@ from bkaudit.zk.underreplication import get_marker, mark_underreplicated
 from tests.helpers import unique_path
 from tests.promtext import value
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 # nothing listens on these ports: calls fail fast with connection refused. One host each: racks are per host
 A, B, C = "127.0.0.2:9", "127.0.0.3:11", "127.0.0.4:13"

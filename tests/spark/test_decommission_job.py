@@ -29,8 +29,6 @@ def brute_blocking(metadata: dict[int, Any], removing: set[str], empty: set[str]
 
 
 @pytest.mark.slow
-@pytest.mark.spark
-@pytest.mark.cluster
 def test_decommission_audit_on_a_cluster(spark: Any, cluster_factory: Any, tmp_path: Any) -> None:
     from bkaudit import config
     from bkaudit.cli import cli

@@ -19,7 +19,7 @@ from bkaudit.errors import ZooKeeperError
 from bkaudit.zk.ledgers import init_cluster, require_cluster
 from tests.helpers import unique_path
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def settings_for(zk_server: Any, root: str, warehouse: Path) -> config.Settings:

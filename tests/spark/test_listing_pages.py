@@ -6,13 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
 from bkaudit.job.inputs import listing_pages
 from bkaudit.spark.checker_inputs import RunInputs
 from tests.unit.test_java_listing_pages import ledgers
-
-pytestmark = pytest.mark.spark
 
 
 def test_spark_counts_the_pages_the_driver_counts(spark: Any) -> None:

@@ -28,7 +28,7 @@ from bkaudit.zk.ledgers import create_ledger_metadata, init_cluster
 from tests.fixtures.prometheus import PrometheusStack
 from tests.helpers import unique_path, wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "monitoring" / "grafana-bkaudit.json"

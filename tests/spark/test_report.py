@@ -124,8 +124,6 @@ def assert_matches_rows(page: ReportParser, rows: list[dict[str, Any]]) -> None:
 
 # -- a real run ------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.spark
-@pytest.mark.cluster
 def test_report_of_a_real_checker_run(spark: Any, cluster_factory: Any, tmp_path: Path) -> None:
     from pyspark.sql import functions as F
 

@@ -30,7 +30,7 @@ from bkaudit.zk import paths, registry, underreplication
 from bkaudit.zk.ledgers import init_cluster
 from tests.helpers import unique_path
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 B1, B2, B3, B4, GONE = "10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181", "10.0.0.4:3181", "10.9.9.9:3181"
 LONG_ID = 2**31 + 7  # >= Integer.MAX_VALUE: the long path in a hierarchical cluster

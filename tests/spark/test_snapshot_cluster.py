@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+pytestmark = [pytest.mark.slow]
 
 
 def test_snapshot_of_client_written_ledgers(spark: Any, cluster3: Any, tmp_path: Path) -> None:

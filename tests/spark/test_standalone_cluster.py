@@ -36,7 +36,7 @@ from tests.helpers import QUICK_JVM
 
 # the module's fixtures (two clusters, twelve spark-submits) count toward its first test's timeout: about four
 # minutes alone, and more than the default ten on a 2-core machine busy with the rest of the suite
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "bkaudit-standalone"

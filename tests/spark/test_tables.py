@@ -115,7 +115,6 @@ def test_latest_snapshot_ignores_failed_runs(tmp_path: Path) -> None:
 
 
 # -- Spark reads ---------------------------------------------------------------------------------------------
-@pytest.mark.spark
 @pytest.mark.slow
 def test_load_latest_snapshot_version_and_errors(spark: Any, tmp_path: Path) -> None:
     wh = str(tmp_path)

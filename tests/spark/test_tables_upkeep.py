@@ -172,7 +172,6 @@ def test_views_with_duckdb(warehouse: dict[str, Any]) -> None:
     _check_views(latest, con.execute(TOPIC_QUERY).fetchall(), warehouse)
 
 
-@pytest.mark.spark
 def test_views_with_spark(spark: Any, warehouse: dict[str, Any]) -> None:
     spark_views(spark, warehouse["wh"])
     latest = [tuple(r) for r in spark.sql("SELECT run_id FROM latest_run").collect()]

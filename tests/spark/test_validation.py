@@ -117,7 +117,6 @@ def test_each_breach_is_caught_pandas() -> None:
     assert "ledger_id_unique (2 unexpected" in report.describe_failures()
 
 
-@pytest.mark.spark
 @pytest.mark.slow
 def test_spark_engine_agrees_with_pandas(spark: Any) -> None:
     ledgers, segments = _ledgers(GOOD_LEDGERS + BAD_LEDGERS), _segments(GOOD_SEGMENTS + BAD_SEGMENTS)

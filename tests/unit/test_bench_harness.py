@@ -1,6 +1,4 @@
 """bench/harness.py's pure parts: medians with min and max, the alternation order, the median/median ratio.
-
-bench/ is not a package (its scripts run by path), so the module is loaded from its file.
 """
 
 from __future__ import annotations
@@ -13,9 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import load_bench
-
-harness = load_bench("harness")
+from bench import harness
 
 
 def test_spread_odd_count_is_the_middle_value() -> None:

@@ -8,9 +8,7 @@ are worked by hand from RoundRobinDistributionSchedule (entry e on ensemble inde
 
 from __future__ import annotations
 
-from tests.helpers import load_bench
-
-ja = load_bench("java_auditor")
+from bench import java_auditor as ja
 
 PREFIX = "2026-11-29T12:44:04,324 ERROR [AuditorBookie-bench-auditor:3181] AuditorReplicasCheckTask - "
 ENSEMBLE = "[127.0.0.5:33433, 127.0.0.3:43423, 127.0.0.7:53725, 127.0.0.6:53551, 127.0.0.4:45391]"

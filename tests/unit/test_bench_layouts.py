@@ -4,8 +4,6 @@ segment boundaries, and ground truth that matches a brute-force recount of what 
 The brute force here shares nothing with the planner's truth: write sets come from BookKeeper's
 RoundRobinDistributionSchedule formula (entry e goes to bookie indexes (e + i) mod E, i < WQ), the copies
 from the per-bookie shares the benchmark bulk-loads (`bookie_runs`), expanded entry by entry.
-
-bench/ is not a package (its scripts run by path), so the modules are loaded from their files.
 """
 
 from __future__ import annotations
@@ -15,15 +13,10 @@ from collections import Counter
 
 import pytest
 
-from tests.helpers import load_bench
+from bench import layouts
 
 BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 10)]
 RACKS = 3
-
-
-
-
-layouts = load_bench("layouts")
 
 
 @pytest.fixture(scope="module")
@@ -166,9 +159,9 @@ def test_uniform_layout_is_the_quick_bench_layout() -> None:
 
 
 def test_multi_segment_metadata_round_trips_as_bookkeeper_v3() -> None:
+    from bench import checker
     from bkaudit.formats.ledger_metadata import parse, serialize
 
-    checker = load_bench("checker")
     plan = layouts.realistic(500, BOOKIES, RACKS)
     lay = next(v for v in plan.values() if len(v.segments) == 3)
     blob = serialize(checker.metadata_for(lay))

@@ -3,7 +3,6 @@ tables, and bench/harness.py's `compare(monitor=)` plumbing (a real fresh proces
 
 The threads against real processes and the real embedded ZooKeeper:
 tests/integration/test_bench_monitor_live.py.
-bench/ is not a package (its scripts run by path), so the modules are loaded from their files.
 """
 
 from __future__ import annotations
@@ -16,10 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import load_bench
+from bench import harness, monitor
 
-monitor = load_bench("monitor")
-harness = load_bench("harness")
 MB = 1024 * 1024
 
 

@@ -1,8 +1,6 @@
 """bench/recovery.py's pure parts: the ledger size plan, the ensembles, the seeded scenario order, the
 per-worker rate arithmetic, the ground-truth bodies and their comparison,
 and the BookKeeper-style copier's batches.
-
-bench/ is not a package (its scripts run by path), so the module is loaded from its file.
 """
 
 from __future__ import annotations
@@ -13,12 +11,9 @@ from typing import Any
 
 import pytest
 
+from bench import recovery
 from bkaudit.formats.entry import DigestManager
 from bkaudit.model.ledger import DigestType
-from tests.helpers import load_bench
-
-recovery = load_bench("recovery")
-
 
 # -- the ledger size plan ------------------------------------------------------------------------------------
 

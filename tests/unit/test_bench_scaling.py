@@ -10,9 +10,8 @@ import argparse
 
 import pytest
 
-from tests.helpers import load_bench
+from bench import scaling
 
-scaling = load_bench("scaling")
 SIZES = [10_000, 100_000]
 
 
