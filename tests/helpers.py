@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
@@ -42,17 +39,6 @@ def unique_path(prefix: str = "t", tail: str = "") -> str:
     """`/<prefix><12 hex><tail>`: a ZooKeeper path (a ledgers root, a chroot) no other test uses; its parent
     does not exist yet, e.g. unique_path("t", "/ledgers") -> "/t1a2b3c4d5e6f/ledgers"."""
     return f"/{prefix}{uuid.uuid4().hex[:12]}{tail}"
-
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def load_bench(name: str) -> ModuleType:
-    """bench/<name>.py as a module. bench/ is not a package: its scripts run by path and import each other by
-    name (checker imports harness and layouts), so the directory goes on sys.path, as running them does."""
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module(name)
 
 
 def load_duckdb_delta(con: Any) -> None:
