@@ -26,13 +26,9 @@ from typing import Any
 import pyarrow as pa
 
 from bkaudit.audit.base import DURABILITY_CATEGORIES, Category, Finding
-from bkaudit.audit.durability import (
-    BookieEvidence,
-    MissingRun,
-    assess,
-    compare_bookie,
-    expected_by_bookie,
-)
+from bkaudit.audit.durability import assess
+from bkaudit.audit.evidence import BookieEvidence, MissingRun, compare_bookie
+from bkaudit.audit.expected import expected_by_bookie
 from bkaudit.audit.statuses import STATUS_OK
 from bkaudit.model.shape import LedgerShape
 from bkaudit.tables.checker_schemas import AUDIT_PARTITION, DECOMMISSION_AUDITS

@@ -20,13 +20,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bkaudit.audit.base import Category, Check, Finding
-from bkaudit.audit.durability import (
-    BookieEvidence,
-    DurabilityAssessment,
-    LedgerEvidence,
-    assess,
-    open_segment_detail,
-)
+from bkaudit.audit.durability import DurabilityAssessment, LedgerEvidence, assess, open_segment_detail
+from bkaudit.audit.evidence import BookieEvidence
 from bkaudit.audit.statuses import (
     ANSWERED,
     BOOKKEEPER_STATUSES,

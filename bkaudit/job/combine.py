@@ -12,12 +12,8 @@ import pyarrow as pa
 
 from bkaudit.audit.availability import LedgerAvailabilityCheck
 from bkaudit.audit.base import Finding
-from bkaudit.audit.durability import (
-    BookieEvidence,
-    DurabilityCheck,
-    assess,
-    lost_evidence,
-)
+from bkaudit.audit.durability import DurabilityCheck, assess
+from bkaudit.audit.evidence import BookieEvidence, lost_evidence
 from bkaudit.audit.statuses import is_transport_failure
 from bkaudit.job.fanout import RESPONSE_SCHEMA, SHAPE_SCHEMA, evidence_of_row, shape_of
 from bkaudit.job.findings import FINDING_SCHEMA, Located, finding_row

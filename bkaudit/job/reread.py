@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from bkaudit.audit.availability import REASON_METADATA_CHANGING, unverifiable
 from bkaudit.audit.base import Finding
-from bkaudit.audit.durability import BookieEvidence
+from bkaudit.audit.evidence import BookieEvidence
 from bkaudit.audit.metadata import MetadataCheck, MetadataRecord
 from bkaudit.audit.open_segments import OpenSegment, open_segment_finding
 from bkaudit.audit.placement import PlacementCheck

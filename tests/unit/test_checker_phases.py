@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from bkaudit.audit.base import Category, Finding
-from bkaudit.audit.durability import BookieEvidence, compare_bookie, expected_by_bookie, failed_evidence
+from bkaudit.audit.evidence import BookieEvidence, compare_bookie, failed_evidence
+from bkaudit.audit.expected import expected_by_bookie
 from bkaudit.audit.placement import PlacementCheck
 from bkaudit.audit.reconcile import MarkerState, ZnodeVersion
 from bkaudit.formats.availability import encode
