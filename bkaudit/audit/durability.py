@@ -33,8 +33,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from bkaudit.audit.base import Category, Check, Finding, Range, cap_ranges, range_count
+from bkaudit.audit.base import Category, Check, EvidenceBasis, Finding, Range, cap_ranges, range_count
 from bkaudit.audit.classification import durability_category
+from bkaudit.audit.detail_json import basis_json
+from bkaudit.audit.details import (
+    BookieGap,
+    CorruptEntriesDetail,
+    DurabilityDetail,
+    ExtraEntriesDetail,
+    OpenSegmentNote,
+)
 from bkaudit.audit.evidence import BookieEvidence, MissingRun, failed_evidence
 from bkaudit.audit.expected import SegmentSpan, checked_segments, expected_by_bookie, open_segment
 from bkaudit.audit.statuses import STATUS_LOST_BOOKIE, STATUS_NO_LEDGER, STATUS_NOT_CHECKED
@@ -132,8 +140,8 @@ class DurabilityAssessment:
     extras: tuple[BookieEvidence, ...]
     unverified: tuple[BookieEvidence, ...]
     corrupt: tuple[BookieEvidence, ...] = ()
-    basis: Mapping[str, Any] = field(default_factory=dict)
-    """What the findings rest on (`evidence_basis`): listing (exact) or reads with the sampled fraction."""
+    rests_on: EvidenceBasis = field(default_factory=EvidenceBasis)
+    """What the findings rest on (`basis_of`): listing (exact) or reads with the sampled fraction."""
     lost: tuple[str, ...] = ()
     """Lost bookies of the ledger (not registered, silent through the re-check): their copies are missing."""
     open_segment: SegmentSpan | None = None
@@ -142,6 +150,11 @@ class DurabilityAssessment:
     @property
     def partial(self) -> bool:
         return bool(self.unverified)
+
+    @property
+    def basis(self) -> dict[str, Any]:
+        """`rests_on` as the detail's JSON keys."""
+        return basis_json(self.rests_on)
 
     @property
     def bookies_missing_entries(self) -> tuple[str, ...]:
@@ -225,16 +238,16 @@ def assess(shape: LedgerShape, evidence: Iterable[BookieEvidence]) -> Durability
         extras=answered_extra,
         unverified=unverified,
         corrupt=corrupt,
-        basis=evidence_basis(by_bookie.values()),
+        rests_on=basis_of(by_bookie.values()),
         lost=tuple(b for b, ev in by_bookie.items() if ev.status == STATUS_LOST_BOOKIE),
         open_segment=open_segment(shape),
     )
 
 
-def evidence_basis(evidence: Iterable[BookieEvidence]) -> dict[str, Any]:
-    """`{"evidence": "listing"}` when every bookie listed its entries, else `{"evidence": "reads",
-    "sampled_fraction": f}`: the share of the read-verified bookies' expected entries actually read (an
-    ENOLEDGER answer proves all of them missing and counts as fully read; None when none answered)."""
+def basis_of(evidence: Iterable[BookieEvidence]) -> EvidenceBasis:
+    """"listing" when every bookie listed its entries, else "reads" with the sampled fraction: the share of
+    the read-verified bookies' expected entries actually read (an ENOLEDGER answer proves all of them missing
+    and counts as fully read; None when none answered)."""
     read = expected = 0
     any_reads = False
     for ev in evidence:
@@ -248,18 +261,19 @@ def evidence_basis(evidence: Iterable[BookieEvidence]) -> dict[str, Any]:
             read += ev.entries_read
             expected += ev.entries_expected
     if not any_reads:
-        return {"evidence": "listing"}
+        return EvidenceBasis("listing")
     fraction = round(min(read / expected, 1.0), 6) if expected else None
-    return {"evidence": "reads", "sampled_fraction": fraction}
+    return EvidenceBasis("reads", fraction)
 
 
-CAUSE_LOST_BOOKIE = "lost_bookie"
-"""`detail.cause` of a durability finding counting a lost bookie's copies as missing."""
+def evidence_basis(evidence: Iterable[BookieEvidence]) -> dict[str, Any]:
+    """`basis_of` as the detail's JSON keys."""
+    return basis_json(basis_of(evidence))
 
 
-def open_segment_detail(span: SegmentSpan) -> dict[str, Any]:
+def open_segment_note(span: SegmentSpan) -> OpenSegmentNote:
     """What a finding about the last segment of an open ledger says about it: `detail.open_segment`."""
-    return {"open_segment": {"segment": span.index, "first_entry": span.first, "checked_to": span.last}}
+    return OpenSegmentNote(span.index, span.first, span.last)
 
 
 # -- the check --------------------------------------------------------------------------------
@@ -277,7 +291,7 @@ class DurabilityCheck(Check[LedgerEvidence]):
     """Durability findings (one per ledger, its worst bucket) and `extra_entries` (one per ledger and bookie).
 
     `max_ranges` bounds the ranges stored per row so one wiped bookie under a million-entry ledger cannot make
-    a row of megabytes; counts in `detail` stay exact and `ranges_truncated` says when ranges were cut.
+    a row of megabytes; counts in the detail stay exact and `ranges_truncated` says when ranges were cut.
     """
 
     name: ClassVar[str] = "durability"
@@ -296,15 +310,15 @@ class DurabilityCheck(Check[LedgerEvidence]):
         return self.findings(assess(subject.shape, subject.evidence))
 
     def findings(self, a: DurabilityAssessment) -> list[Finding]:
-        return [f.with_detail(**a.basis) for f in self._findings(a)]
+        return [f.with_basis(a.rests_on) for f in self._findings(a)]
 
     @staticmethod
-    def _open(a: DurabilityAssessment, ranges: Iterable[Range]) -> dict[str, Any]:
-        """`open_segment` detail when any of `ranges` lies in the ledger's checked open segment."""
+    def _open(a: DurabilityAssessment, ranges: Iterable[Range]) -> OpenSegmentNote | None:
+        """The open segment, when any of `ranges` lies in the ledger's checked open segment."""
         span = a.open_segment
         if span is None or not any(lo <= span.last and hi >= span.first for lo, hi in ranges):
-            return {}
-        return open_segment_detail(span)
+            return None
+        return open_segment_note(span)
 
     def _findings(self, a: DurabilityAssessment) -> list[Finding]:
         out: list[Finding] = []
@@ -318,13 +332,9 @@ class DurabilityCheck(Check[LedgerEvidence]):
                     ledger_id=a.ledger_id,
                     bookie_id=ev.bookie_id,
                     missing_entries=ranges,
-                    detail={
-                        "corrupt_count": range_count(ev.corrupt),
-                        "corrupt_entries": [list(r) for r in ranges],
-                        "entries_read": ev.entries_read,
-                        "ranges_truncated": cut,
-                        **self._open(a, ev.corrupt),
-                    },
+                    facts=CorruptEntriesDetail(
+                        range_count(ev.corrupt), ranges, ev.entries_read, cut, self._open(a, ev.corrupt)
+                    ),
                 )
             )
         for ev in a.extras:
@@ -334,62 +344,47 @@ class DurabilityCheck(Check[LedgerEvidence]):
                     category=Category.EXTRA_ENTRIES,
                     ledger_id=a.ledger_id,
                     bookie_id=ev.bookie_id,
-                    detail={
-                        "extra_count": ev.extra_count,
-                        "extra_entries": [list(r) for r in ranges],
-                        "ranges_truncated": cut,
-                        **self._open(a, ev.extra),
-                    },
+                    facts=ExtraEntriesDetail(ev.extra_count, ranges, cut, self._open(a, ev.extra)),
                 )
             )
         return out
 
     def _durability_finding(self, a: DurabilityAssessment) -> Finding:
         truncated = False
-        per_bookie: list[dict[str, Any]] = []
+        gaps: list[BookieGap] = []
         open_index = a.open_segment.index if a.open_segment is not None else None
         for bookie, run in a.missing:
             ranges, cut = cap_ranges(run.ranges, self.max_ranges)
             truncated |= cut
-            per_bookie.append(
-                {
-                    "bookie": bookie,
-                    "segment": run.segment_index,
-                    "bookie_index": run.bookie_index,
-                    "missing_count": run.count,
-                    "missing": [list(r) for r in ranges],
-                    **({"cause": CAUSE_LOST_BOOKIE} if bookie in a.lost else {}),
-                    **({"open_segment": True} if run.segment_index == open_index else {}),
-                }
+            gaps.append(
+                BookieGap(bookie, run.segment_index, run.bookie_index, run.count, ranges,
+                          lost=bookie in a.lost, in_open_segment=run.segment_index == open_index)
             )
         under, cut = cap_ranges(a.under_replicated, self.max_ranges)
         truncated |= cut
         worst, cut = cap_ranges(a.worst_entries, self.max_ranges)
         truncated |= cut
         bookies = a.bookies_missing_entries
-        detail: dict[str, Any] = {
-            "ensemble_size": a.ensemble_size,
-            "write_quorum": a.write_quorum,
-            "ack_quorum": a.ack_quorum,
-            "entries_checked": a.entries_checked,
-            "entries_below_write_quorum": a.entries_below(a.write_quorum),
-            "entries_below_ack_quorum": a.entries_below(a.ack_quorum),
-            "entries_without_replica": a.entries_below(1),
-            "replicas_histogram": {str(k): v for k, v in a.replicas_histogram.items()},
-            "worst_entries": [list(r) for r in worst],
-            "bookies_missing_entries": list(bookies),
-            "missing_by_bookie": per_bookie,
-            "partial": a.partial,
-            "unverified_bookies": [ev.bookie_id for ev in a.unverified],
-            "ranges_truncated": truncated,
-        }
-        lost = [b for b in bookies if b in a.lost]
-        if lost:
-            detail["cause"] = CAUSE_LOST_BOOKIE
-            detail["lost_bookies"] = lost
-        if any(run.segment_index == open_index for _b, run in a.missing):
-            assert a.open_segment is not None
-            detail.update(open_segment_detail(a.open_segment))
+        tail = a.open_segment
+        in_open = tail is not None and any(run.segment_index == open_index for _b, run in a.missing)
+        facts = DurabilityDetail(
+            ensemble_size=a.ensemble_size,
+            write_quorum=a.write_quorum,
+            ack_quorum=a.ack_quorum,
+            entries_checked=a.entries_checked,
+            entries_below_write_quorum=a.entries_below(a.write_quorum),
+            entries_below_ack_quorum=a.entries_below(a.ack_quorum),
+            entries_without_replica=a.entries_below(1),
+            replicas_histogram=a.replicas_histogram,
+            worst_entries=worst,
+            bookies_missing_entries=bookies,
+            missing_by_bookie=tuple(gaps),
+            partial=a.partial,
+            unverified_bookies=tuple(ev.bookie_id for ev in a.unverified),
+            ranges_truncated=truncated,
+            lost_bookies=tuple(b for b in bookies if b in a.lost),
+            open_segment=open_segment_note(tail) if in_open and tail is not None else None,
+        )
         assert a.category is not None
         return Finding(
             category=a.category,
@@ -398,5 +393,5 @@ class DurabilityCheck(Check[LedgerEvidence]):
             bookie_id=bookies[0] if len(bookies) == 1 else None,
             missing_entries=under,
             min_replicas=a.min_replicas,
-            detail=detail,
+            facts=facts,
         )

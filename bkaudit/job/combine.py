@@ -48,8 +48,8 @@ def ledger_findings(
     a = assess(shape, [refine_status(shape, ev, lost) for ev in evidence])
     found = DurabilityCheck(max_ranges).findings(a)
     unverified = LedgerAvailabilityCheck().from_assessment(a)
-    found += [f.with_detail(**a.basis) for f in unverified]
-    return [f.with_detail(znode_version=shape.version) for f in found]
+    found += [f.with_basis(a.rests_on) for f in unverified]
+    return [f.stamped(shape.version) for f in found]
 
 
 def _ledger(
