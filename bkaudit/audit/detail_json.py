@@ -177,9 +177,18 @@ def parse_text(
     return parse(category, doc)
 
 
+def facts_of_row(category: str, raw: str | Mapping[str, Any] | None) -> FindingDetail | None:
+    """The typed detail of a row read from a table, for display: None for an unknown category or a detail
+    that does not parse (a report must not fail on one odd row)."""
+    try:
+        return parse_text(Category(category), raw)[0]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 def parse(category: Category, d: Mapping[str, Any]) -> tuple[FindingDetail | None, RunNotes]:
     """The typed detail and run notes of a detail document (`render`'s inverse); facts None when the
-    document has none of the category's own keys."""
+    document has only run notes. A key a document lacks (a row of an older version) reads as its default."""
     return _parse_facts(category, d), _parse_notes(d)
 
 
@@ -197,10 +206,18 @@ def _parse_notes(d: Mapping[str, Any]) -> RunNotes:
     )
 
 
+_NOTE_KEYS = frozenset(
+    {"evidence", "sampled_fraction", "znode_version", "reevaluated", "under_repair", "marker_replicas",
+     "marker_ctime_ms"}
+)
+
+
 def _parse_facts(category: Category, d: Mapping[str, Any]) -> FindingDetail | None:
-    if category in DURABILITY_CATEGORIES and "ensemble_size" in d:
+    if all(key in _NOTE_KEYS for key in d):
+        return None
+    if category in DURABILITY_CATEGORIES:
         return DurabilityDetail(
-            ensemble_size=int(d["ensemble_size"]),
+            ensemble_size=int(d.get("ensemble_size") or 0),
             write_quorum=int(d.get("write_quorum") or 0),
             ack_quorum=int(d.get("ack_quorum") or 0),
             entries_checked=int(d.get("entries_checked") or 0),
@@ -217,46 +234,48 @@ def _parse_facts(category: Category, d: Mapping[str, Any]) -> FindingDetail | No
             lost_bookies=_strings(d.get("lost_bookies")),
             open_segment=_parse_open(d.get("open_segment")),
         )
-    if category is Category.EXTRA_ENTRIES and "extra_count" in d:
-        return ExtraEntriesDetail(int(d["extra_count"]), _parse_ranges(d.get("extra_entries")),
+    if category is Category.EXTRA_ENTRIES:
+        return ExtraEntriesDetail(int(d.get("extra_count") or 0), _parse_ranges(d.get("extra_entries")),
                                   bool(d.get("ranges_truncated", False)), _parse_open(d.get("open_segment")))
-    if category is Category.CORRUPT_ENTRIES and "corrupt_count" in d:
-        return CorruptEntriesDetail(int(d["corrupt_count"]), _parse_ranges(d.get("corrupt_entries")),
+    if category is Category.CORRUPT_ENTRIES:
+        return CorruptEntriesDetail(int(d.get("corrupt_count") or 0), _parse_ranges(d.get("corrupt_entries")),
                                     int(d.get("entries_read") or 0), bool(d.get("ranges_truncated", False)),
                                     _parse_open(d.get("open_segment")))
-    if category in PLACEMENT_CATEGORIES and "policy" in d:
+    if category in PLACEMENT_CATEGORIES:
         segments = tuple(
-            PlacementSegment(int(s["segment"]), _strings(s.get("ensemble")), str(s.get("adherence")),
+            PlacementSegment(int(s.get("segment") or 0), _strings(s.get("ensemble")), str(s.get("adherence")),
                              _strings(s.get("reasons")))
             for s in d.get("segments") or ()
         )
         verdict = d.get("bookkeeper_verdict")
-        return PlacementDetail(str(d["policy"]), str(d.get("adherence")), int(d.get("write_quorum") or 0),
+        return PlacementDetail(str(d.get("policy")), str(d.get("adherence")), int(d.get("write_quorum") or 0),
                                int(d.get("ack_quorum") or 0), segments, dict(d.get("locations") or {}),
                                None if verdict is None else str(verdict))
-    if category is Category.UNDERREPLICATED_TOO_LONG and "marked_at_ms" in d:
-        return OverdueMarkerDetail(int(d["marked_at_ms"]), d.get("age_s", 0.0), d.get("grace_period_s", 0),
-                                   _strings(d.get("replicas")), d.get("locked_by"))
-    if category is Category.BOOKIE_UNREACHABLE_BUT_REGISTERED and "attempts" in d:
-        return UnreachableBookieDetail(d.get("state"), int(d["attempts"]), d.get("status"), d.get("error"),
-                                       int(d.get("ledgers_unverified") or 0))
-    if category is Category.LEDGER_UNVERIFIABLE and "reason_code" in d:
+    if category is Category.UNDERREPLICATED_TOO_LONG:
+        return OverdueMarkerDetail(int(d.get("marked_at_ms") or 0), d.get("age_s", 0.0),
+                                   d.get("grace_period_s", 0), _strings(d.get("replicas")),
+                                   d.get("locked_by"))
+    if category is Category.BOOKIE_UNREACHABLE_BUT_REGISTERED:
+        return UnreachableBookieDetail(d.get("state"), int(d.get("attempts") or 0), d.get("status"),
+                                       d.get("error"), int(d.get("ledgers_unverified") or 0))
+    if category is Category.LEDGER_UNVERIFIABLE:
         bookies = d.get("bookies")
         parsed = None if bookies is None else tuple(_parse_unverified(b) for b in bookies)
         note = _parse_open(d.get("open_segment"))
+        reason, code = str(d.get("reason")), str(d.get("reason_code"))
         if note is not None and note.checked_to is None:  # nothing of the segment was checked
-            return OpenSegmentUnknownDetail(str(d.get("reason")), str(d["reason_code"]), note, parsed or ())
+            return OpenSegmentUnknownDetail(reason, code, note, parsed or ())
         versions = d.get("versions")
-        return UnverifiableDetail(str(d.get("reason")), str(d["reason_code"]), parsed,
+        return UnverifiableDetail(reason, code, parsed,
                                   None if versions is None else tuple(int(v) for v in versions), note)
-    if category is Category.METADATA_UNPARSEABLE and "parsed" in d:
-        return MetadataDetail(str(d.get("error")), bool(d["parsed"]), _int(d.get("raw_bytes")),
+    if category is Category.METADATA_UNPARSEABLE:
+        return MetadataDetail(str(d.get("error")), bool(d.get("parsed", False)), _int(d.get("raw_bytes")),
                               _strings(d.get("problems")))
     return None
 
 
 def _parse_gap(m: Mapping[str, Any]) -> BookieGap:
-    return BookieGap(str(m["bookie"]), int(m["segment"]), int(m["bookie_index"]),
+    return BookieGap(str(m.get("bookie")), int(m.get("segment") or 0), int(m.get("bookie_index") or 0),
                      int(m.get("missing_count") or 0), _parse_ranges(m.get("missing")),
                      lost=m.get("cause") == CAUSE_LOST_BOOKIE,
                      in_open_segment=bool(m.get("open_segment", False)))
@@ -271,7 +290,8 @@ def _parse_unverified(b: Mapping[str, Any]) -> UnverifiedBookie:
 def _parse_open(value: Any) -> OpenSegmentNote | None:
     if not isinstance(value, Mapping):
         return None
-    return OpenSegmentNote(int(value["segment"]), int(value["first_entry"]), _int(value.get("checked_to")))
+    return OpenSegmentNote(int(value.get("segment") or 0), int(value.get("first_entry") or 0),
+                           _int(value.get("checked_to")))
 
 
 def _parse_ranges(value: Any) -> tuple[Range, ...]:

@@ -218,3 +218,14 @@ def test_the_decommission_decision_reads_the_typed_gaps_and_basis() -> None:
     assert v.detail["evidence"] == "reads" and v.detail["sampled_fraction"] == 0.25
     truncated = Finding(Category.BELOW_WRITE_QUORUM, 1, facts=replace(facts, ranges_truncated=True))
     assert dc.judge(shape, ["a:1"], [truncated]).reason == dc.EVIDENCE_TRUNCATED
+
+
+def test_a_row_with_part_of_a_detail_reads_back_with_defaults() -> None:
+    """A row written with fewer keys (an older version, a hand-made table) still feeds the decisions."""
+    row = {"category": "no_replica", "ledger_id": 3, "bookie_id": None,
+           "detail": '{"bookies_missing_entries":["b1","b2"],"znode_version":4}'}
+    f = violation_of_row(row).finding
+    assert replicas_to_publish(f, publish_placement=False) == ("b1", "b2")
+    assert f.znode_version == 4
+    notes_only = violation_of_row({**row, "detail": '{"znode_version":4}'}).finding
+    assert notes_only.facts is None and Violation(notes_only).row()["detail"] == '{"znode_version":4}'
