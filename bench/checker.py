@@ -307,14 +307,15 @@ def baseline(
     `admin.asyncGetListOfEntriesOfLedger` is sent per (ledger, bookie), covering all its segments;
     GetListOfEntriesOfLedgerCallbackForReplicasCheck then compares the answer with each segment's striped
     entries (getUnavailableEntries). A multi-segment ledger thus costs one request per distinct bookie of
-    all its ensembles, which is what `bkaudit.audit.durability.expected_by_bookie` yields (apache/bookkeeper,
+    all its ensembles, which is what `bkaudit.audit.expected.expected_by_bookie` yields (apache/bookkeeper,
     bookkeeper-server/src/main/java/org/apache/bookkeeper/replication/AuditorReplicasCheckTask.java). The
     decoding and comparison are the Spark job's own code.
 
     With `reads_percentage`, checkAllLedgers' shape instead (LedgerChecker): per (ledger, bookie) one read per
     entry `bkaudit.audit.reads.plan_reads` picks (first and last stored per segment, plus that percentage),
     all sent at once (inFlightReadEntryNumInLedgerChecker = -1), each entry's digest verified."""
-    from bkaudit.audit.durability import assess, expected_by_bookie
+    from bkaudit.audit.durability import assess
+    from bkaudit.audit.expected import expected_by_bookie
     from bkaudit.audit.reads import plan_reads
     from bkaudit.formats.ledger_metadata import parse
     from bkaudit.job.fanout import judge_answer

@@ -26,13 +26,11 @@ from typing import Any
 import pyarrow as pa
 
 from bkaudit.audit.base import DURABILITY_CATEGORIES, Category, Finding
-from bkaudit.audit.durability import (
-    BookieEvidence,
-    MissingRun,
-    assess,
-    compare_bookie,
-    expected_by_bookie,
-)
+from bkaudit.audit.detail_json import basis_json
+from bkaudit.audit.details import DurabilityDetail, OpenSegmentUnknownDetail, UnverifiableDetail
+from bkaudit.audit.durability import assess
+from bkaudit.audit.evidence import BookieEvidence, MissingRun, compare_bookie
+from bkaudit.audit.expected import expected_by_bookie
 from bkaudit.audit.statuses import STATUS_OK
 from bkaudit.model.shape import LedgerShape
 from bkaudit.tables.checker_schemas import AUDIT_PARTITION, DECOMMISSION_AUDITS
@@ -67,16 +65,15 @@ def evidence_of_findings(
     unverified: set[str] = set()
     truncated = False
     for f in findings:
-        if f.category in DURABILITY_CATEGORIES:
-            truncated |= bool(f.detail.get("ranges_truncated"))
-            for m in f.detail.get("missing_by_bookie") or ():
-                ranges = tuple((int(a), int(b)) for a, b in m.get("missing") or ())
-                run = MissingRun(int(m["segment"]), int(m["bookie_index"]), ranges,
-                                 int(m.get("missing_count") or 0))
-                missing.setdefault(str(m["bookie"]), []).append(run)
+        facts = f.facts
+        if f.category in DURABILITY_CATEGORIES and isinstance(facts, DurabilityDetail):
+            truncated |= facts.ranges_truncated
+            for gap in facts.missing_by_bookie:
+                run = MissingRun(gap.segment, gap.bookie_index, gap.missing, gap.missing_count)
+                missing.setdefault(gap.bookie, []).append(run)
         elif f.category is Category.LEDGER_UNVERIFIABLE:
-            for b in f.detail.get("bookies") or ():
-                unverified.add(str(b.get("bookie")))
+            if isinstance(facts, UnverifiableDetail | OpenSegmentUnknownDetail):
+                unverified.update(b.bookie for b in facts.bookies or ())
             if f.bookie_id:
                 unverified.add(str(f.bookie_id))
     return missing, unverified, truncated
@@ -86,8 +83,9 @@ def evidence_basis_of_findings(findings: Iterable[Finding]) -> dict[str, Any]:
     """What the check's findings for one ledger rest on: {"evidence": "reads", "sampled_fraction": f} when
     some bookie was verified by reads (no listing), else {} (listing: exact)."""
     for f in findings:
-        if f.detail.get("evidence") == "reads":
-            return {"evidence": "reads", "sampled_fraction": f.detail.get("sampled_fraction")}
+        basis = f.notes.basis
+        if basis is not None and basis.by_reads:
+            return basis_json(basis)
     return {}
 
 

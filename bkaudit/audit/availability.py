@@ -16,17 +16,13 @@ verify that an unreachable bookie is no longer registered was never built (bookk
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from bkaudit.audit.base import Category, Check, Finding
-from bkaudit.audit.durability import (
-    BookieEvidence,
-    DurabilityAssessment,
-    LedgerEvidence,
-    assess,
-    open_segment_detail,
-)
+from bkaudit.audit.details import UnreachableBookieDetail, UnverifiableDetail, UnverifiedBookie
+from bkaudit.audit.durability import DurabilityAssessment, LedgerEvidence, assess, open_segment_note
+from bkaudit.audit.evidence import BookieEvidence
 from bkaudit.audit.statuses import (
     ANSWERED,
     BOOKKEEPER_STATUSES,
@@ -82,14 +78,23 @@ def _describe(ev: BookieEvidence) -> str:
 
 
 def unverifiable(
-    ledger_id: int, reason: str, code: str, *, bookie_id: str | None = None, **detail: Any
+    ledger_id: int,
+    reason: str,
+    code: str,
+    *,
+    bookie_id: str | None = None,
+    bookies: Sequence[UnverifiedBookie] | None = None,
+    versions: Sequence[int] | None = None,
 ) -> Finding:
     """A `ledger_unverifiable` finding; `code` is one of the REASON_* values, `reason` says it in words."""
+    facts = UnverifiableDetail(
+        reason,
+        code,
+        bookies=None if bookies is None else tuple(bookies),
+        versions=None if versions is None else tuple(versions),
+    )
     return Finding(
-        category=Category.LEDGER_UNVERIFIABLE,
-        ledger_id=ledger_id,
-        bookie_id=bookie_id,
-        detail={"reason": reason, "reason_code": code, **detail},
+        category=Category.LEDGER_UNVERIFIABLE, ledger_id=ledger_id, bookie_id=bookie_id, facts=facts
     )
 
 
@@ -109,7 +114,13 @@ class LedgerAvailabilityCheck(Check[LedgerEvidence]):
         tail = a.open_segment
         if tail is None or not {ev.bookie_id for ev in a.unverified} & set(tail.ensemble):
             return found
-        return [f.with_detail(**open_segment_detail(tail)) for f in found]
+        note = open_segment_note(tail)
+        return [
+            replace(f, facts=replace(f.facts, open_segment=note))
+            if isinstance(f.facts, UnverifiableDetail)
+            else f
+            for f in found
+        ]
 
     def from_unverified(self, ledger_id: int, unverified: Sequence[BookieEvidence]) -> list[Finding]:
         if not unverified:
@@ -122,12 +133,7 @@ class LedgerAvailabilityCheck(Check[LedgerEvidence]):
                 codes[0] if len(codes) == 1 else "multiple",
                 bookie_id=unverified[0].bookie_id if len(unverified) == 1 else None,
                 bookies=[
-                    {
-                        "bookie": ev.bookie_id,
-                        "status": ev.status,
-                        "reason_code": reason_code(ev.status),
-                        "error": ev.error,
-                    }
+                    UnverifiedBookie(ev.bookie_id, ev.status, ev.error, reason_code(ev.status))
                     for ev in unverified
                 ],
             )
@@ -162,13 +168,13 @@ class BookieAvailabilityCheck(Check[BookieReport]):
             Finding(
                 category=Category.BOOKIE_UNREACHABLE_BUT_REGISTERED,
                 bookie_id=subject.bookie_id,
-                detail={
-                    "state": subject.state,
-                    "attempts": subject.attempts,
-                    "status": subject.last_status,
-                    "error": subject.last_error,
-                    "ledgers_unverified": subject.ledgers_unverified,
-                },
+                facts=UnreachableBookieDetail(
+                    subject.state,
+                    subject.attempts,
+                    subject.last_status,
+                    subject.last_error,
+                    subject.ledgers_unverified,
+                ),
             )
         ]
 

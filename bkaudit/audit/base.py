@@ -13,7 +13,10 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from bkaudit.audit.details import FindingDetail
 
 Range = tuple[int, int]
 """An inclusive range of entry ids (first, last)."""
@@ -87,13 +90,52 @@ RECHECKED_CATEGORIES: frozenset[Category] = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class EvidenceBasis:
+    """What a ledger's findings rest on: every bookie's exact list of entries ("listing"), or reads
+    ("reads", with the share of the read-verified bookies' expected entries actually read; None: none
+    answered)."""
+
+    evidence: str = "listing"
+    sampled_fraction: float | None = None
+
+    @property
+    def by_reads(self) -> bool:
+        return self.evidence == "reads"
+
+
+@dataclass(frozen=True, slots=True)
+class ZnodeStamp:
+    """The znode version a finding was computed from (the re-read compares it before the row is written)."""
+
+    version: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunNotes:
+    """What the run adds to a check's finding (the check itself leaves them empty).
+
+    `under_repair`: the ledger already carries an under-replication marker (`marker_*`): reported, but not
+    counted as a new violation and not published again. `reevaluated`: its metadata changed during the run
+    and it was judged again.
+    """
+
+    basis: EvidenceBasis | None = None
+    znode: ZnodeStamp | None = None
+    reevaluated: bool = False
+    under_repair: bool = False
+    marker_replicas: tuple[str, ...] = ()
+    marker_ctime_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
     """One violation as a check sees it, before the job adds run id, timestamps and publication state.
 
     `missing_entries` are the entry ranges the finding is about (durability: entries below WQ copies);
-    `detail` is a JSON-able mapping with everything a person needs to act without re-running the check.
-    `detail["under_repair"] = True` marks a ledger that already carries an under-replication marker: reported,
-    but not counted as a new violation and not published again.
+    `facts` is the category's typed detail (`bkaudit.audit.details`), with everything a person needs to act
+    without re-running the check; `notes` what the run added. `detail` is both as the JSON document of the
+    `violations.detail` column (`bkaudit.audit.detail_json`, a public interface): for people and files,
+    never for decisions.
     """
 
     category: Category
@@ -102,7 +144,8 @@ class Finding:
     bookie_id: str | None = None
     missing_entries: tuple[Range, ...] | None = None
     min_replicas: int | None = None
-    detail: Mapping[str, Any] = field(default_factory=dict)
+    facts: FindingDetail | None = None
+    notes: RunNotes = field(default_factory=RunNotes)
 
     @property
     def severity(self) -> Severity:
@@ -110,13 +153,35 @@ class Finding:
 
     @property
     def under_repair(self) -> bool:
-        return bool(self.detail.get("under_repair", False))
+        return self.notes.under_repair
 
-    def with_detail(self, **values: Any) -> Finding:
-        """A copy with `values` merged into `detail` (findings are immutable)."""
-        merged = dict(self.detail)
-        merged.update(values)
-        return replace(self, detail=merged)
+    @property
+    def znode_version(self) -> int | None:
+        return None if self.notes.znode is None else self.notes.znode.version
+
+    @property
+    def detail(self) -> Mapping[str, Any]:
+        from bkaudit.audit.detail_json import render
+
+        return render(self)
+
+    def with_basis(self, basis: EvidenceBasis) -> Finding:
+        """A copy saying what its evidence rests on (findings are immutable)."""
+        return replace(self, notes=replace(self.notes, basis=basis))
+
+    def stamped(self, version: int | None, *, reevaluated: bool = False) -> Finding:
+        """A copy saying which znode version it was computed from (`reevaluated`: judged again after the
+        metadata changed during the run)."""
+        again = self.notes.reevaluated or reevaluated
+        notes = replace(self.notes, znode=ZnodeStamp(version), reevaluated=again)
+        return replace(self, notes=notes)
+
+    def under_marker(self, replicas: Sequence[str], ctime_ms: int | None) -> Finding:
+        """A copy saying that its ledger already carries an under-replication marker."""
+        notes = replace(
+            self.notes, under_repair=True, marker_replicas=tuple(replicas), marker_ctime_ms=ctime_ms
+        )
+        return replace(self, notes=notes)
 
 
 SubjectT = TypeVar("SubjectT")

@@ -2,10 +2,9 @@
 
 The check works in two halves so that it can be distributed:
 
-1. **Per (ledger, bookie)**, where the bookie's answer arrives (a Spark executor): `compare_bookie` turns the
-   bookie's `AvailabilityOfEntriesOfLedger` into missing ranges per (segment, bookie index) and the entries it
-   holds but should not (`extra_entries`). Expected entries are `Striping`s from `bkaudit.model.quorum`, and
-   the difference is group arithmetic in `bkaudit.formats.availability`: no per-entry loop anywhere.
+1. **Per (ledger, bookie)**, where the bookie's answer arrives (a Spark executor): `compare_bookie`
+   (`bkaudit.audit.evidence`) turns the bookie's answer into missing ranges per (segment, bookie index) and
+   the entries it holds but should not, against what `bkaudit.audit.expected` says it must hold.
 2. **Per ledger**, once every bookie answered: `assess` merges the missing ranges of all bookie indexes of a
    segment with a sweep line. Because a bookie index's expected striping only contains entries whose write set
    includes it, the number of overlapping missing ranges at an entry is exactly the number of copies it lacks;
@@ -30,277 +29,24 @@ What is checked, and why it differs from BookKeeper's replicas check (bookkeeper
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
-from bkaudit.audit.base import Category, Check, Finding, Range, cap_ranges, merge_ranges, range_count
+from bkaudit.audit.base import Category, Check, EvidenceBasis, Finding, Range, cap_ranges, range_count
 from bkaudit.audit.classification import durability_category
-from bkaudit.audit.statuses import (
-    ANSWERED,
-    SETTLED,
-    STATUS_LOST_BOOKIE,
-    STATUS_NO_LEDGER,
-    STATUS_NOT_CHECKED,
-    STATUS_OK,
+from bkaudit.audit.detail_json import basis_json
+from bkaudit.audit.details import (
+    BookieGap,
+    CorruptEntriesDetail,
+    DurabilityDetail,
+    ExtraEntriesDetail,
+    OpenSegmentNote,
 )
-from bkaudit.model.quorum import Striping, entries_of_bookie
+from bkaudit.audit.evidence import BookieEvidence, MissingRun, failed_evidence
+from bkaudit.audit.expected import SegmentSpan, checked_segments, expected_by_bookie, open_segment
+from bkaudit.audit.statuses import STATUS_LOST_BOOKIE, STATUS_NO_LEDGER, STATUS_NOT_CHECKED
 from bkaudit.model.shape import LedgerShape
-
-
-class EntrySet(Protocol):
-    """What the check needs from a decoded `bkaudit.formats.availability.Availability`."""
-
-    @property
-    def total(self) -> int: ...
-
-    def runs(self) -> Iterator[tuple[int, int]]: ...
-
-    def missing(self, first: int, last: int, expected: Striping | None = None) -> list[tuple[int, int]]: ...
-
-    def missing_count(self, first: int, last: int, expected: Striping | None = None) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentSpan:
-    """A segment whose entries are known: [first, last] with last >= first."""
-
-    index: int
-    first: int
-    last: int
-    ensemble: tuple[str, ...]
-
-
-def checked_segments(shape: LedgerShape) -> tuple[SegmentSpan, ...]:
-    """Segments whose entries must all be on their write sets: all of a closed ledger; of one still open, all
-    but the last, and the last up to `shape.open_end` when the run established it.
-
-    A middle segment ends right before the next one starts; the last segment of a closed ledger ends at
-    `last_entry_id`, that of an open ledger at `open_end` (its bookies' last-add-confirmed; entries past it
-    may still be in flight). Empty segments (no entries) are left out: nobody must hold anything for them. In
-    a closed ledger no segment reaches past `last_entry_id` (BookKeeper's check would expect entries that were
-    never written if a later segment started beyond the end; that is a false alarm we do not raise).
-    """
-    segs = shape.segments
-    limit = len(segs) if shape.closed else len(segs) - 1
-    out: list[SegmentSpan] = []
-    for i in range(max(limit, 0)):
-        first = segs[i].first_entry_id
-        last = segs[i + 1].first_entry_id - 1 if i + 1 < len(segs) else shape.last_entry_id
-        if shape.closed:
-            last = min(last, shape.last_entry_id)
-        if last >= first:
-            out.append(SegmentSpan(i, first, last, segs[i].ensemble))
-    tail = open_segment(shape)
-    if tail is not None:
-        out.append(tail)
-    return tuple(out)
-
-
-def open_segment(shape: LedgerShape) -> SegmentSpan | None:
-    """The last segment of a ledger that is not closed, as far as this run checks it (None: not checked)."""
-    if shape.closed or not shape.segments or shape.open_end is None:
-        return None
-    last = shape.segments[-1]
-    if shape.open_end < last.first_entry_id:
-        return None
-    return SegmentSpan(len(shape.segments) - 1, last.first_entry_id, shape.open_end, last.ensemble)
-
-
-def checked_limit(shape: LedgerShape) -> int | None:
-    """Highest entry id whose placement is judged (None = no limit: a closed ledger owns no entry after it).
-
-    For an open ledger the last segment is still being written: entries up to its checked end (`open_end`)
-    are judged, later ones (in flight) are not; a bookie holding entries past that is not holding anything
-    "extra".
-    """
-    if shape.closed:
-        return None
-    if not shape.segments:
-        return -1
-    tail = open_segment(shape)
-    return tail.last if tail is not None else shape.segments[-1].first_entry_id - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Expected:
-    """The entries bookie index `bookie_index` of segment `segment_index` must store."""
-
-    segment_index: int
-    bookie_index: int
-    striping: Striping
-
-    @property
-    def count(self) -> int:
-        return self.striping.count()
-
-
-def expected_by_bookie(shape: LedgerShape) -> dict[str, list[Expected]]:
-    """Per distinct bookie, the stripings it must hold; bookies that must hold nothing are left out.
-
-    One entry per bookie is one GetListOfEntries call per (ledger, bookie), covering every segment the bookie
-    appears in, as BookKeeper's replicas check does.
-    """
-    out: dict[str, list[Expected]] = {}
-    e, wq = shape.ensemble_size, shape.write_quorum
-    for span in checked_segments(shape):
-        for idx, bookie in enumerate(span.ensemble[:e]):
-            striping = entries_of_bookie(idx, span.first, span.last, e, wq)
-            if striping.count() > 0:
-                out.setdefault(bookie, []).append(Expected(span.index, idx, striping))
-    return out
-
-
-# -- per (ledger, bookie): on the executor that talked to the bookie ------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MissingRun:
-    """Expected entries of one (segment, bookie index) that the bookie does not hold."""
-
-    segment_index: int
-    bookie_index: int
-    ranges: tuple[Range, ...]
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class BookieEvidence:
-    """What one bookie said about one ledger, reduced to what the per-ledger assessment needs.
-
-    `status` is OK / ENOLEDGER for an answer, anything else (UNAVAILABLE, DEADLINE_EXCEEDED, EIO,
-    INVALID_RESPONSE, ...) for a bookie that could not be verified; `error` says why in words.
-    """
-
-    bookie_id: str
-    status: str
-    missing: tuple[MissingRun, ...] = ()
-    extra: tuple[Range, ...] = ()
-    extra_count: int = 0
-    error: str | None = None
-    evidence: str = "listing"
-    """"listing" (the bookie's exact list of entries) or "reads" (LedgerChecker-style sampled reads)."""
-    entries_read: int = 0
-    entries_expected: int = 0
-    corrupt: tuple[Range, ...] = ()
-    """Entries read back whose digest or ids did not verify (counted in `missing` too: not a replica)."""
-
-    @property
-    def answered(self) -> bool:
-        return self.status in ANSWERED
-
-    @property
-    def settled(self) -> bool:
-        """What the bookie holds is known (an answer, or a lost bookie): its missing entries count."""
-        return self.status in SETTLED
-
-    @property
-    def missing_count(self) -> int:
-        return sum(m.count for m in self.missing)
-
-
-def failed_evidence(
-    bookie_id: str, status: str, error: str | None = None, evidence: str = "listing"
-) -> BookieEvidence:
-    """Evidence for a bookie that could not be verified (nothing counted missing, nothing counted extra)."""
-    return BookieEvidence(bookie_id=bookie_id, status=status, error=error, evidence=evidence)
-
-
-def lost_evidence(shape: LedgerShape, bookie_id: str, error: str | None = None) -> BookieEvidence:
-    """Evidence for a lost bookie: it holds none of its entries (every expected entry missing, as after
-    ENOLEDGER), with status LOST_BOOKIE so the findings can say why."""
-    ev = compare_bookie(shape, bookie_id, None)
-    return BookieEvidence(bookie_id, STATUS_LOST_BOOKIE, ev.missing, error=error)
-
-
-def compare_bookie(
-    shape: LedgerShape,
-    bookie_id: str,
-    holding: EntrySet | None,
-    expected: Sequence[Expected] | None = None,
-) -> BookieEvidence:
-    """Missing and extra entries of `bookie_id` for this ledger; `holding=None`: the bookie said ENOLEDGER.
-
-    `expected` may be passed when the caller already computed `expected_by_bookie(shape)[bookie_id]`.
-    """
-    wants = list(expected) if expected is not None else expected_by_bookie(shape).get(bookie_id, [])
-    missing: list[MissingRun] = []
-    for exp in wants:
-        s = exp.striping
-        ranges = list(s.runs()) if holding is None else holding.missing(s.first, s.last, s)
-        if ranges:
-            run = MissingRun(exp.segment_index, exp.bookie_index, tuple(ranges), range_count(ranges))
-            missing.append(run)
-    if holding is None:
-        return BookieEvidence(bookie_id, STATUS_NO_LEDGER, tuple(missing))
-    extra = _extra_entries(shape, holding, wants, sum(m.count for m in missing))
-    return BookieEvidence(bookie_id, STATUS_OK, tuple(missing), tuple(extra), range_count(extra))
-
-
-def _extra_entries(
-    shape: LedgerShape, holding: EntrySet, wants: Sequence[Expected], missing_total: int
-) -> list[Range]:
-    """Held entries in the judged range that no segment striping assigns to this bookie.
-
-    Fast path: when the stripings are disjoint (the bookie appears once per segment) the number of extras is
-    `held in range - (expected - missing)`, so a healthy bookie costs two arithmetic queries; only a bookie
-    that does hold extras pays for the ranges.
-    """
-    limit = checked_limit(shape)
-    if limit is not None and limit < 0:
-        return []
-    disjoint = len({w.segment_index for w in wants}) == len(wants)
-    if disjoint:
-        present = sum(w.count for w in wants) - missing_total
-        held = holding.total if limit is None else (limit + 1) - holding.missing_count(0, limit, None)
-        if limit is None:
-            held -= _held_below_zero(holding)
-        if held - present <= 0:
-            return []
-    stripings = sorted((w.striping for w in wants), key=lambda s: s.first)
-    out: list[Range] = []
-    for lo, hi in holding.runs():
-        lo = max(lo, 0)
-        if limit is not None:
-            if lo > limit:
-                break
-            hi = min(hi, limit)
-        if hi < lo:
-            continue
-        covered: list[Range] = []
-        for s in stripings:
-            if s.last < lo:
-                continue
-            if s.first > hi:
-                break
-            sub = Striping(max(lo, s.first), min(hi, s.last), s.start, s.period, s.size)
-            covered.extend(sub.runs())
-        out.extend(_subtract(lo, hi, merge_ranges(covered)))
-    return merge_ranges(out)
-
-
-def _held_below_zero(holding: EntrySet) -> int:
-    """Held ids below 0 (never produced by BookKeeper's encoder, but a decoder may accept them)."""
-    n = 0
-    for lo, hi in holding.runs():
-        if lo >= 0:
-            break
-        n += min(hi, -1) - lo + 1
-    return n
-
-
-def _subtract(lo: int, hi: int, covered: Sequence[Range]) -> Iterator[Range]:
-    """[lo, hi] minus sorted disjoint `covered` ranges."""
-    cursor = lo
-    for c_lo, c_hi in covered:
-        if c_lo > cursor:
-            yield (cursor, min(c_lo - 1, hi))
-        cursor = max(cursor, c_hi + 1)
-        if cursor > hi:
-            return
-    if cursor <= hi:
-        yield (cursor, hi)
-
 
 # -- per ledger: combine every bookie's evidence --------------------------------------------------
 
@@ -394,8 +140,8 @@ class DurabilityAssessment:
     extras: tuple[BookieEvidence, ...]
     unverified: tuple[BookieEvidence, ...]
     corrupt: tuple[BookieEvidence, ...] = ()
-    basis: Mapping[str, Any] = field(default_factory=dict)
-    """What the findings rest on (`evidence_basis`): listing (exact) or reads with the sampled fraction."""
+    rests_on: EvidenceBasis = field(default_factory=EvidenceBasis)
+    """What the findings rest on (`basis_of`): listing (exact) or reads with the sampled fraction."""
     lost: tuple[str, ...] = ()
     """Lost bookies of the ledger (not registered, silent through the re-check): their copies are missing."""
     open_segment: SegmentSpan | None = None
@@ -404,6 +150,11 @@ class DurabilityAssessment:
     @property
     def partial(self) -> bool:
         return bool(self.unverified)
+
+    @property
+    def basis(self) -> dict[str, Any]:
+        """`rests_on` as the detail's JSON keys."""
+        return basis_json(self.rests_on)
 
     @property
     def bookies_missing_entries(self) -> tuple[str, ...]:
@@ -487,16 +238,16 @@ def assess(shape: LedgerShape, evidence: Iterable[BookieEvidence]) -> Durability
         extras=answered_extra,
         unverified=unverified,
         corrupt=corrupt,
-        basis=evidence_basis(by_bookie.values()),
+        rests_on=basis_of(by_bookie.values()),
         lost=tuple(b for b, ev in by_bookie.items() if ev.status == STATUS_LOST_BOOKIE),
         open_segment=open_segment(shape),
     )
 
 
-def evidence_basis(evidence: Iterable[BookieEvidence]) -> dict[str, Any]:
-    """`{"evidence": "listing"}` when every bookie listed its entries, else `{"evidence": "reads",
-    "sampled_fraction": f}`: the share of the read-verified bookies' expected entries actually read (an
-    ENOLEDGER answer proves all of them missing and counts as fully read; None when none answered)."""
+def basis_of(evidence: Iterable[BookieEvidence]) -> EvidenceBasis:
+    """"listing" when every bookie listed its entries, else "reads" with the sampled fraction: the share of
+    the read-verified bookies' expected entries actually read (an ENOLEDGER answer proves all of them missing
+    and counts as fully read; None when none answered)."""
     read = expected = 0
     any_reads = False
     for ev in evidence:
@@ -510,18 +261,19 @@ def evidence_basis(evidence: Iterable[BookieEvidence]) -> dict[str, Any]:
             read += ev.entries_read
             expected += ev.entries_expected
     if not any_reads:
-        return {"evidence": "listing"}
+        return EvidenceBasis("listing")
     fraction = round(min(read / expected, 1.0), 6) if expected else None
-    return {"evidence": "reads", "sampled_fraction": fraction}
+    return EvidenceBasis("reads", fraction)
 
 
-CAUSE_LOST_BOOKIE = "lost_bookie"
-"""`detail.cause` of a durability finding counting a lost bookie's copies as missing."""
+def evidence_basis(evidence: Iterable[BookieEvidence]) -> dict[str, Any]:
+    """`basis_of` as the detail's JSON keys."""
+    return basis_json(basis_of(evidence))
 
 
-def open_segment_detail(span: SegmentSpan) -> dict[str, Any]:
+def open_segment_note(span: SegmentSpan) -> OpenSegmentNote:
     """What a finding about the last segment of an open ledger says about it: `detail.open_segment`."""
-    return {"open_segment": {"segment": span.index, "first_entry": span.first, "checked_to": span.last}}
+    return OpenSegmentNote(span.index, span.first, span.last)
 
 
 # -- the check --------------------------------------------------------------------------------
@@ -539,7 +291,7 @@ class DurabilityCheck(Check[LedgerEvidence]):
     """Durability findings (one per ledger, its worst bucket) and `extra_entries` (one per ledger and bookie).
 
     `max_ranges` bounds the ranges stored per row so one wiped bookie under a million-entry ledger cannot make
-    a row of megabytes; counts in `detail` stay exact and `ranges_truncated` says when ranges were cut.
+    a row of megabytes; counts in the detail stay exact and `ranges_truncated` says when ranges were cut.
     """
 
     name: ClassVar[str] = "durability"
@@ -558,15 +310,15 @@ class DurabilityCheck(Check[LedgerEvidence]):
         return self.findings(assess(subject.shape, subject.evidence))
 
     def findings(self, a: DurabilityAssessment) -> list[Finding]:
-        return [f.with_detail(**a.basis) for f in self._findings(a)]
+        return [f.with_basis(a.rests_on) for f in self._findings(a)]
 
     @staticmethod
-    def _open(a: DurabilityAssessment, ranges: Iterable[Range]) -> dict[str, Any]:
-        """`open_segment` detail when any of `ranges` lies in the ledger's checked open segment."""
+    def _open(a: DurabilityAssessment, ranges: Iterable[Range]) -> OpenSegmentNote | None:
+        """The open segment, when any of `ranges` lies in the ledger's checked open segment."""
         span = a.open_segment
         if span is None or not any(lo <= span.last and hi >= span.first for lo, hi in ranges):
-            return {}
-        return open_segment_detail(span)
+            return None
+        return open_segment_note(span)
 
     def _findings(self, a: DurabilityAssessment) -> list[Finding]:
         out: list[Finding] = []
@@ -580,13 +332,9 @@ class DurabilityCheck(Check[LedgerEvidence]):
                     ledger_id=a.ledger_id,
                     bookie_id=ev.bookie_id,
                     missing_entries=ranges,
-                    detail={
-                        "corrupt_count": range_count(ev.corrupt),
-                        "corrupt_entries": [list(r) for r in ranges],
-                        "entries_read": ev.entries_read,
-                        "ranges_truncated": cut,
-                        **self._open(a, ev.corrupt),
-                    },
+                    facts=CorruptEntriesDetail(
+                        range_count(ev.corrupt), ranges, ev.entries_read, cut, self._open(a, ev.corrupt)
+                    ),
                 )
             )
         for ev in a.extras:
@@ -596,62 +344,47 @@ class DurabilityCheck(Check[LedgerEvidence]):
                     category=Category.EXTRA_ENTRIES,
                     ledger_id=a.ledger_id,
                     bookie_id=ev.bookie_id,
-                    detail={
-                        "extra_count": ev.extra_count,
-                        "extra_entries": [list(r) for r in ranges],
-                        "ranges_truncated": cut,
-                        **self._open(a, ev.extra),
-                    },
+                    facts=ExtraEntriesDetail(ev.extra_count, ranges, cut, self._open(a, ev.extra)),
                 )
             )
         return out
 
     def _durability_finding(self, a: DurabilityAssessment) -> Finding:
         truncated = False
-        per_bookie: list[dict[str, Any]] = []
+        gaps: list[BookieGap] = []
         open_index = a.open_segment.index if a.open_segment is not None else None
         for bookie, run in a.missing:
             ranges, cut = cap_ranges(run.ranges, self.max_ranges)
             truncated |= cut
-            per_bookie.append(
-                {
-                    "bookie": bookie,
-                    "segment": run.segment_index,
-                    "bookie_index": run.bookie_index,
-                    "missing_count": run.count,
-                    "missing": [list(r) for r in ranges],
-                    **({"cause": CAUSE_LOST_BOOKIE} if bookie in a.lost else {}),
-                    **({"open_segment": True} if run.segment_index == open_index else {}),
-                }
+            gaps.append(
+                BookieGap(bookie, run.segment_index, run.bookie_index, run.count, ranges,
+                          lost=bookie in a.lost, in_open_segment=run.segment_index == open_index)
             )
         under, cut = cap_ranges(a.under_replicated, self.max_ranges)
         truncated |= cut
         worst, cut = cap_ranges(a.worst_entries, self.max_ranges)
         truncated |= cut
         bookies = a.bookies_missing_entries
-        detail: dict[str, Any] = {
-            "ensemble_size": a.ensemble_size,
-            "write_quorum": a.write_quorum,
-            "ack_quorum": a.ack_quorum,
-            "entries_checked": a.entries_checked,
-            "entries_below_write_quorum": a.entries_below(a.write_quorum),
-            "entries_below_ack_quorum": a.entries_below(a.ack_quorum),
-            "entries_without_replica": a.entries_below(1),
-            "replicas_histogram": {str(k): v for k, v in a.replicas_histogram.items()},
-            "worst_entries": [list(r) for r in worst],
-            "bookies_missing_entries": list(bookies),
-            "missing_by_bookie": per_bookie,
-            "partial": a.partial,
-            "unverified_bookies": [ev.bookie_id for ev in a.unverified],
-            "ranges_truncated": truncated,
-        }
-        lost = [b for b in bookies if b in a.lost]
-        if lost:
-            detail["cause"] = CAUSE_LOST_BOOKIE
-            detail["lost_bookies"] = lost
-        if any(run.segment_index == open_index for _b, run in a.missing):
-            assert a.open_segment is not None
-            detail.update(open_segment_detail(a.open_segment))
+        tail = a.open_segment
+        in_open = tail is not None and any(run.segment_index == open_index for _b, run in a.missing)
+        facts = DurabilityDetail(
+            ensemble_size=a.ensemble_size,
+            write_quorum=a.write_quorum,
+            ack_quorum=a.ack_quorum,
+            entries_checked=a.entries_checked,
+            entries_below_write_quorum=a.entries_below(a.write_quorum),
+            entries_below_ack_quorum=a.entries_below(a.ack_quorum),
+            entries_without_replica=a.entries_below(1),
+            replicas_histogram=a.replicas_histogram,
+            worst_entries=worst,
+            bookies_missing_entries=bookies,
+            missing_by_bookie=tuple(gaps),
+            partial=a.partial,
+            unverified_bookies=tuple(ev.bookie_id for ev in a.unverified),
+            ranges_truncated=truncated,
+            lost_bookies=tuple(b for b in bookies if b in a.lost),
+            open_segment=open_segment_note(tail) if in_open and tail is not None else None,
+        )
         assert a.category is not None
         return Finding(
             category=a.category,
@@ -660,5 +393,5 @@ class DurabilityCheck(Check[LedgerEvidence]):
             bookie_id=bookies[0] if len(bookies) == 1 else None,
             missing_entries=under,
             min_replicas=a.min_replicas,
-            detail=detail,
+            facts=facts,
         )

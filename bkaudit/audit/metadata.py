@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from bkaudit.audit.base import Category, Check, Finding
+from bkaudit.audit.details import MetadataDetail
 from bkaudit.model.shape import LedgerShape
 
 
@@ -38,13 +39,8 @@ class MetadataCheck(Check[MetadataRecord]):
                 Finding(
                     category=Category.METADATA_UNPARSEABLE,
                     ledger_id=subject.ledger_id,
-                    detail={
-                        "error": subject.parse_error,
-                        "parsed": False,
-                        "raw_bytes": subject.raw_size,
-                        "znode_version": subject.version,
-                    },
-                )
+                    facts=MetadataDetail(subject.parse_error, parsed=False, raw_bytes=subject.raw_size),
+                ).stamped(subject.version)
             ]
         if subject.shape is None:
             return []
@@ -55,11 +51,6 @@ class MetadataCheck(Check[MetadataRecord]):
             Finding(
                 category=Category.METADATA_UNPARSEABLE,
                 ledger_id=subject.ledger_id,
-                detail={
-                    "error": "; ".join(problems),
-                    "parsed": True,
-                    "problems": problems,
-                    "znode_version": subject.version,
-                },
-            )
+                facts=MetadataDetail("; ".join(problems), parsed=True, problems=tuple(problems)),
+            ).stamped(subject.version)
         ]

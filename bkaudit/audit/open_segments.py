@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import EllipsisType
 
-from bkaudit.audit.availability import REASON_OPEN_SEGMENT_UNKNOWN, unverifiable
-from bkaudit.audit.base import Finding
+from bkaudit.audit.availability import REASON_OPEN_SEGMENT_UNKNOWN
+from bkaudit.audit.base import Category, Finding
+from bkaudit.audit.details import OpenSegmentNote, OpenSegmentUnknownDetail, UnverifiedBookie
 from bkaudit.audit.statuses import STATUS_NO_ENTRY, STATUS_NO_LEDGER, STATUS_OK
 from bkaudit.errors import FormatError
 from bkaudit.formats.entry import LAC_HEADER_SIZE, DigestManager, parse_entry_header
@@ -179,13 +180,17 @@ def decide_open_segment(
     return OpenSegment(shape.ledger_id, index, first, lac, None, why, shown)
 
 
-def open_segment_finding(seg: OpenSegment, **detail: Any) -> Finding:
-    """`ledger_unverifiable` for an open ledger whose last segment could not be checked (LAC unknown)."""
-    return unverifiable(
-        seg.ledger_id,
-        f"the last segment (from entry {seg.first_entry}) of this open ledger was not checked: {seg.why}",
-        REASON_OPEN_SEGMENT_UNKNOWN,
-        open_segment={"segment": seg.segment_index, "first_entry": seg.first_entry, "checked_to": None},
-        bookies=[{"bookie": b, "status": st, "error": err} for b, st, err in seg.answers],
-        **detail,
+def open_segment_finding(seg: OpenSegment, *, znode_version: int | EllipsisType | None = ...) -> Finding:
+    """`ledger_unverifiable` for an open ledger whose last segment could not be checked (LAC unknown); when
+    `znode_version` is given (even None), stamped with the version it was judged at."""
+    f = Finding(
+        category=Category.LEDGER_UNVERIFIABLE,
+        ledger_id=seg.ledger_id,
+        facts=OpenSegmentUnknownDetail(
+            f"the last segment (from entry {seg.first_entry}) of this open ledger was not checked: {seg.why}",
+            REASON_OPEN_SEGMENT_UNKNOWN,
+            OpenSegmentNote(seg.segment_index, seg.first_entry, None),
+            tuple(UnverifiedBookie(b, st, err) for b, st, err in seg.answers),
+        ),
     )
+    return f if isinstance(znode_version, EllipsisType) else f.stamped(znode_version)

@@ -20,9 +20,10 @@ ledgers, so the policy runs a few hundred times, not millions.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from bkaudit.audit.base import Category, Check, Finding
+from bkaudit.audit.details import PlacementDetail, PlacementSegment
 from bkaudit.errors import BkAuditError
 from bkaudit.model.placement import Adherence, PlacementPolicy
 from bkaudit.model.shape import LedgerShape
@@ -114,11 +115,11 @@ class PlacementCheck(Check[LedgerShape]):
             if bookkeeper in (Adherence.FAIL.name, Adherence.MEETS_SOFT.name):
                 self.bookkeeper_only += 1
             return []
-        segments: list[dict[str, Any]] = [
-            {"segment": i, "ensemble": list(ens), "adherence": level.name, "reasons": list(reasons)}
+        segments = tuple(
+            PlacementSegment(i, tuple(ens), level.name, tuple(reasons))
             for i, ens, level, reasons in judged
             if level is not Adherence.MEETS_STRICT
-        ]
+        )
         bookies = sorted({b for _i, ens, _l, _r in judged for b in ens})
         first_worst = next(i for i, _e, level, _r in judged if level is worst)
         return [
@@ -126,14 +127,14 @@ class PlacementCheck(Check[LedgerShape]):
                 category=category,
                 ledger_id=subject.ledger_id,
                 segment_index=first_worst,
-                detail={
-                    "policy": self.policy_name,
-                    "adherence": worst.name,
-                    "write_quorum": subject.write_quorum,
-                    "ack_quorum": subject.ack_quorum,
-                    "segments": segments,
-                    "locations": {b: self.topology.location(b) for b in bookies},
-                    **({"bookkeeper_verdict": bookkeeper} if bookkeeper is not None else {}),
-                },
+                facts=PlacementDetail(
+                    policy=self.policy_name,
+                    adherence=worst.name,
+                    write_quorum=subject.write_quorum,
+                    ack_quorum=subject.ack_quorum,
+                    segments=segments,
+                    locations={b: self.topology.location(b) for b in bookies},
+                    bookkeeper_verdict=bookkeeper,
+                ),
             )
         ]

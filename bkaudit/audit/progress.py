@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from bkaudit.audit.base import Category, Check, Finding
+from bkaudit.audit.details import OverdueMarkerDetail
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +63,12 @@ class ProgressCheck(Check[Marker]):
                 category=Category.UNDERREPLICATED_TOO_LONG,
                 ledger_id=subject.ledger_id,
                 bookie_id=subject.replicas[0] if len(subject.replicas) == 1 else None,
-                detail={
-                    "marked_at_ms": subject.ctime_ms,
-                    "age_s": round((self.now_ms - subject.ctime_ms) / 1000.0, 3),
-                    "grace_period_s": self.grace_period_s,
-                    "replicas": list(subject.replicas),
-                    "locked_by": subject.locked_by,
-                },
+                facts=OverdueMarkerDetail(
+                    marked_at_ms=subject.ctime_ms,
+                    age_s=round((self.now_ms - subject.ctime_ms) / 1000.0, 3),
+                    grace_period_s=self.grace_period_s,
+                    replicas=tuple(subject.replicas),
+                    locked_by=subject.locked_by,
+                ),
             )
         ]

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from bkaudit.audit.base import DURABILITY_CATEGORIES, Category, Finding
+from bkaudit.audit.details import DurabilityDetail
 
 
 def replicas_to_publish(finding: Finding, *, publish_placement: bool) -> tuple[str, ...] | None:
@@ -18,10 +19,9 @@ def replicas_to_publish(finding: Finding, *, publish_placement: bool) -> tuple[s
     if finding.ledger_id is None:
         return None
     if finding.category in DURABILITY_CATEGORIES:
-        bookies = finding.detail.get("bookies_missing_entries") or (
-            [finding.bookie_id] if finding.bookie_id else []
-        )
-        return tuple(str(b) for b in bookies)
+        facts = finding.facts
+        bookies = facts.bookies_missing_entries if isinstance(facts, DurabilityDetail) else ()
+        return bookies or ((finding.bookie_id,) if finding.bookie_id else ())
     if finding.category is Category.PLACEMENT_FAIL and publish_placement:
         return ()
     return None

@@ -24,14 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bkaudit.audit.base import Range, merge_ranges, range_count
-from bkaudit.audit.durability import (
-    BookieEvidence,
-    Expected,
-    MissingRun,
-    compare_bookie,
-    expected_by_bookie,
-    failed_evidence,
-)
+from bkaudit.audit.evidence import BookieEvidence, MissingRun, compare_bookie, failed_evidence
+from bkaudit.audit.expected import Expected, expected_by_bookie
 from bkaudit.audit.statuses import STATUS_CORRUPT, STATUS_NO_ENTRY, STATUS_NO_LEDGER, STATUS_OK
 from bkaudit.errors import FormatError
 from bkaudit.formats.entry import DIGEST_LENGTH, HEADER_SIZE, DigestManager, parse_entry_header

@@ -71,10 +71,6 @@ def apply_marker(findings: Iterable[Finding], marker: MarkerState | None) -> lis
     out: list[Finding] = []
     for f in findings:
         if marker is not None and f.category in RECHECKED_CATEGORIES:
-            f = f.with_detail(
-                under_repair=True,
-                marker_replicas=list(marker.replicas),
-                marker_ctime_ms=marker.ctime_ms,
-            )
+            f = f.under_marker(marker.replicas, marker.ctime_ms)
         out.append(f)
     return out

@@ -2,7 +2,7 @@
 
 These are a few hundred to a few thousand znodes, so one session on the driver reads them (pipelined, rate
 limited like the ledger scan) instead of a Spark stage whose scheduling would cost more than the reads.
-Nothing here decodes: raw bytes go to the pure builders in `bkaudit.tables.rows`.
+Nothing here decodes: raw bytes go to the pure builders in `bkaudit.tables.registry_rows`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from kazoo.exceptions import NoNodeError
 
 from bkaudit.errors import FormatError
 from bkaudit.model.topology import Topology
-from bkaudit.tables.rows import READONLY, UNAVAILABLE, WRITABLE, BookieRecord, MarkerRecord
+from bkaudit.tables.registry_rows import READONLY, UNAVAILABLE, WRITABLE, BookieRecord, MarkerRecord
 from bkaudit.zk import paths, registry
 from bkaudit.zk.ledgers import read_many
 from bkaudit.zk.lifecycle import list_states

@@ -12,12 +12,8 @@ import pyarrow as pa
 
 from bkaudit.audit.availability import LedgerAvailabilityCheck
 from bkaudit.audit.base import Finding
-from bkaudit.audit.durability import (
-    BookieEvidence,
-    DurabilityCheck,
-    assess,
-    lost_evidence,
-)
+from bkaudit.audit.durability import DurabilityCheck, assess
+from bkaudit.audit.evidence import BookieEvidence, lost_evidence
 from bkaudit.audit.statuses import is_transport_failure
 from bkaudit.job.fanout import RESPONSE_SCHEMA, SHAPE_SCHEMA, evidence_of_row, shape_of
 from bkaudit.job.findings import FINDING_SCHEMA, Located, finding_row
@@ -52,8 +48,8 @@ def ledger_findings(
     a = assess(shape, [refine_status(shape, ev, lost) for ev in evidence])
     found = DurabilityCheck(max_ranges).findings(a)
     unverified = LedgerAvailabilityCheck().from_assessment(a)
-    found += [f.with_detail(**a.basis) for f in unverified]
-    return [f.with_detail(znode_version=shape.version) for f in found]
+    found += [f.with_basis(a.rests_on) for f in unverified]
+    return [f.stamped(shape.version) for f in found]
 
 
 def _ledger(

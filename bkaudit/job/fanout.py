@@ -41,12 +41,8 @@ import pyarrow as pa
 from xxhash import xxh3_128_digest
 
 from bkaudit.audit.batching import answer_bytes, call_budget, plan_calls
-from bkaudit.audit.durability import (
-    BookieEvidence,
-    checked_segments,
-    compare_bookie,
-    failed_evidence,
-)
+from bkaudit.audit.evidence import BookieEvidence, compare_bookie, failed_evidence
+from bkaudit.audit.expected import checked_segments
 from bkaudit.audit.reads import (
     ReadSummary,
     read_evidence,

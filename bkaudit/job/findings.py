@@ -9,14 +9,15 @@ process boundary (Spark tasks → driver): `FINDING_SCHEMA` is that one encoding
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
+from bkaudit.audit import detail_json
 from bkaudit.audit.base import Category, Finding, Range
+from bkaudit.audit.details import PlacementDetail
 from bkaudit.tables.checker_schemas import RANGE_STRUCT
 
 FINDING_SCHEMA = pa.schema(
@@ -53,10 +54,6 @@ def ranges_json(ranges: Sequence[Range] | None) -> list[dict[str, int]] | None:
     return None if ranges is None else [{"first": lo, "last": hi} for lo, hi in ranges]
 
 
-def detail_json(detail: Mapping[str, Any]) -> str:
-    return json.dumps(dict(detail), separators=(",", ":"), default=str)
-
-
 def finding_row(loc: Located) -> dict[str, Any]:
     """The FINDING_SCHEMA row of a located finding."""
     f = loc.finding
@@ -67,7 +64,7 @@ def finding_row(loc: Located) -> dict[str, Any]:
         "bookie_id": f.bookie_id,
         "missing_entries": ranges_json(f.missing_entries),
         "min_replicas": f.min_replicas,
-        "detail": detail_json(f.detail),
+        "detail": detail_json.text(f),
         "znode_version": loc.version,
         "znode_mzxid": loc.mzxid,
         "managed_ledger": loc.managed_ledger,
@@ -77,16 +74,17 @@ def finding_row(loc: Located) -> dict[str, Any]:
 def finding_of_row(row: Mapping[str, Any]) -> Finding:
     """A Finding from a FINDING_SCHEMA or `violations` row (detail as JSON text)."""
     ranges = row.get("missing_entries")
-    raw = row.get("detail")
-    detail = json.loads(raw) if isinstance(raw, str) and raw else dict(raw or {})
+    category = Category(row["category"])
+    facts, notes = detail_json.parse_text(category, row.get("detail"))
     return Finding(
-        category=Category(row["category"]),
+        category=category,
         ledger_id=row.get("ledger_id"),
         segment_index=row.get("segment_index"),
         bookie_id=row.get("bookie_id"),
         missing_entries=None if ranges is None else tuple((int(r["first"]), int(r["last"])) for r in ranges),
         min_replicas=row.get("min_replicas"),
-        detail=detail,
+        facts=facts,
+        notes=notes,
     )
 
 
@@ -113,16 +111,8 @@ class Violation:
         return self.finding.category.value
 
     @property
-    def severity(self) -> str:
-        return self.finding.severity.value
-
-    @property
     def bookie_id(self) -> str | None:
         return self.finding.bookie_id
-
-    @property
-    def segment_index(self) -> int | None:
-        return self.finding.segment_index
 
     @property
     def missing_entries(self) -> tuple[Range, ...] | None:
@@ -134,6 +124,7 @@ class Violation:
 
     @property
     def detail(self) -> Mapping[str, Any]:
+        """The detail's JSON document (for people and files; decisions read `finding.facts`)."""
         return self.finding.detail
 
     @property
@@ -142,23 +133,22 @@ class Violation:
 
     @property
     def bookkeeper_verdict(self) -> str | None:
-        value = self.finding.detail.get("bookkeeper_verdict")
-        return None if value is None else str(value)
+        facts = self.finding.facts
+        return facts.bookkeeper_verdict if isinstance(facts, PlacementDetail) else None
 
     @property
     def evidence(self) -> str | None:
-        value = self.finding.detail.get("evidence")
-        return None if value is None else str(value)
+        basis = self.finding.notes.basis
+        return None if basis is None else basis.evidence
 
     @property
     def sampled_fraction(self) -> float | None:
-        value = self.finding.detail.get("sampled_fraction")
-        return None if value is None else float(value)
+        basis = self.finding.notes.basis
+        return None if basis is None else basis.sampled_fraction
 
     @property
     def znode_version(self) -> int | None:
-        value = self.finding.detail.get("znode_version")
-        return None if value is None else int(value)
+        return self.finding.znode_version
 
     def row(self) -> dict[str, Any]:
         """The finding's columns of a `violations` row (the run's columns are the sink's)."""
@@ -172,7 +162,7 @@ class Violation:
             "missing_entries": ranges_json(f.missing_entries),
             "min_replicas": f.min_replicas,
             "managed_ledger": self.managed_ledger,
-            "detail": detail_json(f.detail),
+            "detail": detail_json.text(f),
             "bookkeeper_verdict": self.bookkeeper_verdict,
             "under_repair": f.under_repair,
             "published": self.published,

@@ -215,7 +215,7 @@ def ledger_pass_partition(
                     if not problems:
                         found = placement.evaluate(shape)
                 for f in found:
-                    loc = Located(f.with_detail(znode_version=version), version, row["znode_mzxid"],
+                    loc = Located(f.stamped(version), version, row["znode_mzxid"],
                                   row["managed_ledger"])
                     findings.append({"kind": "finding", **finding_row(loc)})
                 if problems or shape is None or (not shape.closed and not plan.check_open_ledgers):

@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bkaudit.audit.batching import call_budget
-from bkaudit.audit.durability import BookieEvidence, expected_by_bookie
+from bkaudit.audit.evidence import BookieEvidence
+from bkaudit.audit.expected import expected_by_bookie
 from bkaudit.audit.open_segments import (
     LacAnswer,
     OpenSegment,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from bkaudit.audit.durability import expected_by_bookie
+from bkaudit.audit.expected import expected_by_bookie
 from bkaudit.audit.reads import (
     EVIDENCE_LISTING,
     EVIDENCE_READS,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from bkaudit.audit.availability import REASON_METADATA_CHANGING, unverifiable
 from bkaudit.audit.base import Finding
-from bkaudit.audit.durability import BookieEvidence
+from bkaudit.audit.evidence import BookieEvidence
 from bkaudit.audit.metadata import MetadataCheck, MetadataRecord
 from bkaudit.audit.open_segments import OpenSegment, open_segment_finding
 from bkaudit.audit.placement import PlacementCheck
@@ -181,7 +181,7 @@ def reevaluate(changed: Changed, *, reads: LiveReads, rules: RereadRules) -> Rer
         for ledger_id in stable:
             _data, ver, loc = todo[ledger_id]
             for f in fresh.get(ledger_id, []):
-                g = f.with_detail(znode_version=ver.version, reevaluated=True)
+                g = f.stamped(ver.version, reevaluated=True)
                 results.append(Located(g, ver.version, ver.mzxid, loc.managed_ledger))
         todo = next_todo
     for ledger_id, (_data, ver, loc) in todo.items():
@@ -189,7 +189,6 @@ def reevaluate(changed: Changed, *, reads: LiveReads, rules: RereadRules) -> Rer
             ledger_id,
             f"metadata changed {rules.max_rounds} times while it was being checked",
             REASON_METADATA_CHANGING,
-            znode_version=ver.version,
-        )
+        ).stamped(ver.version)
         results.append(Located(f, ver.version, ver.mzxid, loc.managed_ledger))
     return RereadOutcome(results, deleted=deleted, reevaluated=reevaluated)

@@ -7,7 +7,6 @@ checker's `counts` use the same rule); "ledgers" counts distinct non-null ledger
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -15,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 
 from bkaudit.audit.base import DURABILITY_CATEGORIES, Category, Severity
+from bkaudit.audit.detail_json import facts_of_row
+from bkaudit.audit.details import DurabilityDetail
 
 SEVERITY_ORDER = (Severity.CRITICAL.value, Severity.WARNING.value, Severity.INFO.value)
 DURABILITY = tuple(c.value for c in DURABILITY_CATEGORIES)
@@ -35,12 +36,10 @@ def category_order(seen: Iterable[str] = ()) -> list[str]:
     return names + sorted(set(seen) - set(names))
 
 
-def _detail(row: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        value = json.loads(row.get("detail") or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+def _bookies_missing_entries(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The bookies a durability row says lack entries (none for other rows, or one that does not parse)."""
+    facts = facts_of_row(row["category"], row.get("detail"))
+    return facts.bookies_missing_entries if isinstance(facts, DurabilityDetail) else ()
 
 
 def range_total(ranges: Iterable[Mapping[str, int]] | None) -> int:
@@ -93,8 +92,8 @@ def by_bookie(rows: list[dict[str, Any]], checks: pa.Table | None,
             named[r["bookie_id"]] += 1
             categories[r["bookie_id"]][r["category"]] += 1
         if r["category"] in DURABILITY and r.get("ledger_id") is not None:
-            for b in _detail(r).get("bookies_missing_entries") or ():
-                missing[str(b)].add(int(r["ledger_id"]))
+            for b in _bookies_missing_entries(r):
+                missing[b].add(int(r["ledger_id"]))
     answered = {c["bookie_id"]: c for c in (checks.to_pylist() if checks is not None else [])}
     out = []
     leaving = {b for b, s in lifecycle.items() if s != "Active"}
@@ -137,14 +136,13 @@ def worst_ledgers(rows: list[dict[str, Any]], limit: int = 10) -> list[dict[str,
         ranges = r.get("missing_entries")
         if not ranges or r.get("ledger_id") is None:
             continue
-        d = _detail(r)
         shown = [(int(x["first"]), int(x["last"])) for x in ranges[:MAX_RANGES_SHOWN]]
         out.append({
             "ledger_id": int(r["ledger_id"]), "category": r["category"], "severity": r["severity"],
             "min_replicas": r.get("min_replicas"), "missing_entries": range_total(ranges),
             "ranges": shown, "more_ranges": max(0, len(ranges) - len(shown)),
-            "bookies": ", ".join(d.get("bookies_missing_entries") or ([r["bookie_id"]] if r.get("bookie_id")
-                                                                      else [])),
+            "bookies": ", ".join(_bookies_missing_entries(r) or ([r["bookie_id"]] if r.get("bookie_id")
+                                                                else [])),
             "managed_ledger": r.get("managed_ledger"), "under_repair": bool(r.get("under_repair")),
         })
     out.sort(key=lambda x: (-_rank(x["severity"]), x["min_replicas"] if x["min_replicas"] is not None else 99,

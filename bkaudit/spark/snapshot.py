@@ -324,7 +324,7 @@ class _Run:
     def _stage_cluster_state(self, ensemble_bookies: set[str]) -> set[str]:
         """Step 2 (driver): stage `bookies` and `underreplicated_ledgers`; returns the known bookie ids."""
         from bkaudit.job.cluster_state import read_cluster_state
-        from bkaudit.tables.rows import UNKNOWN, BookieRecord, bookie_table, underreplicated_table
+        from bkaudit.tables.registry_rows import UNKNOWN, BookieRecord, bookie_table, underreplicated_table
         from bkaudit.zk.client import RateLimiter, close, connect
 
         rate = self.snap.reads_per_second_per_task

@@ -24,29 +24,35 @@ def _ranges_text(ranges: list[dict[str, int]] | None, limit: int = 4) -> str:
     return ",".join(parts) + more
 
 
+_DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
+
+
 def _why(row: dict[str, Any]) -> str:
-    d = row.get("detail") or {}
-    category = row["category"]
-    if category in ("no_replica", "below_ack_quorum", "below_write_quorum"):
+    from bkaudit.audit import details as x
+    from bkaudit.audit.detail_json import facts_of_row
+
+    d = facts_of_row(row["category"], row.get("detail"))
+    if isinstance(d, x.DurabilityDetail) or (d is None and row["category"] in _DURABILITY):
+        known = d if isinstance(d, x.DurabilityDetail) else None  # None: a row without its detail
         return (
-            f"{d.get('entries_below_write_quorum', '?')} entries below WQ, missing on "
-            f"{', '.join(d.get('bookies_missing_entries') or []) or '?'}"
-            + (" (partial)" if d.get("partial") else "")
+            f"{'?' if known is None else known.entries_below_write_quorum} entries below WQ, missing on "
+            f"{', '.join(known.bookies_missing_entries if known else ()) or '?'}"
+            + (" (partial)" if known is not None and known.partial else "")
         )
-    if category in ("placement_fail", "placement_soft"):
-        reasons = [r for s in d.get("segments") or [] for r in s.get("reasons") or []]
-        return str(reasons[0] if reasons else d.get("adherence", ""))
-    if category == "extra_entries":
-        extra = [{"first": a, "last": b} for a, b in d.get("extra_entries") or []]
-        return f"{d.get('extra_count')} extra entries: {_ranges_text(extra)}"
-    if category == "underreplicated_too_long":
-        return (
-            f"marked {d.get('age_s')}s ago (grace {d.get('grace_period_s')}s), replicas {d.get('replicas')}"
-        )
-    if category in ("ledger_unverifiable", "metadata_unparseable"):
-        return str(d.get("reason") or d.get("error") or "")
-    if category == "bookie_unreachable_but_registered":
-        return f"{d.get('state')}, {d.get('status')} after {d.get('attempts')} attempt(s): {d.get('error')}"
+    if isinstance(d, x.PlacementDetail):
+        reasons = [r for s in d.segments for r in s.reasons]
+        return str(reasons[0] if reasons else d.adherence)
+    if isinstance(d, x.ExtraEntriesDetail):
+        extra = [{"first": a, "last": b} for a, b in d.extra_entries]
+        return f"{d.extra_count} extra entries: {_ranges_text(extra)}"
+    if isinstance(d, x.OverdueMarkerDetail):
+        return f"marked {d.age_s}s ago (grace {d.grace_period_s}s), replicas {list(d.replicas)}"
+    if isinstance(d, x.UnverifiableDetail | x.OpenSegmentUnknownDetail):
+        return d.reason
+    if isinstance(d, x.MetadataDetail):
+        return d.error
+    if isinstance(d, x.UnreachableBookieDetail):
+        return f"{d.state}, {d.status} after {d.attempts} attempt(s): {d.error}"
     return ""
 
 

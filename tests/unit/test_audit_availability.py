@@ -12,7 +12,8 @@ from bkaudit.audit.availability import (
     unverifiable,
 )
 from bkaudit.audit.base import Category
-from bkaudit.audit.durability import LedgerEvidence, compare_bookie, failed_evidence
+from bkaudit.audit.durability import LedgerEvidence
+from bkaudit.audit.evidence import compare_bookie, failed_evidence
 from bkaudit.audit.statuses import STATUS_INVALID_RESPONSE, STATUS_NOT_REGISTERED, is_transport_failure
 from bkaudit.formats.availability import decode, encode
 from bkaudit.model.ledger import Segment

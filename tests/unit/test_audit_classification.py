@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bkaudit.audit.base import SEVERITY, Category, Finding, Severity, cap_ranges, merge_ranges
+from bkaudit.audit.base import SEVERITY, Category, Finding, RunNotes, Severity, cap_ranges, merge_ranges
 from bkaudit.audit.classification import (
     FailOn,
     count_findings,
@@ -72,7 +72,7 @@ def test_exit_codes():
 def test_counts_exclude_under_repair_and_list_every_category():
     fs = [
         Finding(Category.NO_REPLICA, 1),
-        Finding(Category.NO_REPLICA, 2, detail={"under_repair": True}),
+        Finding(Category.NO_REPLICA, 2, notes=RunNotes(under_repair=True)),
         Finding(Category.EXTRA_ENTRIES, 1, bookie_id="a"),
     ]
     counts = count_findings(fs)

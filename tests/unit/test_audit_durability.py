@@ -10,18 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bkaudit.audit.base import Category
-from bkaudit.audit.durability import (
-    BookieEvidence,
-    DurabilityCheck,
-    LedgerEvidence,
-    assess,
-    checked_limit,
-    checked_segments,
-    compare_bookie,
-    expected_by_bookie,
-    failed_evidence,
-    sweep,
-)
+from bkaudit.audit.durability import DurabilityCheck, LedgerEvidence, assess, sweep
+from bkaudit.audit.evidence import BookieEvidence, compare_bookie, failed_evidence
+from bkaudit.audit.expected import checked_limit, checked_segments, expected_by_bookie
 from bkaudit.audit.statuses import STATUS_NOT_CHECKED
 from bkaudit.formats.availability import decode, encode
 from bkaudit.model.ledger import Segment
@@ -388,7 +379,7 @@ def test_retry_answer_replaces_failure():
 def test_evidence_for_other_metadata_is_ignored():
     s = shape(3, 2, 2, [(0, (A, B, C))], last=5)
     stale = BookieEvidence(D, "OK", missing=(), extra=())
-    from bkaudit.audit.durability import MissingRun
+    from bkaudit.audit.evidence import MissingRun
 
     bogus = BookieEvidence(D, "OK", missing=(MissingRun(0, 2, ((1, 2),), 2),))
     exp = naive_expected(s)

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import given, settings
 
-from bkaudit.audit.durability import expected_by_bookie
+from bkaudit.audit.expected import expected_by_bookie
 from bkaudit.errors import BookieError
 from bkaudit.formats.availability import encode
 from bkaudit.job.fanout import (

@@ -13,7 +13,9 @@ import pytest
 
 from bkaudit.audit.base import Category
 from bkaudit.audit.coverage import RunCoverage, stamps
-from bkaudit.audit.durability import DurabilityCheck, LedgerEvidence, compare_bookie, expected_by_bookie
+from bkaudit.audit.durability import DurabilityCheck, LedgerEvidence
+from bkaudit.audit.evidence import compare_bookie
+from bkaudit.audit.expected import expected_by_bookie
 from bkaudit.audit.open_segments import (
     LacAnswer,
     decide_open_segment,

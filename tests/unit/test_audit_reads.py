@@ -11,7 +11,8 @@ import random
 import pytest
 
 from bkaudit.audit.base import Category
-from bkaudit.audit.durability import DurabilityCheck, assess, evidence_basis, failed_evidence
+from bkaudit.audit.durability import DurabilityCheck, assess, evidence_basis
+from bkaudit.audit.evidence import failed_evidence
 from bkaudit.audit.reads import (
     ReadSummary,
     entries_to_verify,

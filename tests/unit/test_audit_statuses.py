@@ -6,7 +6,7 @@ import pytest
 
 from bkaudit.audit import statuses as st
 from bkaudit.audit.availability import should_retry
-from bkaudit.audit.durability import BookieEvidence
+from bkaudit.audit.evidence import BookieEvidence
 
 
 @pytest.mark.parametrize("status", ["OK", "ENOLEDGER"])

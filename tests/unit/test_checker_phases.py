@@ -14,7 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from bkaudit.audit.base import Category, Finding
-from bkaudit.audit.durability import BookieEvidence, compare_bookie, expected_by_bookie, failed_evidence
+from bkaudit.audit.details import DurabilityDetail
+from bkaudit.audit.evidence import BookieEvidence, compare_bookie, failed_evidence
+from bkaudit.audit.expected import expected_by_bookie
 from bkaudit.audit.placement import PlacementCheck
 from bkaudit.audit.reconcile import MarkerState, ZnodeVersion
 from bkaudit.formats.availability import encode
@@ -50,7 +52,7 @@ def rules(max_rounds: int = 3) -> RereadRules:
 
 
 def finding(ledger_id: int, version: int = 1, category: Category = Category.PLACEMENT_FAIL) -> Located:
-    return Located(Finding(category, ledger_id, detail={"znode_version": version}), version, 10 + version)
+    return Located(Finding(category, ledger_id).stamped(version), version, 10 + version)
 
 
 class Live:
@@ -356,7 +358,8 @@ def test_lost_bookies_are_silent_and_unregistered_through_the_recheck() -> None:
 
 
 def test_findings_cross_the_executor_boundary_unchanged_and_report_in_order() -> None:
-    f = Finding(Category.BELOW_WRITE_QUORUM, 3, 0, B, ((1, 2), (5, 5)), 1, {"bookies_missing_entries": [B]})
+    facts = DurabilityDetail(3, 2, 2, 9, 1, 0, 0, {1: 1, 2: 8}, ((1, 1),), (B,), (), False, (), False)
+    f = Finding(Category.BELOW_WRITE_QUORUM, 3, 0, B, ((1, 2), (5, 5)), 1, facts)
     loc = Located(f, 7, 70, "ml")
     assert located_of(finding_row(loc)) == loc
     later = Located(Finding(Category.PLACEMENT_FAIL, 1))

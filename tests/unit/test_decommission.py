@@ -8,6 +8,7 @@ import pytest
 
 from bkaudit import decommission as dc
 from bkaudit.audit.base import Category, Finding
+from bkaudit.audit.details import BookieGap, DurabilityDetail, UnverifiableDetail, UnverifiedBookie
 from bkaudit.model.ledger import Segment
 from bkaudit.model.quorum import write_set
 from bkaudit.model.shape import LedgerShape
@@ -46,12 +47,16 @@ def test_two_bookies_of_one_write_set_lose_entries() -> None:
     assert v.entries_at_risk == sum(1 for r in v.ranges for _ in range(r[0], r[1] + 1))
 
 
+def durability(*gaps: BookieGap, truncated: bool) -> DurabilityDetail:
+    """A durability detail with only what the decommission audit reads: the gaps and the truncation."""
+    return DurabilityDetail(3, 2, 2, 0, 0, 0, 0, {}, (), (), gaps, False, (), truncated)
+
+
 def test_entries_already_missing_elsewhere_block_the_removal() -> None:
     s = shape([(0, ("a", "b", "c"))], 3, 2, 2, 29)
     # c (index 2 stores e % 3 in {1, 2}) lost its entries among 0..5, as the check reports them
-    lost = {"bookie": "c", "segment": 0, "bookie_index": 2, "missing_count": 4, "missing": [[1, 2], [4, 5]]}
-    rows = [Finding(Category.BELOW_WRITE_QUORUM, 1,
-                    detail={"missing_by_bookie": [lost], "ranges_truncated": False})]
+    lost = BookieGap("c", 0, 2, 4, ((1, 2), (4, 5)))
+    rows = [Finding(Category.BELOW_WRITE_QUORUM, 1, facts=durability(lost, truncated=False))]
     for gone in ("a", "b"):
         v = dc.judge(s, [gone], rows)
         expected = brute_min_copies(s, {gone}, {"c": {1, 2, 4, 5}})
@@ -64,15 +69,15 @@ def test_entries_already_missing_elsewhere_block_the_removal() -> None:
 def test_unverifiable_staying_bookie_blocks_but_a_removed_one_does_not() -> None:
     s = shape([(0, ("a", "b", "c"))], 3, 2, 2, 9)
     rows = [Finding(Category.LEDGER_UNVERIFIABLE, 1, bookie_id="c",
-                    detail={"bookies": [{"bookie": "c", "status": "UNAVAILABLE"}]})]
+                    facts=UnverifiableDetail("", "", (UnverifiedBookie("c", "UNAVAILABLE", None),)))]
     assert dc.judge(s, ["a"], rows).reason == dc.UNVERIFIABLE
     assert dc.judge(s, ["c"], rows).reason is None
 
 
 def test_truncated_evidence_is_not_guessed() -> None:
     s = shape([(0, ("a", "b", "c"))], 3, 2, 2, 9)
-    truncated = {"missing_by_bookie": [], "ranges_truncated": True}
-    rows = [Finding(Category.BELOW_WRITE_QUORUM, 1, detail=truncated)]
+    truncated = durability(truncated=True)
+    rows = [Finding(Category.BELOW_WRITE_QUORUM, 1, facts=truncated)]
     assert dc.judge(s, ["a"], rows).reason == dc.EVIDENCE_TRUNCATED
 
 
