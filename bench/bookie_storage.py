@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bkaudit.bookie.storage import Storage, bulk_load_index
+from bkaudit.bookie.bulkload import bulk_load_index
+from bkaudit.bookie.storage import Storage
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.formats.entry import DigestManager, master_key
 from bkaudit.model.ledger import DigestType

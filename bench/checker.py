@@ -67,7 +67,7 @@ DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 def _bookie_share(args: tuple[str, str, list[tuple[int, layouts.Layout]], dict[int, set[int]]]) -> int:
     """Bulk-load one bookie (runs in a worker process): a striping per segment of every ledger it lost
     nothing of, entry rows (its runs, holes removed) of the others."""
-    from bkaudit.bookie.storage import bulk_load_index, bulk_load_stripings
+    from bkaudit.bookie.bulkload import bulk_load_index, bulk_load_stripings
 
     bookie, data_dir, mine, lost = args
     striped = bulk_load_stripings(

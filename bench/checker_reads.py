@@ -89,7 +89,7 @@ def payload_sizes(lid: int, length: int) -> list[int]:
 
 def _bookie_bodies(args: tuple[str, str, list[tuple[int, layouts.Layout]], dict[int, set[int]]]) -> int:
     """Bulk-load one bookie with packaged CRC32C entries (runs in a worker process)."""
-    from bkaudit.bookie.storage import bulk_load_entries
+    from bkaudit.bookie.bulkload import bulk_load_entries
     from bkaudit.formats.entry import DigestManager
     from bkaudit.model.ledger import DigestType
 

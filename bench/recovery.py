@@ -254,7 +254,7 @@ class Golden:
 
 def _load_bookie(job: tuple[str, int, list[tuple[LedgerSpec, int]]]) -> int:
     """Bulk-load one stopped bookie's share (runs in a worker process): the entries its index stores."""
-    from bkaudit.bookie.storage import bulk_load_entries
+    from bkaudit.bookie.bulkload import bulk_load_entries
     from bkaudit.formats.entry import master_key
     from bkaudit.model.quorum import entries_of_bookie
 
@@ -338,7 +338,7 @@ def build(directory: Path, plan: Sequence[LedgerSpec], *, seed: int) -> tuple[Go
 
 
 def _file_state(data_dir: str) -> tuple[int, int]:
-    from bkaudit.bookie.storage import DB_NAME, current_dir
+    from bkaudit.bookie.ledgerdb import DB_NAME, current_dir
 
     st = (current_dir(data_dir) / DB_NAME).stat()
     return st.st_size, st.st_mtime_ns

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
-from bkaudit.bookie.storage import current_dir
+from bkaudit.bookie.ledgerdb import current_dir
 from bkaudit.errors import BkAuditError, ClusterError, FormatError
 from bkaudit.formats import records
 from bkaudit.zk import paths, registry
