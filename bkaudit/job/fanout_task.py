@@ -29,16 +29,10 @@ import pyarrow.compute as pc
 
 from bkaudit.audit.statuses import STATUS_BAD_REQUEST, STATUS_INVALID_RESPONSE, STATUS_NO_LEDGER, STATUS_OK
 from bkaudit.errors import BookieError
+from bkaudit.job.bookie_calls import Pace, ask
 from bkaudit.job.breaker import Breaker
-from bkaudit.job.fanout import (
-    RESPONSE_SCHEMA,
-    FanoutConfig,
-    Pace,
-    ask,
-    digest,
-    make_client,
-    undecodable,
-)
+from bkaudit.job.expected import digest
+from bkaudit.job.fanout import RESPONSE_SCHEMA, FanoutConfig, make_client, undecodable
 from bkaudit.job.read_evidence import read_and_verify
 from bkaudit.rpc.listing import confirm_tail
 

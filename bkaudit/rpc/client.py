@@ -20,7 +20,7 @@ next call opens a fresh one (reconnect).
 A timed-out request is not gone from the bookie: it still waits in the bookie's queue and is answered late.
 The client keeps those (`backlog`, for `Deadlines.LATE_FACTOR` timeouts, bkaudit.rpc.deadlines) and the
 time any frame last arrived (`last_heard`, late answers included), so a caller can tell a queueing bookie
-from a frozen one and wait for the queue to drain before adding to it (bkaudit.job.fanout.ask).
+from a frozen one and wait for the queue to drain before adding to it (bkaudit.job.bookie_calls.ask).
 
 Listing: `get_list_of_entries_batch` uses bkaudit's batch operation (op 1000) only when the bookie
 advertised it (`batch_listing=True`, from its BookieServiceInfo); any other bookie gets one standard

@@ -30,10 +30,10 @@ from bkaudit.client import BookKeeper
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.formats import availability
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+from bkaudit.job.expected import ExpectedDigests
 from bkaudit.job.fanout import (
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
-    ExpectedDigests,
     FanoutConfig,
     evidence_of_row,
 )
