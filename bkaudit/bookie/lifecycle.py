@@ -21,7 +21,7 @@ from bkaudit.zk import paths
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
-    from bkaudit.bookie.service import BookieMode
+    from bkaudit.bookie.mode import BookieMode
 
 log = logging.getLogger(__name__)
 
