@@ -11,7 +11,7 @@
    minus a known set of holes in ~1% of the ledgers (one copy of a run of entries lost, an entry lost on two
    of its bookies, in any segment); the expected category and missing entries of every damaged ledger come
    from a naive per-entry model of those holes (`layouts.truth`). A share that lost nothing is stored as one
-   striping per segment (`bookie.storage.bulk_load_stripings`: index-only entries the bookie lists and reads
+   striping per segment (`bookie.bulkload.bulk_load_stripings`: index-only entries the bookie lists and reads
    like entry rows, docs/storage.md), a damaged share as one entry row per copy (`bulk_load_index`), so only
    ledgers with holes are expanded entry by entry and a million realistic ledgers fit this machine;
 3. ledger metadata bulk-loaded into ZooKeeper (BookKeeper v3 bytes with every segment, multi() transactions);

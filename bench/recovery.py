@@ -7,7 +7,7 @@ The data (set-up, not measured): N CLOSED ledgers (default 200) of 10,000-50,000
 of 1-4 KiB payload each (seeded, uniform), E3/WQ2/AQ2, CRC32C digests: every body is a real BookKeeper entry
 (`formats.entry.DigestManager.package`). The lost bookie is in every ensemble (at a rotating index), with a
 pair of the 4 source bookies. Entries are bulk-loaded straight into the stopped source bookies' storage
-(`bookie.storage.bulk_load_entries`); the lost bookie's own storage is left empty (it is gone before anything
+(`bookie.bulkload.bulk_load_entries`); the lost bookie's own storage is left empty (it is gone before anything
 reads it). Ledger metadata (BookKeeper v3) is created in ZooKeeper.
 
 A fresh cluster per scenario run, every run from the same loaded state. Copying the loaded data (~20 GB at
