@@ -209,7 +209,7 @@ def worker(transport: str, zk: str, root: str, adds: int, list_ledgers: int,
 # -- the driver ---------------------------------------------------------------------------------------
 def populate(cluster: Any, ledgers: int) -> None:
     """Bulk-load `ledgers` ledgers of 10 entries into every bookie (each stopped while loading)."""
-    from bkaudit.bookie.storage import bulk_load_index
+    from bkaudit.bookie.bulkload import bulk_load_index
 
     ids = range(LIST_BASE_ID, LIST_BASE_ID + ledgers)
     for bookie in cluster.bookies:

@@ -16,7 +16,8 @@ import time
 from concurrent.futures import Future, wait
 from pathlib import Path
 
-from bkaudit.bookie.storage import Storage, bulk_load_index
+from bkaudit.bookie.bulkload import bulk_load_index
+from bkaudit.bookie.storage import Storage
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.formats.entry import DigestManager, master_key
 from bkaudit.model.ledger import DigestType

@@ -11,7 +11,7 @@
    minus a known set of holes in ~1% of the ledgers (one copy of a run of entries lost, an entry lost on two
    of its bookies, in any segment); the expected category and missing entries of every damaged ledger come
    from a naive per-entry model of those holes (`layouts.truth`). A share that lost nothing is stored as one
-   striping per segment (`bookie.storage.bulk_load_stripings`: index-only entries the bookie lists and reads
+   striping per segment (`bookie.bulkload.bulk_load_stripings`: index-only entries the bookie lists and reads
    like entry rows, docs/storage.md), a damaged share as one entry row per copy (`bulk_load_index`), so only
    ledgers with holes are expanded entry by entry and a million realistic ledgers fit this machine;
 3. ledger metadata bulk-loaded into ZooKeeper (BookKeeper v3 bytes with every segment, multi() transactions);
@@ -62,7 +62,7 @@ DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 def _bookie_share(args: tuple[str, str, list[tuple[int, layouts.Layout]], dict[int, set[int]]]) -> int:
     """Bulk-load one bookie (runs in a worker process): a striping per segment of every ledger it lost
     nothing of, entry rows (its runs, holes removed) of the others."""
-    from bkaudit.bookie.storage import bulk_load_index, bulk_load_stripings
+    from bkaudit.bookie.bulkload import bulk_load_index, bulk_load_stripings
 
     bookie, data_dir, mine, lost = args
     striped = bulk_load_stripings(

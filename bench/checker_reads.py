@@ -8,7 +8,7 @@
    `uniform` (default: bench/checker.py's rotation, E3/WQ2/AQ2 and E5/WQ3/AQ2, one segment, 10-100 entries
    per ledger, seeded) or `realistic` (10-50,000 entries, E2/E3/E5, 10% multi-segment); payloads of
    100 B-1 KiB, CRC32C digests, packaged by `formats.entry.DigestManager`;
-2. real entry bodies bulk-loaded into each stopped bookie (`bookie.storage.bulk_load_entries`), minus
+2. real entry bodies bulk-loaded into each stopped bookie (`bookie.bulkload.bulk_load_entries`), minus
    holes in ~1% of the ledgers, each an entry the first/last-per-segment reads must see, in a random segment
    (`layouts.read_holes`): a bookie's first or last stored entry lost, or the segment's first or last entry
    lost on two of its bookies. The expected category and missing entries come from the naive per-entry
@@ -85,7 +85,7 @@ def payload_sizes(lid: int, length: int) -> list[int]:
 
 def _bookie_bodies(args: tuple[str, str, list[tuple[int, layouts.Layout]], dict[int, set[int]]]) -> int:
     """Bulk-load one bookie with packaged CRC32C entries (runs in a worker process)."""
-    from bkaudit.bookie.storage import bulk_load_entries
+    from bkaudit.bookie.bulkload import bulk_load_entries
     from bkaudit.formats.entry import DigestManager
     from bkaudit.model.ledger import DigestType
 

@@ -253,7 +253,7 @@ def bookie_runs(lay: Layout, bookie: str, lost: set[int] | None = None) -> list[
 
 def bookie_stripings(lay: Layout, bookie: str) -> list[Striping]:
     """The entries `bookie` stores of a ledger as one striping per segment it is in (nothing lost): what
-    `bookie.storage.bulk_load_stripings` stores in one row each."""
+    `bookie.bulkload.bulk_load_stripings` stores in one row each."""
     return [entries_of_bookie(ens.index(bookie), first, last, lay.e, lay.wq)
             for first, last, ens in lay.spans() if bookie in ens]
 

@@ -7,7 +7,7 @@ The data (set-up, not measured): N CLOSED ledgers (default 200) of 10,000-50,000
 of 1-4 KiB payload each (seeded, uniform), E3/WQ2/AQ2, CRC32C digests: every body is a real BookKeeper entry
 (`formats.entry.DigestManager.package`). The lost bookie is in every ensemble (at a rotating index), with a
 pair of the 4 source bookies. Entries are bulk-loaded straight into the stopped source bookies' storage
-(`bookie.storage.bulk_load_entries`); the lost bookie's own storage is left empty (it is gone before anything
+(`bookie.bulkload.bulk_load_entries`); the lost bookie's own storage is left empty (it is gone before anything
 reads it). Ledger metadata (BookKeeper v3) is created in ZooKeeper.
 
 A fresh cluster per scenario run, every run from the same loaded state. Copying the loaded data (~20 GB at
@@ -252,7 +252,7 @@ class Golden:
 
 def _load_bookie(job: tuple[str, int, list[tuple[LedgerSpec, int]]]) -> int:
     """Bulk-load one stopped bookie's share (runs in a worker process): the entries its index stores."""
-    from bkaudit.bookie.storage import bulk_load_entries
+    from bkaudit.bookie.bulkload import bulk_load_entries
     from bkaudit.formats.entry import master_key
     from bkaudit.model.quorum import entries_of_bookie
 
@@ -336,7 +336,7 @@ def build(directory: Path, plan: Sequence[LedgerSpec], *, seed: int) -> tuple[Go
 
 
 def _file_state(data_dir: str) -> tuple[int, int]:
-    from bkaudit.bookie.storage import DB_NAME, current_dir
+    from bkaudit.bookie.ledgerdb import DB_NAME, current_dir
 
     st = (current_dir(data_dir) / DB_NAME).stat()
     return st.st_size, st.st_mtime_ns

@@ -30,7 +30,7 @@ COMMANDS: dict[str, str] = {
     "tables": "bkaudit.tables.commands:tables_group",
     "autorecovery": "bkaudit.autorecovery.commands:autorecovery",
     "report": "bkaudit.report.commands:report",
-    "demo": "bkaudit.demo:demo",
+    "demo": "bkaudit.demo.commands:demo",
     "decommission-audit": "bkaudit.spark.decommission:decommission_audit",
     "lifecycle": "bkaudit.lifecycle.commands:lifecycle",
     "admin": "bkaudit.admin.commands:admin",

@@ -16,7 +16,7 @@ from bkaudit.errors import FormatError
 from bkaudit.model import lifecycle as lc
 
 if TYPE_CHECKING:
-    from bkaudit.bookie.service import BookieMode
+    from bkaudit.bookie.mode import BookieMode
     from bkaudit.store.base import ClusterStore, Registry
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bkaudit.bookie.storage import current_dir
+from bkaudit.bookie.ledgerdb import current_dir
 from bkaudit.errors import BkAuditError, FormatError, MetadataConflict
 from bkaudit.formats import records
 

@@ -19,9 +19,10 @@ from typing import Any
 
 from bkaudit import __version__
 from bkaudit.bookie import lifecycle as bookie_lifecycle
+from bkaudit.bookie.mode import BookieMode
 from bkaudit.bookie.nativeserver import NativeServer
 from bkaudit.bookie.registration import Registration, check_cookie
-from bkaudit.bookie.service import BookieMode, BookieService
+from bkaudit.bookie.service import BookieService
 from bkaudit.bookie.settings import BookieSettings
 from bkaudit.bookie.storage import Storage
 from bkaudit.config import Settings, ZkSettings

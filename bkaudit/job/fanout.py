@@ -24,47 +24,39 @@ deadline per batch. The job's delayed retry (BP-34's re-check) gives it a fresh 
 answering while some listings time out, if only late, is overloaded, not frozen: `ask` halves the listings
 in flight, waits for the stale ones to drain, and asks the timed-out ledgers again (as BookKeeper's
 replicasCheck waits on its 100 ledgers in flight) instead of giving up on it.
+
+Here: the rows' schemas, the task's configuration and the judging of answers. What each bookie must hold is
+bkaudit.job.expected's; the calls to one bookie, their pacing and breaker, bkaudit.job.bookie_calls's.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
-import time
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import pyarrow as pa
-from xxhash import xxh3_128_digest
 
-from bkaudit.audit.batching import answer_bytes, call_budget, plan_calls
+from bkaudit.audit.batching import call_budget
 from bkaudit.audit.evidence import BookieEvidence, compare_bookie, failed_evidence
-from bkaudit.audit.expected import checked_segments
 from bkaudit.audit.reads import (
     ReadSummary,
     read_evidence,
 )
 from bkaudit.audit.statuses import (
     STATUS_BAD_REQUEST,
-    STATUS_CIRCUIT_OPEN,
     STATUS_INVALID_RESPONSE,
     STATUS_NO_LEDGER,
     STATUS_OK,
     STATUS_UNAVAILABLE,
-    is_transport_failure,
 )
 from bkaudit.errors import BookieError, FormatError
-from bkaudit.formats.availability import decode, encode_segment_stripings
-from bkaudit.job.breaker import Breaker
-from bkaudit.model.quorum import Striping, entries_of_bookie
+from bkaudit.formats.availability import decode
+from bkaudit.job.bookie_calls import CALL_BYTES, CallInfo, ask
+from bkaudit.job.expected import ExpectedDigests, digest
 from bkaudit.model.shape import LedgerShape
 from bkaudit.rpc.client import BookieClient
 from bkaudit.rpc.listing import confirm_tail
-
-log = logging.getLogger(__name__)
 
 SEGMENT_STRUCT = pa.struct(
     [
@@ -136,25 +128,6 @@ Anything else: not verified (UNAVAILABLE, CIRCUIT_OPEN, EIO, ...), `error` says 
 (`read_entries` set) carry, with status OK, the entries proven missing (ENOENTRY) and corrupt. `answer_bytes`
 is the request's, so the delayed retry can re-select the request columns from failed responses."""
 
-DIGEST_MAX_RUNS = 1 << 21
-"""Above this many expected runs (a 48 MiB answer, beyond any response frame) the digest is not computed: the
-answer is compared in detail instead."""
-CALL_BYTES = call_budget(5 * 1024 * 1024)
-"""Expected answer bytes per listing call: half of BookKeeper's default frame (nettyMaxFrameSizeBytes), which
-the task's clients apply to every response."""
-
-
-def digest(data: bytes) -> bytes:
-    """XXH3-128 of the bytes: equal digests mean equal bytes (no accidental collisions, unlike a CRC).
-
-    Every healthy answer is hashed once by the fan-out and every expected one once by the ledger pass (17 GB
-    of each at a million realistic ledgers). The digest only has to catch accidental differences: a bookie
-    that wanted to deceive the check would not need a collision, it would send the expected listing. So a
-    fast non-cryptographic 128-bit hash does the job: 1.1 µs for a 130 KB answer, against 70 µs for the
-    SHA-256 used before (with the CPU's SHA instructions; docs/performance.md, "Metadata checker").
-    """
-    return xxh3_128_digest(data)
-
 
 @dataclass(frozen=True)
 class FanoutConfig:
@@ -199,93 +172,6 @@ def shape_of(row: Mapping[str, Any]) -> LedgerShape:
         ),
         version=row.get("znode_version"),
     )
-
-
-class Expectation(NamedTuple):
-    """What one bookie must hold of one ledger, as a listing request carries it."""
-
-    digest: bytes | None  # of the canonical encoding (None: too many runs, always compare in detail)
-    size: int  # the healthy answer's bytes, by which listing calls are cut
-    last_entry: int | None  # the highest entry it must hold: a listing may hide it (rpc.listing.confirm_tail)
-
-
-class ExpectedDigests:
-    """Digests of the canonical encoding of each bookie's expected entries, memoised twice.
-
-    By layout (E, WQ and the checked segments' spans): which bookie index must hold which striping; and by
-    striping set: the digest and the healthy answer's size. Ledgers of one workload repeat a handful of
-    layouts (uniform ledger lengths), so a ledger costs a few dictionary lookups there; where every ledger
-    has its own length, each (ledger, bookie) is encoded and hashed once, and the per-ledger bookkeeping
-    around it is kept to building each Striping once.
-    """
-
-    MEMO_LIMIT = 100_000
-
-    def __init__(self) -> None:
-        self._plans: dict[tuple[Any, ...], list[list[tuple[int, _Key, Striping]]]] = {}
-        self._known: dict[tuple[_Key, ...], Expectation] = {}
-
-    def expected(self, shape: LedgerShape) -> tuple[dict[str, bytes | None], int]:
-        """({bookie: digest or None}, entries checked) — bookies in `expected_by_bookie` order."""
-        wanted, n = self.expected_requests(shape)
-        return {bookie: x.digest for bookie, x in wanted.items()}, n
-
-    def expected_requests(self, shape: LedgerShape) -> tuple[dict[str, Expectation], int]:
-        """({bookie: its Expectation}, entries checked) — `expected`'s order."""
-        spans = checked_segments(shape)
-        e, wq = shape.ensemble_size, shape.write_quorum
-        key = (e, wq, tuple((sp.first, sp.last) for sp in spans))
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = [self._bookie_stripings(sp.first, sp.last, e, wq) for sp in spans]
-            if len(self._plans) < self.MEMO_LIMIT:
-                self._plans[key] = plan
-        out: dict[str, Expectation] = {}
-        if len(spans) == 1 and len(set(spans[0].ensemble)) == e:
-            # one checked segment of distinct bookies (most ledgers): one striping each, nothing to group
-            ensemble = spans[0].ensemble
-            for idx, skey, striping in plan[0]:
-                out[ensemble[idx]] = self._expect((skey,), (striping,))
-            return out, spans[0].last - spans[0].first + 1
-        by_bookie: dict[str, list[tuple[_Key, Striping]]] = {}
-        for sp, per in zip(spans, plan, strict=True):
-            ensemble = sp.ensemble
-            for idx, skey, striping in per:
-                by_bookie.setdefault(ensemble[idx], []).append((skey, striping))
-        for bookie, held in by_bookie.items():
-            out[bookie] = self._expect(tuple(k for k, _ in held), [s for _, s in held])
-        return out, sum(sp.last - sp.first + 1 for sp in spans)
-
-    @staticmethod
-    def _bookie_stripings(first: int, last: int, e: int, wq: int) -> list[tuple[int, _Key, Striping]]:
-        """(bookie index, memo key, striping) of every index that must hold entries of [first, last]."""
-        per = []
-        whole_period = last - first + 1 >= e  # then every index holds WQ ids of each period: no count needed
-        for idx in range(e):
-            st = entries_of_bookie(idx, first, last, e, wq)
-            if whole_period or st.count() > 0:
-                per.append((idx, (st.first, st.last, st.start, st.period, st.size), st))
-        return per
-
-    def _expect(self, key: tuple[_Key, ...], stripings: Sequence[Striping]) -> Expectation:
-        """The Expectation of a bookie holding exactly `stripings`, memoised."""
-        hit = self._known.get(key)
-        if hit is None:
-            last = max((held for s in stripings if (held := s.last_held()) is not None), default=None)
-            hit = Expectation(self._digest_of(stripings), answer_bytes(stripings), last)
-            if len(self._known) < self.MEMO_LIMIT:
-                self._known[key] = hit
-        return hit
-
-    @staticmethod
-    def _digest_of(stripings: Sequence[Striping]) -> bytes | None:
-        if sum(s.run_count() for s in stripings) > DIGEST_MAX_RUNS:
-            return None
-        return digest(encode_segment_stripings(stripings))
-
-
-_Key = tuple[int, int, int, int, int]
-"""A striping as a memo key: (first, last, start, period, size)."""
 
 
 def judge_answer(shape: LedgerShape, bookie_id: str, value: bytes | BaseException | None) -> BookieEvidence:
@@ -341,197 +227,6 @@ def evidence_of_row(shape: LedgerShape, row: Mapping[str, Any]) -> BookieEvidenc
     if status == STATUS_NO_LEDGER:
         return compare_bookie(shape, bookie, None)
     return failed_evidence(bookie, status, row.get("error"))
-
-
-# -- talking to one bookie -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CallInfo:
-    """The batch call an answer travelled in (for bookie_checks: calls, latency percentiles)."""
-
-    call_id: str
-    ms: float
-
-
-@dataclass
-class Pace:
-    """How many listings `ask` keeps in flight to one bookie, carried over the calls of a fan-out task's
-    chunks: a bookie found slow in one chunk starts the next at the window it had come down to."""
-
-    window: int | None = None
-
-
-SLOW_RETRIES = 3
-"""Times a ledger whose listing timed out on a bookie that kept answering is asked again, with fewer listings
-in flight, before its timeout is reported."""
-POLL_S = 0.05
-"""How often `ask` looks at the client's backlog while it waits for stale requests to drain."""
-
-
-def ask(
-    client: Any,
-    bookie_id: str,
-    ledger_ids: Sequence[int],
-    *,
-    batch_size: int,
-    max_in_flight: int,
-    failure_threshold: int,
-    call_prefix: str = "",
-    sizes: Sequence[int | None] | None = None,
-    max_call_bytes: int = CALL_BYTES,
-    breaker: Breaker | None = None,
-    pace: Pace | None = None,
-) -> Iterator[tuple[int, bytes | BookieError | None, CallInfo | None]]:
-    """Raw answers for `ledger_ids` (by position): one call per at most `batch_size` ids and `max_call_bytes`
-    expected answer bytes (`sizes`, by position; `audit.batching.plan_calls`), with at most
-    `max_in_flight` x `batch_size` listings outstanding (`batch_size` to a bookie without the batch operation,
-    which serves each listing as its own request: BookKeeper's replicasCheck keeps 100 ledgers in flight in
-    all).
-
-    Every position is yielded exactly once: bytes, a BookieError (per ledger, or the whole call's failure,
-    CIRCUIT_OPEN for ids not asked after the breaker opened), or None when the answer lacks that ledger.
-    `breaker` and `pace`: the bookie's, when they span more than this call (a fan-out task's chunks).
-
-    A slow bookie is not a dead one. A listing that timed out while the bookie sent anything after the call
-    went out (another call's answer, or a late answer to an expired request: the client's `last_heard`) is
-    queueing, not gone. Its ledgers are asked again, up to SLOW_RETRIES times, with half the listings in
-    flight (a quarter of a call more after each clean answer), and the breaker is not told. The window
-    counts listings, not calls, because a Java bookie serves a gathered call as that many requests; and it
-    counts the client's `backlog` too, the timed-out requests the bookie still has to work through, since a
-    retry sent behind them would only time out again. A bookie that sends nothing after a call went out
-    (frozen, unreachable) fails that call as before, and `failure_threshold` of those open the breaker; calls
-    that were in flight together through one silence count once (the others are asked again), so the
-    breaker needs that many timeouts of silence one after another, not one timeout and a crowd of calls.
-    """
-    expected = [s or 0 for s in sizes] if sizes is not None else [0] * len(ledger_ids)
-    chunks = iter(plan_calls(expected, max_bytes=max_call_bytes, max_count=batch_size))
-    pending: dict[Future[Any], tuple[list[int], float, str, int]] = {}
-    state = breaker if breaker is not None else Breaker(bookie_id, failure_threshold)
-    per_listing = not getattr(client, "batch_listing", True)  # a Java bookie: one request per ledger
-    most = max(1, batch_size if per_listing else max_in_flight * batch_size)
-    pace = pace if pace is not None else Pace()
-    window = min(most, pace.window or most)  # listings
-    in_flight = 0
-    again: deque[tuple[list[int], int]] = deque()  # (positions, times asked) of timed-out ledgers
-    last_answer = float("-inf")
-    counted_at = float("-inf")  # when the last transport failure was counted towards the breaker
-    number = 0
-    while True:
-        while not state.open:
-            if again:
-                chunk, asked = again.popleft()
-            else:
-                planned = next(chunks, None)
-                if planned is None:
-                    break
-                chunk, asked = planned, 0
-            room = window - in_flight - _backlog(client)
-            if room <= 0:
-                if pending:
-                    again.appendleft((chunk, asked))
-                    break
-                _await_backlog(client, window)
-                room = window - _backlog(client)
-            room = max(room, 1)
-            if len(chunk) > room:  # the window is narrower than the planned call: ask the rest next
-                again.appendleft((chunk[room:], asked))
-                chunk = chunk[:room]
-            number += 1
-            call_id = f"{call_prefix}{bookie_id}#{number}"
-            try:
-                fut: Future[Any] = client.get_list_of_entries_batch([ledger_ids[p] for p in chunk])
-            except Exception as exc:  # a client that cannot even queue the call
-                fut = Future()
-                fut.set_exception(BookieError(STATUS_UNAVAILABLE, str(exc), bookie_id=bookie_id))
-            pending[fut] = (chunk, time.monotonic(), call_id, asked)
-            in_flight += len(chunk)
-        if not pending:
-            break
-        poll = POLL_S if _backlog(client) else None  # the backlog drains without any future of ours finishing
-        done, _ = wait(list(pending), timeout=poll, return_when=FIRST_COMPLETED)
-        for fut in done:
-            chunk, started, call_id, asked = pending.pop(fut)
-            in_flight -= len(chunk)
-            call = CallInfo(call_id, (time.monotonic() - started) * 1000.0)
-            try:
-                answers = fut.result()
-            except BaseException as exc:
-                status = exc.status if isinstance(exc, BookieError) else STATUS_UNAVAILABLE
-                heard = max(last_answer, _last_heard(client))
-                transport = is_transport_failure(status)
-                # queueing (the bookie sent something since), or in flight through a silence already counted
-                if transport and asked < SLOW_RETRIES and (heard > started or started <= counted_at):
-                    window = _slower(bookie_id, window, status)
-                    again.append((chunk, asked + 1))
-                    continue
-                if transport:
-                    counted_at = time.monotonic()
-                error = (
-                    exc
-                    if isinstance(exc, BookieError)
-                    else BookieError(status, str(exc), bookie_id=bookie_id)
-                )
-                state.failed(status, exc, doing="listing entries")
-                for p in chunk:
-                    yield p, error, call
-                continue
-            state.answered()
-            last_answer = time.monotonic()
-            if not isinstance(answers, Mapping):
-                bad = BookieError(STATUS_INVALID_RESPONSE, "not a batch answer", bookie_id=bookie_id)
-                for p in chunk:
-                    yield p, bad, call
-                continue
-            get = answers.get
-            timed_out = []
-            for p in chunk:
-                value = get(ledger_ids[p])
-                if (asked < SLOW_RETRIES and isinstance(value, BookieError)
-                        and is_transport_failure(value.status)):
-                    timed_out.append(p)  # the rest of its call was answered: queueing, not gone
-                    continue
-                yield p, value, call
-            if timed_out:
-                window = _slower(bookie_id, window, "UNAVAILABLE")
-                again.append((timed_out, asked + 1))
-            else:
-                window = min(most, window + max(1, len(chunk) // 4))
-        pace.window = window
-    if state.open:
-        skipped = BookieError(STATUS_CIRCUIT_OPEN, state.skipped("asked"), bookie_id=bookie_id)
-        for chunk in itertools.chain((c for c, _ in again), chunks):
-            for p in chunk:
-                yield p, skipped, None
-
-
-def _backlog(client: Any) -> int:
-    """The client's count of timed-out requests the bookie has not answered yet (0 for clients without)."""
-    return int(getattr(client, "backlog", 0))
-
-
-def _last_heard(client: Any) -> float:
-    """When the bookie last sent any frame (-inf for clients that do not say)."""
-    return float(getattr(client, "last_heard", float("-inf")))
-
-
-def _await_backlog(client: Any, window: int) -> None:
-    """With nothing of ours in flight, wait until the bookie's stale backlog leaves room in the window, or
-    until it has been silent for a whole request timeout (it may have dropped those requests: the next call
-    then succeeds or fails on its own, and a frozen bookie still meets the breaker)."""
-    silent_after = float(getattr(client, "request_timeout_s", 0.0))
-    while _backlog(client) >= window:
-        if time.monotonic() - _last_heard(client) > silent_after:
-            return
-        time.sleep(POLL_S)
-
-
-def _slower(bookie_id: str, window: int, status: str) -> int:
-    """Half the listings in flight (at least one) after a timeout on a bookie that still answers."""
-    if window > 1:
-        log.info("bookie %s answers but some listings timed out (%s): %d listings in flight, was %d",
-                 bookie_id, status, max(1, window // 2), window)
-    return max(1, window // 2)
 
 
 def query_bookie(

@@ -4,10 +4,10 @@ A partition's requests are served in chunks of about TASK_CHUNK_REQUESTS, so a t
 with the cluster (one task per core gets millions of requests at 1M ledgers). A chunk's requests are grouped
 by bookie; each bookie is served from its own thread so that a slow bookie sharing the task does not hold the
 others back, and keeps across the chunks what the task learnt about it (`_Bookie`): its circuit breaker
-(`bkaudit.job.breaker`), its pace (`job.fanout.Pace`) and its client. A bookie found slow in one chunk is not
-flooded at the next, and the requests it still works on stay counted (the client's backlog, late answers as
-signs of life); a fresh connection per chunk lost both, and at 100,000 ledgers every Java bookie's breaker
-opened at the first chunk boundary. The threads hand
+(`bkaudit.job.breaker`), its pace (`job.bookie_calls.Pace`) and its client. A bookie found slow in one chunk
+is not flooded at the next, and the requests it still works on stay counted (the client's backlog, late
+answers as signs of life); a fresh connection per chunk lost both, and at 100,000 ledgers every Java
+bookie's breaker opened at the first chunk boundary. The threads hand
 finished batches to the task's iterator through a bounded queue. Spark may close that iterator early (a
 failed or cancelled task; Python workers are reused), and any worker may fail: either way every worker is
 told to stop, the clients are closed (which fails their pending calls at once) and the threads are joined
@@ -29,16 +29,10 @@ import pyarrow.compute as pc
 
 from bkaudit.audit.statuses import STATUS_BAD_REQUEST, STATUS_INVALID_RESPONSE, STATUS_NO_LEDGER, STATUS_OK
 from bkaudit.errors import BookieError
+from bkaudit.job.bookie_calls import Pace, ask
 from bkaudit.job.breaker import Breaker
-from bkaudit.job.fanout import (
-    RESPONSE_SCHEMA,
-    FanoutConfig,
-    Pace,
-    ask,
-    digest,
-    make_client,
-    undecodable,
-)
+from bkaudit.job.expected import digest
+from bkaudit.job.fanout import RESPONSE_SCHEMA, FanoutConfig, make_client, undecodable
 from bkaudit.job.read_evidence import read_and_verify
 from bkaudit.rpc.listing import confirm_tail
 

@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 from bkaudit.audit.metadata import MetadataCheck, MetadataRecord
 from bkaudit.audit.reads import plan_reads
 from bkaudit.job.cluster_view import PlacementInputs
-from bkaudit.job.fanout import REQUEST_SCHEMA, SHAPE_SCHEMA, ExpectedDigests
+from bkaudit.job.expected import ExpectedDigests
+from bkaudit.job.fanout import REQUEST_SCHEMA, SHAPE_SCHEMA
 from bkaudit.job.findings import FINDING_SCHEMA, Located, finding_row, located_of
 from bkaudit.model.shape import LedgerShape
 from bkaudit.tables import location

@@ -37,8 +37,8 @@ from bkaudit.audit.statuses import (
     is_transport_failure,
 )
 from bkaudit.errors import BookieError
+from bkaudit.job.bookie_calls import CallInfo
 from bkaudit.job.breaker import Breaker
-from bkaudit.job.fanout import CallInfo
 from bkaudit.job.ledger_pass import iter_shapes
 
 

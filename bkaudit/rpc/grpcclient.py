@@ -7,7 +7,7 @@ selects it. Kept for its HTTP/2 features (one port through proxies, keepalive pi
 docs/dependencies.md for the measured comparison with the native transport.
 
 A receiver thread per stream parses responses and resolves futures; the shared timer thread of
-bkaudit.rpc.client fails requests that outlive `request_timeout_s`.
+bkaudit.rpc.deadlines fails requests that outlive `request_timeout_s`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from google.protobuf.message import DecodeError
 
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.rpc import framing
-from bkaudit.rpc.client import _DEADLINES, RequestClient, _Pending
+from bkaudit.rpc.deadlines import DEADLINES
+from bkaudit.rpc.operations import Pending, RequestClient
 from bkaudit.rpc.settings import FRAMED_METHOD, MAX_MESSAGE_BYTES, METHOD
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class _Stream:
         self.channel = channel
         self.framed = client.framed
         self.queue: SimpleQueue[Any] = SimpleQueue()
-        self.pending: dict[int, _Pending] = {}
+        self.pending: dict[int, Pending] = {}
         self.closed = False
         method = FRAMED_METHOD if self.framed else METHOD
         call = channel.stream_stream(method, request_serializer=None, response_deserializer=None)
@@ -129,7 +130,7 @@ class GrpcBookieClient(RequestClient):
             self._broken(stream, "client closed")
             stream.close()
 
-    def _transmit(self, data: bytes, txn: int, p: _Pending) -> None:
+    def _transmit(self, data: bytes, txn: int, p: Pending) -> None:
         with self._lock:
             if self._closed:
                 p.future.set_exception(self._error("UNAVAILABLE", "client closed", p))
@@ -142,7 +143,7 @@ class GrpcBookieClient(RequestClient):
                     p.future.set_exception(self._error("UNAVAILABLE", f"cannot open stream: {exc}", p))
                     return
             stream.pending[txn] = p
-        _DEADLINES.add(time.monotonic() + self.request_timeout_s, stream, txn)
+        DEADLINES.add(time.monotonic() + self.request_timeout_s, stream, txn)
         stream.queue.put(data)
 
     def _channel(self) -> grpc.Channel:

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from bkaudit.errors import FormatError
 from bkaudit.formats import records
-from bkaudit.rpc.client import BookieClient, RequestClient
+from bkaudit.rpc.client import BookieClient
 from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES
+from bkaudit.rpc.operations import RequestClient
 from bkaudit.rpc.settings import BATCH_LISTING_PROPERTY, GRPC, GRPC_PROTOCOL, NATIVE
 from bkaudit.rpc.tls import TlsConfig
 from bkaudit.zk import registry

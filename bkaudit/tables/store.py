@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from bkaudit.errors import BkAuditError
 from bkaudit.tables import location
 from bkaudit.tables.catalog import spec
+from bkaudit.tables.replace_match import file_verdict, match_mask, read_file
 from bkaudit.tables.schemas import TableSpec, conform
 from bkaudit.tables.stats import FileStats, finite_floats, from_add_action
 
@@ -419,7 +420,7 @@ def _replacements(
     rewritten: list[StagedFile] = []
     removed_rows: list[dict[str, Any]] = []
     for row in actions:
-        verdict = _file_verdict(row, uri, table_spec, replace)
+        verdict = file_verdict(row, uri, table_spec, replace)
         if verdict == "keep":
             continue
         parts = {c: (row.get("partition") or {}).get(c) for c in table_spec.partition_by}
@@ -438,51 +439,12 @@ def _replacements(
     return removals, rewritten, removed_rows
 
 
-def _file_verdict(row: Mapping[str, Any], uri: str, table_spec: TableSpec, replace: Mapping[str, str]) -> str:
-    """'all' (every row matches), 'none' or 'mixed' (rewrite), from stats if they decide, else the file."""
-    undecided = False
-    for column, value in replace.items():
-        if column in table_spec.partition_by:
-            if (row.get("partition") or {}).get(column) != value:
-                return "keep"
-            continue
-        low, high = (row.get("min") or {}).get(column), (row.get("max") or {}).get(column)
-        if low is not None and high is not None:
-            if value < low or value > high:
-                return "keep"
-            if low != value or high != value:
-                undecided = True
-        else:
-            undecided = True
-    if not undecided:
-        return "all"
-    data = _read_file(uri, row["path"], list(replace))
-    mask = _match_mask(data, replace)
-    hits = pc.sum(mask).as_py() or 0
-    if hits == 0:
-        return "keep"
-    return "all" if hits == data.num_rows else "mixed"
-
-
-def _match_mask(data: pa.Table, replace: Mapping[str, str]) -> pa.ChunkedArray:
-    mask = None
-    for column, value in replace.items():
-        test = pc.fill_null(pc.equal(data.column(column), value), False)
-        mask = test if mask is None else pc.and_(mask, test)
-    assert mask is not None
-    return mask
-
-
-def _read_file(uri: str, rel: str, columns: list[str] | None) -> pa.Table:
-    return location.read_parquet(location.resolve(uri, rel), columns=columns)
-
-
 def _rewrite_without(
     uri: str, rel: str, parts: Mapping[str, str | None], table_spec: TableSpec, replace: Mapping[str, str]
 ) -> list[StagedFile]:
     """A file holding several snapshots: stage a copy without the replaced rows."""
-    data = _read_file(uri, rel, None)
-    keep = data.filter(pc.invert(_match_mask(data, replace)))
+    data = read_file(uri, rel, None)
+    keep = data.filter(pc.invert(match_mask(data, replace)))
     if keep.num_rows == 0:
         return []
     snapshot_ids = pc.unique(keep.column("snapshot_id")).to_pylist()

@@ -1,11 +1,11 @@
 """Ledger metadata in ZooKeeper, with BookKeeper's exact layout, bytes and concurrency rules.
 
 Cluster init mirrors `ZKRegistrationManager.initNewCluster`, id generation `ZkLedgerIdGenerator` /
-`LongZkLedgerIdGenerator`, create/read/CAS/delete `AbstractZkLedgerManager` and the hierarchical managers.
-Listing is split by top-level hierarchy dir (`ledger_prefixes`) or by any deeper dir (`iter_ledgers`), the
-units of parallelism for Spark tasks, and `read_many` pipelines reads with a bounded window so a full scan
-runs at ZooKeeper's speed, not at one round trip per ledger, while `max_in_flight` and a RateLimiter keep
-the audited cluster safe.
+`LongZkLedgerIdGenerator` (their znodes in bkaudit.zk.idgen), create/read/CAS/delete
+`AbstractZkLedgerManager` and the hierarchical managers. Listing is split by top-level hierarchy dir
+(`ledger_prefixes`) or by any deeper dir (`iter_ledgers`), the units of parallelism for Spark tasks, and
+`read_many` pipelines reads with a bounded window so a full scan runs at ZooKeeper's speed, not at one round
+trip per ledger, while `max_in_flight` and a RateLimiter keep the audited cluster safe.
 
 Codecs are imported lazily from bkaudit.formats (pure, owned elsewhere); this module only moves bytes.
 """
@@ -27,7 +27,7 @@ from kazoo.exceptions import (
 )
 
 from bkaudit.errors import MetadataConflict, NoSuchLedger, ZooKeeperError
-from bkaudit.zk import paths
+from bkaudit.zk import idgen, paths
 from bkaudit.zk.client import backoff_delays, delete_empty_parents, get_children_many, is_transient
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from bkaudit.zk.client import RateLimiter
 
 DEFAULT_ROOT = paths.DEFAULT_ROOT
-HOB_KEEP = 3  # LongZkLedgerIdGenerator keeps the 3 newest HOB dirs
 
 
 # -- cluster -----------------------------------------------------------------------------------------------
@@ -155,73 +154,12 @@ def generate_ledger_id(zk: KazooClient, *, root: str = DEFAULT_ROOT, acl: list[A
     """
     long_root = paths.idgen_long_path(root=root)
     if zk.exists(long_root) is not None:
-        return _generate_long_id(zk, long_root, acl)
-    ledger_id = _sequential_id(zk, paths.idgen_path(root=root) + "/" + paths.ID_PREFIX, acl)
+        return idgen.long_id(zk, long_root, acl)
+    ledger_id = idgen.sequential_id(zk, paths.idgen_path(root=root) + "/" + paths.ID_PREFIX, acl)
     if 0 <= ledger_id < paths.INT_MAX:
         return ledger_id
-    _create_persistent_path(zk, long_root)
-    return _generate_long_id(zk, long_root, acl)
-
-
-def _sequential_id(zk: KazooClient, prefix: str, acl: list[ACL] | None) -> int:
-    """Create EPHEMERAL_SEQUENTIAL `prefix`, parse its suffix, delete it (async, as BookKeeper)."""
-    created = zk.create(prefix, b"", acl=acl, ephemeral=True, sequence=True, makepath=True)
-    suffix = created[len(prefix) :] if created.startswith(prefix) else created.rsplit(paths.ID_PREFIX, 1)[-1]
-    zk.delete_async(created)
-    return int(suffix)
-
-
-def _create_persistent_path(zk: KazooClient, path: str) -> None:
-    """PERSISTENT, OPEN_ACL_UNSAFE, parents too; an existing node is fine (another client switched first)."""
-    from kazoo.security import OPEN_ACL_UNSAFE
-
-    try:
-        zk.create(path, b"", acl=OPEN_ACL_UNSAFE, makepath=True)
-    except NodeExistsError:
-        pass
-
-
-def _generate_long_id(zk: KazooClient, long_root: str, acl: list[ACL] | None) -> int:
-    while True:
-        hobs = _hob_dirs(zk, long_root)
-        if not hobs:
-            _create_hob(zk, long_root, 1)
-            continue
-        high = hobs[-1]
-        low = _sequential_id(zk, f"{long_root}/{paths.HOB_PREFIX}{high:010d}/{paths.ID_PREFIX}", acl)
-        _collect_old_hobs(zk, long_root, hobs)
-        if 0 <= low < paths.INT_MAX:
-            return (high << 32) | low
-        _create_hob(zk, long_root, high + 1)
-
-
-def _hob_dirs(zk: KazooClient, long_root: str) -> list[int]:
-    values = []
-    for name in zk.get_children(long_root):
-        if name.startswith(paths.HOB_PREFIX):
-            try:
-                values.append(int(name[len(paths.HOB_PREFIX) :]))
-            except ValueError:
-                continue
-    return sorted(values)
-
-
-def _create_hob(zk: KazooClient, long_root: str, high: int) -> None:
-    from kazoo.security import OPEN_ACL_UNSAFE
-
-    try:
-        zk.create(f"{long_root}/{paths.HOB_PREFIX}{high:010d}", b"", acl=OPEN_ACL_UNSAFE)
-    except NodeExistsError:
-        pass
-
-
-def _collect_old_hobs(zk: KazooClient, long_root: str, hobs: list[int]) -> None:
-    """Delete all but the newest HOB dirs (version 0, errors ignored), as LongZkLedgerIdGenerator."""
-    for high in hobs[:-HOB_KEEP] if len(hobs) > HOB_KEEP else []:
-        try:
-            zk.delete(f"{long_root}/{paths.HOB_PREFIX}{high:010d}", version=0)
-        except Exception:  # best effort: a racing generator may have deleted it first
-            continue
+    idgen.create_persistent_path(zk, long_root)
+    return idgen.long_id(zk, long_root, acl)
 
 
 # -- single-ledger metadata I/O ----------------------------------------------------------------------------

@@ -223,7 +223,7 @@ def _metadata_checker_run(cluster_factory: Any, tmp_path: Path,
     import pyarrow.compute as pc
 
     from bkaudit.client import BookKeeper
-    from bkaudit.demo import write_pinned
+    from bkaudit.demo.workload import write_pinned
     from bkaudit.tables.read import read_arrow
 
     cluster = cluster_factory(bookies=4, racks=3)  # /rack-1 holds two bookies

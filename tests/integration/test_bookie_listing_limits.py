@@ -24,15 +24,16 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bkaudit.bookie.storage import bulk_load_index, connect_db, current_dir
+from bkaudit.bookie.bulkload import bulk_load_index
+from bkaudit.bookie.ledgerdb import connect_db, current_dir
 from bkaudit.client import BookKeeper
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.formats import availability
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
+from bkaudit.job.expected import ExpectedDigests
 from bkaudit.job.fanout import (
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
-    ExpectedDigests,
     FanoutConfig,
     evidence_of_row,
 )

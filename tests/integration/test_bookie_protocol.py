@@ -15,7 +15,8 @@ from bkaudit.formats import availability
 from bkaudit.formats.entry import DigestManager, master_key
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.model.ledger import DigestType
-from bkaudit.rpc.client import BookieClient, BookieInfo, ReadLacResult
+from bkaudit.rpc.client import BookieClient
+from bkaudit.rpc.operations import BookieInfo, ReadLacResult
 
 PWD = b"secret"
 KEY = master_key(PWD)

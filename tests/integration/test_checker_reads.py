@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from bkaudit import config
-from bkaudit.bookie.storage import Storage, connect_db, current_dir
+from bkaudit.bookie.ledgerdb import connect_db, current_dir
+from bkaudit.bookie.storage import Storage
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.formats.entry import DigestManager
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment

@@ -17,7 +17,7 @@ import httpx
 
 from bkaudit.admin.server import AdminServer
 from bkaudit.bookie import lifecycle as bookie_lifecycle
-from bkaudit.bookie.service import BookieMode
+from bkaudit.bookie.mode import BookieMode
 from bkaudit.config import ZkSettings
 from bkaudit.lifecycle import service
 from bkaudit.lifecycle.drain import Drainer, report_failure

@@ -18,12 +18,11 @@ from hypothesis import given, settings
 from bkaudit.audit.expected import expected_by_bookie
 from bkaudit.errors import BookieError
 from bkaudit.formats.availability import encode
+from bkaudit.job.expected import ExpectedDigests, digest
 from bkaudit.job.fanout import (
     REQUEST_SCHEMA,
     RESPONSE_SCHEMA,
-    ExpectedDigests,
     FanoutConfig,
-    digest,
     evidence_of_row,
     query_bookie,
 )
@@ -403,7 +402,7 @@ def test_a_bookie_that_stops_answering_still_opens_the_breaker() -> None:
 
 def test_a_pace_carries_the_window_a_slow_bookie_came_down_to_into_the_next_ask() -> None:
     """`ask` starts at the pace's window (listings), not at max_in_flight x batch_size, and leaves its own."""
-    from bkaudit.job.fanout import Pace, ask
+    from bkaudit.job.bookie_calls import Pace, ask
 
     shapes = [shape(i) for i in range(1, 201)]
     client = ScriptedClient(A, {s.ledger_id: healthy_bytes(s, A) for s in shapes}, delay=0.0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from bkaudit.bookie.service import BookieMode
+from bkaudit.bookie.mode import BookieMode
 
 
 def test_a_change_before_listening_is_told_when_listening() -> None:

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bkaudit.bookie.service import BookieService, _response, list_response, response_header
-from bkaudit.bookie.storage import Storage, bulk_load_index
+from bkaudit.bookie.bulkload import bulk_load_index
+from bkaudit.bookie.responses import list_response, response_header
+from bkaudit.bookie.responses import response as _response
+from bkaudit.bookie.service import BookieService
+from bkaudit.bookie.storage import Storage
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.rpc.framing import max_payload_bytes
 from tests.bookkeeper_wire import Messages

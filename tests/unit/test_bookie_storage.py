@@ -10,14 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from bkaudit.bookie.bulkload import BULK_MASTER_KEY, bulk_load_entries, bulk_load_index
+from bkaudit.bookie.ledgerdb import StorageLocked
 from bkaudit.bookie.runs import EntryRuns
-from bkaudit.bookie.storage import (
-    BULK_MASTER_KEY,
-    Storage,
-    StorageLocked,
-    bulk_load_entries,
-    bulk_load_index,
-)
+from bkaudit.bookie.storage import Storage
 from bkaudit.errors import BookieError
 from bkaudit.formats import availability
 from bkaudit.formats.entry import DigestManager, master_key
@@ -354,7 +350,7 @@ def test_listing_more_ledgers_than_the_cache_holds_stays_under_the_bound_and_rec
 
 # -- the storage check ---------------------------------------------------------------------------------------
 def test_storage_check_reloads_entries_removed_by_another_process(tmp_path) -> None:
-    from bkaudit.bookie.storage import connect_db, current_dir
+    from bkaudit.bookie.ledgerdb import connect_db, current_dir
 
     bulk_load_index(tmp_path, [(7, [(0, 99)]), (8, [(0, 9)])])
     with Storage(tmp_path) as s:
@@ -372,7 +368,7 @@ def test_storage_check_reloads_entries_removed_by_another_process(tmp_path) -> N
 def test_storage_check_reports_lost_storage_and_fails_requests_with_eio(tmp_path, damage) -> None:
     import shutil
 
-    from bkaudit.bookie.storage import current_dir
+    from bkaudit.bookie.ledgerdb import current_dir
 
     bulk_load_index(tmp_path, [(7, [(0, 9)])])
     db = current_dir(tmp_path) / "ledgers.db"

@@ -13,8 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bkaudit.bookie.bulkload import bulk_load_index, bulk_load_stripings
+from bkaudit.bookie.ledgerdb import connect_db, current_dir
 from bkaudit.bookie.runs import EntryRuns, StripedIds
-from bkaudit.bookie.storage import Storage, bulk_load_index, bulk_load_stripings, connect_db, current_dir
+from bkaudit.bookie.storage import Storage
 from bkaudit.errors import BookieError
 from bkaudit.formats import availability
 from bkaudit.formats.entry import DigestManager, master_key

@@ -22,7 +22,8 @@ import pyarrow as pa
 import pytest
 
 from bkaudit.errors import BookieError
-from bkaudit.job.fanout import REQUEST_SCHEMA, FanoutConfig, ask
+from bkaudit.job.bookie_calls import ask
+from bkaudit.job.fanout import REQUEST_SCHEMA, FanoutConfig
 from bkaudit.job.fanout_task import fanout_partition
 from bkaudit.rpc.client import BookieClient
 from tests import shared_vectors

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from bkaudit.errors import BookieError, FormatError
 from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
-from bkaudit.rpc.client import BookieClient, list_request, read_entry_request
+from bkaudit.rpc.client import BookieClient
 from bkaudit.rpc.framing import FrameReceiver, Frames
+from bkaudit.rpc.operations import list_request, read_entry_request
 
 Handler = Callable[[socket.socket], None]
 

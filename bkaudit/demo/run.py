@@ -1,48 +1,25 @@
-"""`bkaudit demo` (`make demo`): the whole audit story on a throw-away local cluster, in a few minutes.
-
-1. start ZooKeeper + 6 bookies on 3 racks;            5. snapshot + check: the damage, per category,
-2. write a few hundred ledgers (mixed E/WQ/AQ, some       published to the under-replication queue;
-   open, some on Pulsar topics);                        6. auto-recovery drains the queue;
-3. snapshot + check: clean;                            7. snapshot + check: durability clean again, what
-4. faults: kill a bookie; wipe, format and restart        remains explained in plain words;
-   another; a ledger with every copy on one rack;      8. the HTML report;   9. stop everything.
-6b. lifecycle: a new bookie joins, an old one is drained (Active -> Draining -> Drained, docs/lifecycle.md)
-   by the Auditor while it serves reads only; the final check and the report show its state.
-
-The two damaged bookies share a rack on purpose: rack-aware placement never puts two bookies of one rack in
-a WQ=2 write set, so every entry keeps a copy and recovery can succeed (losing two racks' worth of bookies
-at once would be real data loss, which no audit can undo). The demo is also an end-to-end test: every
-expectation is checked, `--json` prints them, and the exit status is 1 when one fails.
-
-Spark runs in this process (one JVM for the three runs); auto-recovery runs as `bkaudit autorecovery run
---once`, a separate process like in production. Everything it started is stopped on exit, failure or
-Ctrl-C, unless `--keep`.
-"""
+"""One run of the demo: its steps on a local cluster, what each is expected to show, the summary it writes
+(the story is in bkaudit.demo's docstring)."""
 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import random
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import click
 
 from bkaudit.cli_common import json_default
-from bkaudit.model.ledger import DigestType
-from bkaudit.model.placement import DefaultPolicy
+from bkaudit.demo.progress import Progress
+from bkaudit.demo.workload import Written, plan, write_ledgers, write_pinned
 
-MARKER = ".bkaudit-demo"
 BOOKIES, RACKS = 6, 3
 DURABILITY = ("no_replica", "below_ack_quorum", "below_write_quorum")
 STEPS = (
@@ -74,144 +51,7 @@ EXPLAIN = {
     "metadata_unparseable": "a ledger znode bookkeeper cannot decode",
 }
 
-# -- the workload -----------------------------------------------------------------------------------------
-SHAPES: tuple[tuple[int, int, int], ...] = ((3, 2, 2), (3, 3, 2), (4, 3, 2), (5, 3, 3), (4, 2, 2), (3, 3, 3))
-"""(E, WQ, AQ) mixes seen in practice (Pulsar's default is 2/2/2; 3/3/2 and 5/3/3 are common choices)."""
-MANAGED_LEDGER_KEY = "pulsar/managed-ledger"
-PAYLOAD = b"bkaudit-demo-entry-" + b"x" * 100
 
-
-@dataclass(frozen=True)
-class Plan:
-    """One ledger to write."""
-
-    shape: tuple[int, int, int]
-    entries: int
-    leave_open: bool
-    topic: str | None
-    digest: DigestType
-
-
-@dataclass
-class Written:
-    """What the workload wrote: the ground truth the audit is compared with."""
-
-    ledgers: list[int] = field(default_factory=list)
-    open_ledgers: list[int] = field(default_factory=list)
-    managed: dict[int, str] = field(default_factory=dict)
-    entries: int = 0
-    shapes: dict[str, int] = field(default_factory=dict)
-
-
-def plan(count: int, seed: int = 7, topics: int = 12) -> list[Plan]:
-    """`count` ledgers: shapes round robin, 1-40 entries, ~10% open, ~40% on Pulsar topics (deterministic)."""
-    rng = random.Random(seed)
-    digests = (DigestType.CRC32C, DigestType.CRC32, DigestType.MAC)
-    out = []
-    for i in range(count):
-        topic = None
-        if rng.random() < 0.4:
-            topic = f"public/default/persistent/demo-topic-{rng.randrange(topics)}"
-        out.append(Plan(SHAPES[i % len(SHAPES)], rng.randint(1, 40), rng.random() < 0.1, topic,
-                        digests[i % len(digests)]))
-    return out
-
-
-def write_ledgers(bk: Any, plans: Sequence[Plan], *, threads: int = 8,
-                  progress: Callable[[int, int], None] | None = None) -> Written:
-    """Write every planned ledger (adds pipelined per ledger, ledgers in parallel); open ones are abandoned
-    by their writer, like a broker that crashed."""
-    written = Written()
-
-    def one(p: Plan) -> tuple[int, Plan]:
-        custom = {MANAGED_LEDGER_KEY: p.topic} if p.topic else None
-        handle = bk.create_ledger(*p.shape, digest_type=p.digest, password=b"demo", custom_metadata=custom)
-        for future in [handle.add_entry_async(PAYLOAD) for _ in range(p.entries)]:
-            future.result(timeout=60)
-        if p.leave_open:
-            handle.abandon()
-        else:
-            handle.close()
-        return int(handle.ledger_id), p
-
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="demo-writer") as pool:
-        for ledger_id, p in pool.map(one, plans):
-            written.ledgers.append(ledger_id)
-            written.entries += p.entries
-            key = "E{}/WQ{}/AQ{}".format(*p.shape)
-            written.shapes[key] = written.shapes.get(key, 0) + 1
-            if p.leave_open:
-                written.open_ledgers.append(ledger_id)
-            if p.topic:
-                written.managed[ledger_id] = p.topic
-            if progress is not None:
-                progress(len(written.ledgers), len(plans))
-    return written
-
-
-class PinnedEnsemble(DefaultPolicy):
-    """A placement "policy" that always answers the same ensemble: how a misconfigured client (or a
-    hand-edited znode) ends up with every copy on one rack."""
-
-    def __init__(self, ensemble: Sequence[str]) -> None:
-        super().__init__()
-        object.__setattr__(self, "pinned", tuple(ensemble))
-
-    def choose_ensemble(self, ensemble_size: int, write_quorum: int, ack_quorum: int,
-                        candidates: Sequence[str], topology: Any, **_: Any) -> tuple[str, ...]:
-        return tuple(self.pinned[:ensemble_size])  # type: ignore[attr-defined]
-
-
-def write_pinned(zk: str, root: str, ensemble: Sequence[str], entries: int, topic: str) -> int:
-    """One closed ledger with E = WQ = AQ = len(ensemble) on exactly `ensemble`; returns its id."""
-    from bkaudit.client import BookKeeper
-
-    n = len(ensemble)
-    with BookKeeper.connect(zk, root, placement=PinnedEnsemble(ensemble)) as bk:
-        handle = bk.create_ledger(n, n, n, password=b"demo", custom_metadata={MANAGED_LEDGER_KEY: topic})
-        for _ in range(entries):
-            handle.add_entry(PAYLOAD)
-        handle.close()
-        return int(handle.ledger_id)
-
-
-# -- progress ----------------------------------------------------------------------------------------------
-class Progress:
-    """`[3/9 01:12] step` lines plus indented details; to stderr under --json so stdout stays one document."""
-
-    def __init__(self, out: TextIO, total: int) -> None:
-        self.out, self.total, self.t0, self.step = out, total, time.monotonic(), 0
-        self.tty = out.isatty()
-
-    def elapsed(self) -> str:
-        s = int(time.monotonic() - self.t0)
-        return f"{s // 60:02d}:{s % 60:02d}"
-
-    def start(self, title: str) -> None:
-        self.step += 1
-        self._line(click.style(f"[{self.step}/{self.total} {self.elapsed()}] ", bold=True) + title)
-
-    def say(self, text: str) -> None:
-        self._line(f"    {text}")
-
-    def counter(self, label: str) -> Callable[[int, int], None]:
-        """A callback printing `label done/total` (in place on a terminal, every 25% otherwise)."""
-
-        def show(done: int, total: int) -> None:
-            if self.tty:
-                end = "\n" if done == total else ""
-                self.out.write(f"\r    {label} {done}/{total}{end}")
-                self.out.flush()
-            elif done == total or done % max(1, total // 4) == 0:
-                self._line(f"    {label} {done}/{total}")
-
-        return show
-
-    def _line(self, text: str) -> None:
-        click.echo(text, file=self.out, color=self.tty)
-
-
-# -- the demo ----------------------------------------------------------------------------------------------
 @dataclass
 class Expectation:
     name: str
@@ -545,94 +385,3 @@ class Demo:
         elif self.cluster is not None:
             self.progress.say("still running; stop it with: "
                               f"bkaudit cluster down --dir {self.cluster.directory}")
-
-
-# -- output -----------------------------------------------------------------------------------------------
-def where(summary: dict[str, Any], bin_dir: str) -> str:
-    """The closing text: where everything is and how to query it."""
-    d, wh, cfg = summary["dir"], summary["warehouse"], summary["config"]
-    run = summary.get("runs", {}).get("recovered", {}).get("run_id", "demo-3-recovered")
-    bk = f"{bin_dir}/bkaudit" if bin_dir else "bkaudit"
-    py = f"{bin_dir}/python" if bin_dir else "python"
-    lines = [
-        "",
-        click.style("Everything is in " + d, bold=True),
-        f"  report     {summary.get('report_index', '(not written)')}   (open in a browser; works offline)",
-        f"  warehouse  {wh}   (Delta tables: ledgers, violations, audit_runs, bookie_checks, ...)",
-        f"  cluster    {summary.get('cluster', {}).get('dir', d + '/cluster')}   (cluster.json, bookie logs)",
-        f"  settings   {cfg}   (use with --config)",
-        f"  summary    {d}/demo.json",
-        "",
-        click.style("Query the tables:", bold=True),
-        f"  {bk} violations --config {cfg} --run-id demo-2-faults",
-        *([f"  {bk} lifecycle state {summary['drain']['bookie']} --config {cfg}   "
-           "(Drained: `lifecycle remove` deletes its cookie)"] if summary.get("drain") else []),
-        f"  {bk} violations --config {cfg} --run-id {run} --category placement_fail --json",
-        f"  {bk} report --warehouse {wh} --run-id demo-2-faults --out {d}/report",
-        f"  {py} -c \"from bkaudit import tables; from bkaudit.spark.session import get_session; "
-        f"tables.load(get_session(), '{wh}', 'violations', latest=False)"
-        ".groupBy('run_id', 'category').count().orderBy('run_id').show(50, False)\"",
-    ]
-    return "\n".join(lines)
-
-
-def _prepare_dir(directory: str | None) -> Path:
-    """A fresh directory: ./demo-output/<UTC time> by default; an earlier demo's directory is reused."""
-    if directory is None:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        path = Path("demo-output") / stamp
-    else:
-        path = Path(directory)
-    path = path.resolve()
-    if path.exists() and any(path.iterdir()):
-        if not (path / MARKER).exists():
-            raise click.UsageError(f"{path} is not empty and was not made by `bkaudit demo`; "
-                                   "choose another --dir")
-        _stop_leftover(path / "cluster")
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / MARKER).write_text("made by bkaudit demo\n")
-    return path
-
-
-def _stop_leftover(cluster_dir: Path) -> None:
-    """Stop a cluster an earlier `--keep` demo left running in this directory."""
-    if not (cluster_dir / "cluster.json").exists():
-        return
-    from bkaudit.cluster.local import LocalCluster
-
-    try:
-        LocalCluster.load(cluster_dir).down()
-    except Exception:
-        pass
-
-
-@click.command("demo")
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
-              help="working directory (default ./demo-output/<UTC time>; an earlier demo's is reused)")
-@click.option("--ledgers", type=click.IntRange(20, 20_000), default=300, show_default=True,
-              help="ledgers to write")
-@click.option("--seed", type=int, default=7, show_default=True, help="workload seed")
-@click.option("--keep", is_flag=True, help="leave the cluster running at the end")
-@click.option("--json", "as_json", is_flag=True, help="progress on stderr, the summary as JSON on stdout")
-def demo(directory: str | None, ledgers: int, seed: int, keep: bool, as_json: bool) -> None:
-    """Start a local cluster, damage it, audit it, repair it, audit again, write the report."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
-    out = sys.stderr if as_json else sys.stdout
-    path = _prepare_dir(directory)
-    click.echo(click.style(f"bkaudit demo in {path}", bold=True), file=out)
-    summary = Demo(path, ledgers, keep=keep, seed=seed, out=out).run()
-    if summary["interrupted"]:
-        verdict = "interrupted; what it started is stopped" + (" (but the cluster: --keep)" if keep else "")
-    else:
-        verdict = "all expectations met" if summary["ok"] else "SOME EXPECTATIONS FAILED"
-        click.echo(where(summary, str(Path(sys.executable).parent)), file=out)
-    click.echo(click.style(f"\n{verdict} in {summary['seconds']:.0f}s", bold=True,
-                           fg="green" if summary["ok"] else "red"), file=out)
-    if as_json:
-        click.echo(json.dumps(summary, default=json_default))
-    sys.exit(130 if summary["interrupted"] else 0 if summary["ok"] else 1)
-
-
-__all__ = ["Demo", "demo", "plan", "write_ledgers", "write_pinned"]
