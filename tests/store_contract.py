@@ -20,7 +20,7 @@ import pytest
 
 from bkaudit.admin import views, webhooks
 from bkaudit.admin.server import AdminServer
-from bkaudit.errors import FormatError, MetadataConflict
+from bkaudit.errors import FormatError, MetadataConflict, NoSuchLedger
 from bkaudit.formats import records
 from bkaudit.lifecycle import service, serving
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache, report_failure
@@ -462,3 +462,44 @@ def test_webhooks_deliver_each_later_transition_once(cluster: Backend) -> None:
         assert webhooks.list_all(cluster.store) == [] and webhooks.deliveries(cluster.store, hook.id) == []
     finally:
         receiver.close()
+
+
+# == ledger metadata (ClusterStore.ledgers: BookKeeper's LedgerManager) =====================================
+def test_ledger_ids_are_new_and_metadata_is_created_once(cluster: Backend) -> None:
+    ledgers = cluster.store.ledgers
+    first, second = ledgers.new_ledger_id(), ledgers.new_ledger_id()
+    assert first != second and ledgers.list_ids() == []
+    md = ledger((A, B))
+    assert ledgers.create(second, md) == 0
+    assert ledgers.read(second) == (md, 0)
+    with pytest.raises(MetadataConflict):
+        ledgers.create(second, ledger((C, D)))
+    assert ledgers.read(second) == (md, 0)
+    with pytest.raises(NoSuchLedger):
+        ledgers.read(first)
+
+
+def test_ledger_metadata_is_written_by_compare_and_set(cluster: Backend) -> None:
+    ledgers = cluster.store.ledgers
+    version = ledgers.create(4, ledger((A, B), closed=False))
+    closed = ledger((A, B))
+    assert ledgers.write(4, closed, version) == version + 1
+    with pytest.raises(MetadataConflict):
+        ledgers.write(4, ledger((C, D)), version)  # a writer that read the older version loses
+    assert ledgers.read(4) == (closed, version + 1)
+    with pytest.raises(NoSuchLedger):
+        ledgers.write(5, closed, 0)
+
+
+def test_ledgers_are_listed_and_deleted(cluster: Backend) -> None:
+    ledgers = cluster.store.ledgers
+    cluster.put_ledger(12, ledger((A, B)))  # written by another client
+    ledgers.create(3, ledger((B, C)))
+    assert ledgers.list_ids() == [3, 12]
+    assert cluster.store.index.ledgers_of([C]) == {C: {3: 1000}}  # one set of ledgers for every kind
+    ledgers.delete(12)
+    assert ledgers.list_ids() == [3]
+    with pytest.raises(NoSuchLedger):
+        ledgers.read(12)
+    with pytest.raises(NoSuchLedger):
+        ledgers.delete(12)

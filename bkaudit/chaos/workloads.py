@@ -22,8 +22,8 @@ from bkaudit.chaos.proxy import ProxiedPool, ProxySet
 from bkaudit.client import BookKeeper
 from bkaudit.client.directory import ZkBookieDirectory
 from bkaudit.client.settings import ClientSettings
-from bkaudit.client.store import ZkMetadataStore
 from bkaudit.config import ZkSettings
+from bkaudit.store.ledgers import ZkMetadataStore
 from bkaudit.zk import client as zkclient
 
 log = logging.getLogger(__name__)

@@ -19,10 +19,10 @@ from bkaudit.client.pipeline import AddPipeline
 from bkaudit.client.reader import ReadHandle, read_last_add_confirmed
 from bkaudit.client.recovery import recover as recover_ledger
 from bkaudit.client.settings import ClientSettings
-from bkaudit.client.store import MetadataStore, ZkMetadataStore
 from bkaudit.errors import MetadataError
 from bkaudit.model.ledger import DigestType, FrozenMap, LedgerMetadata, LedgerState, Segment
 from bkaudit.model.quorum import validate_quorum
+from bkaudit.store.ledgers import MetadataStore, ZkMetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from bkaudit.errors import FormatError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.store.ledgers import MetadataStore
 from bkaudit.zk.dataloss import DataLossRecord
 
 ABSENT = -1
@@ -227,6 +228,9 @@ class ClusterStore(Protocol):
 
     @property
     def webhooks(self) -> WebhookRecords: ...
+
+    @property
+    def ledgers(self) -> MetadataStore: ...
 
     def check_bookie_id(self, bookie_id: str) -> str:
         """`bookie_id` if the store can hold records for it; ValueError naming the rule otherwise."""

@@ -18,6 +18,7 @@ from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.store.base import ABSENT, BookieState, Transition, Where, index_ledgers
+from bkaudit.store.memory_ledgers import MemoryMetadataStore
 from bkaudit.zk.dataloss import DataLossRecord
 from bkaudit.zk.dataloss import encode as encode_data_loss
 from bkaudit.zk.dataloss import parse as parse_data_loss
@@ -276,7 +277,7 @@ class _Index:
         self, bookies: Collection[str], *, open_ledgers: set[int] | None = None
     ) -> dict[str, dict[int, int]]:
         with self._s.lock:
-            every = sorted(self._s.ledgers.items())
+            every = self._s.ledgers.items()
         return index_ledgers(every, bookies, open_ledgers=open_ledgers)
 
 
@@ -302,7 +303,7 @@ class MemoryStore:
         self.hooks: dict[str, tuple[bytes, int]] = {}  # webhook id -> (record, creation sequence)
         self.deliveries: dict[str, dict[str, bytes]] = {}  # webhook id -> key -> delivery record
         self._seq = 0  # ZooKeeper's zxid: one order for every record created
-        self.ledgers: dict[int, LedgerMetadata] = {}
+        self.ledgers = MemoryMetadataStore(lock=self.lock)
         self.replication_enabled = True
         self.lifecycle = _Lifecycle(self)
         self.registry = _Registry(self)
@@ -334,12 +335,11 @@ class MemoryStore:
             self.registrations.pop(bookie_id, None)
 
     def put_ledger(self, ledger_id: int, metadata: LedgerMetadata) -> None:
-        with self.lock:
-            self.ledgers[ledger_id] = metadata
+        self.ledgers.force(ledger_id, metadata)
 
     def delete_ledger(self, ledger_id: int) -> None:
         with self.lock:
-            self.ledgers.pop(ledger_id, None)
+            self.ledgers.data.pop(ledger_id, None)
 
     def record_data_loss(self, record: DataLossRecord) -> None:
         with self.lock:

@@ -15,6 +15,7 @@ from bkaudit.errors import FormatError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.store.base import BookieState, Transition, Where, index_ledgers
+from bkaudit.store.ledgers import ZkMetadataStore
 from bkaudit.zk import dataloss, ledgers, paths, registry
 from bkaudit.zk import lifecycle as zk_lifecycle
 from bkaudit.zk import underreplication as ur
@@ -238,7 +239,7 @@ class ZkStore:
 
     def __init__(
         self, client: KazooClient, *, root: str = paths.DEFAULT_ROOT, state_root: str | None = None,
-        acl: list[ACL] | None = None, max_in_flight: int = 500,
+        acl: list[ACL] | None = None, max_in_flight: int = 500, layout: str = "hierarchical",
     ) -> None:
         self.client = client
         self.root = self.label = paths.validate_root(root)
@@ -252,6 +253,7 @@ class ZkStore:
         self.queue = _Queue(self)
         self.index = _Index(self)
         self.webhooks = _Webhooks(self)
+        self.ledgers = ZkMetadataStore(client, root=self.root, layout=layout, acl=acl)
 
     def check_bookie_id(self, bookie_id: str) -> str:
         return paths.validate_bookie_id(bookie_id)
@@ -266,7 +268,7 @@ def connect(settings: ZkSettings, *, max_in_flight: int = 500) -> ZkStore:
 
     client = zkclient.connect(settings)
     return ZkStore(client, root=settings.root, state_root=settings.state_root or None,
-                   acl=zkclient.acls(settings), max_in_flight=max_in_flight)
+                   acl=zkclient.acls(settings), max_in_flight=max_in_flight, layout=settings.layout)
 
 
 def close(store: ZkStore) -> None:
