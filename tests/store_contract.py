@@ -65,6 +65,10 @@ class Backend(Protocol):
         """A bookie entered the Auditor election (the first voter leads)."""
         ...
 
+    def set_racks(self, data: bytes) -> None:
+        """Pulsar's rack JSON (`/bookies`, cluster-wide: the backend puts back what was there)."""
+        ...
+
 
 def ledger(*ensembles: tuple[str, ...], closed: bool = True, length: int = 1000) -> LedgerMetadata:
     """A ledger whose segments have these ensembles (10 entries each), E = WQ = AQ."""
@@ -503,3 +507,26 @@ def test_ledgers_are_listed_and_deleted(cluster: Backend) -> None:
         ledgers.read(12)
     with pytest.raises(NoSuchLedger):
         ledgers.delete(12)
+
+
+def test_a_ledger_version_is_read_without_its_metadata(cluster: Backend) -> None:
+    ledgers = cluster.store.ledgers
+    assert ledgers.version(6) is None
+    version = ledgers.create(6, ledger((A, B)))
+    assert ledgers.version(6) == version
+    ledgers.write(6, ledger((A, C)), version)
+    assert ledgers.version(6) == version + 1
+
+
+# == the registry's rack configuration, as placement reads it ==============================================
+def test_rack_keys_resolve_through_the_registrations(cluster: Backend) -> None:
+    assert cluster.store.registry.rack_config() == {}
+    custom = records.bookie_service_info_for("bookie-a", "127.0.0.5", 3181)
+    cluster.register("bookie-a", records.encode_bookie_service_info(custom))  # its endpoint names the host
+    cluster.register(B, b"", readonly=True)  # legacy: the endpoint is the id's
+    cluster.register("bookie-c", b"garbage")  # unresolvable: its rack entry covers its id only
+    cluster.set_racks(json.dumps({"default": {"bookie-a": {"rack": "/r1"}, B: {"rack": "/r2"}}}).encode())
+    found = cluster.store.registry.rack_config()
+    assert {g: sorted(m) for g, m in found.items()} == {"default": sorted(["bookie-a", B])}
+    assert found["default"]["bookie-a"].rack == "/r1"
+    assert dict(found.addresses) == {"bookie-a": "127.0.0.5", B: "10.0.0.2"}

@@ -14,6 +14,7 @@ from bkaudit.errors import FormatError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.model.topology import RackConfig
 from bkaudit.store.ledgers import MetadataStore
 from bkaudit.zk.dataloss import DataLossRecord
 
@@ -114,6 +115,11 @@ class Registry(Protocol):
     def registration(self, bookie_id: str) -> tuple[Where, records.BookieServiceInfo | None]:
         """Where it is registered and its BookieServiceInfo, the writable registration first (clients
         choose ensembles from it); FormatError for an unparseable registration."""
+        ...
+
+    def rack_config(self) -> RackConfig:
+        """Pulsar's rack groups with the registrations that resolve their keys (`RackConfig.addresses`: each
+        registered bookie's `bookie-rpc` host), as placement reads them; FormatError when unparseable."""
         ...
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bkaudit.errors import MetadataConflict
 from bkaudit.model.ledger import LedgerMetadata
-from bkaudit.zk import ledgers
+from bkaudit.zk import ledgers, paths
 from bkaudit.zk.client import is_transient, with_retries
 
 if TYPE_CHECKING:
@@ -46,6 +46,11 @@ class MetadataStore(Protocol):
 
     def list_ids(self) -> list[int]:
         """Every ledger id, ascending."""
+        ...
+
+    def version(self, ledger_id: int) -> int | None:
+        """The metadata's version without decoding it (None if absent): whether a finding computed from
+        that version still stands."""
         ...
 
 
@@ -113,6 +118,10 @@ class ZkMetadataStore:
 
     def list_ids(self) -> list[int]:
         return sorted(int(i) for i in ledgers.list_ledger_ids(self.zk, root=self.root))
+
+    def version(self, ledger_id: int) -> int | None:
+        stat = self.zk.exists(paths.ledger_path(ledger_id, root=self.root, layout=self.layout))
+        return None if stat is None else int(stat.version)
 
 
 def _version(value: Any) -> int:

@@ -17,6 +17,7 @@ from bkaudit.errors import FormatError, MetadataConflict
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.model.topology import RackConfig
 from bkaudit.store.base import ABSENT, BookieState, Transition, Where, index_ledgers
 from bkaudit.store.memory_ledgers import MemoryMetadataStore
 from bkaudit.zk.dataloss import DataLossRecord
@@ -171,6 +172,22 @@ class _Registry:
         if found is None:
             return "absent", None
         return found[0], records.parse_bookie_service_info(found[1], bookie_id)
+
+    def rack_config(self) -> RackConfig:
+        groups = self.racks()
+        if not groups:
+            return RackConfig({}, addresses={})
+        with self._s.lock:
+            found = dict(self._s.registrations)
+        addresses = {}
+        for bookie_id, (_, data) in found.items():
+            try:
+                endpoint = records.parse_bookie_service_info(data, bookie_id).endpoint()
+            except FormatError:
+                continue  # unresolvable: a rack entry covers its id only
+            if endpoint is not None:
+                addresses[bookie_id] = endpoint.host
+        return RackConfig(groups, addresses=addresses)
 
 
 class _DataLoss:

@@ -65,6 +65,11 @@ class MemoryMetadataStore:
         with self.lock:
             return sorted(self.data)
 
+    def version(self, ledger_id: int) -> int | None:
+        with self.lock:
+            found = self.data.get(ledger_id)
+        return None if found is None else found[1]
+
     # -- arranging a cluster --------------------------------------------------------------------------------
     def force(self, ledger_id: int, metadata: LedgerMetadata) -> None:
         """Another writer's change: create the ledger, or replace its metadata and bump its version."""

@@ -14,6 +14,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from bkaudit.errors import FormatError
 from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
+from bkaudit.model.topology import RackConfig
 from bkaudit.store.base import BookieState, Transition, Where, index_ledgers
 from bkaudit.store.ledgers import ZkMetadataStore
 from bkaudit.zk import dataloss, ledgers, paths, registry
@@ -122,6 +123,9 @@ class _Registry:
 
     def registration(self, bookie_id: str) -> tuple[Where, records.BookieServiceInfo | None]:
         return registry.registration(self._zk, bookie_id, self._root)
+
+    def rack_config(self) -> RackConfig:
+        return registry.read_rack_config(self._zk, root=self._root)
 
 
 class _DataLoss:

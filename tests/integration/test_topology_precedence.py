@@ -21,6 +21,7 @@ from bkaudit.autorecovery.view import BookieView
 from bkaudit.client.directory import ZkBookieDirectory
 from bkaudit.job.cluster_view import read_placement_inputs
 from bkaudit.model.topology import Topology
+from bkaudit.store import ZkStore
 from bkaudit.zk.paths import RACKS_PATH
 
 BOOKIES = ("bk1:3181", "bk2:3181", "bk3:3181")
@@ -66,7 +67,7 @@ def by_caller(zk: KazooClient, zk_root: str, tmp_path: Path, view: BookieView) -
     topologies: dict[str, Topology] = {
         "client": ZkBookieDirectory(zk, root=zk_root, settings=conf).topology(),
         "worker": view.topology(),
-        "checker": read_placement_inputs(zk, conf, root=zk_root).topology,
+        "checker": read_placement_inputs(ZkStore(zk, root=zk_root), conf).topology,
     }
     return {caller: {b: t.location(b) for b in BOOKIES} for caller, t in topologies.items()}
 

@@ -49,6 +49,9 @@ class MemoryBackend:
         if self.store.elected is None:
             self.store.elected = bookie
 
+    def set_racks(self, data: bytes) -> None:
+        self.store.racks = data
+
 
 @pytest.fixture
 def cluster() -> MemoryBackend:
