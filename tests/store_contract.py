@@ -530,3 +530,22 @@ def test_rack_keys_resolve_through_the_registrations(cluster: Backend) -> None:
     assert {g: sorted(m) for g, m in found.items()} == {"default": sorted(["bookie-a", B])}
     assert found["default"]["bookie-a"].rack == "/r1"
     assert dict(found.addresses) == {"bookie-a": "127.0.0.5", B: "10.0.0.2"}
+
+
+# == the snapshot's bulk reads: registrations and markers as written ======================================
+def test_registrations_are_read_as_the_bookies_wrote_them(cluster: Backend) -> None:
+    assert cluster.store.registry.registration_bytes() == []
+    cluster.register(A, java_registration(A))
+    cluster.register(B, b"", readonly=True)
+    assert cluster.store.registry.registration_bytes() == [(A, "writable", java_registration(A)),
+                                                           (B, "readonly", b"")]
+
+
+def test_markers_are_read_with_their_locks(cluster: Backend) -> None:
+    assert cluster.store.queue.marker_bytes() == []
+    cluster.store.queue.mark(9, [B])
+    cluster.store.queue.mark(5, [A, C])
+    cluster.lock(9, "worker-1")
+    found = cluster.store.queue.marker_bytes()
+    assert [(i, records.parse_underreplicated_marker(m).replicas, lock) for i, m, lock in found] == [
+        (5, (A, C), None), (9, (B,), records.encode_lock_data("worker-1"))]

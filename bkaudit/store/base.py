@@ -16,6 +16,7 @@ from bkaudit.model import lifecycle as lc
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.model.topology import RackConfig
 from bkaudit.store.ledgers import MetadataStore
+from bkaudit.zk.client import RateLimiter
 from bkaudit.zk.dataloss import DataLossRecord
 
 ABSENT = -1
@@ -122,6 +123,14 @@ class Registry(Protocol):
         registered bookie's `bookie-rpc` host), as placement reads them; FormatError when unparseable."""
         ...
 
+    def registration_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[str, Where, bytes]]:
+        """(bookie, where, its BookieServiceInfo as the bookie wrote it) of every registration, writable ones
+        first; a bookie registered both ways appears twice, one gone meanwhile not at all (the snapshot's
+        bulk read: `max_in_flight` reads at a time, each taking a `rate_limiter` token)."""
+        ...
+
 
 class DataLossRecords(Protocol):
     """bkaudit's records of ledgers whose entries are lost (under `[zk] state_root`)."""
@@ -163,6 +172,13 @@ class ReplicationQueue(Protocol):
 
     def auditor(self) -> str | None:
         """The elected Auditor's bookie id, None while nobody is voting."""
+        ...
+
+    def marker_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[int, bytes, bytes | None]]:
+        """(ledger, its marker, its lock's data or None when unlocked) of every marked ledger, ascending, as
+        written (a marker resolved meanwhile is left out); read in bulk as `registration_bytes`."""
         ...
 
 

@@ -20,6 +20,7 @@ from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.model.topology import RackConfig
 from bkaudit.store.base import ABSENT, BookieState, Transition, Where, index_ledgers
 from bkaudit.store.memory_ledgers import MemoryMetadataStore
+from bkaudit.zk.client import RateLimiter
 from bkaudit.zk.dataloss import DataLossRecord
 from bkaudit.zk.dataloss import encode as encode_data_loss
 from bkaudit.zk.dataloss import parse as parse_data_loss
@@ -189,6 +190,13 @@ class _Registry:
                 addresses[bookie_id] = endpoint.host
         return RackConfig(groups, addresses=addresses)
 
+    def registration_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[str, Where, bytes]]:
+        with self._s.lock:
+            found = sorted(self._s.registrations.items(), key=lambda r: (r[1][0] != "writable", r[0]))
+        return [(b, where, data) for b, (where, data) in found]
+
 
 class _DataLoss:
     def __init__(self, store: MemoryStore) -> None:
@@ -240,6 +248,15 @@ class _Queue:
 
     def auditor(self) -> str | None:
         return self._s.elected
+
+    def marker_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[int, bytes, bytes | None]]:
+        with self._s.lock:
+            found = sorted(self._s.markers.items())
+            locks = dict(self._s.locks)
+        return [(lid, records.encode_underreplicated_marker(records.UnderreplicatedMarker(replicas, None)),
+                 records.encode_lock_data(locks[lid]) if lid in locks else None) for lid, replicas in found]
 
 
 class _Webhooks:

@@ -20,7 +20,7 @@ from bkaudit.store.ledgers import ZkMetadataStore
 from bkaudit.zk import dataloss, ledgers, paths, registry
 from bkaudit.zk import lifecycle as zk_lifecycle
 from bkaudit.zk import underreplication as ur
-from bkaudit.zk.client import read_children
+from bkaudit.zk.client import RateLimiter, read_children
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -99,6 +99,7 @@ class _Registry:
     def __init__(self, store: ZkStore) -> None:
         self._zk, self._root = store.client, store.root
         self.cookie_home = paths.cookies_root(root=store.root)
+        self._max_in_flight = store.max_in_flight
 
     def cookies(self) -> list[str]:
         return registry.list_cookies(self._zk, self._root)
@@ -127,6 +128,17 @@ class _Registry:
     def rack_config(self) -> RackConfig:
         return registry.read_rack_config(self._zk, root=self._root)
 
+    def registration_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[str, Where, bytes]]:
+        znodes: dict[str, tuple[str, Where]] = {
+            paths.available_path(b, root=self._root): (b, "writable") for b in self.writable()
+        }
+        znodes.update({paths.readonly_path(b, root=self._root): (b, "readonly") for b in self.readonly()})
+        found = ledgers.read_many(self._zk, list(znodes), max_in_flight=self._max_in_flight,
+                                  rate_limiter=rate_limiter)
+        return [(*znodes[path], data) for path, data, _ in found if data is not None]
+
 
 class _DataLoss:
     def __init__(self, store: ZkStore) -> None:
@@ -145,6 +157,7 @@ class _DataLoss:
 class _Queue:
     def __init__(self, store: ZkStore) -> None:
         self._zk, self._root, self._acl = store.client, store.root, store.acl
+        self._max_in_flight = store.max_in_flight
 
     def is_enabled(self) -> bool:
         return ur.is_replication_enabled(self._zk, root=self._root)
@@ -164,6 +177,32 @@ class _Queue:
 
     def auditor(self) -> str | None:
         return ur.current_auditor(self._zk, root=self._root)
+
+    def marker_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[int, bytes, bytes | None]]:
+        ids = self.marked()
+        if not ids:
+            return []
+        try:
+            names = self._zk.get_children(paths.locks_root(root=self._root))
+            locked = {paths.parse_lock_name(n) for n in names}
+        except NoNodeError:
+            locked = set()
+        marker_paths = {paths.underreplicated_ledger_path(i, root=self._root): i for i in ids}
+        lock_paths = {paths.lock_path(i, root=self._root): i for i in ids if i in locked}
+        found: dict[int, bytes] = {}
+        locks: dict[int, bytes] = {}
+        wanted = [*marker_paths, *lock_paths]
+        for path, data, _ in ledgers.read_many(self._zk, wanted, max_in_flight=self._max_in_flight,
+                                               rate_limiter=rate_limiter):
+            if data is None:
+                continue
+            if path in marker_paths:
+                found[marker_paths[path]] = data
+            else:
+                locks[lock_paths[path]] = data
+        return [(i, found[i], locks.get(i)) for i in ids if i in found]
 
 
 class _Webhooks:

@@ -91,7 +91,7 @@ def test_client_worker_and_checker_resolve_bookies_keys_through_registrations(zk
     from bkaudit.store import ZkStore
 
     assert locations(read_placement_inputs(ZkStore(zk, root=zk_root), conf).topology) == EXPECTED
-    state = read_cluster_state(zk, zk_root)
+    state = read_cluster_state(ZkStore(zk, root=zk_root))
     assert state.topology is not None
     assert locations(state.topology) == EXPECTED
 
