@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     from bkaudit.cli_common import job_settings, run_job
     from bkaudit.config import ZkSettings
     from bkaudit.job.publish import publish_run
-    from bkaudit.zk.client import close, connect
+    from bkaudit.store import ZkStore
+    from bkaudit.zk.client import acls, close, connect
     from bkaudit.zk.ledgers import read_layout
 
     def work() -> int:
@@ -50,9 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         zk_settings = settings.get(ZkSettings)
         zk = connect(zk_settings)
         try:
-            stats = publish_run(warehouse, args.run_id, zk, root=zk_settings.root,
-                                publish_placement=conf.publish_placement, rate_per_s=conf.publish_rate_per_s,
-                                layout=read_layout(zk, root=zk_settings.root))
+            cluster = ZkStore(zk, root=zk_settings.root, layout=read_layout(zk, root=zk_settings.root),
+                              acl=acls(zk_settings))
+            stats = publish_run(warehouse, args.run_id, cluster, publish_placement=conf.publish_placement,
+                                rate_per_s=conf.publish_rate_per_s)
         finally:
             close(zk)
         print(json.dumps({"run_id": args.run_id, "published": stats.published, "marked": stats.marked,

@@ -20,7 +20,7 @@ import pytest
 
 from bkaudit.admin import views, webhooks
 from bkaudit.admin.server import AdminServer
-from bkaudit.errors import FormatError, MetadataConflict, MetadataError
+from bkaudit.errors import FormatError, MetadataConflict, MetadataError, NoSuchLedger
 from bkaudit.formats import records
 from bkaudit.lifecycle import service, serving
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache, report_failure
@@ -67,6 +67,10 @@ class Backend(Protocol):
 
     def deregister(self, bookie: str) -> None:
         """A bookie's registration went (it stopped, or its session expired)."""
+        ...
+
+    def set_racks(self, data: bytes) -> None:
+        """Pulsar's rack JSON (`/bookies`, cluster-wide: the backend puts back what was there)."""
         ...
 
 
@@ -580,3 +584,85 @@ def test_a_bookie_watching_its_records_sees_its_state_and_switch(cluster: Backen
     wait_for(lambda: states[-1] is S.DRAINING, 10, "Draining")
     cluster.store.lifecycle.write_serving(A, True, by="t", at="now")
     wait_for(lambda: switches[-1] is True, 10, "the switch")
+
+# == ledger metadata (ClusterStore.ledgers: BookKeeper's LedgerManager) =====================================
+def test_ledger_ids_are_new_and_metadata_is_created_once(cluster: Backend) -> None:
+    ledgers = cluster.store.ledgers
+    first, second = ledgers.new_ledger_id(), ledgers.new_ledger_id()
+    assert first != second and ledgers.list_ids() == []
+    md = ledger((A, B))
+    assert ledgers.create(second, md) == 0
+    assert ledgers.read(second) == (md, 0)
+    with pytest.raises(MetadataConflict):
+        ledgers.create(second, ledger((C, D)))
+    assert ledgers.read(second) == (md, 0)
+    with pytest.raises(NoSuchLedger):
+        ledgers.read(first)
+
+
+def test_ledger_metadata_is_written_by_compare_and_set(cluster: Backend) -> None:
+    ledgers = cluster.store.ledgers
+    version = ledgers.create(4, ledger((A, B), closed=False))
+    closed = ledger((A, B))
+    assert ledgers.write(4, closed, version) == version + 1
+    with pytest.raises(MetadataConflict):
+        ledgers.write(4, ledger((C, D)), version)  # a writer that read the older version loses
+    assert ledgers.read(4) == (closed, version + 1)
+    with pytest.raises(NoSuchLedger):
+        ledgers.write(5, closed, 0)
+
+
+def test_ledgers_are_listed_and_deleted(cluster: Backend) -> None:
+    ledgers = cluster.store.ledgers
+    cluster.put_ledger(12, ledger((A, B)))  # written by another client
+    ledgers.create(3, ledger((B, C)))
+    assert ledgers.list_ids() == [3, 12]
+    assert cluster.store.index.ledgers_of([C]) == {C: {3: 1000}}  # one set of ledgers for every kind
+    ledgers.delete(12)
+    assert ledgers.list_ids() == [3]
+    with pytest.raises(NoSuchLedger):
+        ledgers.read(12)
+    with pytest.raises(NoSuchLedger):
+        ledgers.delete(12)
+
+
+def test_a_ledger_version_is_read_without_its_metadata(cluster: Backend) -> None:
+    ledgers = cluster.store.ledgers
+    assert ledgers.version(6) is None
+    version = ledgers.create(6, ledger((A, B)))
+    assert ledgers.version(6) == version
+    ledgers.write(6, ledger((A, C)), version)
+    assert ledgers.version(6) == version + 1
+
+
+# == the registry's rack configuration, as placement reads it ==============================================
+def test_rack_keys_resolve_through_the_registrations(cluster: Backend) -> None:
+    assert cluster.store.registry.rack_config() == {}
+    custom = records.bookie_service_info_for("bookie-a", "127.0.0.5", 3181)
+    cluster.register("bookie-a", records.encode_bookie_service_info(custom))  # its endpoint names the host
+    cluster.register(B, b"", readonly=True)  # legacy: the endpoint is the id's
+    cluster.register("bookie-c", b"garbage")  # unresolvable: its rack entry covers its id only
+    cluster.set_racks(json.dumps({"default": {"bookie-a": {"rack": "/r1"}, B: {"rack": "/r2"}}}).encode())
+    found = cluster.store.registry.rack_config()
+    assert {g: sorted(m) for g, m in found.items()} == {"default": sorted(["bookie-a", B])}
+    assert found["default"]["bookie-a"].rack == "/r1"
+    assert dict(found.addresses) == {"bookie-a": "127.0.0.5", B: "10.0.0.2"}
+
+
+# == the snapshot's bulk reads: registrations and markers as written ======================================
+def test_registrations_are_read_as_the_bookies_wrote_them(cluster: Backend) -> None:
+    assert cluster.store.registry.registration_bytes() == []
+    cluster.register(A, java_registration(A))
+    cluster.register(B, b"", readonly=True)
+    assert cluster.store.registry.registration_bytes() == [(A, "writable", java_registration(A)),
+                                                           (B, "readonly", b"")]
+
+
+def test_markers_are_read_with_their_locks(cluster: Backend) -> None:
+    assert cluster.store.queue.marker_bytes() == []
+    cluster.store.queue.mark(9, [B])
+    cluster.store.queue.mark(5, [A, C])
+    cluster.lock(9, "worker-1")
+    found = cluster.store.queue.marker_bytes()
+    assert [(i, records.parse_underreplicated_marker(m).replicas, lock) for i, m, lock in found] == [
+        (5, (A, C), None), (9, (B,), records.encode_lock_data("worker-1"))]

@@ -149,10 +149,10 @@ class AutoRecoveryService:
         from bkaudit.client.bookkeeper import BookKeeper
         from bkaudit.client.directory import ZkBookieDirectory
         from bkaudit.client.settings import ClientSettings
-        from bkaudit.client.store import ZkMetadataStore
         from bkaudit.rpc.pool import BookieClientPool
         from bkaudit.rpc.settings import RpcSettings
         from bkaudit.rpc.tls import TlsConfig
+        from bkaudit.store.ledgers import ZkMetadataStore
         from bkaudit.zk.client import RateLimiter
 
         rpc = self.settings.get(RpcSettings)

@@ -22,11 +22,11 @@ from bkaudit.model.ledger import LedgerMetadata
 
 if TYPE_CHECKING:
     from bkaudit.autorecovery.view import BookieView
-    from bkaudit.client.store import MetadataStore
     from bkaudit.lifecycle.drain import LifecycleCache
     from bkaudit.model.placement import PlacementPolicy
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.store.base import ClusterStore
+    from bkaudit.store.ledgers import MetadataStore
     from bkaudit.zk.client import RateLimiter
 
 LISTING_RETRY_S = 600.0  # a bookie found not answering listings is judged from reads this long

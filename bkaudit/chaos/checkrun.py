@@ -11,7 +11,10 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bkaudit.config import ZkSettings
 
 CHECKER_ENV = {
     "BKAUDIT_SNAPSHOT__VALIDATE": "false",
@@ -30,9 +33,10 @@ class CheckOutcome:
 
 
 def run_checker(
-    *, zk: str, root: str, warehouse: str, publish_underreplicated: bool, timeout_s: float = 600
+    *, zk: ZkSettings, warehouse: str, publish_underreplicated: bool, timeout_s: float = 600
 ) -> CheckOutcome:
-    """Snapshot + check the cluster once; the findings of that run (category, ledger_id, bookie_id, ...)."""
+    """Snapshot + check the cluster `zk` names once (its connect string and root, as the CLI's flags); the
+    findings of that run (category, ledger_id, bookie_id, ...)."""
     env = {**os.environ, **CHECKER_ENV}
     publish = "--publish-underreplicated" if publish_underreplicated else "--no-publish-underreplicated"
     proc = subprocess.run(
@@ -42,9 +46,9 @@ def run_checker(
             "bkaudit.cli",
             "check",
             "--zk",
-            zk,
+            zk.connect,
             "--root",
-            root,
+            zk.root,
             "--warehouse",
             warehouse,
             "--fresh",

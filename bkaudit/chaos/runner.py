@@ -41,6 +41,7 @@ from bkaudit.chaos.workloads import (
 )
 from bkaudit.client import BookKeeper
 from bkaudit.cluster.local import BOOKIE_SESSION_TIMEOUT_S, LocalCluster
+from bkaudit.config import ZkSettings
 from bkaudit.exitcodes import ExitCode
 from bkaudit.zk import dataloss
 from bkaudit.zk.server import free_port
@@ -157,9 +158,8 @@ def run(settings: ChaosSettings) -> ChaosResult:
             readers=settings.readers,
             crash_probability=settings.crash_probability,
         )
-        bk = connect_client(
-            zk=cluster.zk, root=cluster.root, proxies=proxies, add_timeout_s=conf.add_timeout_s
-        )
+        bk = connect_client(zk=ZkSettings(connect=cluster.zk, root=cluster.root), proxies=proxies,
+                            add_timeout_s=conf.add_timeout_s)
         threads = [
             *(Writer(index=i, bk=bk, shared=shared, conf=conf) for i in range(conf.writers)),
             *(Reader(index=i, bk=bk, shared=shared, conf=conf) for i in range(conf.readers)),
@@ -264,8 +264,7 @@ def _check(
 ) -> dict[str, Any]:
     started = history.now()
     outcome = run_checker(
-        zk=cluster.zk,
-        root=cluster.root,
+        zk=ZkSettings(connect=cluster.zk, root=cluster.root),
         warehouse=str(workdir / "warehouse"),
         publish_underreplicated=publish,
     )

@@ -22,9 +22,8 @@ from bkaudit.chaos.proxy import ProxiedPool, ProxySet
 from bkaudit.client import BookKeeper
 from bkaudit.client.directory import ZkBookieDirectory
 from bkaudit.client.settings import ClientSettings
-from bkaudit.client.store import ZkMetadataStore
 from bkaudit.config import ZkSettings
-from bkaudit.zk import client as zkclient
+from bkaudit.store import connect as connect_store
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +44,16 @@ class WorkloadSettings:
     add_timeout_s: float = 8.0
 
 
-def connect_client(*, zk: str, root: str, proxies: ProxySet, add_timeout_s: float) -> BookKeeper:
-    """A ledger client whose bookie connections go through the chaos proxies."""
+def connect_client(*, zk: ZkSettings, proxies: ProxySet, add_timeout_s: float) -> BookKeeper:
+    """A ledger client on the cluster `zk` names, whose bookie connections go through the chaos proxies."""
     settings = ClientSettings(
         add_timeout_s=add_timeout_s, read_timeout_s=add_timeout_s, close_timeout_s=4 * add_timeout_s
     )
-    session = zkclient.connect(ZkSettings(connect=zk, root=root))
+    cluster = connect_store(zk)
+    session, root = cluster.client, cluster.root
     pool = ProxiedPool(proxies=proxies, zk=session, root=root, request_timeout_s=add_timeout_s)
     return BookKeeper(
-        store=ZkMetadataStore(session, root=root),
+        store=cluster.ledgers,
         pool=pool,
         directory=ZkBookieDirectory(session, root=root),
         settings=settings,

@@ -19,10 +19,10 @@ from bkaudit.client.pipeline import AddPipeline
 from bkaudit.client.reader import ReadHandle, read_last_add_confirmed
 from bkaudit.client.recovery import recover as recover_ledger
 from bkaudit.client.settings import ClientSettings
-from bkaudit.client.store import MetadataStore, ZkMetadataStore
 from bkaudit.errors import MetadataError
 from bkaudit.model.ledger import DigestType, FrozenMap, LedgerMetadata, LedgerState, Segment
 from bkaudit.model.quorum import validate_quorum
+from bkaudit.store.ledgers import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class BookKeeper:
         to the settings' [rpc] TLS).
         """
         from bkaudit.rpc.pool import BookieClientPool
-        from bkaudit.zk.client import connect as zk_connect
+        from bkaudit.store import connect as connect_store
 
         zk_settings = _zk_settings(settings, zk, root)
         client_settings, policy = _client_and_policy(settings)
@@ -84,7 +84,8 @@ class BookKeeper:
             transport = settings.get(RpcSettings).transport
             if tls is None:  # [rpc] tls_* as every other bkaudit bookie client (TLS-only bookies answer EUA)
                 tls = TlsConfig.from_settings(settings)
-        session = zk_connect(zk_settings)
+        cluster = connect_store(zk_settings)
+        session = cluster.client
         try:
             # RPC deadline no longer than the client's own timeouts, so a hung bookie is replaced in time
             pool = BookieClientPool(
@@ -98,7 +99,6 @@ class BookKeeper:
         except Exception:
             _stop_zk(session)
             raise
-        store = ZkMetadataStore(session, root=zk_settings.root, layout=zk_settings.layout)
         directory = ZkBookieDirectory(
             session,
             root=zk_settings.root,
@@ -106,7 +106,7 @@ class BookKeeper:
             settings=settings if _is_config(settings) else None,
         )
         return cls(
-            store=store,
+            store=cluster.ledgers,
             pool=pool,
             directory=directory,
             settings=client_settings,

@@ -89,13 +89,11 @@ def _cli_errors(func: F) -> F:
 
 
 @contextmanager
-def _client(
-    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None
-) -> Iterator[Any]:
+def _client(settings: Any) -> Iterator[Any]:
+    """A BookKeeper client on the command's settings (`load_settings`: its flags applied)."""
     from bkaudit.client.bookkeeper import BookKeeper
 
     _quiet_kazoo()
-    settings = load_settings(zk, cluster_dir, root, config_path)
     bk = BookKeeper.from_settings(settings)
     try:
         yield bk
@@ -106,14 +104,6 @@ def _client(
 def _quiet_kazoo() -> None:
     """kazoo logs every failed connection attempt; the CLI reports the outcome once, as one line."""
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-
-
-def _settings_client(
-    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None
-) -> Any:
-    from bkaudit.client.settings import ClientSettings
-
-    return load_settings(zk, cluster_dir, root, config_path).get(ClientSettings)
 
 
 def _custom_metadata(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -169,14 +159,15 @@ def write_cmd(
     as_json: bool,
 ) -> None:
     """Create a ledger and add ENTRIES entries of ENTRY_SIZE bytes (entry i's payload starts "entry-i ")."""
-    from bkaudit.client.settings import digest_from_name
+    from bkaudit.client.settings import ClientSettings, digest_from_name
 
-    defaults = _settings_client(zk, cluster_dir, root, config_path)
+    settings = load_settings(zk, cluster_dir, root, config_path)
+    defaults = settings.get(ClientSettings)
     e = ensemble or defaults.ensemble_size
     wq = write_quorum or min(defaults.write_quorum, e)
     aq = ack_quorum or min(defaults.ack_quorum, wq)
     metadata = _custom_metadata(custom)
-    with _client(zk, cluster_dir, root, config_path) as bk:
+    with _client(settings) as bk:
         handle = bk.create_ledger(
             e,
             wq,
@@ -251,7 +242,7 @@ def read_cmd(
     as_json: bool,
 ) -> None:
     """Read entries FIRST..LAST (without fencing unless --recover)."""
-    with _client(zk, cluster_dir, root, config_path) as bk:
+    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
         handle = bk.open_ledger(ledger_id, recover=recover)
         stop = handle.last_add_confirmed if last is None else last
         entries = handle.read_entries(first, stop) if stop >= first else []
@@ -286,7 +277,7 @@ def recover_cmd(
     as_json: bool,
 ) -> None:
     """Fence the ledger's writer, find its last entry and close it (a no-op if already CLOSED)."""
-    with _client(zk, cluster_dir, root, config_path) as bk:
+    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
         md = bk.open_ledger(ledger_id, recover=True).metadata
     data = {
         "ledger_id": ledger_id,
@@ -331,7 +322,7 @@ def metadata_cmd(
     as_json: bool,
 ) -> None:
     """Show a ledger's metadata as stored in ZooKeeper."""
-    with _client(zk, cluster_dir, root, config_path) as bk:
+    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
         data = metadata_json(ledger_id, bk.ledger_metadata(ledger_id))
 
     def human(d: dict[str, Any]) -> str:
@@ -355,7 +346,7 @@ def list_cmd(
     zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, as_json: bool
 ) -> None:
     """List ledger ids."""
-    with _client(zk, cluster_dir, root, config_path) as bk:
+    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
         ids = bk.list_ledgers()
     emit({"ledgers": ids, "count": len(ids)}, as_json, lambda d: "\n".join(str(i) for i in d["ledgers"]))
 
@@ -374,6 +365,6 @@ def delete_cmd(
     as_json: bool,
 ) -> None:
     """Delete a ledger's metadata (bookies keep its entries on disk)."""
-    with _client(zk, cluster_dir, root, config_path) as bk:
+    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
         bk.delete_ledger(ledger_id)
     emit({"ledger_id": ledger_id, "deleted": True}, as_json, lambda d: f"ledger {d['ledger_id']} deleted")

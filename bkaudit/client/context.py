@@ -8,8 +8,8 @@ from typing import Any
 
 from bkaudit.client.directory import BookieDirectory
 from bkaudit.client.settings import ClientSettings
-from bkaudit.client.store import MetadataStore
 from bkaudit.model.ledger import DigestType
+from bkaudit.store.ledgers import MetadataStore
 
 
 @dataclass(frozen=True)

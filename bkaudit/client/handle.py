@@ -14,9 +14,9 @@ from typing import Any
 
 from bkaudit.client import rules
 from bkaudit.client.pipeline import AddPipeline
-from bkaudit.client.store import MetadataStore
 from bkaudit.errors import BkAuditError, LedgerStateError, MetadataConflict
 from bkaudit.model.ledger import LedgerMetadata, LedgerState
+from bkaudit.store.ledgers import MetadataStore
 
 log = logging.getLogger(__name__)
 

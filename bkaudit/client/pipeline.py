@@ -26,7 +26,6 @@ from typing import Any
 from bkaudit.client import rules
 from bkaudit.client.directory import BookieDirectory
 from bkaudit.client.pending import AddQueue, PendingAdd
-from bkaudit.client.store import MetadataStore
 from bkaudit.errors import (
     BkAuditError,
     BookieError,
@@ -37,6 +36,7 @@ from bkaudit.errors import (
 )
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.model.quorum import write_set
+from bkaudit.store.ledgers import MetadataStore
 
 log = logging.getLogger(__name__)
 

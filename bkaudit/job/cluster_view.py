@@ -1,6 +1,6 @@
 """The checker's view of the cluster at the start of a run: who is registered, where bookies listen, racks.
 
-Read once on the driver with the run's ZooKeeper session; executors get the resulting static maps and need no
+Read once on the driver from the run's cluster store; executors get the resulting static maps and need no
 ZooKeeper session of their own.
 """
 
@@ -16,13 +16,12 @@ from bkaudit.audit.settings import PlacementSettings, policy_from_settings, topo
 from bkaudit.errors import FormatError
 from bkaudit.model.placement import PlacementPolicy
 from bkaudit.model.topology import Topology
-from bkaudit.rpc.pool import BookieClientPool
-from bkaudit.zk import registry
+from bkaudit.rpc.pool import lookup_address
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
     from bkaudit.config import Settings
+    from bkaudit.formats.records import BookieServiceInfo
+    from bkaudit.store import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +49,19 @@ class ClusterView:
         return self.registered.get(bookie_id, ABSENT)
 
 
-def read_cluster_view(zk: KazooClient, *, root: str, known: Iterable[str]) -> ClusterView:
+def read_cluster_view(store: ClusterStore, *, known: Iterable[str]) -> ClusterView:
     """Registered bookies (now) and where every bookie of `known` or the registry listens."""
     registered: dict[str, str] = {}
-    for b in registry.list_writable(zk, root):
+    for b in store.registry.writable():
         registered[b] = WRITABLE
-    for b in registry.list_readonly(zk, root):
+    for b in store.registry.readonly():
         registered[b] = READONLY
-    pool = BookieClientPool(zk=zk, root=root)
-    addresses = {b: pool.lookup(b) for b in sorted(set(known) | set(registered))}
+
+    def registration(bookie_id: str) -> BookieServiceInfo | None:
+        return store.registry.registration(bookie_id)[1]
+
+    addresses = {b: lookup_address(b, registration, static={})
+                 for b in sorted(set(known) | set(registered))}
     return ClusterView(
         registered=registered,
         targets={b: a.target for b, a in addresses.items()},
@@ -66,10 +69,10 @@ def read_cluster_view(zk: KazooClient, *, root: str, known: Iterable[str]) -> Cl
     )
 
 
-def registered_now(zk: KazooClient, *, root: str) -> frozenset[str]:
+def registered_now(store: ClusterStore) -> frozenset[str]:
     """Bookies registered (writable or read-only) now: read again after the fan-out's delayed re-check, so a
     bookie is lost only if it stayed unregistered through it (`bookie_stats.lost_bookies`)."""
-    return frozenset(registry.list_writable(zk, root)) | frozenset(registry.list_readonly(zk, root))
+    return frozenset(store.registry.writable()) | frozenset(store.registry.readonly())
 
 
 @dataclass(frozen=True)
@@ -84,17 +87,17 @@ class PlacementInputs:
         return PlacementCheck(self.policy, self.topology, self.policy_name, writable=writable)
 
 
-def read_placement_inputs(zk: KazooClient, settings: Settings, *, root: str) -> PlacementInputs:
+def read_placement_inputs(store: ClusterStore, settings: Settings) -> PlacementInputs:
     """The policy and topology of `[placement]`, with the one precedence rule of client and worker:
     Pulsar's `/bookies` rack map wins over `[placement] locations` (`model.topology.resolve_topology`), its
-    keys resolved through the registrations under `root` as client and worker do (`read_rack_config`).
+    keys resolved through the registrations as client and worker do (`Registry.rack_config`).
 
     Unreadable rack JSON must not stop an audit: it is logged and the configured locations are used.
     """
     conf = settings.get(PlacementSettings)
     racks: Mapping[str, object]
     try:
-        racks = registry.read_rack_config(zk, root=root)
+        racks = store.registry.rack_config()
     except FormatError as exc:
         log.warning("rack configuration /bookies unreadable (%s); using [placement] locations", exc)
         racks = {}

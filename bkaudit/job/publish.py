@@ -6,8 +6,8 @@ it just computed (before writing them, so the `published` flags land in the same
 rows with the new flags (one Delta commit replacing the run's rows).
 
 What is published, and with which replicas, is the domain rule `bkaudit.audit.queue.replicas_to_publish`;
-the markers are written exactly as BookKeeper marks ledgers (`zk.underreplication.mark_underreplicated`: the
-`urL%010d` znode with TextFormat `replica` + `ctime`, merged into an existing marker with a version CAS).
+the markers are written exactly as BookKeeper marks ledgers (the store's `queue.mark`: the `urL%010d` znode
+with TextFormat `replica` + `ctime`, merged into an existing marker with a version CAS).
 
 Never published: rows already published, rows on ledgers already under repair (a second mark would only reset
 the marker's grace-period clock), and rows whose ledger metadata changed or vanished since the check (the
@@ -32,12 +32,10 @@ from bkaudit.tables.checker_schemas import AUDIT_RUNS, VIOLATIONS
 from bkaudit.tables.read import read_arrow
 from bkaudit.tables.schemas import conform
 from bkaudit.tables.store import write_table
-from bkaudit.zk import paths
 from bkaudit.zk.client import rate_limiter
-from bkaudit.zk.underreplication import mark_underreplicated
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
+    from bkaudit.store import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +58,11 @@ class PublishStats:
 
 
 def publish(
-    zk: KazooClient,
+    store: ClusterStore,
     violations: Sequence[Violation],
     *,
-    root: str,
     publish_placement: bool = False,
     rate_per_s: float | None = None,
-    layout: str | None = None,
-    now_ms: int | None = None,
     check_metadata: bool = True,
 ) -> tuple[list[Violation], PublishStats]:
     """Mark eligible violations' ledgers under-replicated; the violations again, `published` where they were.
@@ -93,8 +88,7 @@ def publish(
         expected = v.znode_version
         if check_metadata and expected is not None:
             if ledger_id not in version_cache:
-                stat = zk.exists(paths.ledger_path(ledger_id, root=root, layout=layout or "hierarchical"))
-                version_cache[ledger_id] = None if stat is None else int(stat.version)
+                version_cache[ledger_id] = store.ledgers.version(ledger_id)
             current = version_cache[ledger_id]
             if current is None:
                 stats.skip("ledger_deleted")
@@ -102,9 +96,9 @@ def publish(
             if current != expected:
                 stats.skip("metadata_changed")
                 continue
-        written = mark_underreplicated(
-            zk, ledger_id, replicas, root=root, now_ms=now_ms, rate_limiter=limiter
-        )
+        if limiter is not None:
+            limiter.acquire()
+        written = store.queue.mark(ledger_id, replicas)
         out[-1] = replace(v, published=True)
         if written:
             stats.marked += 1
@@ -120,12 +114,10 @@ def publish(
 def publish_run(
     warehouse: str,
     run_id: str,
-    zk: KazooClient,
+    store: ClusterStore,
     *,
-    root: str,
     publish_placement: bool = False,
     rate_per_s: float | None = None,
-    layout: str | None = None,
 ) -> PublishStats:
     """Publish a finished run's violations (jobs/publish_underreplicated.py) and record the flags.
 
@@ -141,12 +133,10 @@ def publish_run(
     data = read_arrow(warehouse, "violations")
     rows = data.filter(pc.equal(data.column("run_id"), run_id)).to_pylist()
     done, stats = publish(
-        zk,
+        store,
         [violation_of_row(r) for r in rows],
-        root=root,
         publish_placement=publish_placement,
         rate_per_s=rate_per_s,
-        layout=layout,
     )
     if stats.published:
         for row, v in zip(rows, done, strict=True):

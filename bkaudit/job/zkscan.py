@@ -17,11 +17,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from bkaudit.zk.client import get_children_many
+from bkaudit.zk.client import close, connect, get_children_many
 from bkaudit.zk.ledgers import child_counts, ledger_prefixes
 from bkaudit.zk.paths import LONG_WIDTHS, SHORT_WIDTHS
+
+if TYPE_CHECKING:
+    from bkaudit.zk.settings import ZkSettings
 
 SHORT_DEPTH = 3  # dirs + leaf below the root
 LONG_DEPTH = 5
@@ -45,28 +48,34 @@ class Unit:
         return (SHORT_DEPTH if len(parts[0]) == 2 else LONG_DEPTH) - len(parts)
 
 
-def plan_units(zk: Any, root: str, partitions: int) -> list[Unit]:
-    """Units covering every ledger under `root`, expanded until there are enough to balance `partitions`."""
-    units = [Unit(p) for p in ledger_prefixes(zk, root=root)]
-    target = max(1, partitions) * BALANCE_FACTOR
-    while len(units) < target:
-        expandable = [u for u in units if u.levels_left > 1]
-        if not expandable:
-            break
-        shallowest = max(u.levels_left for u in expandable)
-        grow = [u for u in expandable if u.levels_left == shallowest]
-        keep = [u for u in units if u not in grow]
-        listed = get_children_many(zk, [f"{root}/{u.path}" for u in grow], LISTING_IN_FLIGHT)
-        grown = [
-            Unit(f"{parent[len(root) + 1 :]}/{kid}")
-            for parent, kids in listed
-            for kid in sorted(kids)
-            if _is_dir_name(parent[len(root) + 1 :], kid)
-        ]
-        if len(keep) + len(grown) > MAX_UNITS:
-            break
-        units = keep + grown
-    counts = child_counts(zk, [f"{root}/{u.path}" for u in units], LISTING_IN_FLIGHT)
+def plan_units(settings: ZkSettings, partitions: int) -> list[Unit]:
+    """Units covering every ledger of the cluster `settings` name, expanded until there are enough to
+    balance `partitions`; read on a short session of its own."""
+    root = settings.root
+    zk = connect(settings)
+    try:
+        units = [Unit(p) for p in ledger_prefixes(zk, root=root)]
+        target = max(1, partitions) * BALANCE_FACTOR
+        while len(units) < target:
+            expandable = [u for u in units if u.levels_left > 1]
+            if not expandable:
+                break
+            shallowest = max(u.levels_left for u in expandable)
+            grow = [u for u in expandable if u.levels_left == shallowest]
+            keep = [u for u in units if u not in grow]
+            listed = get_children_many(zk, [f"{root}/{u.path}" for u in grow], LISTING_IN_FLIGHT)
+            grown = [
+                Unit(f"{parent[len(root) + 1 :]}/{kid}")
+                for parent, kids in listed
+                for kid in sorted(kids)
+                if _is_dir_name(parent[len(root) + 1 :], kid)
+            ]
+            if len(keep) + len(grown) > MAX_UNITS:
+                break
+            units = keep + grown
+        counts = child_counts(zk, [f"{root}/{u.path}" for u in units], LISTING_IN_FLIGHT)
+    finally:
+        close(zk)
     weighed = []
     for u in units:
         n = counts.get(f"{root}/{u.path}", 0)

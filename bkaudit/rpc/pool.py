@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -50,6 +50,28 @@ def address_of(info: records.BookieServiceInfo | None, *, transport: str = NATIV
     target = f"[{host}]:{endpoint.port}" if ":" in host else f"{host}:{endpoint.port}"
     batch = info.properties_dict().get(BATCH_LISTING_PROPERTY, "").lower() in ("true", "1", "yes")
     return BookieAddress(target, batch)
+
+
+def lookup_address(
+    bookie_id: str, registration: Callable[[str], records.BookieServiceInfo | None] | None, *,
+    static: Mapping[str, str], transport: str = NATIVE,
+) -> BookieAddress:
+    """The address `registration(bookie_id)` gives for `transport`, else the static map, else the id itself
+    (legacy host:port ids). An unreadable registration falls back too: ZooKeeper trouble must not make a
+    bookie unreachable by id."""
+    if registration is not None:
+        try:
+            info = registration(bookie_id)
+        except FormatError as exc:
+            log.warning("registration of %s is unreadable (%s); falling back", bookie_id, exc)
+            info = None
+        except Exception as exc:
+            log.warning("cannot read registration of %s: %s", bookie_id, exc)
+            info = None
+        address = address_of(info, transport=transport)
+        if address is not None:
+            return address
+    return BookieAddress(static.get(bookie_id, bookie_id))
 
 
 class BookieClientPool:
@@ -95,19 +117,9 @@ class BookieClientPool:
 
     def lookup(self, bookie_id: str) -> BookieAddress:
         """The registration's address for this pool's transport, else the static map, else the id itself."""
-        if self.zk is not None:
-            try:
-                info = registry.read_bookie_service_info(self.zk, bookie_id, self.root)
-            except FormatError as exc:
-                log.warning("registration of %s is unreadable (%s); falling back", bookie_id, exc)
-                info = None
-            except Exception as exc:  # ZooKeeper trouble must not make a bookie unreachable by id
-                log.warning("cannot read registration of %s: %s", bookie_id, exc)
-                info = None
-            address = address_of(info, transport=self.transport)
-            if address is not None:
-                return address
-        return BookieAddress(self.static.get(bookie_id, bookie_id))
+        zk, root = self.zk, self.root
+        read = None if zk is None else (lambda b: registry.read_bookie_service_info(zk, b, root))
+        return lookup_address(bookie_id, read, static=self.static, transport=self.transport)
 
     def invalidate(self, bookie_id: str) -> None:
         with self._lock:

@@ -63,9 +63,9 @@ from bkaudit.rpc.tls import TlsConfig
 from bkaudit.spark.checker_inputs import RunInputs, load_inputs, resolve_snapshot
 from bkaudit.spark.checker_live import OpenSegments, open_segments, switch_fallback
 from bkaudit.spark.checker_run import RunContext
+from bkaudit.store import ZkStore
 from bkaudit.tables.checker_schemas import CHECKER_TABLES
 from bkaudit.tables.read import require_writable
-from bkaudit.zk import registry
 from bkaudit.zk.client import acls, close, connect
 from bkaudit.zk.ledgers import read_layout, require_cluster
 from bkaudit.zk.paths import CHECK_CTIME_NODES
@@ -164,8 +164,9 @@ def _check(
     )
     inputs = load_inputs(spark, ctx, snapshot_id, selection)
     known = inputs.bookies.column("bookie_id").to_pylist()
-    view = read_cluster_view(zk, root=ctx.zk.root, known=known)
-    placement = read_placement_inputs(zk, ctx.settings, root=ctx.zk.root)
+    cluster = ZkStore(zk, root=ctx.zk.root, layout=session.layout, acl=acls(ctx.zk))
+    view = read_cluster_view(cluster, known=known)
+    placement = read_placement_inputs(cluster, ctx.settings)
     t = _lap(result, "load", t)
 
     ctx.say("ledger pass and fan-out: metadata, placement, then every bookie asked for its entries")
@@ -241,7 +242,7 @@ def _check(
 
     result.bookies = bookie_stats(fan.calls, view=view, evidence=modes)
     result.bookies_checked = len(result.bookies)  # bookies asked (answered or not)
-    lost = lost_bookies(result.bookies, registered_now=registered_now(zk, root=ctx.zk.root))
+    lost = lost_bookies(result.bookies, registered_now=registered_now(cluster))
     if lost:
         ctx.say(f"{len(lost)} lost bookie(s), not registered and silent through the re-check: their copies "
                 f"count missing ({', '.join(sorted(lost))})")
@@ -265,7 +266,7 @@ def _check(
     found = checked.findings
     found += overdue_markers(session, inputs.markers, grace_period_s=conf.grace_period_s, now_ms=ctx.now_ms)
     found += bookie_findings(
-        result.bookies, state_of=lambda b: str(registry.bookie_state(zk, b, ctx.zk.root))
+        result.bookies, state_of=lambda b: str(cluster.registry.bookie_state(b))
     )
     t = _lap(result, "progress", t)
 
@@ -273,12 +274,10 @@ def _check(
     if conf.publish_underreplicated:
         ctx.say("publishing under-replicated ledgers")
         violations, _stats = publish(
-            zk,
+            cluster,
             violations,
-            root=ctx.zk.root,
             publish_placement=conf.publish_placement,
             rate_per_s=conf.publish_rate_per_s,
-            layout=session.layout,
         )
         t = _lap(result, "publish", t)
     result.violations = violations

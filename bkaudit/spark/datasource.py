@@ -116,13 +116,8 @@ def plan_partitions(options: ReadOptions) -> list[list[str]]:
     """The ledger-tree units of each task, planned on the driver with one short session: at most
     `max_zk_sessions` groups, so at most that many concurrent sessions."""
     from bkaudit.job.zkscan import pack, plan_units
-    from bkaudit.zk.client import close, connect
 
-    zk = connect(options.session_settings())
-    try:
-        units = plan_units(zk, options.root, options.task_count)
-    finally:
-        close(zk)
+    units = plan_units(options.session_settings(), options.task_count)
     return [list(g) for g in pack(units, options.task_count)]
 
 

@@ -324,20 +324,16 @@ class _Run:
     def _stage_cluster_state(self, ensemble_bookies: set[str]) -> set[str]:
         """Step 2 (driver): stage `bookies` and `underreplicated_ledgers`; returns the known bookie ids."""
         from bkaudit.job.cluster_state import read_cluster_state
+        from bkaudit.store.zookeeper import close, connect
         from bkaudit.tables.registry_rows import UNKNOWN, BookieRecord, bookie_table, underreplicated_table
-        from bkaudit.zk.client import RateLimiter, close, connect
+        from bkaudit.zk.client import RateLimiter
 
         rate = self.snap.reads_per_second_per_task
-        client = connect(self.zk)
+        cluster = connect(self.zk, max_in_flight=self.snap.max_in_flight)
         try:
-            state = read_cluster_state(
-                client,
-                self.zk.root,
-                max_in_flight=self.snap.max_in_flight,
-                rate_limiter=RateLimiter(rate) if rate else None,
-            )
+            state = read_cluster_state(cluster, rate_limiter=RateLimiter(rate) if rate else None)
         finally:
-            close(client)
+            close(cluster)
         known = state.known_bookies
         unknown = [BookieRecord(b, UNKNOWN, False) for b in sorted(ensemble_bookies - known)]
         bookies = bookie_table(state.bookies + unknown, state.topology, state.hostnames)

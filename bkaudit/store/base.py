@@ -15,6 +15,9 @@ from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.model.topology import RackConfig
+from bkaudit.store.ledgers import MetadataStore
+from bkaudit.zk.client import RateLimiter
 
 T = TypeVar("T")
 
@@ -174,6 +177,17 @@ class Registry(Protocol):
     ) -> None:
         """Call each function now and on every change of the writable / read-only sets and of the rack
         JSON, from one event thread (the functions must not block or call the store)."""
+    def rack_config(self) -> RackConfig:
+        """Pulsar's rack groups with the registrations that resolve their keys (`RackConfig.addresses`: each
+        registered bookie's `bookie-rpc` host), as placement reads them; FormatError when unparseable."""
+        ...
+
+    def registration_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[str, Where, bytes]]:
+        """(bookie, where, its BookieServiceInfo as the bookie wrote it) of every registration, writable ones
+        first; a bookie registered both ways appears twice, one gone meanwhile not at all (the snapshot's
+        bulk read: `max_in_flight` reads at a time, each taking a `rate_limiter` token)."""
         ...
 
 
@@ -299,6 +313,13 @@ class ReplicationQueue(Protocol):
         """Call `on_change(bytes)` now and on every change until it returns False."""
         ...
 
+    def marker_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[int, bytes, bytes | None]]:
+        """(ledger, its marker, its lock's data or None when unlocked) of every marked ledger, ascending, as
+        written (a marker resolved meanwhile is left out); read in bulk as `registration_bytes`."""
+        ...
+
 
 class AuditorElection(Protocol):
     """The votes of BookKeeper's AuditorElector: one vote per process in a session, the lowest leads."""
@@ -408,6 +429,9 @@ class ClusterStore(Protocol):
 
     @property
     def election(self) -> AuditorElection: ...
+
+    @property
+    def ledgers(self) -> MetadataStore: ...
 
     def check_bookie_id(self, bookie_id: str) -> str:
         """`bookie_id` if the store can hold records for it; ValueError naming the rule otherwise."""

@@ -23,6 +23,7 @@ from bkaudit.store.base import (
     T,
     Where,
 )
+from bkaudit.store.memory_ledgers import MemoryMetadataStore
 from bkaudit.store.memory_queue import MemoryElection, MemoryQueue
 from bkaudit.store.memory_records import (
     MemoryDataLoss,
@@ -70,7 +71,7 @@ class MemoryStore:
         self.hooks: dict[str, tuple[bytes, int]] = {}  # webhook id -> (record, creation sequence)
         self.deliveries: dict[str, dict[str, bytes]] = {}  # webhook id -> key -> delivery record
         self._seq = 0  # ZooKeeper's zxid: one order for every record created
-        self.ledgers: dict[int, LedgerMetadata] = {}
+        self.ledgers = MemoryMetadataStore(lock=self.lock)
         self.replication_enabled = True
         self.lifecycle = MemoryLifecycle(self)
         self.registry = MemoryRegistry(self)
@@ -139,12 +140,11 @@ class MemoryStore:
                 watcher(event)
 
     def put_ledger(self, ledger_id: int, metadata: LedgerMetadata) -> None:
-        with self.lock:
-            self.ledgers[ledger_id] = metadata
+        self.ledgers.force(ledger_id, metadata)
 
     def delete_ledger(self, ledger_id: int) -> None:
         with self.lock:
-            self.ledgers.pop(ledger_id, None)
+            self.ledgers.data.pop(ledger_id, None)
 
     def record_data_loss(self, record: DataLossRecord) -> None:
         with self.lock:

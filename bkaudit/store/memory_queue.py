@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 
 from bkaudit.errors import MetadataError
 from bkaudit.formats import records
-from bkaudit.store.base import (
-    Limiter,
-)
+from bkaudit.store.base import Limiter
+from bkaudit.zk.client import RateLimiter
 
 if TYPE_CHECKING:
     from bkaudit.store.memory import MemoryStore
@@ -142,6 +141,17 @@ class MemoryQueue:
         if on_change(None if value is None else str(value).encode("ascii")) is not False:
             with self._s.lock:
                 self._s.delay_watchers.append(on_change)
+
+
+    def marker_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[int, bytes, bytes | None]]:
+        with self._s.lock:
+            found = sorted(self._s.markers.items())
+            locks = dict(self._s.locks)
+        return [(lid, records.encode_underreplicated_marker(records.UnderreplicatedMarker(replicas, None)),
+                 records.encode_lock_data(locks[lid] or None) if lid in locks else None)
+                for lid, replicas in found]
 
 
 class MemoryElection:

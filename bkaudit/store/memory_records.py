@@ -12,6 +12,7 @@ from bkaudit.model import lifecycle as lc
 from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.dataloss import parse as parse_data_loss
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.model.topology import RackConfig
 from bkaudit.store.base import (
     ABSENT,
     BookieState,
@@ -21,6 +22,7 @@ from bkaudit.store.base import (
     index_bookies,
     index_ledgers,
 )
+from bkaudit.zk.client import RateLimiter
 from bkaudit.zk.paths import validate_bookie_id
 
 if TYPE_CHECKING:
@@ -261,6 +263,30 @@ class MemoryRegistry:
         self._s.notify_registry()
 
 
+    def rack_config(self) -> RackConfig:
+        groups = self.racks()
+        if not groups:
+            return RackConfig({}, addresses={})
+        with self._s.lock:
+            found = dict(self._s.registrations)
+        addresses = {}
+        for bookie_id, (_, data) in found.items():
+            try:
+                endpoint = records.parse_bookie_service_info(data, bookie_id).endpoint()
+            except FormatError:
+                continue  # unresolvable: a rack entry covers its id only
+            if endpoint is not None:
+                addresses[bookie_id] = endpoint.host
+        return RackConfig(groups, addresses=addresses)
+
+    def registration_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[str, Where, bytes]]:
+        with self._s.lock:
+            found = sorted(self._s.registrations.items(), key=lambda r: (r[1][0] != "writable", r[0]))
+        return [(b, where, data) for b, (where, data) in found]
+
+
 class MemoryDataLoss:
     def __init__(self, store: MemoryStore) -> None:
         self._s = store
@@ -340,14 +366,10 @@ class MemoryIndex:
     def ledgers_of(
         self, bookies: Collection[str], *, open_ledgers: set[int] | None = None
     ) -> dict[str, dict[int, int]]:
-        with self._s.lock:
-            every = sorted(self._s.ledgers.items())
-        return index_ledgers(every, bookies, open_ledgers=open_ledgers)
+        return index_ledgers(self._s.ledgers.items(), bookies, open_ledgers=open_ledgers)
 
     def every_ledger(self) -> Iterator[tuple[int, LedgerMetadata]]:
-        with self._s.lock:
-            every = sorted(self._s.ledgers.items())
-        return iter(every)
+        return iter(self._s.ledgers.items())
 
     def every_bookie(self) -> dict[str, list[int]]:
         return index_bookies(self.every_ledger())

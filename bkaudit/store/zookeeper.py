@@ -18,6 +18,7 @@ from bkaudit.formats import records
 from bkaudit.model import lifecycle as lc
 from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.model.topology import RackConfig
 from bkaudit.store.base import (
     BookieState,
     Limiter,
@@ -28,10 +29,11 @@ from bkaudit.store.base import (
     index_bookies,
     index_ledgers,
 )
+from bkaudit.store.ledgers import ZkMetadataStore
 from bkaudit.zk import dataloss, ledgers, paths, registry
 from bkaudit.zk import lifecycle as zk_lifecycle
 from bkaudit.zk import underreplication as ur
-from bkaudit.zk.client import read_children, with_retries
+from bkaudit.zk.client import RateLimiter, read_children, with_retries
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -118,6 +120,7 @@ class _Registry:
         self._zk, self._root, self._acl = store.client, store.root, store.acl
         self.cookie_home = paths.cookies_root(root=store.root)
         self.racks_home = paths.RACKS_PATH
+        self._max_in_flight = store.max_in_flight
 
     def cookies(self) -> list[str]:
         return registry.list_cookies(self._zk, self._root)
@@ -197,6 +200,19 @@ class _Registry:
         ChildrenWatch(self._zk, available, lambda kids: on_writable([k for k in kids if k != readonly_node]))
         ChildrenWatch(self._zk, paths.readonly_root(root=self._root), on_readonly)
         DataWatch(self._zk, paths.RACKS_PATH, lambda data, _stat: on_racks(data))
+    def rack_config(self) -> RackConfig:
+        return registry.read_rack_config(self._zk, root=self._root)
+
+    def registration_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[str, Where, bytes]]:
+        znodes: dict[str, tuple[str, Where]] = {
+            paths.available_path(b, root=self._root): (b, "writable") for b in self.writable()
+        }
+        znodes.update({paths.readonly_path(b, root=self._root): (b, "readonly") for b in self.readonly()})
+        found = ledgers.read_many(self._zk, list(znodes), max_in_flight=self._max_in_flight,
+                                  rate_limiter=rate_limiter)
+        return [(*znodes[path], data) for path, data, _ in found if data is not None]
 
 
 class _DataLoss:
@@ -226,6 +242,7 @@ class _DataLoss:
 class _Queue:
     def __init__(self, store: ZkStore) -> None:
         self._zk, self._root, self._acl = store.client, store.root, store.acl
+        self._max_in_flight = store.max_in_flight
 
     def ensure_layout(self) -> None:
         ur.ensure_underreplication_layout(self._zk, root=self._root, acl=self._acl)
@@ -296,6 +313,33 @@ class _Queue:
     def watch_recovery_delay(self, on_change: Callable[[bytes | None], bool | None]) -> None:
         DataWatch(self._zk, paths.lost_bookie_recovery_delay_path(root=self._root),
                   lambda data, _stat: on_change(data))
+
+
+    def marker_bytes(
+        self, *, rate_limiter: RateLimiter | None = None
+    ) -> list[tuple[int, bytes, bytes | None]]:
+        ids = self.marked()
+        if not ids:
+            return []
+        try:
+            names = self._zk.get_children(paths.locks_root(root=self._root))
+            locked = {paths.parse_lock_name(n) for n in names}
+        except NoNodeError:
+            locked = set()
+        marker_paths = {paths.underreplicated_ledger_path(i, root=self._root): i for i in ids}
+        lock_paths = {paths.lock_path(i, root=self._root): i for i in ids if i in locked}
+        found: dict[int, bytes] = {}
+        locks: dict[int, bytes] = {}
+        wanted = [*marker_paths, *lock_paths]
+        for path, data, _ in ledgers.read_many(self._zk, wanted, max_in_flight=self._max_in_flight,
+                                               rate_limiter=rate_limiter):
+            if data is None:
+                continue
+            if path in marker_paths:
+                found[marker_paths[path]] = data
+            else:
+                locks[lock_paths[path]] = data
+        return [(i, found[i], locks.get(i)) for i in ids if i in found]
 
 
 class _Election:
@@ -409,7 +453,7 @@ class ZkStore:
 
     def __init__(
         self, client: KazooClient, *, root: str = paths.DEFAULT_ROOT, state_root: str | None = None,
-        acl: list[ACL] | None = None, max_in_flight: int = 500,
+        acl: list[ACL] | None = None, max_in_flight: int = 500, layout: str = "hierarchical",
     ) -> None:
         self.client = client
         self.root = self.label = paths.validate_root(root)
@@ -424,6 +468,7 @@ class ZkStore:
         self.index = _Index(self)
         self.webhooks = _Webhooks(self)
         self.election = _Election(self)
+        self.ledgers = ZkMetadataStore(client, root=self.root, layout=layout, acl=acl)
 
     def check_bookie_id(self, bookie_id: str) -> str:
         return paths.validate_bookie_id(bookie_id)
@@ -446,7 +491,7 @@ def connect(settings: ZkSettings, *, max_in_flight: int = 500) -> ZkStore:
 
     client = zkclient.connect(settings)
     return ZkStore(client, root=settings.root, state_root=settings.state_root or None,
-                   acl=zkclient.acls(settings), max_in_flight=max_in_flight)
+                   acl=zkclient.acls(settings), max_in_flight=max_in_flight, layout=settings.layout)
 
 
 def close(store: ZkStore) -> None:

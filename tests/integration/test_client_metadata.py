@@ -6,10 +6,10 @@ import pytest
 
 from bkaudit.client.handle import WriteHandle
 from bkaudit.client.pipeline import AddPipeline
-from bkaudit.client.store import ZkMetadataStore
 from bkaudit.errors import LedgerStateError, MetadataConflict, NoSuchLedger
 from bkaudit.formats import ledger_metadata
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+from bkaudit.store.ledgers import ZkMetadataStore
 from bkaudit.zk import paths
 
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")

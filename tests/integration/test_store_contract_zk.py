@@ -25,6 +25,7 @@ class ZkBackend:
     def __init__(self, zk, root: str) -> None:  # type: ignore[no-untyped-def]
         self.zk, self.root = zk, root
         self.store = ZkStore(zk, root=root)
+        self.racks_before: bytes | None = None  # /bookies before this test set it (b"": there was none)
 
     def add_cookie(self, bookie: str) -> None:
         registry.create_cookie(self.zk, records.Cookie(bookie, ("/d",), ("/d",), "inst"), root=self.root)
@@ -65,7 +66,21 @@ class ZkBackend:
     def deregister(self, bookie: str) -> None:
         registry.deregister(self.zk, bookie, root=self.root)
 
+    def set_racks(self, data: bytes) -> None:
+        if self.racks_before is None:
+            self.racks_before = self.zk.get(paths.RACKS_PATH)[0] if self.zk.exists(paths.RACKS_PATH) else b""
+        self.zk.ensure_path(paths.RACKS_PATH)
+        self.zk.set(paths.RACKS_PATH, data)
+
+    def put_back_racks(self) -> None:
+        if self.racks_before == b"" and self.zk.exists(paths.RACKS_PATH):
+            self.zk.delete(paths.RACKS_PATH)
+        elif self.racks_before:
+            self.zk.set(paths.RACKS_PATH, self.racks_before)
+
 
 @pytest.fixture
 def cluster(zk, zk_root: str) -> Iterator[ZkBackend]:  # type: ignore[no-untyped-def]
-    yield ZkBackend(zk, zk_root)
+    backend = ZkBackend(zk, zk_root)
+    yield backend
+    backend.put_back_racks()

@@ -89,8 +89,8 @@ def test_client_worker_and_checker_resolve_bookies_keys_through_registrations(zk
     from bkaudit.job.cluster_state import read_cluster_state
     from bkaudit.job.cluster_view import read_placement_inputs
 
-    assert locations(read_placement_inputs(zk, conf, root=zk_root).topology) == EXPECTED
-    state = read_cluster_state(zk, zk_root)
+    assert locations(read_placement_inputs(ZkStore(zk, root=zk_root), conf).topology) == EXPECTED
+    state = read_cluster_state(ZkStore(zk, root=zk_root))
     assert state.topology is not None
     assert locations(state.topology) == EXPECTED
 

@@ -67,7 +67,7 @@ def by_caller(zk: KazooClient, zk_root: str, tmp_path: Path, view: BookieView) -
     topologies: dict[str, Topology] = {
         "client": ZkBookieDirectory(zk, root=zk_root, settings=conf).topology(),
         "worker": view.topology(),
-        "checker": read_placement_inputs(zk, conf, root=zk_root).topology,
+        "checker": read_placement_inputs(ZkStore(zk, root=zk_root), conf).topology,
     }
     return {caller: {b: t.location(b) for b in BOOKIES} for caller, t in topologies.items()}
 

@@ -336,7 +336,7 @@ def test_read_chunks_keeps_chunks_tags_and_order(zk: Any, zk_root: str, monkeypa
     assert read(7) == expected
 
 
-def test_listing_by_directory_takes_exactly_the_ledger_names(zk: Any, zk_root: str) -> None:
+def test_listing_by_directory_takes_exactly_the_ledger_names(zk: Any, zk_root: str, zk_settings: Any) -> None:
     """iter_ledger_dirs: every ledger of both hierarchies once, ids ascending per directory, nothing that is
     not a ledger name (short names, letters, non-ASCII digits), nothing beyond Long.MAX_VALUE."""
     from bkaudit.job.zkscan import plan_units
@@ -352,7 +352,7 @@ def test_listing_by_directory_takes_exactly_the_ledger_names(zk: Any, zk_root: s
     for junk in (f"{long_last}/L5808", f"{zk_root}/00/0000/L12", f"{zk_root}/00/0000/Labcd",
                  f"{zk_root}/00/0000/L\uff10\uff11\uff12\uff13", f"{zk_root}/00/0000/ledger"):  # fmt: skip
         zk.create(junk, b"x", makepath=True)
-    units = [u.path for u in plan_units(zk, zk_root, 3)]
+    units = [u.path for u in plan_units(zk_settings, 3)]
     dirs = list(iter_ledger_dirs(zk, zk_root, units))
     assert all(d[0] == sorted(d[0]) and len(d[0]) == len(d[1]) for d in dirs)
     listed = [(i, p) for d in dirs for i, p in zip(*d, strict=True)]

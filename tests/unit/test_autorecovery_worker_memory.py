@@ -3,8 +3,8 @@
 The bookies are real bkaudit bookies (Storage + BookieService + NativeServer on loopback, no registration),
 reached through the real BookieClientPool; ledgers are written by the real bkaudit client. Only the
 coordination records (the queue, its locks, data-loss records, registrations) and the ledger metadata are in
-memory: MemoryStore is held to ZooKeeper by tests/store_contract.py, and the metadata fake by the client's
-own tests. Ground truth is what each test did: the bookie it stopped, the entries it deleted.
+memory: MemoryStore is held to ZooKeeper by tests/store_contract.py. Ground truth is what each test did: the
+bookie it stopped, the entries it deleted.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from bkaudit.client.bookkeeper import BookKeeper
 from bkaudit.model.quorum import write_set
 from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.store.memory import MemoryStore
-from tests.unit.test_client_fakes import MemoryStore as MetadataFake
 from tests.unit.test_client_fakes import StaticDirectory
 
 IDS = ["bookie-a:3181", "bookie-b:3181", "bookie-c:3181", "bookie-d:3181"]
@@ -47,7 +46,6 @@ class Cluster:
     tmp: Path
     bookies: dict[str, Bookie] = field(default_factory=dict)
     store: MemoryStore = field(default_factory=MemoryStore)
-    metadata: MetadataFake = field(default_factory=MetadataFake)
     pool: BookieClientPool | None = None
 
     def start(self, bookie_id: str) -> None:
@@ -71,14 +69,14 @@ class Cluster:
 
     def client(self) -> BookKeeper:
         assert self.pool is not None
-        return BookKeeper(store=self.metadata, pool=self.pool, directory=StaticDirectory(IDS[:3]))
+        return BookKeeper(store=self.store.ledgers, pool=self.pool, directory=StaticDirectory(IDS[:3]))
 
     def worker(self, **settings: object) -> ReplicationWorker:
         assert self.pool is not None
         bk = self.client()
         shared = Shared(
             cluster=self.store, settings=AutoRecoverySettings(**settings),  # type: ignore[arg-type]
-            view=BookieView(self.store.registry).start(), pool=self.pool, store=self.metadata,
+            view=BookieView(self.store.registry).start(), pool=self.pool, store=self.store.ledgers,
             policy=policy_from_settings(PlacementSettings()), metrics=m.AutoRecoveryMetrics(),
             events=EventLog(),
             holder="worker-1", recover=lambda ledger_id, lost: bk.open_ledger(ledger_id, recover=True,
@@ -124,7 +122,7 @@ def test_a_lost_bookies_entries_are_copied_to_a_new_bookie_and_the_marker_resolv
 
     assert cluster.worker().step() is Outcome.REPLICATED
 
-    metadata, _ = cluster.metadata.read(ledger_id)
+    metadata, _ = cluster.store.ledgers.read(ledger_id)
     assert metadata.segments[0].ensemble == (IDS[3], IDS[1], IDS[2])  # d took a's index
     assert stored(cluster, IDS[3], ledger_id) == held_by_lost  # exactly what a held
     ensemble = metadata.segments[0].ensemble
@@ -154,7 +152,7 @@ def test_entries_no_replica_holds_end_in_a_data_loss_record(cluster: Cluster) ->
 
 def test_a_deleted_ledgers_marker_and_record_are_removed(cluster: Cluster) -> None:
     ledger_id = write_closed_ledger(cluster)
-    cluster.metadata.delete(ledger_id)
+    cluster.store.ledgers.delete(ledger_id)
     assert cluster.store.queue.mark(ledger_id, [IDS[0]])
     assert cluster.worker().step() is Outcome.DELETED
     assert cluster.store.queue.marked() == [] and cluster.store.data_loss.ids() == []

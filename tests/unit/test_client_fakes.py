@@ -1,13 +1,13 @@
-"""In-memory bookies, metadata store and directory for the client's unit tests (plus tests of the fakes).
+"""In-memory bookies and directory for the client's unit tests (plus tests of the fakes); the metadata is
+the memory store's (bkaudit.store.memory_ledgers).
 
 The fakes follow the real contracts closely enough for protocol tests: a bookie fences a ledger on a FENCE
-read and then rejects normal adds with EFENCED but accepts recovery adds; entry -1 reads the last entry; the
-store does compare-and-set on versions. Bookies can be switched to fail or to hold replies.
+read and then rejects normal adds with EFENCED but accepts recovery adds; entry -1 reads the last entry.
+Bookies can be switched to fail or to hold replies.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,9 +17,10 @@ import pytest
 
 from bkaudit.client.context import ClientContext
 from bkaudit.client.settings import ClientSettings
-from bkaudit.errors import BookieError, FencedError, MetadataConflict, NoSuchLedger, NotEnoughBookies
+from bkaudit.errors import BookieError, FencedError, MetadataConflict, NotEnoughBookies
 from bkaudit.formats.entry import master_key
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.store.memory_ledgers import MemoryMetadataStore
 
 
 @dataclass
@@ -174,54 +175,6 @@ class FakePool:
         return self.bookies[bookie_id]
 
 
-class MemoryStore:
-    """Versioned metadata with CAS; `on_write` runs before each write (to inject concurrent changes)."""
-
-    def __init__(self) -> None:
-        self.data: dict[int, tuple[LedgerMetadata, int]] = {}
-        self.ids = itertools.count()
-        self.on_write: Callable[[int, LedgerMetadata], None] | None = None
-        self.writes: list[LedgerMetadata] = []
-        self.lock = threading.Lock()
-
-    def new_ledger_id(self) -> int:
-        return next(self.ids)
-
-    def create(self, ledger_id: int, metadata: LedgerMetadata) -> int:
-        self.data[ledger_id] = (metadata, 0)
-        return 0
-
-    def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
-        with self.lock:
-            if ledger_id not in self.data:
-                raise NoSuchLedger("no such ledger", ledger_id=ledger_id)
-            return self.data[ledger_id]
-
-    def write(self, ledger_id: int, metadata: LedgerMetadata, expected_version: int) -> int:
-        hook, self.on_write = self.on_write, None
-        if hook is not None:
-            hook(ledger_id, metadata)
-        with self.lock:
-            _current, version = self.data[ledger_id]
-            if version != expected_version:
-                raise MetadataConflict(f"version {expected_version} != {version}", ledger_id=ledger_id)
-            self.data[ledger_id] = (metadata, version + 1)
-            self.writes.append(metadata)
-            return version + 1
-
-    def force(self, ledger_id: int, metadata: LedgerMetadata) -> None:
-        """A concurrent actor's write (bumps the version)."""
-        with self.lock:
-            _, version = self.data[ledger_id]
-            self.data[ledger_id] = (metadata, version + 1)
-
-    def delete(self, ledger_id: int) -> None:
-        self.data.pop(ledger_id)
-
-    def list_ids(self) -> list[int]:
-        return sorted(self.data)
-
-
 class StaticDirectory:
     """Ensembles are the first E healthy bookies; a replacement is the first one not in the ensemble."""
 
@@ -250,7 +203,7 @@ class FakeCluster:
     def __init__(self, n: int = 5, **settings: object) -> None:
         self.bookies = [FakeBookie(f"10.0.0.{i}:3181") for i in range(1, n + 1)]
         self.pool = FakePool(self.bookies)
-        self.store = MemoryStore()
+        self.store = MemoryMetadataStore()
         self.directory = StaticDirectory([b.id for b in self.bookies])
         self.settings = ClientSettings(**settings)  # type: ignore[arg-type]
         self.executor = ThreadPoolExecutor(max_workers=2)
@@ -305,7 +258,7 @@ def test_fake_bookie_missing_statuses() -> None:
 def test_memory_store_cas() -> None:
     from bkaudit.model.ledger import DigestType, LedgerState, Segment
 
-    s = MemoryStore()
+    s = MemoryMetadataStore()
     md = LedgerMetadata(
         3, 2, 2, LedgerState.OPEN, -1, 0, DigestType.CRC32C, b"", (Segment(0, ("a", "b", "c")),)
     )

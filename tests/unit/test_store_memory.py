@@ -51,6 +51,9 @@ class MemoryBackend:
     def deregister(self, bookie: str) -> None:
         self.store.deregister(bookie)
 
+    def set_racks(self, data: bytes) -> None:
+        self.store.set_racks(data)
+
 
 @pytest.fixture
 def cluster() -> MemoryBackend:

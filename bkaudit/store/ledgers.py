@@ -1,25 +1,34 @@
-"""Where the client keeps ledger metadata: a compare-and-set store, ZooKeeper in production.
+"""Ledger metadata in the cluster store: BookKeeper's LedgerManager (`ClusterStore.ledgers`).
 
-The client's protocol logic (ensemble change, close, recovery) only needs read / CAS-write / create, so it
-talks to this small interface; tests substitute an in-memory store and the real one delegates to
+The client's protocol logic (ensemble change, close, recovery) and the replication worker's metadata swap
+only need new id / create / read / CAS-write / delete / list, so they talk to this small interface; unit
+tests use the in-memory one (bkaudit.store.memory_ledgers) and the real one delegates to
 `bkaudit.zk.ledgers`, which owns the BookKeeper znode layout and bytes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bkaudit.errors import MetadataConflict
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.zk import ledgers, paths
+from bkaudit.zk.client import is_transient, with_retries
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+    from kazoo.security import ACL
 
 
 class MetadataStore(Protocol):
     """Versioned ledger metadata with compare-and-set (the protocol's only coordination primitive)."""
 
-    def new_ledger_id(self) -> int: ...
+    def new_ledger_id(self) -> int:
+        """An id no ledger of the cluster had or will get (BookKeeper's id generator)."""
+        ...
 
     def create(self, ledger_id: int, metadata: LedgerMetadata) -> int:
-        """Create the ledger's metadata; returns its version."""
+        """Create the ledger's metadata; returns its version; MetadataConflict if the ledger exists."""
         ...
 
     def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
@@ -27,19 +36,31 @@ class MetadataStore(Protocol):
         ...
 
     def write(self, ledger_id: int, metadata: LedgerMetadata, expected_version: int) -> int:
-        """CAS write; returns the new version; MetadataConflict if the version moved."""
+        """CAS write; returns the new version; MetadataConflict if the version moved, NoSuchLedger if
+        absent."""
         ...
 
-    def delete(self, ledger_id: int) -> None: ...
+    def delete(self, ledger_id: int) -> None:
+        """NoSuchLedger if absent."""
+        ...
 
-    def list_ids(self) -> list[int]: ...
+    def list_ids(self) -> list[int]:
+        """Every ledger id, ascending."""
+        ...
+
+    def version(self, ledger_id: int) -> int | None:
+        """The metadata's version without decoding it (None if absent): whether a finding computed from
+        that version still stands."""
+        ...
 
 
 class ZkMetadataStore:
-    """MetadataStore over a kazoo client using BookKeeper's hierarchical layout (bkaudit.zk.ledgers)."""
+    """MetadataStore over a kazoo client, bound to the ledgers root and the layout new ledgers are written in
+    (`[zk] layout`: BookKeeper's ledger manager); `acl` as ZkStore's."""
 
     def __init__(
-        self, zk: Any, *, root: str = "/ledgers", layout: str = "hierarchical", acl: Any = None
+        self, zk: KazooClient, *, root: str = "/ledgers", layout: str = "hierarchical",
+        acl: list[ACL] | None = None,
     ) -> None:
         self.zk = zk
         self.root = root
@@ -47,24 +68,13 @@ class ZkMetadataStore:
         self.acl = acl
 
     def new_ledger_id(self) -> int:
-        from bkaudit.zk import ledgers
-
-        if self.acl is not None:
-            return int(ledgers.generate_ledger_id(self.zk, root=self.root, acl=self.acl))
-        return int(ledgers.generate_ledger_id(self.zk, root=self.root))
+        return int(ledgers.generate_ledger_id(self.zk, root=self.root, acl=self.acl))
 
     def create(self, ledger_id: int, metadata: LedgerMetadata) -> int:
-        from bkaudit.zk import ledgers
-
-        kwargs: dict[str, Any] = {"root": self.root, "layout": self.layout}
-        if self.acl is not None:
-            kwargs["acl"] = self.acl
-        return _version(ledgers.create_ledger_metadata(self.zk, ledger_id, metadata, **kwargs))
+        return _version(ledgers.create_ledger_metadata(self.zk, ledger_id, metadata, root=self.root,
+                                                       layout=self.layout, acl=self.acl))
 
     def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
-        from bkaudit.zk import ledgers
-        from bkaudit.zk.client import with_retries
-
         metadata, stat = with_retries(
             lambda: ledgers.read_ledger_metadata(self.zk, ledger_id, root=self.root, layout=self.layout),
             client=self.zk,
@@ -76,9 +86,6 @@ class ZkMetadataStore:
         """CAS write, retried across a lost connection (as BookKeeper's ZooKeeperClient retries). A write
         that landed before the connection dropped makes its retry conflict; if the stored metadata is then
         exactly ours, the write succeeded (BookKeeper's MetadataUpdateLoop finds nothing left to change)."""
-        from bkaudit.zk import ledgers
-        from bkaudit.zk.client import is_transient, with_retries
-
         lost = False
 
         def attempt() -> int:
@@ -107,14 +114,14 @@ class ZkMetadataStore:
             raise
 
     def delete(self, ledger_id: int) -> None:
-        from bkaudit.zk import ledgers
-
         ledgers.delete_ledger_metadata(self.zk, ledger_id, root=self.root, layout=self.layout)
 
     def list_ids(self) -> list[int]:
-        from bkaudit.zk import ledgers
-
         return sorted(int(i) for i in ledgers.list_ledger_ids(self.zk, root=self.root))
+
+    def version(self, ledger_id: int) -> int | None:
+        stat = self.zk.exists(paths.ledger_path(ledger_id, root=self.root, layout=self.layout))
+        return None if stat is None else int(stat.version)
 
 
 def _version(value: Any) -> int:
