@@ -126,7 +126,7 @@ class BookieIdType(click.ParamType):  # type: ignore[type-arg]  # generic from c
 BOOKIE_ID = BookieIdType()
 
 
-def zk_options(func: F) -> F:
+def _zk_flags(func: F) -> F:
     """--zk HOST:PORT, or --dir D (reads D/cluster.json), or $BKAUDIT_ZK; plus --root and --config."""
     func = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                         help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")(func)
@@ -150,8 +150,7 @@ class ZkTarget:
 
     def settings(self, *, need_zk: bool = True, probe_zk: bool = True, **overrides: Any) -> Any:
         """The command's settings (load_settings: the flags over file and environment, validated)."""
-        return load_settings(self.zk, self.cluster_dir, self.root, self.config_path, need_zk=need_zk,
-                             probe_zk=probe_zk, **overrides)
+        return load_settings(self, need_zk=need_zk, probe_zk=probe_zk, **overrides)
 
     @contextlib.contextmanager
     def store(self, settings: Any = None) -> Iterator[ZkStore]:
@@ -172,14 +171,15 @@ class ZkTarget:
 
 
 def zk_target(func: F) -> F:
-    """zk_options, handed to the command as one `target: ZkTarget`."""
+    """--zk HOST:PORT, or --dir D (reads D/cluster.json), or $BKAUDIT_ZK; plus --root and --config: handed to
+    the command as one `target: ZkTarget`."""
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> Any:
         target = ZkTarget(*(kwargs.pop(name) for name in ("zk", "cluster_dir", "root", "config_path")))
         return func(*args, target=target, **kwargs)
 
-    return zk_options(command)  # type: ignore[return-value]
+    return _zk_flags(command)  # type: ignore[return-value]
 
 
 def resolve_zk(zk: str | None, cluster_dir: str | None) -> str | None:
@@ -208,8 +208,7 @@ def _zk_named(settings: Any) -> bool:
     return settings.origin("zk", "connect") in ("flag", "environment", "file")
 
 
-def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
-                  *, need_zk: bool = True, probe_zk: bool = True, **overrides: Any) -> Any:
+def load_settings(target: ZkTarget, *, need_zk: bool = True, probe_zk: bool = True, **overrides: Any) -> Any:
     """Settings with CLI flags applied on top of file and environment, all validated (exit 2 if not).
 
     With `need_zk`, a command fails in seconds when no ZooKeeper server accepts a connection (exit 1)
@@ -219,11 +218,11 @@ def load_settings(zk: str | None, cluster_dir: str | None, root: str | None, con
 
     ov: dict[str, Any] = dict(overrides)
     if need_zk:
-        ov["zk.connect"] = resolve_zk(zk, cluster_dir)
-    if root:
-        ov["zk.root"] = root
+        ov["zk.connect"] = resolve_zk(target.zk, target.cluster_dir)
+    if target.root:
+        ov["zk.root"] = target.root
     try:
-        settings = config.load(path=config_path, overrides=ov)
+        settings = config.load(path=target.config_path, overrides=ov)
     except BkAuditError as exc:
         raise CommandError(str(exc), ExitCode.USAGE) from None
     if need_zk and not _zk_named(settings):
@@ -305,16 +304,15 @@ def fail(message: str, code: int = ExitCode.ERROR) -> NoReturn:
 
 
 # -- the spark-submit entry points (jobs/*.py): the CLI's settings, errors and exit codes --------------
-def job_settings(config_path: str | None, *, zk: str | None = None, root: str | None = None,
-                 warehouse: str | None = None, need_zk: bool = False, probe_zk: bool = False,
-                 overrides: Mapping[str, Any] | None = None) -> Any:
+def job_settings(target: ZkTarget, *, warehouse: str | None = None, need_zk: bool = False,
+                 probe_zk: bool = False, overrides: Mapping[str, Any] | None = None) -> Any:
     """A job's settings, resolved as the CLI resolves them (load_settings: file < environment < flags, the
     [tables] storage options; with `need_zk`, a ZooKeeper the user named, and with `probe_zk` one that
     answers: require_zk). `overrides`: the job's other flags, {"section.key": value} (None: the setting).
     Called inside run_job, so that a dead ZooKeeper is a failed run; the snapshot probes in
     spark.commands.snapshot_job instead, where its failure metric is exported."""
     flags = {**(overrides or {}), "snapshot.warehouse": warehouse}
-    settings = load_settings(zk, None, root, config_path, need_zk=need_zk, probe_zk=False, **flags)
+    settings = load_settings(target, need_zk=need_zk, probe_zk=False, **flags)
     if probe_zk:
         require_zk(settings)
     return settings

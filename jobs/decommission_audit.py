@@ -30,15 +30,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bkaudit import config
-    from bkaudit.cli_common import job_settings, run_job
+    from bkaudit.cli_common import ZkTarget, job_settings, run_job
 
     bookies = [b.strip() for b in args.bookies.split(",") if b.strip()]
 
     def work() -> int:
         if args.min_copies < 1:
             raise ValueError("--min-copies must be >= 1")
-        settings = job_settings(args.config, zk=args.zk, root=args.root, warehouse=args.warehouse,
-                                need_zk=True, probe_zk=True)
+        target = ZkTarget(zk=args.zk, root=args.root, config_path=args.config)
+        settings = job_settings(target, warehouse=args.warehouse, need_zk=True, probe_zk=True)
         warehouse = config.warehouse(settings)
         from bkaudit.spark.decommission import run_audit
         from bkaudit.spark.session import get_session

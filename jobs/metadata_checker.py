@@ -25,13 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)  # the checker's own flags, defined once (bkaudit.job.check_options)
     args = parser.parse_args(argv)
 
+    from bkaudit.cli_common import ZkTarget
     from bkaudit.spark.checker_commands import run_command
 
     return run_command(
-        zk=args.zk,
-        cluster_dir=None,
-        root=args.root,
-        config_path=args.config,
+        target=ZkTarget(zk=args.zk, root=args.root, config_path=args.config),
         warehouse=args.warehouse,
         flags=vars(args),
         master=None,

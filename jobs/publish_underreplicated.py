@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bkaudit import config
     from bkaudit.audit.settings import CheckerSettings
-    from bkaudit.cli_common import job_settings, run_job
+    from bkaudit.cli_common import ZkTarget, job_settings, run_job
     from bkaudit.config import ZkSettings
     from bkaudit.job.publish import publish_run
     from bkaudit.store import ZkStore
@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     from bkaudit.zk.ledgers import read_layout
 
     def work() -> int:
-        settings = job_settings(args.config, zk=args.zk, root=args.root, warehouse=args.warehouse,
-                                need_zk=True, probe_zk=True,
+        target = ZkTarget(zk=args.zk, root=args.root, config_path=args.config)
+        settings = job_settings(target, warehouse=args.warehouse, need_zk=True, probe_zk=True,
                                 overrides={"checker.publish_placement": args.publish_placement})
         warehouse = config.warehouse(settings)
         conf = settings.get(CheckerSettings)

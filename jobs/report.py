@@ -30,11 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bkaudit import config
-    from bkaudit.cli_common import job_settings, require_warehouse, run_job
+    from bkaudit.cli_common import ZkTarget, job_settings, require_warehouse, run_job
     from bkaudit.report.outcome import write_and_judge
 
     def work() -> int:
-        settings = job_settings(args.config, warehouse=args.warehouse)
+        settings = job_settings(ZkTarget(config_path=args.config), warehouse=args.warehouse)
         warehouse = config.warehouse(settings)
         require_warehouse(warehouse)
         outcome = write_and_judge(warehouse=warehouse, run_id=args.run_id, out_dir=args.out,

@@ -25,12 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
 
-    from bkaudit.cli_common import job_settings, run_job
+    from bkaudit.cli_common import ZkTarget, job_settings, run_job
     from bkaudit.spark.commands import snapshot_job
 
     def work() -> int:
-        settings = job_settings(args.config, zk=args.zk, root=args.root, warehouse=args.warehouse,
-                                need_zk=True)
+        target = ZkTarget(zk=args.zk, root=args.root, config_path=args.config)
+        settings = job_settings(target, warehouse=args.warehouse, need_zk=True)
         print(json.dumps(snapshot_job(settings, snapshot_id=args.snapshot_id, master=None)))
         return 0
 

@@ -30,11 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bkaudit import config
-    from bkaudit.cli_common import job_settings, run_job
+    from bkaudit.cli_common import ZkTarget, job_settings, run_job
     from bkaudit.spark.settings import SnapshotSettings
 
     def work() -> int:
-        settings = job_settings(args.config, warehouse=args.warehouse)
+        settings = job_settings(ZkTarget(config_path=args.config), warehouse=args.warehouse)
         config.warehouse(settings)
         summary = validate_committed(settings.get(SnapshotSettings), args.snapshot_id, args.fail_on)
         print(json.dumps(summary))

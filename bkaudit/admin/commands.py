@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import fail, load_settings, zk_options
+from bkaudit.cli_common import ZkTarget, fail, zk_target
 from bkaudit.errors import BkAuditError
 from bkaudit.exitcodes import ExitCode
 from bkaudit.shutdown import STOP_GRACE_S, StopWatchdog, stop_signals
@@ -22,14 +22,13 @@ def admin() -> None:
 
 
 @admin.command()
-@zk_options
+@zk_target
 @click.option("--listen", default=None, help="address to bind ([admin] listen, default 127.0.0.1)")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="[admin] port (default 8000)")
 @click.option("--warehouse", default=None, help="Delta tables for the audit verdicts ([admin] warehouse)")
 @click.option("--tls-cert", default=None, type=click.Path(dir_okay=False, exists=True), help="PEM cert")
 @click.option("--tls-key", default=None, type=click.Path(dir_okay=False, exists=True), help="PEM private key")
-def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None,
-          listen: str | None, port: int | None, warehouse: str | None, tls_cert: str | None,
+def serve(target: ZkTarget, listen: str | None, port: int | None, warehouse: str | None, tls_cert: str | None,
           tls_key: str | None) -> None:
     """Serve the API and dashboard until SIGTERM / SIGINT; works with any bookie host down."""
     from bkaudit import config
@@ -47,7 +46,7 @@ def serve(zk: str | None, cluster_dir: str | None, root: str | None, config_path
     logging.getLogger("httpx").setLevel(logging.WARNING)  # its INFO lines carry whole URLs
     overrides: dict[str, Any] = {"admin.listen": listen, "admin.port": port, "admin.tls_cert": tls_cert,
                                  "admin.tls_key": tls_key, "admin.warehouse": warehouse}
-    settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
+    settings = target.settings(**overrides)
     conf = settings.get(AdminSettings)
     zk_settings = settings.get(ZkSettings)
     try:

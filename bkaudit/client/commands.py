@@ -23,10 +23,10 @@ from bkaudit.cli_common import (
     LEDGER_ID,
     LONG_MAX,
     CommandError,
+    ZkTarget,
     emit,
     exit_code_for,
-    load_settings,
-    zk_options,
+    zk_target,
     zookeeper_error,
 )
 from bkaudit.errors import BkAuditError
@@ -117,7 +117,7 @@ def _custom_metadata(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 @ledger.command("write")
-@zk_options
+@zk_target
 @click.option("--entries", "-n", type=click.IntRange(min=0), default=10, show_default=True)
 @click.option("--ensemble", "-e", type=click.IntRange(min=1), default=None, help="ensemble size [3]")
 @click.option("--write-quorum", "-w", type=click.IntRange(min=1), default=None, help="write quorum [2]")
@@ -143,11 +143,7 @@ def _custom_metadata(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
 def write_cmd(
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
-    entries: int,
+    target: ZkTarget, entries: int,
     ensemble: int | None,
     write_quorum: int | None,
     ack_quorum: int | None,
@@ -161,7 +157,7 @@ def write_cmd(
     """Create a ledger and add ENTRIES entries of ENTRY_SIZE bytes (entry i's payload starts "entry-i ")."""
     from bkaudit.client.settings import ClientSettings, digest_from_name
 
-    settings = load_settings(zk, cluster_dir, root, config_path)
+    settings = target.settings()
     defaults = settings.get(ClientSettings)
     e = ensemble or defaults.ensemble_size
     wq = write_quorum or min(defaults.write_quorum, e)
@@ -222,7 +218,7 @@ def _entry_json(entry: Any) -> dict[str, Any]:
 
 
 @ledger.command("read")
-@zk_options
+@zk_target
 @click.argument("ledger_id", type=LEDGER_ID)
 @click.option("--first", type=ENTRY_ID, default=0, show_default=True)
 @click.option("--last", type=click.IntRange(-1, LONG_MAX), default=None,
@@ -231,18 +227,14 @@ def _entry_json(entry: Any) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
 def read_cmd(
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
-    ledger_id: int,
+    target: ZkTarget, ledger_id: int,
     first: int,
     last: int | None,
     recover: bool,
     as_json: bool,
 ) -> None:
     """Read entries FIRST..LAST (without fencing unless --recover)."""
-    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
+    with _client(target.settings()) as bk:
         handle = bk.open_ledger(ledger_id, recover=recover)
         stop = handle.last_add_confirmed if last is None else last
         entries = handle.read_entries(first, stop) if stop >= first else []
@@ -264,20 +256,16 @@ def read_cmd(
 
 
 @ledger.command("recover")
-@zk_options
+@zk_target
 @click.argument("ledger_id", type=LEDGER_ID)
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
 def recover_cmd(
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
-    ledger_id: int,
+    target: ZkTarget, ledger_id: int,
     as_json: bool,
 ) -> None:
     """Fence the ledger's writer, find its last entry and close it (a no-op if already CLOSED)."""
-    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
+    with _client(target.settings()) as bk:
         md = bk.open_ledger(ledger_id, recover=True).metadata
     data = {
         "ledger_id": ledger_id,
@@ -309,20 +297,16 @@ def metadata_json(ledger_id: int, md: Any) -> dict[str, Any]:
 
 
 @ledger.command("metadata")
-@zk_options
+@zk_target
 @click.argument("ledger_id", type=LEDGER_ID)
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
 def metadata_cmd(
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
-    ledger_id: int,
+    target: ZkTarget, ledger_id: int,
     as_json: bool,
 ) -> None:
     """Show a ledger's metadata as stored in ZooKeeper."""
-    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
+    with _client(target.settings()) as bk:
         data = metadata_json(ledger_id, bk.ledger_metadata(ledger_id))
 
     def human(d: dict[str, Any]) -> str:
@@ -339,32 +323,28 @@ def metadata_cmd(
 
 
 @ledger.command("list")
-@zk_options
+@zk_target
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
 def list_cmd(
-    zk: str | None, cluster_dir: str | None, root: str | None, config_path: str | None, as_json: bool
+    target: ZkTarget, as_json: bool
 ) -> None:
     """List ledger ids."""
-    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
+    with _client(target.settings()) as bk:
         ids = bk.list_ledgers()
     emit({"ledgers": ids, "count": len(ids)}, as_json, lambda d: "\n".join(str(i) for i in d["ledgers"]))
 
 
 @ledger.command("delete")
-@zk_options
+@zk_target
 @click.argument("ledger_id", type=LEDGER_ID)
 @click.option("--json", "as_json", is_flag=True)
 @_cli_errors
 def delete_cmd(
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
-    ledger_id: int,
+    target: ZkTarget, ledger_id: int,
     as_json: bool,
 ) -> None:
     """Delete a ledger's metadata (bookies keep its entries on disk)."""
-    with _client(load_settings(zk, cluster_dir, root, config_path)) as bk:
+    with _client(target.settings()) as bk:
         bk.delete_ledger(ledger_id)
     emit({"ledger_id": ledger_id, "deleted": True}, as_json, lambda d: f"ledger {d['ledger_id']} deleted")

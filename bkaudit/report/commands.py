@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, warehouse_of
+from bkaudit.cli_common import ZkTarget, emit, exit_code_for, fail, load_settings, warehouse_of
 
 
 @click.command("report")
@@ -30,7 +30,7 @@ def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str
     from bkaudit.report.outcome import write_and_judge
 
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse} if warehouse else {}
-    settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
+    settings = load_settings(ZkTarget(config_path=config_path), need_zk=False, **overrides)
     warehouse = warehouse_of(settings)
     check_out_dir(out_dir)
     try:

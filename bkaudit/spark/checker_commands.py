@@ -15,11 +15,11 @@ from typing import Any
 import click
 
 from bkaudit.cli_common import (
+    ZkTarget,
     emit,
     exit_code_for,
-    load_settings,
     require_warehouse,
-    zk_options,
+    zk_target,
 )
 from bkaudit.exitcodes import ExitCode
 from bkaudit.job.check_options import click_options, options_from, validate_options
@@ -51,27 +51,15 @@ def human_summary(summary: dict[str, Any], result: Any = None) -> str:
 
 
 @click.command("check")
-@zk_options
+@zk_target
 @click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
 @click_options
 @click.option("--master", default=None, help="Spark master (default [snapshot] master, local[2])")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
-def check(
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
-    warehouse: str | None,
-    master: str | None,
-    as_json: bool,
-    **flags: Any,
-) -> None:
+def check(target: ZkTarget, warehouse: str | None, master: str | None, as_json: bool, **flags: Any) -> None:
     """Check a snapshot against the bookies: durability, placement, progress, availability (BP-34)."""
     code = run_command(
-        zk=zk,
-        cluster_dir=cluster_dir,
-        root=root,
-        config_path=config_path,
+        target=target,
         warehouse=warehouse,
         flags=flags,
         master=master,
@@ -82,10 +70,7 @@ def check(
 
 def run_command(
     *,
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
+    target: ZkTarget,
     warehouse: str | None,
     flags: Mapping[str, Any],
     master: str | None,
@@ -105,7 +90,7 @@ def run_command(
 
     try:
         overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
-        settings = load_settings(zk, cluster_dir, root, config_path, **overrides)
+        settings = target.settings(**overrides)
         from bkaudit.audit.settings import CheckerSettings, PlacementSettings
         from bkaudit.spark.settings import SnapshotSettings
 

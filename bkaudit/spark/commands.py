@@ -9,13 +9,13 @@ import click
 
 from bkaudit.cli_common import (
     CommandError,
+    ZkTarget,
     emit,
     exit_code_for,
     fail,
-    load_settings,
     require_zk,
     warehouse_of,
-    zk_options,
+    zk_target,
 )
 from bkaudit.errors import BkAuditError
 from bkaudit.exitcodes import ExitCode
@@ -30,7 +30,7 @@ def _human(summary: dict[str, Any]) -> str:
 
 
 @click.command("snapshot")
-@zk_options
+@zk_target
 @click.option("--warehouse", default=None, help="Delta tables directory or URI ([snapshot] warehouse)")
 @click.option(
     "--snapshot-id",
@@ -41,11 +41,7 @@ def _human(summary: dict[str, Any]) -> str:
 @click.option("--master", default=None, help="Spark master (default [snapshot] master, local[2])")
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
 def snapshot(
-    zk: str | None,
-    cluster_dir: str | None,
-    root: str | None,
-    config_path: str | None,
-    warehouse: str | None,
+    target: ZkTarget, warehouse: str | None,
     snapshot_id: str | None,
     master: str | None,
     as_json: bool,
@@ -54,7 +50,7 @@ def snapshot(
     from bkaudit.spark.settings import SnapshotSettings
 
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
-    settings = load_settings(zk, cluster_dir, root, config_path, probe_zk=False, **overrides)
+    settings = target.settings(probe_zk=False, **overrides)
     try:
         warehouse_of(settings, must_exist=False)  # the snapshot creates it
         summary = snapshot_job(settings, snapshot_id=snapshot_id,

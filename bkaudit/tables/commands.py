@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from bkaudit.cli_common import emit, exit_code_for, fail, load_settings, warehouse_of
+from bkaudit.cli_common import ZkTarget, emit, exit_code_for, fail, load_settings, warehouse_of
 from bkaudit.exitcodes import ExitCode
 
 
@@ -99,7 +99,7 @@ def violations(
     if category is not None and category not in {c.value for c in Category}:
         fail(f"unknown category {category!r} (one of {', '.join(c.value for c in Category)})", ExitCode.USAGE)
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
-    settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
+    settings = load_settings(ZkTarget(config_path=config_path), need_zk=False, **overrides)
     wh = warehouse_of(settings)
     try:
         run = select_run(wh, run_id)
@@ -116,7 +116,7 @@ def _warehouse(warehouse: str | None, config_path: str | None) -> tuple[str, Any
     from bkaudit.tables import location
 
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
-    settings = load_settings(None, None, None, config_path, need_zk=False, **overrides)
+    settings = load_settings(ZkTarget(config_path=config_path), need_zk=False, **overrides)
     wh = warehouse_of(settings, must_exist=False)
     if location.is_local(wh) and not location.exists(wh):
         fail(f"no such warehouse directory: {location.normalize(wh)}")

@@ -98,18 +98,18 @@ def test_zookeeper_from_a_chosen_settings_file_not_the_template(tmp_path, monkey
     import click
     import pytest
 
-    from bkaudit.cli_common import load_settings
+    from bkaudit.cli_common import ZkTarget, load_settings
 
     monkeypatch.delenv("BKAUDIT_ZK", raising=False)
     monkeypatch.delenv("BKAUDIT_CONF", raising=False)
     chosen = tmp_path / "bkaudit.toml"
     chosen.write_text('[zk]\nconnect = "zk9:2181"\n')
-    settings = load_settings(None, None, None, str(chosen), probe_zk=False)  # what spark-submit jobs pass
+    settings = load_settings(ZkTarget(config_path=str(chosen)), probe_zk=False)  # what spark-submit jobs pass
     assert settings["zk"].connect == "zk9:2181"
     with pytest.raises(click.UsageError, match="no ZooKeeper given"):
-        load_settings(None, None, None, None, probe_zk=False)  # the shipped template is not a choice
+        load_settings(ZkTarget(), probe_zk=False)  # the shipped template is not a choice
     monkeypatch.setenv("BKAUDIT_CONF", str(chosen))  # chosen through the environment
-    assert load_settings(None, None, None, None, probe_zk=False)["zk"].connect == "zk9:2181"
+    assert load_settings(ZkTarget(), probe_zk=False)["zk"].connect == "zk9:2181"
     monkeypatch.delenv("BKAUDIT_CONF")
     monkeypatch.setenv("BKAUDIT_ZK", "zk8:2181")
-    assert load_settings(None, None, None, None, probe_zk=False)["zk"].connect == "zk8:2181"
+    assert load_settings(ZkTarget(), probe_zk=False)["zk"].connect == "zk8:2181"
