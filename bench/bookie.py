@@ -187,7 +187,7 @@ def worker(transport: str, zk: str, root: str, adds: int, list_ledgers: int,
         ledger_ids = list(range(LIST_BASE_ID, LIST_BASE_ID + list_ledgers))
         single, batch = [], []
         cpu_single, cpu_batch = [], []
-        for bookie in registry.list_writable(bk.zk, root):
+        for bookie in registry.list_writable(bk.cluster.client, root):
             address = bk.pool.lookup(bookie)
             for batch_listing, rates, cpus in ((False, single, cpu_single), (True, batch, cpu_batch)):
                 client = make_client(bookie, BookieAddress(address.target, batch_listing),

@@ -321,11 +321,12 @@ def baseline(
     from bkaudit.job.fanout import judge_answer
     from bkaudit.model.shape import LedgerShape
     from bkaudit.rpc.pool import BookieClientPool
+    from bkaudit.store.zookeeper import ZkStore
     from bkaudit.zk import paths
     from bkaudit.zk.client import close, connect
 
     zk = connect(zk_connect)
-    pool = BookieClientPool(zk=zk, root=root, request_timeout_s=60)
+    pool = BookieClientPool(registry=ZkStore(zk, root=root).registry, request_timeout_s=60)
     events: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
     found: dict[int, tuple[str, list[tuple[int, int]]]] = {}
     state: dict[int, dict[str, Any]] = {}

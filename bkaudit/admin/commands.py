@@ -54,9 +54,9 @@ def serve(target: ZkTarget, listen: str | None, port: int | None, warehouse: str
     except BkAuditError as exc:
         fail(str(exc), code=2)
     timeout = conf.disk_info_timeout_s
-    pool = BookieClientPool(zk=client, root=zk_settings.root, tls=TlsConfig.from_settings(settings),
-                            request_timeout_s=timeout, connect_timeout_s=timeout)
     cluster = ZkStore(client, root=zk_settings.root, state_root=zk_settings.state_root or None)
+    pool = BookieClientPool(registry=cluster.registry, tls=TlsConfig.from_settings(settings),
+                            request_timeout_s=timeout, connect_timeout_s=timeout)
     server = AdminServer(cluster, conf, warehouse=config.warehouse(settings, admin=True), pool=pool,
                          bookie_http_timeout_s=settings.get(LifecycleSettings).bookie_http_timeout_s)
     scheme = "https" if conf.tls_cert else "http"

@@ -112,7 +112,7 @@ class AutoRecoveryService:
         if self._zk is None:
             self._zk = zkclient.connect(self.zk_settings)
         self.cluster = cluster = ZkStore(self._zk, root=self.root, state_root=self.state_root,
-                                         acl=zkclient.acls(self.zk_settings),
+                                         acl=zkclient.acls(self.zk_settings), layout=self.zk_settings.layout,
                                          max_in_flight=self.conf.max_concurrent_metadata_reads)
         cluster.queue.ensure_layout()
         self.view = BookieView(cluster.registry, settings=self.settings).start()
@@ -152,14 +152,12 @@ class AutoRecoveryService:
         from bkaudit.rpc.pool import BookieClientPool
         from bkaudit.rpc.settings import RpcSettings
         from bkaudit.rpc.tls import TlsConfig
-        from bkaudit.store.ledgers import ZkMetadataStore
         from bkaudit.zk.client import RateLimiter
 
         rpc = self.settings.get(RpcSettings)
         client_settings = self.settings.get(ClientSettings)
         pool = BookieClientPool(
-            zk=self._zk,
-            root=self.root,
+            registry=cluster.registry,
             tls=TlsConfig.from_settings(self.settings),
             request_timeout_s=rpc.request_timeout_s,
             connect_timeout_s=rpc.connect_timeout_s,
@@ -167,12 +165,10 @@ class AutoRecoveryService:
             max_frame_bytes=rpc.max_frame_bytes,
         )
         self._closers.append(pool.close)
-        store = ZkMetadataStore(self._zk, root=self.root, layout=self.zk_settings.layout)
+        store = cluster.ledgers
         policy = policy_from_settings(self.settings)
-        directory = ZkBookieDirectory(self._zk, root=self.root, policy=policy, settings=self.settings)
-        bk = BookKeeper(
-            store=store, pool=pool, directory=directory, settings=client_settings, zk=self._zk, root=self.root
-        )
+        directory = ZkBookieDirectory(cluster, policy=policy, settings=self.settings)
+        bk = BookKeeper(store=store, pool=pool, directory=directory, settings=client_settings)
         self._closers.append(bk.close)
         conf = self.conf
         return Shared(

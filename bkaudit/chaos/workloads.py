@@ -50,15 +50,14 @@ def connect_client(*, zk: ZkSettings, proxies: ProxySet, add_timeout_s: float) -
         add_timeout_s=add_timeout_s, read_timeout_s=add_timeout_s, close_timeout_s=4 * add_timeout_s
     )
     cluster = connect_store(zk)
-    session, root = cluster.client, cluster.root
-    pool = ProxiedPool(proxies=proxies, zk=session, root=root, request_timeout_s=add_timeout_s)
+    session = cluster.client
+    pool = ProxiedPool(proxies=proxies, registry=cluster.registry, request_timeout_s=add_timeout_s)
     return BookKeeper(
         store=cluster.ledgers,
         pool=pool,
-        directory=ZkBookieDirectory(session, root=root),
+        directory=ZkBookieDirectory(cluster),
         settings=settings,
-        zk=session,
-        root=root,
+        cluster=cluster,
         owns=(pool, session),
     )
 

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bkaudit.client.context import ClientContext, digest_for, master_key_for
 from bkaudit.client.directory import BookieDirectory, ZkBookieDirectory
@@ -23,6 +23,9 @@ from bkaudit.errors import MetadataError
 from bkaudit.model.ledger import DigestType, FrozenMap, LedgerMetadata, LedgerState, Segment
 from bkaudit.model.quorum import validate_quorum
 from bkaudit.store.ledgers import MetadataStore
+
+if TYPE_CHECKING:
+    from bkaudit.store.zookeeper import ZkStore
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +40,11 @@ class BookKeeper:
         pool: Any,
         directory: BookieDirectory,
         settings: ClientSettings | None = None,
-        zk: Any = None,
-        root: str = "/ledgers",
+        cluster: ZkStore | None = None,
         owns: tuple[Any, ...] = (),
     ) -> None:
         self.settings = settings or ClientSettings()
-        self.zk = zk
-        self.root = root
+        self.cluster = cluster  # the store `connect` opened (None when built from parts)
         self.pool = pool
         self._owns = owns
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bk-client")
@@ -89,8 +90,7 @@ class BookKeeper:
         try:
             # RPC deadline no longer than the client's own timeouts, so a hung bookie is replaced in time
             pool = BookieClientPool(
-                zk=session,
-                root=zk_settings.root,
+                registry=cluster.registry,
                 static=static,
                 tls=tls,
                 request_timeout_s=min(client_settings.add_timeout_s, client_settings.read_timeout_s),
@@ -100,8 +100,7 @@ class BookKeeper:
             _stop_zk(session)
             raise
         directory = ZkBookieDirectory(
-            session,
-            root=zk_settings.root,
+            cluster,
             policy=placement or policy,
             settings=settings if _is_config(settings) else None,
         )
@@ -110,8 +109,7 @@ class BookKeeper:
             pool=pool,
             directory=directory,
             settings=client_settings,
-            zk=session,
-            root=zk_settings.root,
+            cluster=cluster,
             owns=(pool, session),
         )
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bkaudit.errors import NotEnoughBookies
+
+if TYPE_CHECKING:
+    from bkaudit.store.base import ClusterStore
 
 
 class BookieDirectory(Protocol):
@@ -29,15 +32,13 @@ class ZkBookieDirectory:
 
     def __init__(
         self,
-        zk: Any,
+        cluster: ClusterStore,
         *,
-        root: str = "/ledgers",
         policy: Any = None,
         settings: Any = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.zk = zk
-        self.root = root
+        self.cluster = cluster
         self._policy = policy
         self._settings = settings  # bkaudit.config.Settings: [placement] locations fill rack gaps
         self.rng = rng or random.Random()
@@ -52,23 +53,14 @@ class ZkBookieDirectory:
 
     def writable(self) -> list[str]:
         """Writable bookies, read through a lost connection (ensemble changes during a ZooKeeper restart)."""
-        from bkaudit.zk import registry
-        from bkaudit.zk.client import with_retries
-
-        return sorted(
-            with_retries(lambda: registry.list_writable(self.zk, self.root), client=self.zk,
-                         what="list of writable bookies")
-        )
+        return sorted(self.cluster.retrying(self.cluster.registry.writable, what="list of writable bookies"))
 
     def topology(self) -> Any:
         """Bookie locations (`model.topology.resolve_topology`): Pulsar's /bookies rack map, its keys resolved
         through the registrations as Pulsar does, else [placement] locations, else the policy's default."""
         from bkaudit.model.topology import resolve_topology
-        from bkaudit.zk import registry
-        from bkaudit.zk.client import with_retries
 
-        racks = with_retries(lambda: registry.read_rack_config(self.zk, root=self.root), client=self.zk,
-                             what="rack map /bookies")
+        racks = self.cluster.retrying(self.cluster.registry.rack_config, what="rack map /bookies")
         if self._settings is not None:
             from bkaudit.audit.settings import topology_from_settings
 

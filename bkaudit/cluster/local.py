@@ -540,8 +540,9 @@ class LocalCluster:
     def client_pool(self) -> BookieClientPool:
         """A BookieClientPool resolving bookies from their registrations (closed by `down()`)."""
         from bkaudit.rpc.pool import BookieClientPool
+        from bkaudit.store.zookeeper import ZkStore
 
-        pool = BookieClientPool(zk=self.zk_client(), root=self.root)
+        pool = BookieClientPool(registry=ZkStore(self.zk_client(), root=self.root).registry)
         self._pools.append(pool)
         return pool
 

@@ -44,6 +44,7 @@ from bkaudit.job.reread import LiveReads
 from bkaudit.model.shape import LedgerShape
 from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.rpc.tls import TlsConfig
+from bkaudit.store.zookeeper import ZkStore
 from bkaudit.zk import paths
 from bkaudit.zk import underreplication as ur
 from bkaudit.zk.client import rate_limiter
@@ -121,7 +122,8 @@ def ask_bookies(
     out: dict[int, list[BookieEvidence]] = {}
     if not by_bookie:
         return out
-    pool = BookieClientPool(zk=s.zk, root=s.root, request_timeout_s=conf.call_timeout_s, tls=s.tls,
+    registry = ZkStore(s.zk, root=s.root).registry
+    pool = BookieClientPool(registry=registry, request_timeout_s=conf.call_timeout_s, tls=s.tls,
                             max_frame_bytes=s.max_frame_bytes)
 
     def one(bookie: str, items: list[LedgerShape]) -> list[tuple[int, BookieEvidence]]:
@@ -175,7 +177,8 @@ def live_open_segments(
     conf: CheckerSettings,
 ) -> dict[int, OpenSegment]:
     """`read_open_segments` for a few re-evaluated ledgers, their bookies resolved from ZooKeeper now."""
-    pool = BookieClientPool(zk=s.zk, root=s.root, request_timeout_s=conf.call_timeout_s, tls=s.tls,
+    registry = ZkStore(s.zk, root=s.root).registry
+    pool = BookieClientPool(registry=registry, request_timeout_s=conf.call_timeout_s, tls=s.tls,
                             max_frame_bytes=s.max_frame_bytes)
     try:
         return read_open_segments(pool, shapes, {i: d[0] for i, d in digests.items()}, conf=conf)

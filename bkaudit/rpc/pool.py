@@ -21,11 +21,9 @@ from bkaudit.rpc.framing import DEFAULT_MAX_FRAME_BYTES
 from bkaudit.rpc.operations import RequestClient
 from bkaudit.rpc.settings import BATCH_LISTING_PROPERTY, GRPC, GRPC_PROTOCOL, NATIVE
 from bkaudit.rpc.tls import TlsConfig
-from bkaudit.zk import registry
-from bkaudit.zk.paths import DEFAULT_ROOT
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
+    from bkaudit.store.base import Registry
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +79,11 @@ class BookieClientPool:
     gRPC listener).
     """
 
-    def __init__(self, *, zk: KazooClient | None = None, root: str = DEFAULT_ROOT,
-                 static: Mapping[str, str] | None = None, tls: TlsConfig | None = None,
-                 request_timeout_s: float = 10.0, connect_timeout_s: float = 5.0,
-                 transport: str = NATIVE, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        self.zk = zk
-        self.root = root
+    def __init__(self, *, registry: Registry | None = None, static: Mapping[str, str] | None = None,
+                 tls: TlsConfig | None = None, request_timeout_s: float = 10.0,
+                 connect_timeout_s: float = 5.0, transport: str = NATIVE,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.registry = registry
         self.static = dict(static or {})
         self.tls = tls
         self.request_timeout_s = request_timeout_s
@@ -117,8 +114,8 @@ class BookieClientPool:
 
     def lookup(self, bookie_id: str) -> BookieAddress:
         """The registration's address for this pool's transport, else the static map, else the id itself."""
-        zk, root = self.zk, self.root
-        read = None if zk is None else (lambda b: registry.read_bookie_service_info(zk, b, root))
+        registry = self.registry
+        read = None if registry is None else (lambda b: registry.registration(b)[1])
         return lookup_address(bookie_id, read, static=self.static, transport=self.transport)
 
     def invalidate(self, bookie_id: str) -> None:

@@ -17,6 +17,7 @@ from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.model.ledger import DigestType
 from bkaudit.rpc.client import BookieClient
 from bkaudit.rpc.operations import BookieInfo, ReadLacResult
+from bkaudit.store import ZkStore
 
 PWD = b"secret"
 KEY = master_key(PWD)
@@ -285,11 +286,12 @@ def test_optional_grpc_listener_serves_the_same_bookie(cluster_factory, tmp_path
     assert native is not None and native.port == b.port
     assert grpc_endpoint is not None and grpc_endpoint.port not in (0, b.port)
     lid = new_ledger()
-    with BookieClientPool(zk=cluster.zk_client(), root=cluster.root, transport="grpc") as pool:
+    registry = ZkStore(cluster.zk_client(), root=cluster.root).registry
+    with BookieClientPool(registry=registry, transport="grpc") as pool:
         client = pool.get(b.id)
         assert client.target.endswith(f":{grpc_endpoint.port}")
         wait([client.add_entry(lid, e, KEY, entry(lid, e)) for e in range(3)])
         assert client.read_entry(lid, 2).result(10) == entry(lid, 2)
         assert client.get_list_of_entries_batch([lid]).result(10)[lid] == availability.encode([0, 1, 2])
-    with BookieClientPool(zk=cluster.zk_client(), root=cluster.root) as pool:  # and natively, the same data
+    with BookieClientPool(registry=registry) as pool:  # and natively, the same data
         assert pool.get(b.id).read_entry(lid, 1).result(10) == entry(lid, 1)

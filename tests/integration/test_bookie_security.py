@@ -16,6 +16,7 @@ from bkaudit.formats.proto import BookkeeperProtocol_pb2 as pb
 from bkaudit.rpc.client import BookieClient
 from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.rpc.tls import TlsConfig
+from bkaudit.store import ZkStore
 from bkaudit.zk import client as zkclient
 from bkaudit.zk import paths
 from tests.bookkeeper_wire import BOOKIE_KINDS, KEY, V2, Messages, Wire, entry, v2_call
@@ -68,7 +69,8 @@ def test_mutual_tls_rejects_clients_without_a_trusted_certificate(cluster_factor
     with BookieClient(b.id, b.id, tls=rogue_tls, connect_timeout_s=2) as rogue:
         assert _status(rogue) == "UNAVAILABLE"
     tls = TlsConfig(ca=pki["ca"], cert=pki["client_cert"], key=pki["client_key"])
-    with BookieClientPool(zk=cluster.zk_client(), root=cluster.root, tls=tls) as pool:
+    registry = ZkStore(cluster.zk_client(), root=cluster.root).registry
+    with BookieClientPool(registry=registry, tls=tls) as pool:
         assert _status(pool.get(b.id)) == "EOK"
 
 

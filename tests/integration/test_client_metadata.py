@@ -186,7 +186,7 @@ def test_chaos_seed_402_bookie_start_and_ensemble_change_read_through_a_lost_con
     zk.create(paths.instanceid_path(root=root), b"instance-402")
     registry.register(zk, "127.0.0.1:3181", b"", root=root)
     directory = _DropsFirstRead(zk)
-    assert ZkBookieDirectory(directory, root=root).writable() == ["127.0.0.1:3181"]
+    assert ZkBookieDirectory(ZkStore(directory, root=root)).writable() == ["127.0.0.1:3181"]
     assert directory.dropped == 1
     starting = _DropsFirstRead(zk)
     cookie = check_cookie(ZkStore(starting, root=root), "127.0.0.1:3182", tmp_path, has_data=False)

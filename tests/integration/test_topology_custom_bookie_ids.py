@@ -76,7 +76,7 @@ def test_client_worker_and_checker_resolve_bookies_keys_through_registrations(zk
     registrations(zk, zk_root)
     write_racks(zk, RACKS)
     conf = settings(tmp_path)
-    client = ZkBookieDirectory(zk, root=zk_root, settings=conf).topology()
+    client = ZkBookieDirectory(ZkStore(zk, root=zk_root), settings=conf).topology()
     assert locations(client) == EXPECTED
 
     view = BookieView(ZkStore(zk, root=zk_root).registry, settings=conf).start()

@@ -65,7 +65,7 @@ def write_racks(zk: KazooClient, value: dict[str, object] | None) -> None:
 def by_caller(zk: KazooClient, zk_root: str, tmp_path: Path, view: BookieView) -> dict[str, dict[str, str]]:
     conf = settings(tmp_path)
     topologies: dict[str, Topology] = {
-        "client": ZkBookieDirectory(zk, root=zk_root, settings=conf).topology(),
+        "client": ZkBookieDirectory(ZkStore(zk, root=zk_root), settings=conf).topology(),
         "worker": view.topology(),
         "checker": read_placement_inputs(ZkStore(zk, root=zk_root), conf).topology,
     }
