@@ -40,7 +40,8 @@ from bkaudit.chaos.workloads import (
     drain_recoveries,
 )
 from bkaudit.client import BookKeeper
-from bkaudit.cluster.local import BOOKIE_SESSION_TIMEOUT_S, LocalCluster
+from bkaudit.cluster.bookies import BOOKIE_SESSION_TIMEOUT_S
+from bkaudit.cluster.local import LocalCluster
 from bkaudit.config import ZkSettings
 from bkaudit.exitcodes import ExitCode
 from bkaudit.zk import dataloss

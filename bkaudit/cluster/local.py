@@ -29,11 +29,23 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bkaudit.cluster import java as java_bk
+from bkaudit.cluster.bookies import (
+    BOOKIE_SESSION_TIMEOUT_S,
+    LOG_FILE,
+    MAX_DISK_USAGE,
+    START_TIMEOUT_S,
+    STATE_FILE,
+    BookieInfo,
+    bookie_host,
+    java_memory,
+)
+from bkaudit.cluster.local_java import JavaProcesses
+from bkaudit.cluster.local_processes import all_threads_stopped, is_bookie, log_tail
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ClusterError
 from bkaudit.processes import pid_alive
@@ -54,62 +66,7 @@ if TYPE_CHECKING:
 
     from bkaudit.rpc.pool import BookieClientPool
 
-STATE_FILE = "cluster.json"
-LOG_FILE = "bookie.log"
-BOOKIE_SESSION_TIMEOUT_S = 6.0
-"""ZooKeeper session of local bookies: short, so a killed bookie disappears within seconds."""
-START_TIMEOUT_S = 60.0
-MAX_DISK_USAGE = 0.999
-"""Used fraction of the disk at which a local bookie turns read-only (as in BookKeeper's own test clusters,
-TestBKConfiguration: diskUsageThreshold 0.999). A loopback cluster shares its disk with everything else on
-the host; at the production default (0.95) a host disk 95 % full made every bookie read-only and every
-write fail."""
-JAVA_DISK_SETTINGS: dict[str, object] = {"diskUsageThreshold": MAX_DISK_USAGE, "diskUsageWarnThreshold": 0.99}
-MAX_BOOKIES = 250  # 127.0.0.2 .. 127.0.0.251
-JAVA_BOOKIE_MEMORY_MB: dict[str, tuple[int, int]] = {"sorted": (256, 384), "interleaved": (256, 384),
-                                                     "db": (384, 384)}
-"""Heap and direct MB of a local Java bookie by storage, unless its cluster names them (small: tests)."""
-
-
-def _memory(value: Any) -> tuple[int, int] | None:
-    """cluster.json's `java_memory_mb` ([heap, direct] or null)."""
-    return None if not value else (int(value[0]), int(value[1]))
-
-
-def bookie_host(index: int) -> str:
-    """The loopback address of the `index`-th bookie (0-based): 127.0.0.2, 127.0.0.3, ..."""
-    if not 0 <= index < MAX_BOOKIES:
-        raise ClusterError(f"a local cluster holds at most {MAX_BOOKIES} bookies (one loopback address each)")
-    return f"127.0.0.{index + 2}"
-
-
-@dataclass
-class BookieInfo:
-    """One bookie of the cluster (the keys of cluster.json's "bookies" entries)."""
-
-    id: str
-    rack: str | None
-    port: int
-    pid: int | None
-    data_dir: str
-    host: str = ""  # listen + advertised address; "" in clusters made before per-bookie addresses: the id's
-    listing: bool = True
-    """False: started with --no-listing (never answers listing requests, like DbLedgerStorage)."""
-    readonly: bool = False
-    """True: started with --readonly (serves reads, registered under available/readonly, never a target)."""
-    kind: str = "bkaudit"
-    """"bkaudit", or "java": Apache BookKeeper's own bookie (bkaudit.cluster.java), Maven Central's jars."""
-    storage: str = ""
-    """A Java bookie's ledger storage: sorted (BookKeeper's default), interleaved or db (Pulsar's default)."""
-    http_port: int | None = None
-    """A Java bookie's HTTP admin API port (httpServerEnabled), None when it runs none."""
-
-    def __post_init__(self) -> None:
-        if not self.host:
-            self.host = self.id.rpartition(":")[0] or "127.0.0.1"
-
-
-class LocalCluster:
+class LocalCluster(JavaProcesses):
     """Start with `LocalCluster.up(dir)`, re-attach with `LocalCluster.load(dir)`, stop with `down()`."""
 
     def __init__(self, directory: Path, zk: str, root: str, bookies: list[BookieInfo],
@@ -232,7 +189,7 @@ class LocalCluster:
             return cls(path, state["zk"], state["root"], bookies, state.get("zookeeper"),
                        racks=int(state.get("racks", 3)), bookie_args=state.get("bookie_args", ()),
                        detach=True, zk_heap_mb=heap_mb, java_settings=state.get("java_settings"),
-                       java_memory_mb=_memory(state.get("java_memory_mb")))
+                       java_memory_mb=java_memory(state.get("java_memory_mb")))
         except FileNotFoundError:
             raise ClusterError(f"no cluster in {path} (no {STATE_FILE}); start one with `bkaudit cluster "
                                "up`") from None
@@ -285,7 +242,7 @@ class LocalCluster:
 
     def _start_many(self, bookies: list[BookieInfo], *, wait: bool = True) -> None:
         zk = self.zk_client()
-        owners = {b.id: _owner(zk, b.id, self.root) for b in bookies}
+        owners = {b.id: registry.registration_owner(zk, b.id, self.root) for b in bookies}
         stale = {i: o for i, o in owners.items() if o is not None and o != -1}  # left by a killed process
         self._wait_stale_registrations_expired(zk, stale)
         for b in bookies:
@@ -302,7 +259,7 @@ class LocalCluster:
         """
         deadline = time.monotonic() + 5 * BOOKIE_SESSION_TIMEOUT_S
         while stale and time.monotonic() < deadline:
-            stale = {i: o for i, o in stale.items() if _owner(zk, i, self.root) == o}
+            stale = {i: o for i, o in stale.items() if registry.registration_owner(zk, i, self.root) == o}
             if stale:
                 time.sleep(0.2)
 
@@ -328,37 +285,13 @@ class LocalCluster:
         self._procs[b.id] = proc
         b.pid = proc.pid
 
-    def java_conf(self, b: BookieInfo) -> dict[str, str]:
-        """The `bk_server.conf` a Java bookie runs with (BookKeeper's defaults but for loopback, its
-        directories and the ZooKeeper session, as short as bkaudit's local bookies')."""
-        return java_bk.server_conf(zk_connect=self.zk, root=self.root, host=b.host, port=b.port,
-                                   data_dir=Path(b.data_dir), storage=b.storage or "sorted",
-                                   http_port=b.http_port,
-                                   zk_timeout_ms=int(BOOKIE_SESSION_TIMEOUT_S * 1000),
-                                   extra={**JAVA_DISK_SETTINGS, **self.java_settings},
-                                   small_caches=self.java_memory_mb is None)
-
-    def _spawn_java(self, b: BookieInfo, prefix: list[str]) -> None:
-        java = java_bk.JavaBookKeeper.locate()
-        conf = java_bk.write_conf(Path(b.data_dir) / java_bk.CONF_FILE, self.java_conf(b))
-        if b.rack:  # a Java bookie does not publish its rack: Pulsar's admin does (set-bookie-rack)
-            registry.set_rack(self.zk_client(), b.id, b.rack, b.host)
-        heap, direct = self.java_memory_mb or JAVA_BOOKIE_MEMORY_MB[b.storage or "sorted"]
-        cmd = [*prefix, *java.command(java_bk.BOOKIE_MAIN, "--conf", str(conf), heap_mb=heap,
-                                      direct_mb=direct, tmp_dir=Path(b.data_dir) / "tmp")]
-        with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        self._procs[b.id] = proc
-        b.pid = proc.pid
-
     def _wait_registered(self, zk: KazooClient, b: BookieInfo, old_owner: int | None) -> None:
         """Until the NEW process registered (not a stale node of a killed one); ClusterError with the log tail
         if it exits or takes too long."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
-                owner = _owner(zk, b.id, self.root)
+                owner = registry.registration_owner(zk, b.id, self.root)
             except Exception as exc:  # ZooKeeper restarting under the start (chaos): ask again
                 if not zkclient.is_transient(exc):
                     raise
@@ -370,9 +303,9 @@ class LocalCluster:
             if not self._alive(b):
                 b.pid = None
                 self._save()
-                raise ClusterError(f"bookie {b.id} exited during start-up{_log_tail(b)}")
+                raise ClusterError(f"bookie {b.id} exited during start-up{log_tail(b)}")
             time.sleep(0.05)
-        raise ClusterError(f"bookie {b.id} did not register within {START_TIMEOUT_S:g}s{_log_tail(b)}")
+        raise ClusterError(f"bookie {b.id} did not register within {START_TIMEOUT_S:g}s{log_tail(b)}")
 
     def _wait_serving(self, b: BookieInfo, deadline: float) -> None:
         """Until a Java bookie answers a request. BookieServer.start registers the bookie (BookieImpl.start)
@@ -387,10 +320,10 @@ class LocalCluster:
                 return
             except Exception:  # closed unanswered, refused or timed out: not serving yet
                 if not self._alive(b):
-                    raise ClusterError(f"bookie {b.id} exited during start-up{_log_tail(b)}") from None
+                    raise ClusterError(f"bookie {b.id} exited during start-up{log_tail(b)}") from None
                 if time.monotonic() > deadline:
                     raise ClusterError(f"bookie {b.id} registered but answered no request within "
-                                       f"{START_TIMEOUT_S:g}s{_log_tail(b)}") from None
+                                       f"{START_TIMEOUT_S:g}s{log_tail(b)}") from None
                 time.sleep(0.05)
             finally:
                 client.close()
@@ -413,7 +346,7 @@ class LocalCluster:
         self._signal(b, signal.SIGSTOP)
         assert b.pid is not None
         deadline = time.monotonic() + 10
-        while not _all_threads_stopped(b.pid) and time.monotonic() < deadline:
+        while not all_threads_stopped(b.pid) and time.monotonic() < deadline:
             time.sleep(0.005)
 
     def resume_bookie(self, bookie_id: str) -> None:
@@ -468,42 +401,6 @@ class LocalCluster:
             zk_alive = pid_alive(self.zookeeper.get("pid"))
         return {"zk": self.zk, "root": self.root, "zookeeper_alive": zk_alive, "bookies": rows}
 
-    # -- Apache BookKeeper's own processes next to the cluster (bkaudit.cluster.java) ------------------------
-    def java_client(self, settings: Mapping[str, object] | None = None) -> java_bk.JavaClient:
-        """BookKeeper's Java client on this cluster (stopped by `down()`); `settings` are ClientConfiguration
-        keys, e.g. `{"useV2WireProtocol": True}`."""
-        n = sum(isinstance(p, java_bk.JavaClient) for p in self._java) + 1
-        client = java_bk.JavaClient(java_bk.JavaBookKeeper.locate(), zk_connect=self.zk, root=self.root,
-                                    log=self.directory / f"java-client-{n}.log", settings=settings)
-        self._java.append(client)
-        return client
-
-    def java_shell(self, *args: str, check: bool = True,
-                   timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-        """`bookkeeper shell <args>` (BookieShell) against this cluster's metadata."""
-        conf = java_bk.write_conf(self.directory / "java-shell" / java_bk.CONF_FILE, java_bk.server_conf(
-            zk_connect=self.zk, root=self.root, host="127.0.0.1", port=3181,
-            data_dir=self.directory / "java-shell", extra=self.java_settings))
-        return java_bk.run_shell(java_bk.JavaBookKeeper.locate(), conf, *args, check=check,
-                                 timeout_s=timeout_s)
-
-    def start_java_autorecovery(self, settings: Mapping[str, object] | None = None, *,
-                                log_level: str = "INFO") -> java_bk.JavaProcess:
-        """BookKeeper's AutoRecoveryMain (Auditor election + ReplicationWorker) on this cluster, on a loopback
-        host of its own (127.0.1.N: its bookie id is its Auditor vote); stopped by `down()`."""
-        n = sum(isinstance(p, java_bk.JavaProcess) and p.main == java_bk.AUTORECOVERY_MAIN
-                for p in self._java) + 1
-        host = f"127.0.1.{n}"
-        directory = self.directory / f"java-autorecovery-{n}"
-        conf = java_bk.write_conf(directory / java_bk.CONF_FILE, java_bk.server_conf(
-            zk_connect=self.zk, root=self.root, host=host, port=free_port(host), data_dir=directory,
-            zk_timeout_ms=int(BOOKIE_SESSION_TIMEOUT_S * 1000),
-            extra={**self.java_settings, **(settings or {})}))
-        proc = java_bk.JavaProcess(java_bk.JavaBookKeeper.locate(), java_bk.AUTORECOVERY_MAIN, conf,
-                                   directory / LOG_FILE, log_level=log_level)
-        self._java.append(proc)
-        return proc
-
     def down(self, *, timeout_s: float = 20) -> None:
         """Stop every bookie (gracefully, in parallel), the Java processes started next to the cluster and the
         ZooKeeper this cluster started."""
@@ -557,7 +454,7 @@ class LocalCluster:
         proc = self._procs.get(b.id)
         if proc is not None and proc.pid == b.pid:
             return proc.poll() is None
-        return b.pid is not None and _is_bookie(b.pid, b.data_dir)
+        return b.pid is not None and is_bookie(b.pid, b.data_dir)
 
     def _signal(self, b: BookieInfo, sig: int) -> None:
         if not self._alive(b):
@@ -589,59 +486,3 @@ class LocalCluster:
             b.pid = None
         if running:
             self._save()
-
-
-def _all_threads_stopped(pid: int) -> bool:
-    """Every thread of `pid` in the stopped state (T/t in /proc); True when the process is gone."""
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except FileNotFoundError:
-        return True
-    for task in tasks:
-        try:
-            state = (task / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except FileNotFoundError:
-            continue  # that thread ended meanwhile
-        if state not in ("T", "t"):
-            return False
-    return True
-
-
-def _owner(zk: KazooClient, bookie_id: str, root: str) -> int | None:
-    """The session owning the bookie's registration (writable or read-only), None if unregistered, -1 when
-    registered under an ACL this client may not read (ZooKeeper security on)."""
-    from kazoo.exceptions import NoAuthError
-
-    from bkaudit.zk import paths
-
-    for path in (paths.available_path(bookie_id, root=root), paths.readonly_path(bookie_id, root=root)):
-        try:
-            stat = zk.exists(path)
-        except NoAuthError:
-            return -1
-        if stat is not None:
-            return int(stat.ephemeralOwner)
-    return None
-
-
-def _is_bookie(pid: int, data_dir: str) -> bool:
-    """True if `pid` is alive and is `bookie run` on `data_dir`, or a Java bookie with its conf there (never
-    signal a recycled pid)."""
-    if not pid_alive(pid):
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    if java_bk.BOOKIE_MAIN.encode() in cmdline:
-        return str(Path(data_dir) / java_bk.CONF_FILE).encode() in cmdline
-    return b"run" in cmdline and data_dir.encode() in cmdline
-
-
-def _log_tail(b: BookieInfo, lines: int = 30) -> str:
-    path = Path(b.data_dir) / LOG_FILE
-    try:
-        text = path.read_bytes()[-16384:].decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return f"\n--- last lines of {path} ---\n" + "\n".join(text.splitlines()[-lines:])

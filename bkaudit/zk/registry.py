@@ -297,3 +297,18 @@ def set_rack(zk: KazooClient, bookie_id: str, rack: str, hostname: str | None = 
 
 
 # -- overview ---------------------------------------------------------------------------------------------
+
+
+def registration_owner(zk: KazooClient, bookie_id: str, root: str = DEFAULT_ROOT) -> int | None:
+    """The session owning the bookie's registration (writable or read-only), None if unregistered, -1 when
+    registered under an ACL this client may not read (ZooKeeper security on)."""
+    from kazoo.exceptions import NoAuthError
+
+    for path in (paths.available_path(bookie_id, root=root), paths.readonly_path(bookie_id, root=root)):
+        try:
+            stat = zk.exists(path)
+        except NoAuthError:
+            return -1
+        if stat is not None:
+            return int(stat.ephemeralOwner)
+    return None

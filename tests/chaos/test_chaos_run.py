@@ -21,7 +21,7 @@ import pytest
 from bkaudit.chaos import invariants
 from bkaudit.chaos.history import load
 from bkaudit.chaos.schedule import FaultKind, make_schedule, parse_kinds
-from bkaudit.cluster.local import BOOKIE_SESSION_TIMEOUT_S
+from bkaudit.cluster.bookies import BOOKIE_SESSION_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_WIPE = ",".join(k.value for k in FaultKind if k is not FaultKind.BOOKIE_WIPE)

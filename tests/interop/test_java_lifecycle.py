@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
+from bkaudit.cluster.bookies import LOG_FILE, BookieInfo
 from bkaudit.cluster.java import JavaClient
-from bkaudit.cluster.local import LOG_FILE, BookieInfo, LocalCluster
+from bkaudit.cluster.local import LocalCluster
 from bkaudit.errors import ClusterError
 from bkaudit.lifecycle import service
 from bkaudit.lifecycle.drain import Drainer

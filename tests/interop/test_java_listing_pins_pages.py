@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bkaudit.cluster.local import LOG_FILE, LocalCluster
+from bkaudit.cluster.bookies import LOG_FILE
+from bkaudit.cluster.local import LocalCluster
 from tests.fixtures.cluster import running_cluster
 
 PAGE_LIMIT = 24
