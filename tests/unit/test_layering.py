@@ -193,3 +193,36 @@ def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> N
         "bkaudit.zk.paths",
     ]
     assert unit("bkaudit.zk.commands") == "cli" and unit("bkaudit.zk.ledgers") == "bkaudit.zk"
+
+
+# -- the cluster store's boundary --------------------------------------------------------------------------
+RECORD_MODULES = {f"bkaudit.zk.{m}" for m in ("paths", "registry", "underreplication", "dataloss", "lifecycle")}
+"""Where ZooKeeper's znodes and record bytes are spelled out: private to bkaudit.store (and zk itself)."""
+
+STORE_BOUNDARY_EXCEPTIONS = {
+    # fault injection and its verdict work on raw znodes: the faults are ZooKeeper-level damage
+    "bkaudit.chaos.faults": "deletes and corrupts znodes as the fault schedule says",
+    "bkaudit.chaos.runner": "reads raw markers and data-loss records to verify the run's invariants",
+    "bkaudit.demo.run": "the demo injects its faults into the znodes, as chaos does",
+    # local clusters of real processes: a test harness that checks registrations by their session owner
+    "bkaudit.cluster.local": "waits for a restarted bookie's registration by its ephemeral owner",
+    "bkaudit.cluster.local_java": "publishes a Java bookie's rack as Pulsar's admin would",
+    # the Spark jobs' bulk znode reads, batched and rate-limited on executors (not yet store reads)
+    "bkaudit.job.zkscan": "partitions the ledger tree by its path widths for Spark tasks",
+    "bkaudit.job.live": "the checker's live re-reads of metadata znodes and markers in bulk",
+    "bkaudit.spark.checker": "stamps the Auditor's check-time znodes after a complete run",
+}
+"""Modules outside the store that still import record modules, each with why. The list only shrinks: a new
+importer fails the test, and so does an entry that no longer imports them."""
+
+
+def test_only_the_store_spells_out_znodes() -> None:
+    modules = _modules()
+    importers = {
+        module
+        for module, path in modules.items()
+        if not module.startswith(("bkaudit.zk", "bkaudit.store"))
+        and RECORD_MODULES & set(_imports(module, path, set(modules)))
+    }
+    assert sorted(importers - set(STORE_BOUNDARY_EXCEPTIONS)) == [], "go through bkaudit.store"
+    assert sorted(set(STORE_BOUNDARY_EXCEPTIONS) - importers) == [], "remove the mended exception"
