@@ -196,8 +196,10 @@ def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> N
 
 
 # -- the cluster store's boundary --------------------------------------------------------------------------
-RECORD_MODULES = {f"bkaudit.zk.{m}" for m in ("paths", "registry", "underreplication", "dataloss", "lifecycle")}
-"""Where ZooKeeper's znodes and record bytes are spelled out: private to bkaudit.store (and zk itself)."""
+RECORD_MODULES = {
+    f"bkaudit.zk.{m}" for m in ("paths", "registry", "underreplication", "dataloss", "lifecycle")
+}
+"""Where ZooKeeper's znodes and record bytes are spelled out: private to bkaudit.store and zk itself."""
 
 STORE_BOUNDARY_EXCEPTIONS = {
     # fault injection and its verdict work on raw znodes: the faults are ZooKeeper-level damage
