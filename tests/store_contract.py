@@ -21,7 +21,7 @@ import pytest
 from bkaudit.admin import views, webhooks
 from bkaudit.admin.server import AdminServer
 from bkaudit.errors import FormatError, MetadataConflict, MetadataError, NoSuchLedger
-from bkaudit.formats import records
+from bkaudit.formats import ledger_metadata, records
 from bkaudit.lifecycle import service, serving
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache, report_failure
 from bkaudit.lifecycle.settings import LifecycleSettings
@@ -666,3 +666,18 @@ def test_markers_are_read_with_their_locks(cluster: Backend) -> None:
     found = cluster.store.queue.marker_bytes()
     assert [(i, records.parse_underreplicated_marker(m).replicas, lock) for i, m, lock in found] == [
         (5, (A, C), None), (9, (B,), records.encode_lock_data("worker-1"))]
+
+
+def test_a_recheck_reads_metadata_and_markers_in_bulk(cluster: Backend) -> None:
+    md = ledger((A, B))
+    cluster.put_ledger(3, md)
+    cluster.put_ledger(4, ledger((B, C)))
+    found = cluster.store.ledgers.read_raw([3, 5])  # 5 does not exist: left out
+    assert list(found) == [3]
+    data, version, _sequence = found[3]
+    assert ledger_metadata.parse(data) == md and version == 0
+    cluster.put_ledger(3, ledger((A, C)))  # another writer
+    assert cluster.store.ledgers.read_raw([3])[3][1] == 1
+    assert cluster.store.queue.mark(4, [C])
+    markers = cluster.store.queue.markers_of([3, 4])
+    assert list(markers) == [4] and records.parse_underreplicated_marker(markers[4]).replicas == (C,)

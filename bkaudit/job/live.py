@@ -44,15 +44,10 @@ from bkaudit.job.reread import LiveReads
 from bkaudit.model.shape import LedgerShape
 from bkaudit.rpc.pool import BookieClientPool
 from bkaudit.rpc.tls import TlsConfig
-from bkaudit.store.zookeeper import ZkStore
-from bkaudit.zk import paths
-from bkaudit.zk import underreplication as ur
 from bkaudit.zk.client import rate_limiter
-from bkaudit.zk.multiread import read_batched
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-    from kazoo.security import ACL
+    from bkaudit.store.base import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +59,9 @@ EvidenceModes = Mapping[str, tuple[str, str]]
 
 @dataclass(frozen=True)
 class Session:
-    """The run's ZooKeeper session and where its cluster lives."""
+    """The run's cluster store and how its bookies are asked."""
 
-    zk: KazooClient
-    root: str
-    layout: str = "hierarchical"
+    cluster: ClusterStore
     tls: TlsConfig | None = None  # as the fan-out: TLS bookies refuse a plaintext re-evaluation
     max_frame_bytes: int = 5 * 1024 * 1024  # as the fan-out: [rpc] max_frame_bytes bounds every answer
 
@@ -76,27 +69,20 @@ class Session:
 def read_znodes(
     s: Session, ledger_ids: Sequence[int], conf: CheckerSettings
 ) -> dict[int, tuple[bytes, ZnodeVersion]]:
-    by_path = {paths.ledger_path(i, root=s.root, layout=s.layout): i for i in ledger_ids}
     limiter = rate_limiter(conf.zk_reads_per_s) if conf.zk_reads_per_s else None
-    out: dict[int, tuple[bytes, ZnodeVersion]] = {}
-    for path, data, stat in read_batched(s.zk, list(by_path), rate_limiter=limiter):
-        if stat is not None and data is not None:
-            out[by_path[path]] = (data, ZnodeVersion(int(stat.version), int(stat.mzxid)))
-    return out
+    found = s.cluster.ledgers.read_raw(ledger_ids, rate_limiter=limiter)
+    return {i: (data, ZnodeVersion(version, mzxid)) for i, (data, version, mzxid) in found.items()}
 
 
 def read_markers(s: Session, ledger_ids: Sequence[int], conf: CheckerSettings) -> dict[int, MarkerState]:
-    by_path = {paths.underreplicated_ledger_path(i, root=s.root): i for i in ledger_ids}
     limiter = rate_limiter(conf.zk_reads_per_s) if conf.zk_reads_per_s else None
     out: dict[int, MarkerState] = {}
-    for path, data, stat in read_batched(s.zk, list(by_path), rate_limiter=limiter):
-        if stat is None or data is None:
-            continue
+    for ledger_id, data in s.cluster.queue.markers_of(ledger_ids, rate_limiter=limiter).items():
         try:
             m = parse_underreplicated_marker(data)
-            out[by_path[path]] = MarkerState(tuple(m.replicas), m.ctime)
+            out[ledger_id] = MarkerState(tuple(m.replicas), m.ctime)
         except FormatError:
-            out[by_path[path]] = MarkerState((), None)  # a corrupt marker is still a marker
+            out[ledger_id] = MarkerState((), None)  # a corrupt marker is still a marker
     return out
 
 
@@ -122,7 +108,7 @@ def ask_bookies(
     out: dict[int, list[BookieEvidence]] = {}
     if not by_bookie:
         return out
-    registry = ZkStore(s.zk, root=s.root).registry
+    registry = s.cluster.registry
     pool = BookieClientPool(registry=registry, request_timeout_s=conf.call_timeout_s, tls=s.tls,
                             max_frame_bytes=s.max_frame_bytes)
 
@@ -177,7 +163,7 @@ def live_open_segments(
     conf: CheckerSettings,
 ) -> dict[int, OpenSegment]:
     """`read_open_segments` for a few re-evaluated ledgers, their bookies resolved from ZooKeeper now."""
-    registry = ZkStore(s.zk, root=s.root).registry
+    registry = s.cluster.registry
     pool = BookieClientPool(registry=registry, request_timeout_s=conf.call_timeout_s, tls=s.tls,
                             max_frame_bytes=s.max_frame_bytes)
     try:
@@ -442,18 +428,17 @@ def overdue_markers(s: Session, markers: pa.Table, *, grace_period_s: float, now
         if not check.overdue(Marker(ledger_id, (), ctime_ms)):
             continue
         try:
-            live = ur.get_marker(s.zk, ledger_id, root=s.root)
+            marker = s.cluster.queue.marker(ledger_id)
         except FormatError:
-            live = None
-        if live is None:
+            marker = None
+        if marker is None:
             continue
-        marker, _stat = live
         m = Marker(ledger_id, tuple(marker.replicas), marker.ctime, r.get("locked_by"))
         out.extend(Located(f) for f in check.evaluate(m))
     return out
 
 
-def record_check_times(s: Session, kinds: Iterable[str], *, acl: list[ACL] | None) -> None:
+def record_check_times(s: Session, kinds: Iterable[str]) -> None:
     """Stamp the `*ctime` znodes of the Auditor checks this run covered (`bkaudit.audit.coverage.stamps`),
     as the Java Auditor does when one completes (binary protobuf, epoch ms). A Java auditor elected later
     schedules its next run from them, and `bookkeeper shell` tooling sees when the checks last ran. A
@@ -461,6 +446,6 @@ def record_check_times(s: Session, kinds: Iterable[str], *, acl: list[ACL] | Non
     now_ms = int(time.time() * 1000)
     try:
         for kind in kinds:
-            ur.write_check_ctime(s.zk, kind, now_ms, root=s.root, acl=acl)
+            s.cluster.queue.write_check_ctime(kind, now_ms)
     except Exception as exc:
         log.warning("could not record the check times in ZooKeeper: %s", exc)

@@ -158,13 +158,11 @@ def _check(
     zk = connect(ctx.zk)
     cleanup.callback(_close_quietly, zk)
     require_cluster(zk, root=ctx.zk.root)  # a wrong root is an error, not a clean audit of nothing
-    session = Session(
-        zk, ctx.zk.root, read_layout(zk, root=ctx.zk.root), TlsConfig.from_settings(ctx.settings),
-        ctx.settings.get(RpcSettings).max_frame_bytes,
-    )
+    cluster = ZkStore(zk, root=ctx.zk.root, layout=read_layout(zk, root=ctx.zk.root), acl=acls(ctx.zk))
+    session = Session(cluster, TlsConfig.from_settings(ctx.settings),
+                      ctx.settings.get(RpcSettings).max_frame_bytes)
     inputs = load_inputs(spark, ctx, snapshot_id, selection)
     known = inputs.bookies.column("bookie_id").to_pylist()
-    cluster = ZkStore(zk, root=ctx.zk.root, layout=session.layout, acl=acls(ctx.zk))
     view = read_cluster_view(cluster, known=known)
     placement = read_placement_inputs(cluster, ctx.settings)
     t = _lap(result, "load", t)
@@ -301,7 +299,7 @@ def _check(
     )
     result.check_stamps = stamps(covered)
     if conf.write_check_ctimes and result.check_stamps:
-        record_check_times(session, result.check_stamps, acl=acls(ctx.zk))
+        record_check_times(session, result.check_stamps)
     if conf.write_check_ctimes and selection.complete and len(result.check_stamps) < len(CHECK_CTIME_NODES):
         ctx.say(f"the Auditor's check times this run did not cover are left alone (stamped: "
                 f"{', '.join(result.check_stamps) or 'none'}; docs/checker.md)")

@@ -7,7 +7,7 @@ MetadataConflict. Both implementations (zookeeper.py, memory.py) keep them, and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from bkaudit.errors import FormatError
@@ -311,6 +311,15 @@ class ReplicationQueue(Protocol):
 
     def watch_recovery_delay(self, on_change: Callable[[bytes | None], bool | None]) -> None:
         """Call `on_change(bytes)` now and on every change until it returns False."""
+        ...
+
+    def markers_of(self, ledger_ids: Sequence[int], *, rate_limiter: RateLimiter | None = None
+                   ) -> dict[int, bytes]:
+        """ledger -> its marker as stored, for those of `ledger_ids` that are marked (read in bulk)."""
+        ...
+
+    def write_check_ctime(self, kind: str, ctime_ms: int) -> None:
+        """Record when the Auditor's `kind` check last completed (as BookKeeper's Auditor does)."""
         ...
 
     def marker_bytes(

@@ -8,12 +8,13 @@ tests use the in-memory one (bkaudit.store.memory_ledgers) and the real one dele
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bkaudit.errors import MetadataConflict
 from bkaudit.model.ledger import LedgerMetadata
 from bkaudit.zk import ledgers, paths
-from bkaudit.zk.client import is_transient, with_retries
+from bkaudit.zk.client import RateLimiter, is_transient, with_retries
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -51,6 +52,13 @@ class MetadataStore(Protocol):
     def version(self, ledger_id: int) -> int | None:
         """The metadata's version without decoding it (None if absent): whether a finding computed from
         that version still stands."""
+        ...
+
+
+    def read_raw(self, ledger_ids: Sequence[int], *, rate_limiter: RateLimiter | None = None
+                 ) -> dict[int, tuple[bytes, int, int]]:
+        """ledger -> (its metadata as stored, version, modification sequence) for those that exist, read in
+        bulk (each batch takes a `rate_limiter` token): what a re-check compares with a snapshot."""
         ...
 
 
@@ -122,6 +130,17 @@ class ZkMetadataStore:
     def version(self, ledger_id: int) -> int | None:
         stat = self.zk.exists(paths.ledger_path(ledger_id, root=self.root, layout=self.layout))
         return None if stat is None else int(stat.version)
+
+    def read_raw(self, ledger_ids: Sequence[int], *, rate_limiter: RateLimiter | None = None
+                 ) -> dict[int, tuple[bytes, int, int]]:
+        from bkaudit.zk.multiread import read_batched
+
+        by_path = {paths.ledger_path(i, root=self.root, layout=self.layout): i for i in ledger_ids}
+        out: dict[int, tuple[bytes, int, int]] = {}
+        for path, data, stat in read_batched(self.zk, list(by_path), rate_limiter=rate_limiter):
+            if stat is not None and data is not None:
+                out[by_path[path]] = (data, int(stat.version), int(stat.mzxid))
+        return out
 
 
 def _version(value: Any) -> int:

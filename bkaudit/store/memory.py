@@ -62,6 +62,7 @@ class MemoryStore:
         self.instance: str | None = None  # INSTANCEID: set by init_cluster
         self.cookie_versions: dict[str, int] = {}
         self.recovery_delay: int | None = None  # lostBookieRecoveryDelay
+        self.check_ctimes: dict[str, int] = {}  # the Auditor checks' last completion (epoch ms)
         self.delay_watchers: list[Callable[[bytes | None], bool | None]] = []
         self.lifecycle_watchers: dict[str, list[tuple[Callable[[lc.StateRecord | FormatError | None], None],
                                                       Callable[[bool], None]]]] = {}

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from bkaudit.errors import MetadataConflict, NoSuchLedger
 from bkaudit.model.ledger import LedgerMetadata
+from bkaudit.zk.client import RateLimiter
 
 
 class MemoryMetadataStore:
@@ -69,6 +70,14 @@ class MemoryMetadataStore:
         with self.lock:
             found = self.data.get(ledger_id)
         return None if found is None else found[1]
+
+    def read_raw(self, ledger_ids: Sequence[int], *, rate_limiter: RateLimiter | None = None
+                 ) -> dict[int, tuple[bytes, int, int]]:
+        from bkaudit.formats.ledger_metadata import serialize
+
+        with self.lock:
+            found = {i: self.data[i] for i in ledger_ids if i in self.data}
+        return {i: (serialize(md), version, version) for i, (md, version) in found.items()}
 
     # -- arranging a cluster --------------------------------------------------------------------------------
     def force(self, ledger_id: int, metadata: LedgerMetadata) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from bkaudit.errors import MetadataError
@@ -142,6 +142,17 @@ class MemoryQueue:
             with self._s.lock:
                 self._s.delay_watchers.append(on_change)
 
+
+    def markers_of(self, ledger_ids: Sequence[int], *, rate_limiter: RateLimiter | None = None
+                   ) -> dict[int, bytes]:
+        with self._s.lock:
+            found = {i: self._s.markers[i] for i in ledger_ids if i in self._s.markers}
+        return {i: records.encode_underreplicated_marker(records.UnderreplicatedMarker(replicas, None))
+                for i, replicas in found.items()}
+
+    def write_check_ctime(self, kind: str, ctime_ms: int) -> None:
+        with self._s.lock:
+            self._s.check_ctimes[kind] = ctime_ms
 
     def marker_bytes(
         self, *, rate_limiter: RateLimiter | None = None

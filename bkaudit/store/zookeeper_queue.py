@@ -3,7 +3,7 @@ BookKeeper's znodes (bkaudit.zk.underreplication)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from kazoo.exceptions import NoNodeError
@@ -98,6 +98,17 @@ class ZkQueue:
         DataWatch(self._zk, paths.lost_bookie_recovery_delay_path(root=self._root),
                   lambda data, _stat: on_change(data))
 
+
+    def markers_of(self, ledger_ids: Sequence[int], *, rate_limiter: RateLimiter | None = None
+                   ) -> dict[int, bytes]:
+        from bkaudit.zk.multiread import read_batched
+
+        by_path = {paths.underreplicated_ledger_path(i, root=self._root): i for i in ledger_ids}
+        found = read_batched(self._zk, list(by_path), rate_limiter=rate_limiter)
+        return {by_path[path]: data for path, data, stat in found if stat is not None and data is not None}
+
+    def write_check_ctime(self, kind: str, ctime_ms: int) -> None:
+        ur.write_check_ctime(self._zk, kind, ctime_ms, root=self._root, acl=self._acl)
 
     def marker_bytes(
         self, *, rate_limiter: RateLimiter | None = None

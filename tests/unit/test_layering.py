@@ -211,7 +211,6 @@ STORE_BOUNDARY_EXCEPTIONS = {
     "bkaudit.cluster.local_java": "publishes a Java bookie's rack as Pulsar's admin would",
     # the Spark jobs' bulk znode reads, batched and rate-limited on executors (not yet store reads)
     "bkaudit.job.zkscan": "partitions the ledger tree by its path widths for Spark tasks",
-    "bkaudit.job.live": "the checker's live re-reads of metadata znodes and markers in bulk",
     "bkaudit.spark.checker": "stamps the Auditor's check-time znodes after a complete run",
 }
 """Modules outside the store that still import record modules, each with why. The list only shrinks: a new
