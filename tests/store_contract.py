@@ -29,7 +29,8 @@ from bkaudit.model import lifecycle as lc
 from bkaudit.model.dataloss import DataLossRecord
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
 from bkaudit.store import ClusterStore
-from bkaudit.store.base import ABSENT, describe_bookies
+from bkaudit.store.base import ABSENT
+from bkaudit.store.derived import describe_bookies
 from tests.admin.support import ADMIN, READER, Receiver, settings
 from tests.helpers import wait_for
 

@@ -67,7 +67,7 @@ def format_cookie(target: ZkTarget, bookie_id: str, force: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def list_bookies(target: ZkTarget, as_json: bool) -> None:
     """Bookies known to ZooKeeper: cookie, registration state, endpoint, rack."""
-    from bkaudit.store.base import describe_bookies
+    from bkaudit.store.derived import describe_bookies
 
     with target.store() as cluster:
         rows = describe_bookies(cluster.registry)

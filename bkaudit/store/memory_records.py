@@ -19,9 +19,8 @@ from bkaudit.store.base import (
     SessionEvent,
     Transition,
     Where,
-    index_bookies,
-    index_ledgers,
 )
+from bkaudit.store.derived import index_bookies, index_ledgers
 from bkaudit.zk.client import RateLimiter
 from bkaudit.zk.paths import validate_bookie_id
 

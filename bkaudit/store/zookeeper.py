@@ -25,9 +25,8 @@ from bkaudit.store.base import (
     T,
     Transition,
     Where,
-    index_bookies,
-    index_ledgers,
 )
+from bkaudit.store.derived import index_bookies, index_ledgers
 from bkaudit.store.ledgers import ZkMetadataStore
 from bkaudit.store.zookeeper_queue import ZkElection, ZkQueue
 from bkaudit.zk import dataloss, ledgers, paths, registry
