@@ -31,6 +31,8 @@ from tests.bookkeeper_wire import Messages, frame
 
 B = "127.0.0.1:3181"
 
+pytestmark = pytest.mark.timing  # the stand-in's pace against the client's timer: `make test` runs it alone
+
 
 @pytest.fixture(scope="module")
 def bk(tmp_path_factory: pytest.TempPathFactory) -> Messages:
