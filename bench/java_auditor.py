@@ -287,6 +287,7 @@ def truth(ledgers: dict[int, Ledger], lost: Lost) -> dict[int, tuple[str, list[t
 
 def java_conf(zk: str, root: str, directory: str, check: str, percentage: int) -> dict[str, str]:
     from bkaudit.cluster import java as java_bk
+    from bkaudit.config import ZkSettings
     from bkaudit.zk.server import free_port
 
     if check == "replicas":
@@ -294,7 +295,7 @@ def java_conf(zk: str, root: str, directory: str, check: str, percentage: int) -
     else:
         extra = {"auditorLedgerVerificationPercentage": percentage}
     host = "127.0.1.200"
-    return java_bk.server_conf(zk_connect=zk, root=root, host=host, port=free_port(host),
+    return java_bk.server_conf(zk=ZkSettings(connect=zk, root=root), host=host, port=free_port(host),
                                data_dir=Path(directory), extra=extra)
 
 
@@ -370,10 +371,11 @@ def replicas_found(log: str) -> tuple[dict[int, tuple[str, list[tuple[int, int]]
 def marked(zk: str, root: str) -> dict[int, list[str]]:
     """Every under-replication marker and its missing bookies, read by BookKeeper's own manager."""
     from bkaudit.cluster import java as java_bk
+    from bkaudit.config import ZkSettings
 
     java = java_bk.JavaBookKeeper.locate()
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-urlist-") as tmp, java_bk.JavaClient(
-            java, zk_connect=zk, root=root, log=Path(tmp) / "client.log") as client:
+            java, zk=ZkSettings(connect=zk, root=root), log=Path(tmp) / "client.log") as client:
         answer = client.call("urlist")
     ledgers: dict[str, list[str]] = answer["ledgers"]  # type: ignore[assignment]
     return {int(k): sorted(v) for k, v in ledgers.items()}

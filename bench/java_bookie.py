@@ -38,12 +38,13 @@ PHASES = ("add", "read", "list")
 def load_side(zk: str, root: str, pids: list[int], ledgers: int, entries: int, size: int) -> dict[str, Any]:
     """One run: the Java client's three phases against this cluster's bookies, CPU read around each."""
     from bkaudit.cluster import java as java_bk
+    from bkaudit.config import ZkSettings
 
     hz = os.sysconf("SC_CLK_TCK")
     phases: dict[str, dict[str, float]] = {}
     java = java_bk.JavaBookKeeper.locate()
     with tempfile.TemporaryDirectory(prefix="bkaudit-bench-load-") as tmp, java_bk.JavaClient(
-            java, zk_connect=zk, root=root, log=Path(tmp) / "client.log") as client:
+            java, zk=ZkSettings(connect=zk, root=root), log=Path(tmp) / "client.log") as client:
 
         def phase(name: str, op: str, **args: Any) -> dict[str, Any]:
             before = sum(harness.cpu_ticks(p) for p in pids)

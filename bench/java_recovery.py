@@ -143,12 +143,13 @@ def _wait_repaired(zk_connect: str, root: str, ledgers: list[int], victim: str, 
 def java_side(zk: str, root: str, directory: str, ledgers: list[int], victim: str) -> dict[str, Any]:
     """BookKeeper's AutoRecoveryMain at its defaults (one ReplicationWorker), until the repair is done."""
     from bkaudit.cluster import java as java_bk
+    from bkaudit.config import ZkSettings
     from bkaudit.zk.server import free_port
 
     work = Path(directory)
     host = "127.0.1.201"
     conf = java_bk.write_conf(work / java_bk.CONF_FILE, java_bk.server_conf(
-        zk_connect=zk, root=root, host=host, port=free_port(host), data_dir=work))
+        zk=ZkSettings(connect=zk, root=root), host=host, port=free_port(host), data_dir=work))
     proc = java_bk.JavaProcess(java_bk.JavaBookKeeper.locate(), java_bk.AUTORECOVERY_MAIN, conf,
                                work / "autorecovery.log", heap_mb=java_auditor.JAVA_HEAP_MB,
                                direct_mb=java_auditor.JAVA_DIRECT_MB)

@@ -17,8 +17,12 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bkaudit.errors import ClusterError
+
+if TYPE_CHECKING:
+    from bkaudit.zk.settings import ZkSettings
 
 STORAGE_CLASSES: Mapping[str, str] = {
     "sorted": "org.apache.bookkeeper.bookie.SortedLedgerStorage",  # ServerConfiguration's default
@@ -141,22 +145,19 @@ def extra_opts() -> list[str]:
     return shlex.split(os.environ.get("BOOKIE_EXTRA_OPTS", ""))
 
 
-def metadata_service_uri(zk_connect: str, root: str, layout: str = "hierarchical") -> str:
-    """BookKeeper's `metadataServiceUri` for a bkaudit ZooKeeper address and ledgers root.
+def metadata_service_uri(zk: ZkSettings) -> str:
+    """BookKeeper's `metadataServiceUri` for bkaudit's [zk] settings (connect string, ledgers root, layout:
+    `[zk] layout` names BookKeeper's ledger managers, whose URI schemes are `zk+<layout>`).
 
     A chroot in the connect string ("host:port/c1") becomes part of the ledgers path: BookKeeper's URI has no
     chroot, and `/c1` + `/ledgers` names the same znodes.
     """
-    hosts, _, chroot = zk_connect.partition("/")
-    path = ("/" + chroot.strip("/") if chroot else "") + root
-    scheme = {"hierarchical": "zk+hierarchical", "longhierarchical": "zk+longhierarchical",
-              "legacyhierarchical": "zk+legacyhierarchical"}.get(layout)
-    if scheme is None:
-        raise ClusterError(f"no BookKeeper metadata URI scheme for layout {layout!r}")
-    return f"{scheme}://{hosts.replace(',', ';')}{path}"
+    hosts, _, chroot = zk.connect.partition("/")
+    path = ("/" + chroot.strip("/") if chroot else "") + zk.root
+    return f"zk+{zk.layout}://{hosts.replace(',', ';')}{path}"
 
 
-def server_conf(*, zk_connect: str, root: str, host: str, port: int, data_dir: Path, storage: str = "sorted",
+def server_conf(*, zk: ZkSettings, host: str, port: int, data_dir: Path, storage: str = "sorted",
                 http_port: int | None = None, zk_timeout_ms: int = 6000,
                 extra: Mapping[str, object] | None = None, small_caches: bool = True) -> dict[str, str]:
     """A ServerConfiguration for one loopback host: a bookie's, or AutoRecovery's (which needs a bookie id of
@@ -166,7 +167,7 @@ def server_conf(*, zk_connect: str, root: str, host: str, port: int, data_dir: P
     if storage not in STORAGE_CLASSES:
         raise ClusterError(f"unknown ledger storage {storage!r} (known: {', '.join(STORAGE_CLASSES)})")
     conf: dict[str, str] = {
-        "metadataServiceUri": metadata_service_uri(zk_connect, root),
+        "metadataServiceUri": metadata_service_uri(zk),
         "bookiePort": str(port),
         "advertisedAddress": host,
         "listeningInterface": "lo",
@@ -221,9 +222,8 @@ class JavaClient:
     its pid; a client that does not answer within `timeout_s` is killed.
     """
 
-    def __init__(self, java: JavaBookKeeper, *, zk_connect: str, root: str, log: Path,
-                 settings: Mapping[str, object] | None = None, layout: str = "hierarchical",
-                 timeout_s: float = 120) -> None:
+    def __init__(self, java: JavaBookKeeper, *, zk: ZkSettings, log: Path,
+                 settings: Mapping[str, object] | None = None, timeout_s: float = 120) -> None:
         import json
         import threading
 
@@ -231,7 +231,7 @@ class JavaClient:
 
         self._json = json
         self.timeout_s = timeout_s
-        args = ["client", "--uri", metadata_service_uri(zk_connect, root, layout)]
+        args = ["client", "--uri", metadata_service_uri(zk)]
         for key, value in (settings or {}).items():
             args += ["--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
         log.parent.mkdir(parents=True, exist_ok=True)

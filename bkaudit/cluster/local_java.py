@@ -18,6 +18,7 @@ from bkaudit.cluster.bookies import (
 )
 from bkaudit.zk import registry
 from bkaudit.zk.server import free_port
+from bkaudit.zk.settings import ZkSettings
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -37,10 +38,15 @@ class JavaProcesses:
     def zk_client(self) -> KazooClient:
         raise NotImplementedError
 
+    def zk_settings(self) -> ZkSettings:
+        """This cluster's [zk] (its ZooKeeper and ledgers root): what a client connects with, and what
+        BookKeeper's metadata URI names."""
+        return ZkSettings(connect=self.zk, root=self.root)
+
     def java_conf(self, b: BookieInfo) -> dict[str, str]:
         """The `bk_server.conf` a Java bookie runs with (BookKeeper's defaults but for loopback, its
         directories and the ZooKeeper session, as short as bkaudit's local bookies')."""
-        return java_bk.server_conf(zk_connect=self.zk, root=self.root, host=b.host, port=b.port,
+        return java_bk.server_conf(zk=self.zk_settings(), host=b.host, port=b.port,
                                    data_dir=Path(b.data_dir), storage=b.storage or "sorted",
                                    http_port=b.http_port,
                                    zk_timeout_ms=int(BOOKIE_SESSION_TIMEOUT_S * 1000),
@@ -65,7 +71,7 @@ class JavaProcesses:
         """BookKeeper's Java client on this cluster (stopped by `down()`); `settings` are ClientConfiguration
         keys, e.g. `{"useV2WireProtocol": True}`."""
         n = sum(isinstance(p, java_bk.JavaClient) for p in self._java) + 1
-        client = java_bk.JavaClient(java_bk.JavaBookKeeper.locate(), zk_connect=self.zk, root=self.root,
+        client = java_bk.JavaClient(java_bk.JavaBookKeeper.locate(), zk=self.zk_settings(),
                                     log=self.directory / f"java-client-{n}.log", settings=settings)
         self._java.append(client)
         return client
@@ -74,7 +80,7 @@ class JavaProcesses:
                    timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
         """`bookkeeper shell <args>` (BookieShell) against this cluster's metadata."""
         conf = java_bk.write_conf(self.directory / "java-shell" / java_bk.CONF_FILE, java_bk.server_conf(
-            zk_connect=self.zk, root=self.root, host="127.0.0.1", port=3181,
+            zk=self.zk_settings(), host="127.0.0.1", port=3181,
             data_dir=self.directory / "java-shell", extra=self.java_settings))
         return java_bk.run_shell(java_bk.JavaBookKeeper.locate(), conf, *args, check=check,
                                  timeout_s=timeout_s)
@@ -88,7 +94,7 @@ class JavaProcesses:
         host = f"127.0.1.{n}"
         directory = self.directory / f"java-autorecovery-{n}"
         conf = java_bk.write_conf(directory / java_bk.CONF_FILE, java_bk.server_conf(
-            zk_connect=self.zk, root=self.root, host=host, port=free_port(host), data_dir=directory,
+            zk=self.zk_settings(), host=host, port=free_port(host), data_dir=directory,
             zk_timeout_ms=int(BOOKIE_SESSION_TIMEOUT_S * 1000),
             extra={**self.java_settings, **(settings or {})}))
         proc = java_bk.JavaProcess(java_bk.JavaBookKeeper.locate(), java_bk.AUTORECOVERY_MAIN, conf,

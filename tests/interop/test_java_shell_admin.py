@@ -21,6 +21,7 @@ import pytest
 
 from bkaudit.cluster import java as java_bk
 from bkaudit.cluster.local import LocalCluster
+from bkaudit.config import ZkSettings
 from bkaudit.zk import ledgers as zk_ledgers
 from bkaudit.zk import paths, registry
 from bkaudit.zk import underreplication as ur
@@ -31,17 +32,17 @@ from tests.integration import autorecovery_support as ar
 pytestmark = [pytest.mark.slow]
 
 
-def shell_for(java: java_bk.JavaBookKeeper, tmp: Path, zk_connect: str, root: str, *args: str,
-              check: bool = True):
+def shell_for(java: java_bk.JavaBookKeeper, tmp: Path, zk: ZkSettings, *args: str, check: bool = True):
     conf = java_bk.write_conf(tmp / "shell" / java_bk.CONF_FILE, java_bk.server_conf(
-        zk_connect=zk_connect, root=root, host="127.0.0.1", port=3181, data_dir=tmp / "shell"))
+        zk=zk, host="127.0.0.1", port=3181, data_dir=tmp / "shell"))
     return java_bk.run_shell(java, conf, *args, check=check)
 
 
 def test_initnewcluster_makes_a_cluster_bkaudit_accepts(java_bookkeeper, zk, zk_server, tmp_path) -> None:
     root = unique_path("t", "/ledgers")
     zk.ensure_path(root.rsplit("/", 1)[0])  # BookKeeper's initNewCluster creates the root, not its parents
-    shell_for(java_bookkeeper, tmp_path, zk_server.connect_string, root, "initnewcluster")
+    shell_for(java_bookkeeper, tmp_path, ZkSettings(connect=zk_server.connect_string, root=root),
+              "initnewcluster")
     zk_ledgers.require_cluster(zk, root=root)
     assert zk_ledgers.read_layout(zk, root=root) == "hierarchical"
     first = zk_ledgers.generate_ledger_id(zk, root=root)
@@ -60,16 +61,16 @@ def test_nukeexistingcluster_finds_nothing_foreign(java_bookkeeper, zk_server, t
             c.stop_bookie(b)
         instance = zk.get(paths.instanceid_path(root=c.root))[0].decode()
         # the shell's root is the one BookKeeper resolves: chroot and ledgers path together
-        jroot = "/" + java_bk.metadata_service_uri(c.zk, c.root).split("/", 3)[3]
-        hosts = c.zk.partition("/")[0]
+        jroot = "/" + java_bk.metadata_service_uri(c.zk_settings()).split("/", 3)[3]
+        shell_zk = ZkSettings(connect=c.zk.partition("/")[0], root=jroot)
 
         zk.create(c.root + "/not-bookkeeper", b"x")  # the negative: BookKeeper refuses a foreign child
-        shell_for(java_bookkeeper, tmp_path, hosts, jroot, "nukeexistingcluster", "-zkledgersrootpath",
+        shell_for(java_bookkeeper, tmp_path, shell_zk, "nukeexistingcluster", "-zkledgersrootpath",
                   jroot, "-instanceid", instance, check=False)
         assert zk.exists(c.root) is not None and zk.exists(paths.ledger_path(written[0], root=c.root))
         zk.delete(c.root + "/not-bookkeeper")
 
-        shell_for(java_bookkeeper, tmp_path, hosts, jroot, "nukeexistingcluster", "-zkledgersrootpath",
+        shell_for(java_bookkeeper, tmp_path, shell_zk, "nukeexistingcluster", "-zkledgersrootpath",
                   jroot, "-instanceid", instance, check=False)
         assert zk.exists(c.root) is None  # everything bkaudit wrote was BookKeeper's to delete
 

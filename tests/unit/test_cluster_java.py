@@ -13,7 +13,8 @@ from bkaudit.bookie.settings import BookieSettings
 from bkaudit.chaos.faults import JAVA_DISK_FULL
 from bkaudit.cluster import java, local
 from bkaudit.cluster.local import BookieInfo, LocalCluster
-from bkaudit.errors import ClusterError
+from bkaudit.config import ZkSettings
+from bkaudit.errors import ClusterError, ConfigError
 
 
 @pytest.mark.parametrize(("connect", "root", "layout", "uri"), [
@@ -26,19 +27,20 @@ from bkaudit.errors import ClusterError
     ("h1:2181,h2:2181", "/ledgers", "hierarchical", "zk+hierarchical://h1:2181;h2:2181/ledgers"),
 ])
 def test_metadata_service_uri(connect: str, root: str, layout: str, uri: str) -> None:
-    assert java.metadata_service_uri(connect, root, layout) == uri
+    assert java.metadata_service_uri(ZkSettings(connect=connect, root=root, layout=layout)) == uri
 
 
 def test_unknown_layout_and_storage_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ClusterError, match="layout"):
-        java.metadata_service_uri("h:1", "/ledgers", "flat")
+    # a layout without a BookKeeper ledger manager (so without a URI scheme) is refused where [zk] is read
+    with pytest.raises(ConfigError, match="layout 'flat'"):
+        java.metadata_service_uri(ZkSettings(connect="h:1", root="/ledgers", layout="flat"))
     with pytest.raises(ClusterError, match="ledger storage 'rocks'"):
-        java.server_conf(zk_connect="h:1", root="/ledgers", host="127.0.0.2", port=1, data_dir=tmp_path,
+        java.server_conf(zk=ZkSettings(connect="h:1"), host="127.0.0.2", port=1, data_dir=tmp_path,
                          storage="rocks")
 
 
 def test_server_conf_keeps_bookkeeper_defaults_but_for_what_it_names(tmp_path: Path) -> None:
-    conf = java.server_conf(zk_connect="h:1/c", root="/ledgers", host="127.0.0.3", port=3181,
+    conf = java.server_conf(zk=ZkSettings(connect="h:1/c", root="/ledgers"), host="127.0.0.3", port=3181,
                             data_dir=tmp_path, storage="db", http_port=8000,
                             extra={"journalSyncData": False, "gcWaitTime": 1000})
     assert conf["ledgerStorageClass"] == "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
@@ -47,7 +49,7 @@ def test_server_conf_keeps_bookkeeper_defaults_but_for_what_it_names(tmp_path: P
     assert conf["metadataServiceUri"] == "zk+hierarchical://h:1/c/ledgers"
     assert (conf["httpServerEnabled"], conf["httpServerPort"]) == ("true", "8000")
     assert conf["journalSyncData"] == "false" and conf["gcWaitTime"] == "1000"
-    plain = java.server_conf(zk_connect="h:1", root="/ledgers", host="127.0.0.3", port=1, data_dir=tmp_path)
+    plain = java.server_conf(zk=ZkSettings(connect="h:1"), host="127.0.0.3", port=1, data_dir=tmp_path)
     assert plain["ledgerStorageClass"] == "org.apache.bookkeeper.bookie.SortedLedgerStorage"
     assert plain["httpServerEnabled"] == "false" and "httpServerPort" not in plain
     written = java.write_conf(tmp_path / "x" / "bk_server.conf", plain).read_text().splitlines()
