@@ -167,12 +167,13 @@ def worker(transport: str, zk: str, root: str, adds: int, list_ledgers: int,
     """One fresh client process on one transport: adds, reads, listing (per-ledger and batch)."""
     from bkaudit import config
     from bkaudit.client import BookKeeper
+    from bkaudit.config import ZkSettings
     from bkaudit.rpc.pool import BookieAddress, make_client
-    from bkaudit.zk import registry
+    from bkaudit.store import zookeeper
 
     settings = config.load(overrides={"rpc.transport": transport, "zk.connect": zk, "zk.root": root})
     out: dict[str, float] = {}
-    with BookKeeper.connect(zk=zk, root=root, settings=settings) as bk:
+    with BookKeeper.connect(settings=settings) as bk:
         write_ledgers(bk, 2, 300)  # warm up connections and code paths
         cpu = _Cpu(pids)
         ids, lat, seconds = write_ledgers(bk, 4, adds // 4)
@@ -187,7 +188,12 @@ def worker(transport: str, zk: str, root: str, adds: int, list_ledgers: int,
         ledger_ids = list(range(LIST_BASE_ID, LIST_BASE_ID + list_ledgers))
         single, batch = [], []
         cpu_single, cpu_batch = [], []
-        for bookie in registry.list_writable(bk.cluster.client, root):
+        store = zookeeper.connect(settings.get(ZkSettings))  # a session of its own: the client's is private
+        try:
+            writable = store.registry.writable()
+        finally:
+            zookeeper.close(store)
+        for bookie in writable:
             address = bk.pool.lookup(bookie)
             for batch_listing, rates, cpus in ((False, single, cpu_single), (True, batch, cpu_batch)):
                 client = make_client(bookie, BookieAddress(address.target, batch_listing),

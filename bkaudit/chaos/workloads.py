@@ -57,7 +57,6 @@ def connect_client(*, zk: ZkSettings, proxies: ProxySet, add_timeout_s: float) -
         pool=pool,
         directory=ZkBookieDirectory(cluster),
         settings=settings,
-        cluster=cluster,
         owns=(pool, session),
     )
 

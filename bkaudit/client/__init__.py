@@ -2,7 +2,8 @@
 recovery, reads). See docs/client.md.
 
     from bkaudit.client import BookKeeper
-    with BookKeeper.connect(zk="127.0.0.1:2181") as bk:
+    from bkaudit.config import ZkSettings
+    with BookKeeper.connect(ZkSettings(connect="127.0.0.1:2181")) as bk:
         with bk.create_ledger(3, 2, 2) as ledger:
             ledger.add_entry(b"hello")
         reader = bk.open_ledger(ledger.ledger_id)

@@ -25,13 +25,13 @@ from bkaudit.model.quorum import validate_quorum
 from bkaudit.store.ledgers import MetadataStore
 
 if TYPE_CHECKING:
-    from bkaudit.store.zookeeper import ZkStore
+    from bkaudit.zk.settings import ZkSettings
 
 log = logging.getLogger(__name__)
 
 
 class BookKeeper:
-    """A BookKeeper client bound to one cluster (ZooKeeper connect string + ledgers root)."""
+    """A BookKeeper client bound to one cluster (its ledger metadata store and bookies)."""
 
     def __init__(
         self,
@@ -40,11 +40,9 @@ class BookKeeper:
         pool: Any,
         directory: BookieDirectory,
         settings: ClientSettings | None = None,
-        cluster: ZkStore | None = None,
         owns: tuple[Any, ...] = (),
     ) -> None:
         self.settings = settings or ClientSettings()
-        self.cluster = cluster  # the store `connect` opened (None when built from parts)
         self.pool = pool
         self._owns = owns
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bk-client")
@@ -56,16 +54,15 @@ class BookKeeper:
     @classmethod
     def connect(
         cls,
-        zk: str | None = None,
-        root: str | None = None,
+        zk: ZkSettings | None = None,
         *,
         settings: Any = None,
         placement: Any = None,
         static: Any = None,
         tls: Any = None,
     ) -> BookKeeper:
-        """Connect to ZooKeeper at `zk` (default: settings' [zk] connect, else 127.0.0.1:2181) and find the
-        bookies registered under `root` (default /ledgers).
+        """Connect to the cluster `zk` names (the resolved [zk] settings: ZooKeeper and ledgers root; default:
+        settings' [zk], else 127.0.0.1:2181 and /ledgers) and find the bookies registered there.
 
         `settings` is a `bkaudit.config.Settings` (its [zk], [client] and [placement] sections are used) or a
         bare `ClientSettings`; `placement` overrides the placement policy (default: rack-aware, at least two
@@ -75,7 +72,7 @@ class BookKeeper:
         from bkaudit.rpc.pool import BookieClientPool
         from bkaudit.store import connect as connect_store
 
-        zk_settings = _zk_settings(settings, zk, root)
+        zk_settings = zk if zk is not None else _zk_settings(settings)
         client_settings, policy = _client_and_policy(settings)
         transport = "native"
         if _is_config(settings):
@@ -109,7 +106,6 @@ class BookKeeper:
             pool=pool,
             directory=directory,
             settings=client_settings,
-            cluster=cluster,
             owns=(pool, session),
         )
 
@@ -265,15 +261,12 @@ def _is_config(settings: Any) -> bool:
     return settings is not None and not isinstance(settings, ClientSettings) and hasattr(settings, "get")
 
 
-def _zk_settings(settings: Any, zk: str | None, root: str | None) -> Any:
-    """[zk] settings with explicit connect string / root applied on top."""
-    import dataclasses
-
+def _zk_settings(settings: Any) -> ZkSettings:
+    """The settings' [zk], or the defaults when `settings` is none or a bare ClientSettings."""
     from bkaudit.config import ZkSettings
 
-    base = settings.get(ZkSettings) if _is_config(settings) else ZkSettings()
-    changes = {k: v for k, v in (("connect", zk), ("root", root)) if v is not None}
-    return dataclasses.replace(base, **changes) if changes else base
+    found: ZkSettings = settings.get(ZkSettings) if _is_config(settings) else ZkSettings()
+    return found
 
 
 def _client_and_policy(settings: Any) -> tuple[ClientSettings, Any]:

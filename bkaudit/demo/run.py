@@ -164,7 +164,7 @@ class Demo:
         from bkaudit.client import BookKeeper
 
         self.progress.start(f"{STEPS[1]}: {self.ledgers} of mixed E/WQ/AQ, some open, some on topics")
-        with BookKeeper.connect(self.cluster.zk, self.cluster.root) as bk:
+        with BookKeeper.connect(self.cluster.zk_settings()) as bk:
             written = write_ledgers(bk, plan(self.ledgers, self.seed),
                                     progress=self.progress.counter("ledgers"))
         shapes = ", ".join(f"{k} x{v}" for k, v in sorted(written.shapes.items()))
@@ -237,7 +237,7 @@ class Demo:
         c.format_bookie(wiped)
         c.start_bookie(wiped)
         self.progress.say(f"wiped, formatted and restarted bookie {wiped}: same id, empty disk")
-        pinned = write_pinned(c.zk, c.root, rack2, 10, "public/default/persistent/misplaced-topic")
+        pinned = write_pinned(c.zk_settings(), rack2, 10, "public/default/persistent/misplaced-topic")
         self.progress.say(f"wrote ledger {pinned} with every copy on /rack-2 ({', '.join(rack2)})")
         deadline = time.monotonic() + 30
         zk = c.zk_client()

@@ -9,10 +9,13 @@ import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bkaudit.model.ledger import DigestType
 from bkaudit.model.placement import DefaultPolicy
+
+if TYPE_CHECKING:
+    from bkaudit.zk.settings import ZkSettings
 
 SHAPES: tuple[tuple[int, int, int], ...] = ((3, 2, 2), (3, 3, 2), (4, 3, 2), (5, 3, 3), (4, 2, 2), (3, 3, 3))
 """(E, WQ, AQ) mixes seen in practice (Pulsar's default is 2/2/2; 3/3/2 and 5/3/3 are common choices)."""
@@ -101,12 +104,12 @@ class PinnedEnsemble(DefaultPolicy):
         return tuple(self.pinned[:ensemble_size])  # type: ignore[attr-defined]
 
 
-def write_pinned(zk: str, root: str, ensemble: Sequence[str], entries: int, topic: str) -> int:
+def write_pinned(zk: ZkSettings, ensemble: Sequence[str], entries: int, topic: str) -> int:
     """One closed ledger with E = WQ = AQ = len(ensemble) on exactly `ensemble`; returns its id."""
     from bkaudit.client import BookKeeper
 
     n = len(ensemble)
-    with BookKeeper.connect(zk, root, placement=PinnedEnsemble(ensemble)) as bk:
+    with BookKeeper.connect(zk, placement=PinnedEnsemble(ensemble)) as bk:
         handle = bk.create_ledger(n, n, n, password=b"demo", custom_metadata={MANAGED_LEDGER_KEY: topic})
         for _ in range(entries):
             handle.add_entry(PAYLOAD)

@@ -228,7 +228,7 @@ def _metadata_checker_run(cluster_factory: Any, tmp_path: Path,
 
     cluster = cluster_factory(bookies=4, racks=3)  # /rack-1 holds two bookies
     written = []
-    with BookKeeper.connect(cluster.zk, cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         for i in range(20):
             custom = {"pulsar/managed-ledger": f"public/default/persistent/t{i % 3}"} if i % 2 else None
             handle = bk.create_ledger(3, 2, 2, custom_metadata=custom)
@@ -237,7 +237,7 @@ def _metadata_checker_run(cluster_factory: Any, tmp_path: Path,
             handle.close()
             written.append(handle.ledger_id)
     rack1 = [b.id for b in cluster.bookies if b.rack == "/rack-1"]
-    misplaced = write_pinned(cluster.zk, cluster.root, rack1, 4, "public/default/persistent/misplaced")
+    misplaced = write_pinned(cluster.zk_settings(), rack1, 4, "public/default/persistent/misplaced")
     written.append(misplaced)
 
     home, warehouse, reports = tmp_path / "airflow", tmp_path / "warehouse", tmp_path / "reports"

@@ -31,7 +31,7 @@ def test_dags_test_decommissions_a_bookie(cluster_factory: Any, tmp_path: Path) 
 
     cluster = cluster_factory(bookies=4, racks=4)
     zk = cluster.zk_client()
-    with BookKeeper.connect(cluster.zk, cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         truth = write_ledgers(bk, 12, 10)
         holders = {b for lid in truth for b in bk.ledger_metadata(lid).bookies()}
     leaving = sorted(holders)[0]

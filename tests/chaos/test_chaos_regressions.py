@@ -23,7 +23,7 @@ def test_chaos_seed_7_recovery_after_a_wiped_bookie_keeps_acknowledged_entries(
     data-integrity check the bookie puts the ledger in limbo and answers EUNKNOWNLEDGERSTATE instead."""
     monkeypatch.setenv("BKAUDIT_BOOKIE__DATA_INTEGRITY_CHECKING", "true")  # inherited by the bookie processes
     cluster = cluster_factory(bookies=3, racks=3)
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         writer = bk.create_ledger(2, 2, 2)
         acked = [writer.add_entry(b"entry-%d" % i) for i in range(20)]
         writer.abandon()  # the writer crashes: the ledger stays OPEN

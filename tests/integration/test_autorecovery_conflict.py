@@ -50,7 +50,7 @@ def copying(tmp_path, ledger_id):
 
 def setup(cluster, bookies_needed: int = 4):
     zk = cluster.zk_client()
-    bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    bk = BookKeeper.connect(cluster.zk_settings())
     truth = write_ledgers(bk, 1, 900)
     (ledger_id,) = truth
     ensemble = bk.ledger_metadata(ledger_id).segments[0].ensemble

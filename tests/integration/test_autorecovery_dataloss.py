@@ -34,7 +34,7 @@ FAST_FAIL = {
 def test_wiped_entries_end_in_a_terminal_record_not_a_retry_loop(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=4, racks=4)
     zk = cluster.zk_client()
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         truth = write_ledgers(bk, 3, 40)
         damaged, deleted, healthy = sorted(truth)
         metadata = bk.ledger_metadata(damaged)

@@ -75,7 +75,7 @@ def last_event(tmp, name, kind):
 
 def test_lost_bookie_is_audited_after_its_delay_and_drained_by_two_workers(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=5, racks=5)
-    bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    bk = BookKeeper.connect(cluster.zk_settings())
     try:
         truth = write_ledgers(bk, 40, 60)
         holders = Counter(b for lid in truth for b in bk.ledger_metadata(lid).bookies())

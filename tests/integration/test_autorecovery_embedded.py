@@ -29,7 +29,7 @@ def test_bookies_with_autorecovery_heal_a_lost_bookie(cluster_factory, monkeypat
     cluster = cluster_factory(bookies=4, racks=4, bookie_args=["--autorecovery"])
     zk = cluster.zk_client()
     wait_for(lambda: ZkStore(zk, root=cluster.root).queue.auditor() in cluster.ids(), 30, "an auditor bookie")
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         truth = write_ledgers(bk, 12, 30)
         victim = Counter(b for lid in truth for b in bk.ledger_metadata(lid).bookies()).most_common(1)[0][0]
         cluster.kill_bookie(victim)

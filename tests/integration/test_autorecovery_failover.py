@@ -39,7 +39,7 @@ def auditors(tmp, names) -> list[str]:
 def test_one_auditor_at_a_time_and_marking_survives_killed_leaders(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=5, racks=5)
     zk = cluster.zk_client()
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         truth = write_ledgers(bk, 40, 5)
         victim = Counter(b for lid in truth for b in bk.ledger_metadata(lid).bookies()).most_common(1)[0][0]
         on_victim = {lid for lid in truth if victim in bk.ledger_metadata(lid).bookies()}

@@ -35,7 +35,7 @@ def kinds(tmp, name) -> list[str]:
 def test_a_restart_after_an_audited_loss_is_delayed_not_marked(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=5, racks=5)
     zk = cluster.zk_client()
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         truth = write_ledgers(bk, 12, 5)
         ensembles = {lid: set(bk.ledger_metadata(lid).bookies()) for lid in truth}
     counts = {bookie: sum(bookie in e for e in ensembles.values()) for bookie in cluster.ids()}

@@ -28,7 +28,7 @@ ONE_PASS_ONLY = {"BKAUDIT_LIFECYCLE__DRAIN_CHECK_INTERVAL_S": "3600"}
 def test_once_ends_the_drain_it_started_drained(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=4, racks=4)
     zk = cluster.zk_client()
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         truth = write_ledgers(bk, 8, 20)
         holders: dict[str, int] = {}
         for lid in truth:

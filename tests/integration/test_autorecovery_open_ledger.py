@@ -52,7 +52,7 @@ def run_with_short_grace(cluster, tmp_path):  # type: ignore[no-untyped-def]
 
 def test_idle_writer_is_fenced_after_the_grace_and_its_ledger_replicated(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=4, racks=4)
-    bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    bk = BookKeeper.connect(cluster.zk_settings())
     writer = bk.create_ledger(3, 2, 2)
     try:
         acked = [payload(0, e) for e in range(60)]
@@ -97,7 +97,7 @@ def test_open_fragment_missing_copies_on_a_live_bookie_is_recovered_after_the_gr
     cluster_factory, tmp_path, entries
 ) -> None:
     cluster = cluster_factory(bookies=4, racks=4)
-    bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    bk = BookKeeper.connect(cluster.zk_settings())
     writer = bk.create_ledger(3, 2, 2)
     try:
         acked = [payload(1, e) for e in range(entries)]

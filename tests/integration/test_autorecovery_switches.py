@@ -47,7 +47,7 @@ def kinds(tmp, name) -> list[str]:
 def test_disable_stops_auditor_and_workers_until_enabled(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=4, racks=4)
     zk = cluster.zk_client()
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         truth = write_ledgers(bk, 12, 20)
         first = next(iter(truth))
         victim = bk.ledger_metadata(first).segments[0].ensemble[0]

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow]
 def test_killed_worker_releases_its_lock_with_its_session(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=4, racks=4)
     zk = cluster.zk_client()
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         truth = write_ledgers(bk, 1, 1500)
         (ledger_id,) = truth
         victim = bk.ledger_metadata(ledger_id).segments[0].ensemble[0]

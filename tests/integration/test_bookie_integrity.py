@@ -46,7 +46,7 @@ def test_wiped_bookie_recovers_its_limbo_ledgers_and_copies_its_entries_back(
 
     monkeypatch.setenv("BKAUDIT_BOOKIE__DATA_INTEGRITY_CHECKING", "true")
     cluster = cluster_factory(bookies=3, racks=3)
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         closed = bk.create_ledger(3, 2, 2)
         closed_payloads = {closed.add_entry(b"closed-%d" % i): b"closed-%d" % i for i in range(30)}
         closed.close()
@@ -95,7 +95,7 @@ def test_wiped_bookie_with_stamp_missing_cookies_heals_instead_of_refusing(
 
     monkeypatch.setenv("BKAUDIT_BOOKIE__DATA_INTEGRITY_CHECKING", "true")
     cluster = cluster_factory(bookies=3, racks=3)
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         ledger = bk.create_ledger(3, 2, 2)
         payloads = {ledger.add_entry(b"e-%d" % i): b"e-%d" % i for i in range(20)}
         ledger.close()

@@ -196,7 +196,7 @@ def fast_disk_checks() -> Iterator[None]:
 
 def test_storage_changes_and_loss_while_running_are_never_hidden(cluster_factory, fast_disk_checks) -> None:
     cluster = cluster_factory(bookies=3, racks=3)
-    bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    bk = BookKeeper.connect(cluster.zk_settings())
     try:
         handles = [bk.create_ledger(3, 3, 2) for _ in range(2)]
         for h in handles:

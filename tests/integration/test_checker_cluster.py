@@ -62,7 +62,7 @@ def warehouse(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def bk(cluster) -> Iterator[BookKeeper]:
-    client = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    client = BookKeeper.connect(cluster.zk_settings())
     try:
         yield client
     finally:

@@ -38,7 +38,8 @@ def test_kill_9_mid_write_changes_the_ensemble_and_loses_nothing(cluster4) -> No
         assert victim not in md.segments[1].ensemble
         assert md.segments[1].ensemble[1:] == md.segments[0].ensemble[1:]
         assert bk.ledger_metadata(handle.ledger_id) == md
-        raw, _ = zk_ledgers.read_ledger_bytes(bk.cluster.client, handle.ledger_id, root=cluster4.root)
+        zk = cluster4.zk_client()  # the fixture's own session: the client keeps its store to itself
+        raw, _ = zk_ledgers.read_ledger_bytes(zk, handle.ledger_id, root=cluster4.root)
         assert ledger_metadata.format_version(raw) == 3
         assert ledger_metadata.parse(raw) == md and ledger_metadata.serialize(md) == raw  # BookKeeper bytes
 
@@ -74,9 +75,10 @@ def test_ensemble_change_retries_after_a_concurrent_metadata_change(cluster4) ->
         for i in range(10):
             handle.add_entry(payload(i))
         # another actor rewrites the metadata (still OPEN): the writer's cached version is now stale
-        md, stat = zk_ledgers.read_ledger_metadata(bk.cluster.client, handle.ledger_id, root=cluster4.root)
+        zk = cluster4.zk_client()
+        md, stat = zk_ledgers.read_ledger_metadata(zk, handle.ledger_id, root=cluster4.root)
         zk_ledgers.write_ledger_metadata(
-            bk.cluster.client,
+            zk,
             handle.ledger_id,
             md.evolve(custom_metadata={"owner": b"admin"}),
             expected_version=stat.version,
@@ -101,9 +103,10 @@ def test_ensemble_change_finding_the_ledger_in_recovery_fences_the_writer(cluste
         handle = bk.create_ledger(3, 2, 2)
         for i in range(5):
             handle.add_entry(payload(i))
-        md, stat = zk_ledgers.read_ledger_metadata(bk.cluster.client, handle.ledger_id, root=cluster4.root)
+        zk = cluster4.zk_client()
+        md, stat = zk_ledgers.read_ledger_metadata(zk, handle.ledger_id, root=cluster4.root)
         zk_ledgers.write_ledger_metadata(
-            bk.cluster.client,
+            zk,
             handle.ledger_id,
             md.evolve(state=LedgerState.IN_RECOVERY),
             expected_version=stat.version,
@@ -125,7 +128,7 @@ def test_ensemble_change_finding_the_ledger_in_recovery_fences_the_writer(cluste
 def test_silent_bookie_is_replaced_after_the_add_timeout(cluster4) -> None:
     """SIGSTOP keeps the connection open but unanswered: only the add timeout can detect it."""
     settings = ClientSettings(add_timeout_s=1.5, read_timeout_s=1.5)
-    with BookKeeper.connect(zk=cluster4.zk, root=cluster4.root, settings=settings) as bk:
+    with BookKeeper.connect(cluster4.zk_settings(), settings=settings) as bk:
         handle = bk.create_ledger(3, 2, 2)
         for i in range(5):
             handle.add_entry(payload(i))

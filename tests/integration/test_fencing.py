@@ -64,7 +64,7 @@ class Writer(threading.Thread):
 
 
 def connect(cluster) -> BookKeeper:
-    return BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    return BookKeeper.connect(cluster.zk_settings())
 
 
 def check_persistence(reader_md, reader, acked: dict[int, bytes]) -> None:
@@ -195,7 +195,7 @@ def test_fencing_completes_without_waiting_for_a_silent_bookie(cluster4) -> None
     settings = ClientSettings(add_timeout_s=2.0, read_timeout_s=20.0)
     cluster4.pause_bookie(victim)
     try:
-        with BookKeeper.connect(zk=cluster4.zk, root=cluster4.root, settings=settings) as bk:
+        with BookKeeper.connect(cluster4.zk_settings(), settings=settings) as bk:
             started = time.monotonic()
             r = bk.open_ledger(lid, recover=True)
             took = time.monotonic() - started

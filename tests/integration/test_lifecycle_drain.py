@@ -68,7 +68,7 @@ class Writer(threading.Thread):
 def test_two_bookies_drain_at_once_while_a_writer_keeps_writing(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=6, racks=6)
     zk = cluster.zk_client()
-    bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    bk = BookKeeper.connect(cluster.zk_settings())
     writer = Writer(bk)
     ar = None
     try:
@@ -130,7 +130,7 @@ def test_two_bookies_drain_at_once_while_a_writer_keeps_writing(cluster_factory,
 def test_a_ledger_without_a_surviving_copy_ends_in_draining_failed(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=3, racks=3)
     zk = cluster.zk_client()
-    with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         truth = write_ledgers(bk, 6, 20, ensemble=2, wq=2, aq=2)
         victim = bk.ledger_metadata(min(truth)).segments[0].ensemble[0]
         on_victim = sorted(lid for lid in truth if victim in bk.ledger_metadata(lid).bookies())

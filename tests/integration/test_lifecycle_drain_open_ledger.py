@@ -40,7 +40,7 @@ DRAIN_FAST = {"BKAUDIT_LIFECYCLE__DRAIN_CHECK_INTERVAL_S": "1", "BKAUDIT_LIFECYC
 def test_open_ledgers_with_live_writers_do_not_keep_a_bookie_draining(cluster_factory, tmp_path) -> None:
     cluster = cluster_factory(bookies=5, racks=5)
     zk = cluster.zk_client()
-    bk = BookKeeper.connect(zk=cluster.zk, root=cluster.root)
+    bk = BookKeeper.connect(cluster.zk_settings())
     live = bk.create_ledger(3, 2, 2)
     idle = None
     others = []

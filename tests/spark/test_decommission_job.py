@@ -38,7 +38,7 @@ def test_decommission_audit_on_a_cluster(spark: Any, cluster_factory: Any, tmp_p
 
     cluster = cluster_factory(bookies=4, racks=3)
     metadata = {}
-    with BookKeeper.connect(cluster.zk, cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         for i in range(16):
             handle = bk.create_ledger(3, 2, 2)
             for _ in range(4 + i % 6):

@@ -134,7 +134,7 @@ def test_report_of_a_real_checker_run(spark: Any, cluster_factory: Any, tmp_path
 
     cluster = cluster_factory(bookies=4, racks=2)
     in_ensembles: set[str] = set()  # ground truth for bookies_checked: every bookie a ledger names
-    with BookKeeper.connect(cluster.zk, cluster.root) as bk:
+    with BookKeeper.connect(cluster.zk_settings()) as bk:
         for i in range(12):
             custom = {"pulsar/managed-ledger": TOPIC} if i % 2 else None
             handle = bk.create_ledger(3, 2, 2, custom_metadata=custom)

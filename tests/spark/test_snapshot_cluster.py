@@ -20,7 +20,7 @@ def test_snapshot_of_client_written_ledgers(spark: Any, cluster3: Any, tmp_path:
     from bkaudit.client import BookKeeper
     from bkaudit.spark.snapshot import run_snapshot
 
-    with BookKeeper.connect(zk=cluster3.zk, root=cluster3.root) as bk:
+    with BookKeeper.connect(cluster3.zk_settings()) as bk:
         closed = bk.create_ledger(3, 2, 2, custom_metadata={"pulsar/managed-ledger": "public/default/t1"})
         for i in range(5):
             closed.add_entry(f"entry-{i}".encode())

@@ -80,7 +80,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ss.Stand
 def world(zk_server: Any, tmp_path_factory: pytest.TempPathFactory, s3: S3Server) -> Iterator[World]:
     with running_cluster(zk_server, tmp_path_factory, bookies=4, racks=2) as cluster:
         ledgers = []
-        with BookKeeper.connect(zk=cluster.zk, root=cluster.root) as bk:
+        with BookKeeper.connect(cluster.zk_settings()) as bk:
             for i in range(8):
                 handle = bk.create_ledger(3, 2, 2, custom_metadata={
                     "pulsar/managed-ledger": f"public/default/persistent/t{i % 3}"})
