@@ -227,3 +227,64 @@ def test_only_the_store_spells_out_znodes() -> None:
     }
     assert sorted(importers - set(STORE_BOUNDARY_EXCEPTIONS)) == [], "go through bkaudit.store"
     assert sorted(set(STORE_BOUNDARY_EXCEPTIONS) - importers) == [], "remove the mended exception"
+
+
+ROOT_PARAMETERS = {"root", "state_root", "ledgers_root"}
+"""A ledgers root or bkaudit's state root: bound once in the store (or the resolved [zk] settings), never
+passed along beside a client."""
+
+ROOT_TAKERS_LEFT = {
+    # a local cluster is told its ledgers root (`cluster up`, cluster.json) rather than owning one
+    "bkaudit.cluster.local.LocalCluster.__init__": "is built with the ledgers root it writes to cluster.json",
+    "bkaudit.cluster.local.LocalCluster.up": "starts a cluster under the ledgers root it is given",
+}
+"""Functions outside the store that still take a root, each with why. The list only shrinks, as
+STORE_BOUNDARY_EXCEPTIONS does."""
+
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _functions(node: ast.AST, prefix: str = "") -> Iterator[tuple[str, Function]]:
+    """Every function and method under `node`, nested ones too, by qualified name."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield f"{prefix}{child.name}", child
+            yield from _functions(child, f"{prefix}{child.name}.")
+        elif isinstance(child, ast.ClassDef):
+            yield from _functions(child, f"{prefix}{child.name}.")
+        else:
+            yield from _functions(child, prefix)
+
+
+def _root_takers(module: str, source: str) -> set[str]:
+    takers = set()
+    for name, fn in _functions(ast.parse(source)):
+        a = fn.args
+        params = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+        if params & ROOT_PARAMETERS:
+            takers.add(f"{module}.{name}")
+    return takers
+
+
+def test_no_function_outside_the_store_takes_a_root() -> None:
+    takers = {
+        taker
+        for module, path in _modules().items()
+        if not module.startswith(("bkaudit.zk", "bkaudit.store"))
+        for taker in _root_takers(module, path.read_text(encoding="utf-8"))
+    }
+    assert sorted(takers - set(ROOT_TAKERS_LEFT)) == [], "take the store or the [zk] settings: they know it"
+    assert sorted(set(ROOT_TAKERS_LEFT) - takers) == [], "remove the mended exception"
+
+
+def test_the_root_scan_sees_methods_nested_functions_and_keyword_parameters() -> None:
+    source = (
+        "def plain(zk, ledgers_root): ...\n"
+        "class C:\n"
+        "    def method(self, *, state_root=None): ...\n"
+        "    async def fine(self, store): ...\n"
+        "def outer(store):\n"
+        "    def inner(root, /): ...\n"
+    )
+    assert _root_takers("m", source) == {"m.plain", "m.C.method", "m.outer.inner"}
