@@ -206,9 +206,6 @@ STORE_BOUNDARY_EXCEPTIONS = {
     "bkaudit.chaos.faults": "deletes and corrupts znodes as the fault schedule says",
     "bkaudit.chaos.runner": "reads raw markers and data-loss records to verify the run's invariants",
     "bkaudit.demo.run": "the demo injects its faults into the znodes, as chaos does",
-    # local clusters of real processes: a test harness that checks registrations by their session owner
-    "bkaudit.cluster.local": "waits for a restarted bookie's registration by its ephemeral owner",
-    "bkaudit.cluster.local_java": "publishes a Java bookie's rack as Pulsar's admin would",
     # the Spark jobs' bulk znode reads, batched and rate-limited on executors (not yet store reads)
     "bkaudit.job.zkscan": "partitions the ledger tree by its path widths for Spark tasks",
     "bkaudit.spark.checker": "stamps the Auditor's check-time znodes after a complete run",
