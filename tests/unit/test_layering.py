@@ -202,10 +202,6 @@ RECORD_MODULES = {
 """Where ZooKeeper's znodes and record bytes are spelled out: private to bkaudit.store and zk itself."""
 
 STORE_BOUNDARY_EXCEPTIONS = {
-    # fault injection and its verdict work on raw znodes: the faults are ZooKeeper-level damage
-    "bkaudit.chaos.faults": "deletes and corrupts znodes as the fault schedule says",
-    "bkaudit.chaos.runner": "reads raw markers and data-loss records to verify the run's invariants",
-    "bkaudit.demo.run": "the demo injects its faults into the znodes, as chaos does",
     # the Spark jobs' bulk znode reads, batched and rate-limited on executors (not yet store reads)
     "bkaudit.job.zkscan": "partitions the ledger tree by its path widths for Spark tasks",
     "bkaudit.spark.checker": "stamps the Auditor's check-time znodes after a complete run",
