@@ -203,7 +203,6 @@ RECORD_MODULES = {
 
 STORE_BOUNDARY_EXCEPTIONS = {
     # the Spark jobs' bulk znode reads, batched and rate-limited on executors (not yet store reads)
-    "bkaudit.job.zkscan": "partitions the ledger tree by its path widths for Spark tasks",
     "bkaudit.spark.checker": "stamps the Auditor's check-time znodes after a complete run",
 }
 """Modules outside the store that still import record modules, each with why. The list only shrinks: a new
