@@ -367,7 +367,6 @@ class Fresh:
         self.cluster = LocalCluster(
             Path(golden.directory) / "cluster",
             self.server.connect_string,
-            golden.root,
             infos,
             None,
             racks=RACKS,

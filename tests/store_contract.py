@@ -558,6 +558,18 @@ def test_registry_watches_see_registrations_come_and_go(cluster: Backend) -> Non
     assert cluster.store.registry.endpoint_hosts([], [B]) == {B: "10.0.0.2"}
 
 
+def test_a_registration_names_the_session_that_holds_it(cluster: Backend) -> None:
+    registry = cluster.store.registry
+    assert registry.registration_owner(A) is None
+    cluster.register(A, bkaudit_registration(A))
+    owner = registry.registration_owner(A)
+    assert owner is not None and owner != -1
+    cluster.register(A, bkaudit_registration(A), readonly=True)  # the same session, read-only now
+    assert registry.registration_owner(A) == owner
+    cluster.deregister(A)
+    assert registry.registration_owner(A) is None
+
+
 def test_the_index_of_every_bookie_and_the_bookie_table(cluster: Backend) -> None:
     cluster.put_ledger(1, ledger((A, B)))
     cluster.put_ledger(2, ledger((A, B), (C, D)))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 CHECK_ALL_LEDGERS = "checkallledgers"
 PLACEMENT_POLICY_CHECK = "placementpolicycheck"
 REPLICAS_CHECK = "replicascheck"
+CHECK_KINDS = (CHECK_ALL_LEDGERS, PLACEMENT_POLICY_CHECK, REPLICAS_CHECK)
 """The stamps' kinds, as `bkaudit.zk.paths.CHECK_CTIME_NODES` names their znodes."""
 
 

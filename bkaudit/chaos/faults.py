@@ -29,8 +29,7 @@ from bkaudit.chaos.schedule import BOOKIE_FAILURES, Fault, FaultKind
 from bkaudit.chaos.workloads import Shared
 from bkaudit.cluster.java import JavaProcess
 from bkaudit.cluster.local import LocalCluster
-from bkaudit.zk import ledgers as zk_ledgers
-from bkaudit.zk import paths
+from bkaudit.store import faults as damage
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +198,7 @@ class SwapWatcher(threading.Thread):
                 self.poll()
 
     def poll(self) -> None:
-        zk = self.cluster.zk_client()
+        store = self.cluster.store()
         for d in self.history.of_type("damage"):
             if d.get("kind") == "metadata":
                 continue
@@ -207,7 +206,7 @@ class SwapWatcher(threading.Thread):
             if key in self._done:
                 continue
             try:
-                md, _ = zk_ledgers.read_ledger_metadata(zk, key[0], root=self.cluster.root)
+                md = damage.read_metadata(store, key[0])
             except Exception:
                 continue  # deleted, corrupted on purpose, or ZooKeeper away
             now = self.history.now()
@@ -420,12 +419,12 @@ class Injector:
     # -- damage ----------------------------------------------------------------------------------------------
     def _record_damage(self, fault: Fault, bookie: str) -> None:
         """What a wipe of `bookie` destroys: per ledger segment naming it, the entry range it stored."""
-        zk = self.cluster.zk_client()
+        store = self.cluster.store()
         with self.shared.lock:
             ledgers = sorted(self.shared.acks)
         for ledger in ledgers:
             try:
-                md, _ = zk_ledgers.read_ledger_metadata(zk, ledger, root=self.cluster.root)
+                md = damage.read_metadata(store, ledger)
             except Exception:
                 continue  # corrupted on purpose, or ZooKeeper away: nothing known to lose
             in_flight = self.shared.max_ack(ledger) + 16  # adds acknowledged after this moment may be on it
@@ -460,8 +459,7 @@ class Injector:
         ledger = closed[fault.target % len(closed)]
         with self.shared.lock:
             self.shared.closed.remove(ledger)  # readers leave it alone
-        zk = self.cluster.zk_client()
-        zk.set(paths.ledger_path(ledger, root=self.cluster.root), GARBAGE)
+        damage.corrupt_ledger(self.cluster.store(), ledger, GARBAGE)
         self.injected[fault.kind.value] = self.injected.get(fault.kind.value, 0) + 1
         self._record(fault, "start", ledger=ledger)
         self.history.record("damage", ledger=ledger, kind="metadata", cause=fault.index)

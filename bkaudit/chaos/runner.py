@@ -44,7 +44,6 @@ from bkaudit.cluster.bookies import BOOKIE_SESSION_TIMEOUT_S
 from bkaudit.cluster.local import LocalCluster
 from bkaudit.config import ZkSettings
 from bkaudit.exitcodes import ExitCode
-from bkaudit.zk import dataloss
 from bkaudit.zk.server import free_port
 
 log = logging.getLogger(__name__)
@@ -293,12 +292,10 @@ def _check(
 
 
 def _wait_drained(cluster: LocalCluster, timeout_s: float) -> bool:
-    from bkaudit.zk import underreplication as ur
-
-    zk = cluster.zk_client()
+    queue = cluster.store().queue
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not list(ur.list_underreplicated(zk, root=cluster.root)):
+        if not queue.marked():
             return True
         time.sleep(1)
     return False
@@ -413,9 +410,9 @@ def _import_autorecovery(
                     node=autorecovery.name(i),
                 )
 
-    zk = cluster.zk_client()
-    for ledger in dataloss.list_ids(zk, root=cluster.root):
-        record = dataloss.read(zk, ledger, root=cluster.root)
+    data_loss = cluster.store().data_loss
+    for ledger in data_loss.ids():
+        record = data_loss.read(ledger)
         if record is not None:
             history.record(
                 "data_loss",

@@ -49,8 +49,8 @@ from bkaudit.cluster.local_processes import all_threads_stopped, is_bookie, log_
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ClusterError
 from bkaudit.processes import pid_alive
+from bkaudit.store.zookeeper import ZkStore
 from bkaudit.zk import client as zkclient
-from bkaudit.zk import registry
 from bkaudit.zk.server import (
     DEFAULT_HEAP_MB,
     ZooKeeperServer,
@@ -65,11 +65,16 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from bkaudit.rpc.pool import BookieClientPool
+    from bkaudit.store.base import Registry
+
 
 class LocalCluster(JavaProcesses):
-    """Start with `LocalCluster.up(dir)`, re-attach with `LocalCluster.load(dir)`, stop with `down()`."""
+    """Start with `LocalCluster.up(dir)`, re-attach with `LocalCluster.load(dir)`, stop with `down()`.
 
-    def __init__(self, directory: Path, zk: str, root: str, bookies: list[BookieInfo],
+    Its ledgers live under `[zk] root`'s default, as a BookKeeper cluster's do: the cluster owns that root
+    (its bookies, tools and cluster.json are given it) and callers reach the records through `store()`."""
+
+    def __init__(self, directory: Path, zk: str, bookies: list[BookieInfo],
                  zookeeper: dict[str, Any] | None, *, racks: int = 3, bookie_args: Sequence[str] = (),
                  detach: bool = False, zk_auth: str = "", zk_heap_mb: int = DEFAULT_HEAP_MB,
                  java_settings: Mapping[str, object] | None = None,
@@ -79,7 +84,7 @@ class LocalCluster(JavaProcesses):
         self.java_memory_mb = java_memory_mb
         self.zk_heap_mb = zk_heap_mb
         self.zk = zk
-        self.root = root
+        self.root = ZkSettings.root
         self.bookies = bookies
         self.zookeeper = zookeeper
         self.racks = racks
@@ -96,7 +101,7 @@ class LocalCluster(JavaProcesses):
     # -- creation -----------------------------------------------------------------------------------------
     @classmethod
     def up(cls, directory: str | os.PathLike[str], *, bookies: int = 3, racks: int = 3,
-           zk_port: int | None = None, zk_connect: str | None = None, root: str = "/ledgers",
+           zk_port: int | None = None, zk_connect: str | None = None,
            bookie_args: Sequence[str] = (), detach: bool = False,
            no_listing: Sequence[int] = (), zk_auth: str = "",
            zk_heap_mb: int = DEFAULT_HEAP_MB, java: Mapping[int, str] | None = None,
@@ -121,7 +126,7 @@ class LocalCluster(JavaProcesses):
             raise ClusterError(f"{path} already holds a cluster ({STATE_FILE}); run `bkaudit cluster down "
                                f"--dir {path} --purge` first or choose another directory")
         path.mkdir(parents=True, exist_ok=True)
-        cluster = cls(path, zk_connect or "", root, [], None, racks=max(1, racks), bookie_args=bookie_args,
+        cluster = cls(path, zk_connect or "", [], None, racks=max(1, racks), bookie_args=bookie_args,
                       detach=detach, zk_auth=zk_auth, zk_heap_mb=zk_heap_mb, java_settings=java_settings,
                       java_memory_mb=java_memory_mb)
         try:
@@ -148,8 +153,6 @@ class LocalCluster(JavaProcesses):
         return cluster
 
     def _init_metadata(self) -> None:
-        from bkaudit.zk.ledgers import init_cluster
-
         hosts, _, chroot = self.zk.partition("/")
         if chroot:  # a chroot must exist before clients can use it
             base = zkclient.connect(hosts)
@@ -157,8 +160,8 @@ class LocalCluster(JavaProcesses):
                 base.ensure_path("/" + chroot)
             finally:
                 zkclient.close(base)
-        zk = self.zk_client()
-        init_cluster(zk, root=self.root)
+        store = self.store()
+        store.init_cluster(layout=store.ledgers.layout)
 
     def _new_bookie(self, index: int, rack: str | None, *, listing: bool = True, kind: str = "bkaudit",
                     storage: str = "") -> BookieInfo:
@@ -186,10 +189,12 @@ class LocalCluster(JavaProcesses):
             state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
             bookies = [BookieInfo(**b) for b in state["bookies"]]
             heap_mb = int((state.get("zookeeper") or {}).get("heap_mb", DEFAULT_HEAP_MB))
-            return cls(path, state["zk"], state["root"], bookies, state.get("zookeeper"),
-                       racks=int(state.get("racks", 3)), bookie_args=state.get("bookie_args", ()),
-                       detach=True, zk_heap_mb=heap_mb, java_settings=state.get("java_settings"),
-                       java_memory_mb=java_memory(state.get("java_memory_mb")))
+            cluster = cls(path, state["zk"], bookies, state.get("zookeeper"),
+                          racks=int(state.get("racks", 3)), bookie_args=state.get("bookie_args", ()),
+                          detach=True, zk_heap_mb=heap_mb, java_settings=state.get("java_settings"),
+                          java_memory_mb=java_memory(state.get("java_memory_mb")))
+            cluster.root = state["root"]  # the root it was started with
+            return cluster
         except FileNotFoundError:
             raise ClusterError(f"no cluster in {path} (no {STATE_FILE}); start one with `bkaudit cluster "
                                "up`") from None
@@ -241,25 +246,25 @@ class LocalCluster(JavaProcesses):
         return b
 
     def _start_many(self, bookies: list[BookieInfo], *, wait: bool = True) -> None:
-        zk = self.zk_client()
-        owners = {b.id: registry.registration_owner(zk, b.id, self.root) for b in bookies}
+        registry = self.store().registry
+        owners = {b.id: registry.registration_owner(b.id) for b in bookies}
         stale = {i: o for i, o in owners.items() if o is not None and o != -1}  # left by a killed process
-        self._wait_stale_registrations_expired(zk, stale)
+        self._wait_stale_registrations_expired(registry, stale)
         for b in bookies:
             self._spawn(b)
         self._save()
         if wait:
             for b in bookies:
-                self._wait_registered(zk, b, owners[b.id])
+                self._wait_registered(registry, b, owners[b.id])
 
-    def _wait_stale_registrations_expired(self, zk: KazooClient, stale: dict[str, int]) -> None:
+    def _wait_stale_registrations_expired(self, registry: Registry, stale: dict[str, int]) -> None:
         """A bookie restarted right after a kill finds its old registration still held by the dead session
         and, as BookKeeper's checkRegNodeAndWaitExpired, waits only one session timeout for it: on a loaded
         machine ZooKeeper can expire the session later than that. The harness, not the bookie, waits longer.
         """
         deadline = time.monotonic() + 5 * BOOKIE_SESSION_TIMEOUT_S
         while stale and time.monotonic() < deadline:
-            stale = {i: o for i, o in stale.items() if registry.registration_owner(zk, i, self.root) == o}
+            stale = {i: o for i, o in stale.items() if registry.registration_owner(i) == o}
             if stale:
                 time.sleep(0.2)
 
@@ -285,13 +290,13 @@ class LocalCluster(JavaProcesses):
         self._procs[b.id] = proc
         b.pid = proc.pid
 
-    def _wait_registered(self, zk: KazooClient, b: BookieInfo, old_owner: int | None) -> None:
+    def _wait_registered(self, registry: Registry, b: BookieInfo, old_owner: int | None) -> None:
         """Until the NEW process registered (not a stale node of a killed one); ClusterError with the log tail
         if it exits or takes too long."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
-                owner = registry.registration_owner(zk, b.id, self.root)
+                owner = registry.registration_owner(b.id)
             except Exception as exc:  # ZooKeeper restarting under the start (chaos): ask again
                 if not zkclient.is_transient(exc):
                     raise
@@ -367,7 +372,7 @@ class LocalCluster(JavaProcesses):
 
     def format_bookie(self, bookie_id: str) -> None:
         """Delete the bookie's cookie in ZooKeeper (`bkaudit bookie format`)."""
-        registry.delete_cookie(self.zk_client(), self.bookie(bookie_id).id, self.root)
+        self.store().registry.delete_cookie(self.bookie(bookie_id).id)
 
     # -- whole cluster ---------------------------------------------------------------------------------------
     def stop_zookeeper(self) -> None:
@@ -393,8 +398,8 @@ class LocalCluster(JavaProcesses):
 
     def status(self) -> dict[str, Any]:
         """Each bookie's registration (writable / readonly / absent) and whether its process is alive."""
-        zk = self.zk_client()
-        rows = [{**asdict(b), "state": registry.bookie_state(zk, b.id, self.root), "alive": self._alive(b)}
+        registry = self.store().registry
+        rows = [{**asdict(b), "state": registry.bookie_state(b.id), "alive": self._alive(b)}
                 for b in self.bookies]
         zk_alive = None
         if self.zookeeper is not None:
@@ -434,12 +439,15 @@ class LocalCluster(JavaProcesses):
                 self._clients.append(zkclient.connect(settings))
             return self._clients[0]
 
+    def store(self) -> ZkStore:
+        """The cluster's records on the `zk_client()` session (no ACL, the hierarchical layout)."""
+        return ZkStore(self.zk_client(), root=self.root)
+
     def client_pool(self) -> BookieClientPool:
         """A BookieClientPool resolving bookies from their registrations (closed by `down()`)."""
         from bkaudit.rpc.pool import BookieClientPool
-        from bkaudit.store.zookeeper import ZkStore
 
-        pool = BookieClientPool(registry=ZkStore(self.zk_client(), root=self.root).registry)
+        pool = BookieClientPool(registry=self.store().registry)
         self._pools.append(pool)
         return pool
 

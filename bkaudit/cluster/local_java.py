@@ -16,12 +16,11 @@ from bkaudit.cluster.bookies import (
     LOG_FILE,
     BookieInfo,
 )
-from bkaudit.zk import registry
 from bkaudit.zk.server import free_port
 from bkaudit.zk.settings import ZkSettings
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
+    from bkaudit.store.zookeeper import ZkStore
 
 
 class JavaProcesses:
@@ -35,7 +34,7 @@ class JavaProcesses:
     _java: list[Any]
     _procs: dict[str, subprocess.Popen[bytes]]
 
-    def zk_client(self) -> KazooClient:
+    def store(self) -> ZkStore:
         raise NotImplementedError
 
     def zk_settings(self) -> ZkSettings:
@@ -57,7 +56,7 @@ class JavaProcesses:
         java = java_bk.JavaBookKeeper.locate()
         conf = java_bk.write_conf(Path(b.data_dir) / java_bk.CONF_FILE, self.java_conf(b))
         if b.rack:  # a Java bookie does not publish its rack: Pulsar's admin does (set-bookie-rack)
-            registry.set_rack(self.zk_client(), b.id, b.rack, b.host)
+            self.store().registry.set_rack(b.id, b.rack, b.host)
         heap, direct = self.java_memory_mb or JAVA_BOOKIE_MEMORY_MB[b.storage or "sorted"]
         cmd = [*prefix, *java.command(java_bk.BOOKIE_MAIN, "--conf", str(conf), heap_mb=heap,
                                       direct_mb=direct, tmp_dir=Path(b.data_dir) / "tmp")]

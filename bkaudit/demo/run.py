@@ -223,8 +223,6 @@ class Demo:
                         f"{result.published} ledger(s) marked under-replicated")
 
     def step_faults(self) -> dict[str, Any]:
-        from bkaudit.zk import registry
-
         self.progress.start(STEPS[3])
         c = self.cluster
         rack1 = [b.id for b in c.bookies if b.rack == "/rack-1"]
@@ -240,8 +238,8 @@ class Demo:
         pinned = write_pinned(c.zk_settings(), rack2, 10, "public/default/persistent/misplaced-topic")
         self.progress.say(f"wrote ledger {pinned} with every copy on /rack-2 ({', '.join(rack2)})")
         deadline = time.monotonic() + 30
-        zk = c.zk_client()
-        while registry.bookie_state(zk, killed, c.root) != "absent" and time.monotonic() < deadline:
+        registry = c.store().registry
+        while registry.bookie_state(killed) != "absent" and time.monotonic() < deadline:
             time.sleep(0.2)
         self.progress.say(f"{killed}'s ZooKeeper session expired: it is no longer registered")
         faults = {"killed": killed, "wiped": wiped, "misplaced_ledger": pinned, "misplaced_on": rack2}

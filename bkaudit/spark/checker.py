@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from bkaudit.audit.base import Category
 from bkaudit.audit.classification import count_findings, count_under_repair, exit_code
-from bkaudit.audit.coverage import RunCoverage, stamps
+from bkaudit.audit.coverage import CHECK_KINDS, RunCoverage, stamps
 from bkaudit.audit.reads import EVIDENCE_READS
 from bkaudit.config import Settings
 from bkaudit.job.bookie_stats import bookie_findings, bookie_stats, lost_bookies
@@ -68,7 +68,6 @@ from bkaudit.tables.checker_schemas import CHECKER_TABLES
 from bkaudit.tables.read import require_writable
 from bkaudit.zk.client import acls, close, connect
 from bkaudit.zk.ledgers import read_layout, require_cluster
-from bkaudit.zk.paths import CHECK_CTIME_NODES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -300,7 +299,7 @@ def _check(
     result.check_stamps = stamps(covered)
     if conf.write_check_ctimes and result.check_stamps:
         record_check_times(session, result.check_stamps)
-    if conf.write_check_ctimes and selection.complete and len(result.check_stamps) < len(CHECK_CTIME_NODES):
+    if conf.write_check_ctimes and selection.complete and len(result.check_stamps) < len(CHECK_KINDS):
         ctx.say(f"the Auditor's check times this run did not cover are left alone (stamped: "
                 f"{', '.join(result.check_stamps) or 'none'}; docs/checker.md)")
     if selection.complete:

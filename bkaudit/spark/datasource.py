@@ -6,7 +6,7 @@ Rows follow `bkaudit.tables.schemas.SOURCE_SCHEMA`: the `ledgers` columns plus a
 one pass over ZooKeeper feeds both the `ledgers` and the `ledger_segments` tables.
 
 Protecting ZooKeeper (BookKeeper users' top complaint is audits that expire sessions): the driver plans at
-most `max_zk_sessions` partitions (`bkaudit.job.zkscan`), each task opens its own session inside `read()`
+most `max_zk_sessions` partitions (`bkaudit.store.zkscan`), each task opens its own session inside `read()`
 (clients never cross a pickle boundary), keeps at most `max_in_flight` reads outstanding and takes a token
 from a per-task `RateLimiter` (`reads_per_second_per_task`, 0 = unlimited) for each znode read. Reads go
 out as pipelined ZooKeeper multiRead requests of 100 getData ops (`bkaudit.zk.multiread.read_chunks`;
@@ -115,7 +115,7 @@ class BookKeeperReader(DataSourceReader):
 def plan_partitions(options: ReadOptions) -> list[list[str]]:
     """The ledger-tree units of each task, planned on the driver with one short session: at most
     `max_zk_sessions` groups, so at most that many concurrent sessions."""
-    from bkaudit.job.zkscan import pack, plan_units
+    from bkaudit.store.zkscan import pack, plan_units
 
     units = plan_units(options.session_settings(), options.task_count)
     return [list(g) for g in pack(units, options.task_count)]

@@ -153,6 +153,11 @@ class Registry(Protocol):
 
     def deregister(self, bookie_id: str) -> None: ...
 
+    def registration_owner(self, bookie_id: str) -> int | None:
+        """The session holding the bookie's registration (a restarted bookie registers in a new one); None
+        when unregistered, -1 when registered under an ACL this session may not read."""
+        ...
+
     def set_rack(self, bookie_id: str, rack: str, hostname: str | None = None) -> None:
         """Record the bookie's rack in Pulsar's rack JSON, keeping every other entry."""
         ...

@@ -59,6 +59,7 @@ class MemoryStore:
         self.vote_watchers: dict[str, list[Callable[[], None]]] = {}
         self.session_listeners: list[Callable[[], None]] = []  # the election's
         self.session_watchers: list[Callable[[SessionEvent], None]] = []  # the registry's
+        self.session = 1  # this store's session: registrations are ephemerals of it, as every vote and lock
         self.instance: str | None = None  # INSTANCEID: set by init_cluster
         self.cookie_versions: dict[str, int] = {}
         self.recovery_delay: int | None = None  # lostBookieRecoveryDelay
@@ -129,6 +130,7 @@ class MemoryStore:
                 self.locks.pop(ledger_id, None)
             self.own_locks.clear()
             self.registrations.clear()
+            self.session += 1  # "a new session connects"
             listeners = list(self.session_listeners)
             watchers = list(self.session_watchers)
         self.drop_votes({name for name, _ in self.votes})

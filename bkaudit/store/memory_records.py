@@ -219,6 +219,10 @@ class MemoryRegistry:
     def deregister(self, bookie_id: str) -> None:
         self._s.deregister(bookie_id)
 
+    def registration_owner(self, bookie_id: str) -> int | None:
+        with self._s.lock:
+            return self._s.session if validate_bookie_id(bookie_id) in self._s.registrations else None
+
     def set_rack(self, bookie_id: str, rack: str, hostname: str | None = None) -> None:
         with self._s.lock:
             data = records.update_rack_entry(self._s.racks or b"", bookie_id=bookie_id, rack=rack,

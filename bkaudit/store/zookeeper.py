@@ -166,6 +166,9 @@ class _Registry:
     def deregister(self, bookie_id: str) -> None:
         registry.deregister(self._zk, bookie_id, root=self._root)
 
+    def registration_owner(self, bookie_id: str) -> int | None:
+        return registry.registration_owner(self._zk, bookie_id, self._root)
+
     def set_rack(self, bookie_id: str, rack: str, hostname: str | None = None) -> None:
         registry.set_rack(self._zk, bookie_id, rack, hostname, acl=self._acl)
 

@@ -322,7 +322,7 @@ def iter_ledger_dirs(
     level (pipelined).
 
     A unit is any directory of the hierarchy relative to `root` (`00`, `00/0003`, `000/0000/0001`): the
-    snapshot's finer split of the id space (`bkaudit.job.zkscan`). Only names of BookKeeper's hierarchy are
+    snapshot's finer split of the id space (`bkaudit.store.zkscan`). Only names of BookKeeper's hierarchy are
     followed (`\\d{2}/\\d{4}/L\\d{4}` and `\\d{3}/\\d{4}/\\d{4}/\\d{4}/L\\d{4}`, as
     `bkaudit.zk.paths.parse_hierarchy`); ids are assembled from the names already matched, a directory
     at a time, instead of re-parsing each full path (a measurable cost at a million ledgers).

@@ -12,6 +12,7 @@ from typing import Any
 from bkaudit.chaos.faults import SwapWatcher
 from bkaudit.chaos.history import History
 from bkaudit.model.ledger import DigestType, LedgerMetadata, LedgerState, Segment
+from bkaudit.store import ZkStore
 from bkaudit.zk.ledgers import (
     create_ledger_metadata,
     init_cluster,
@@ -25,8 +26,8 @@ class Cluster:  # what the watcher uses of a LocalCluster
     zk: Any
     root: str
 
-    def zk_client(self) -> Any:
-        return self.zk
+    def store(self) -> ZkStore:
+        return ZkStore(self.zk, root=self.root)
 
 
 def md(*segments: tuple[int, tuple[str, ...]]) -> LedgerMetadata:

@@ -199,7 +199,7 @@ def test_custom_metadata_text_and_binary() -> None:
 # -- ZooKeeper scan planning and listing (pure parts) --------------------------------------------------------
 def test_fast_listing_parse_agrees_with_zk_paths() -> None:
     """iter_ledgers assembles ids from dir names; it must accept exactly what parse_ledger_path accepts."""
-    from bkaudit.job.zkscan import LONG_WIDTHS, SHORT_WIDTHS, _is_dir_name
+    from bkaudit.store.zkscan import LONG_WIDTHS, SHORT_WIDTHS, _is_dir_name
     from bkaudit.zk import paths
 
     rng = random.Random(7)
@@ -216,7 +216,7 @@ def test_fast_listing_parse_agrees_with_zk_paths() -> None:
 
 
 def test_pack_balances_and_caps_partitions() -> None:
-    from bkaudit.job.zkscan import Unit, pack
+    from bkaudit.store.zkscan import Unit, pack
 
     units = [Unit(f"00/{i:04d}", 10_000) for i in range(10)] + [Unit("000", 5)]
     groups = pack(units, 3)
@@ -339,7 +339,7 @@ def test_read_chunks_keeps_chunks_tags_and_order(zk: Any, zk_root: str, monkeypa
 def test_listing_by_directory_takes_exactly_the_ledger_names(zk: Any, zk_root: str, zk_settings: Any) -> None:
     """iter_ledger_dirs: every ledger of both hierarchies once, ids ascending per directory, nothing that is
     not a ledger name (short names, letters, non-ASCII digits), nothing beyond Long.MAX_VALUE."""
-    from bkaudit.job.zkscan import plan_units
+    from bkaudit.store.zkscan import plan_units
     from bkaudit.zk import paths
     from bkaudit.zk.ledgers import iter_ledger_dirs, iter_ledgers
 

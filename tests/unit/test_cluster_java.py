@@ -15,6 +15,7 @@ from bkaudit.cluster import java, local
 from bkaudit.cluster.local import BookieInfo, LocalCluster
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ClusterError, ConfigError
+from bkaudit.store.memory import MemoryStore
 
 
 @pytest.mark.parametrize(("connect", "root", "layout", "uri"), [
@@ -75,12 +76,12 @@ def test_a_local_clusters_bookies_stay_writable_on_a_nearly_full_host_disk(
     """A loopback cluster shares the host's disk: at BookKeeper's production threshold (95 % used) a busy
     host made every bookie read-only and every write fail. Both kinds run at BookKeeper's test threshold
     (99.9 %); a test's own settings (a simulated full disk) still win."""
-    cluster = LocalCluster(tmp_path, "127.0.0.1:1", "/ledgers", [], None)
+    cluster = LocalCluster(tmp_path, "127.0.0.1:1", [], None)
     info = BookieInfo(id="127.0.0.2:3181", rack="", port=3181, pid=None, data_dir=str(tmp_path / "b0"),
                       kind="java", storage="db")
     conf = cluster.java_conf(info)
     assert (float(conf["diskUsageThreshold"]), float(conf["diskUsageWarnThreshold"])) == (0.999, 0.99)
-    full = LocalCluster(tmp_path, "127.0.0.1:1", "/ledgers", [], None, java_settings=JAVA_DISK_FULL)
+    full = LocalCluster(tmp_path, "127.0.0.1:1", [], None, java_settings=JAVA_DISK_FULL)
     assert float(full.java_conf(info)["diskUsageThreshold"]) == JAVA_DISK_FULL["diskUsageThreshold"]
 
     started: list[tuple[list[str], dict[str, str]]] = []
@@ -94,7 +95,7 @@ def test_a_local_clusters_bookies_stay_writable_on_a_nearly_full_host_disk(
     monkeypatch.setattr(local.subprocess, "Popen", Started)  # the exec boundary only: no process runs
     monkeypatch.setattr(java.JavaBookKeeper, "locate", staticmethod(lambda: java.JavaBookKeeper(tmp_path)))
     monkeypatch.delenv("BKAUDIT_BOOKIE__MIN_FREE_FRACTION", raising=False)
-    monkeypatch.setattr(local.registry, "set_rack", lambda *a, **k: None)
+    monkeypatch.setattr(cluster, "store", MemoryStore)  # a rack published touches no ZooKeeper
     cluster._spawn(BookieInfo(id="127.0.0.3:3181", rack="", port=3181, pid=None,
                               data_dir=str(tmp_path / "b1")))
     cluster._spawn(info)
@@ -140,7 +141,7 @@ def test_a_java_bookie_counts_as_started_once_it_answers_not_once_it_registered(
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    cluster = LocalCluster(tmp_path, "127.0.0.1:1", "/ledgers", [], None)
+    cluster = LocalCluster(tmp_path, "127.0.0.1:1", [], None)
     info = BookieInfo(id=f"127.0.0.1:{port}", rack="", port=port, pid=None, data_dir=str(tmp_path / "b0"),
                       kind="java", storage="sorted")
     cluster._alive = lambda b: True  # type: ignore[method-assign]

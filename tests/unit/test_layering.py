@@ -201,23 +201,11 @@ RECORD_MODULES = {
 }
 """Where ZooKeeper's znodes and record bytes are spelled out: private to bkaudit.store and zk itself."""
 
-STORE_BOUNDARY_EXCEPTIONS = {
-    # fault injection and its verdict work on raw znodes: the faults are ZooKeeper-level damage
-    "bkaudit.chaos.faults": "deletes and corrupts znodes as the fault schedule says",
-    "bkaudit.chaos.runner": "reads raw markers and data-loss records to verify the run's invariants",
-    "bkaudit.demo.run": "the demo injects its faults into the znodes, as chaos does",
-    # local clusters of real processes: a test harness that checks registrations by their session owner
-    "bkaudit.cluster.local": "waits for a restarted bookie's registration by its ephemeral owner",
-    "bkaudit.cluster.local_java": "publishes a Java bookie's rack as Pulsar's admin would",
-    # the Spark jobs' bulk znode reads, batched and rate-limited on executors (not yet store reads)
-    "bkaudit.job.zkscan": "partitions the ledger tree by its path widths for Spark tasks",
-    "bkaudit.spark.checker": "stamps the Auditor's check-time znodes after a complete run",
-}
-"""Modules outside the store that still import record modules, each with why. The list only shrinks: a new
-importer fails the test, and so does an entry that no longer imports them."""
-
 
 def test_only_the_store_spells_out_znodes() -> None:
+    """No module outside bkaudit.store and bkaudit.zk imports a record module: fault injection damages
+    znodes through `store.faults`, the local cluster and the demo read registrations through its store, the
+    snapshot plans its scan in `store.zkscan`."""
     modules = _modules()
     importers = {
         module
@@ -225,21 +213,12 @@ def test_only_the_store_spells_out_znodes() -> None:
         if not module.startswith(("bkaudit.zk", "bkaudit.store"))
         and RECORD_MODULES & set(_imports(module, path, set(modules)))
     }
-    assert sorted(importers - set(STORE_BOUNDARY_EXCEPTIONS)) == [], "go through bkaudit.store"
-    assert sorted(set(STORE_BOUNDARY_EXCEPTIONS) - importers) == [], "remove the mended exception"
+    assert sorted(importers) == [], "go through bkaudit.store"
 
 
 ROOT_PARAMETERS = {"root", "state_root", "ledgers_root"}
 """A ledgers root or bkaudit's state root: bound once in the store (or the resolved [zk] settings), never
 passed along beside a client."""
-
-ROOT_TAKERS_LEFT = {
-    # a local cluster is told its ledgers root (`cluster up`, cluster.json) rather than owning one
-    "bkaudit.cluster.local.LocalCluster.__init__": "is built with the ledgers root it writes to cluster.json",
-    "bkaudit.cluster.local.LocalCluster.up": "starts a cluster under the ledgers root it is given",
-}
-"""Functions outside the store that still take a root, each with why. The list only shrinks, as
-STORE_BOUNDARY_EXCEPTIONS does."""
 
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -274,8 +253,7 @@ def test_no_function_outside_the_store_takes_a_root() -> None:
         if not module.startswith(("bkaudit.zk", "bkaudit.store"))
         for taker in _root_takers(module, path.read_text(encoding="utf-8"))
     }
-    assert sorted(takers - set(ROOT_TAKERS_LEFT)) == [], "take the store or the [zk] settings: they know it"
-    assert sorted(set(ROOT_TAKERS_LEFT) - takers) == [], "remove the mended exception"
+    assert sorted(takers) == [], "take the store or the [zk] settings: they know it"
 
 
 def test_the_root_scan_sees_methods_nested_functions_and_keyword_parameters() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bkaudit.audit import coverage
 from bkaudit.zk import paths
 from tests import shared_vectors
 
@@ -181,6 +182,10 @@ def test_ur_ledgers_node_is_literal_under_custom_root() -> None:
 )
 def test_check_ctime_paths(kind: str, node: str) -> None:
     assert paths.check_ctime_path(kind, root="/ledgers") == f"/ledgers/underreplication/{node}"
+
+
+def test_every_check_a_run_may_stamp_has_its_znode() -> None:
+    assert set(coverage.CHECK_KINDS) == set(paths.CHECK_CTIME_NODES)
 
 
 def test_check_ctime_unknown_kind() -> None:

@@ -1,4 +1,5 @@
-"""How a snapshot splits ZooKeeper's ledger tree into Spark partitions (listed by `zk.ledgers.iter_ledgers`).
+"""The ZooKeeper store's scan: how a snapshot splits ZooKeeper's ledger tree into Spark partitions (listed
+by `zk.ledgers.iter_ledgers`). It knows the tree's path widths, so it lives with the store, not the jobs.
 
 BookKeeper's ledger znodes live in a digit hierarchy under the root: `/{2}/{4}/L{4}` (short ids) and
 `/{3}/{4}/{4}/{4}/L{4}` (long ids), both present in a `hierarchical` cluster. A *unit* is one directory of
