@@ -14,7 +14,8 @@ same bucket everywhere, and the options configured once in `[tables] storage_opt
 
 The options are a value, never process state: `Warehouse(uri, options)` is built once where settings are
 resolved (`TablesSettings.warehouse`) and handed on, to Spark executors too inside what the driver ships them
-(it pickles); the functions here that reach a store take the options they use (`options=`).
+(it pickles); the functions here that reach a store take the options they use (`options=`). Where a
+warehouse is taken, a plain URI string is a warehouse without options (`Warehouse.of`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Warehouse:
     options: StorageOptions = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "options", {str(k).lower(): str(v) for k, v in self.options.items()})
+        object.__setattr__(self, "options", _keys_lowered(self.options))
 
     @classmethod
     def of(cls, warehouse: Warehouse | str) -> Warehouse:
@@ -68,7 +69,12 @@ def storage_options(uri: str, *, options: StorageOptions | None) -> dict[str, st
     """The delta-rs storage options for `uri` (None for local paths or when there are none)."""
     if is_local(uri):
         return None
-    return {str(k).lower(): str(v) for k, v in (options or {}).items()} or None
+    return _keys_lowered(options or {}) or None
+
+
+def _keys_lowered(options: StorageOptions) -> dict[str, str]:
+    """delta-rs reads option keys in any case; pyarrow's mapping here looks them up in lower case."""
+    return {str(k).lower(): str(v) for k, v in options.items()}
 
 
 def split(uri: str) -> tuple[str, str]:

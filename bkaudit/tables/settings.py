@@ -58,7 +58,7 @@ class TablesSettings:
         raw = (os.environ if environ is None else environ).get(ENV)
         if not options and raw:
             try:
-                options = {str(k).lower(): str(v) for k, v in json.loads(raw).items()}
+                options = {str(k): str(v) for k, v in json.loads(raw).items()}
             except (ValueError, AttributeError):
                 raise ConfigError(ENV, "must be a JSON object of delta-rs storage options") from None
         return Warehouse(uri, options)
