@@ -338,7 +338,7 @@ class LedgerPassPlan:
     writable: frozenset[str]
     check_open_ledgers: bool
     side_dir: str
-    storage_options: StorageOptions = field(default_factory=dict)
+    storage_options: StorageOptions = field(default_factory=dict, repr=False)
     """The store of `side_dir` and the staged input (the warehouse's): the tasks get them here, not from their
     environment."""
     reads: ReadEvidencePlan = field(default_factory=ReadEvidencePlan)

@@ -43,7 +43,7 @@ class Warehouse:
     writer (executors get it in their task's closure): two warehouses in one process never share options."""
 
     uri: str
-    options: StorageOptions = field(default_factory=dict)
+    options: StorageOptions = field(default_factory=dict, repr=False)  # secrets: never in a repr
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", _keys_lowered(self.options))

@@ -237,7 +237,7 @@ class Commit:
     version: int
     added: list[StagedFile] = field(default_factory=list)
     removed: list[dict[str, Any]] = field(default_factory=list)  # add-action rows of files it removed
-    options: StorageOptions | None = None  # the store's, to revert it
+    options: StorageOptions | None = field(default=None, repr=False)  # the store's, to revert it
 
 
 def _open_or_create(uri: str, table_spec: TableSpec, options: StorageOptions | None) -> Any:
