@@ -16,8 +16,8 @@ from bkaudit.errors import ConfigError
 if TYPE_CHECKING:
     from bkaudit.tables.location import Warehouse
 
-# An operator's input, read (never written) when `[tables] storage_options` is empty: a JSON object of
-# storage options, e.g. given to a cluster's executors as `spark.executorEnv.BKAUDIT_STORAGE_OPTIONS`.
+# An operator's input, read (never written) where settings are resolved when `[tables] storage_options` is
+# empty: a JSON object of storage options (docs/tables.md). Executors get the options in their tasks instead.
 ENV = "BKAUDIT_STORAGE_OPTIONS"
 
 
