@@ -228,9 +228,6 @@ def load_settings(target: ZkTarget, *, need_zk: bool = True, probe_zk: bool = Tr
     if need_zk and not _zk_named(settings):
         raise click.UsageError("no ZooKeeper given: use --zk HOST:PORT, --dir CLUSTER_DIR, set BKAUDIT_ZK, "
                                "or [zk] connect in the --config file")
-    from bkaudit.tables import location
-
-    location.configure_from(settings)  # [tables] storage options for every warehouse URI
     if need_zk and probe_zk:
         require_zk(settings)
     return settings

@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    from bkaudit import config
     from bkaudit.cli_common import ZkTarget, job_settings, run_job
+    from bkaudit.tables.settings import resolve_warehouse
 
     bookies = [b.strip() for b in args.bookies.split(",") if b.strip()]
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--min-copies must be >= 1")
         target = ZkTarget(zk=args.zk, root=args.root, config_path=args.config)
         settings = job_settings(target, warehouse=args.warehouse, need_zk=True, probe_zk=True)
-        warehouse = config.warehouse(settings)
+        warehouse = resolve_warehouse(settings)
         from bkaudit.spark.decommission import run_audit
         from bkaudit.spark.session import get_session
 

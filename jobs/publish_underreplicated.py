@@ -33,12 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    from bkaudit import config
     from bkaudit.audit.settings import CheckerSettings
     from bkaudit.cli_common import ZkTarget, job_settings, run_job
     from bkaudit.config import ZkSettings
     from bkaudit.job.publish import publish_run
     from bkaudit.store import ZkStore
+    from bkaudit.tables.settings import resolve_warehouse
     from bkaudit.zk.client import acls, close, connect
     from bkaudit.zk.ledgers import read_layout
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         target = ZkTarget(zk=args.zk, root=args.root, config_path=args.config)
         settings = job_settings(target, warehouse=args.warehouse, need_zk=True, probe_zk=True,
                                 overrides={"checker.publish_placement": args.publish_placement})
-        warehouse = config.warehouse(settings)
+        warehouse = resolve_warehouse(settings)
         conf = settings.get(CheckerSettings)
         zk_settings = settings.get(ZkSettings)
         zk = connect(zk_settings)

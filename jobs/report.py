@@ -29,14 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    from bkaudit import config
     from bkaudit.cli_common import ZkTarget, job_settings, require_warehouse, run_job
     from bkaudit.report.outcome import write_and_judge
+    from bkaudit.tables.settings import resolve_warehouse
 
     def work() -> int:
         settings = job_settings(ZkTarget(config_path=args.config), warehouse=args.warehouse)
-        warehouse = config.warehouse(settings)
-        require_warehouse(warehouse)
+        warehouse = resolve_warehouse(settings)
+        require_warehouse(warehouse.uri)
         outcome = write_and_judge(warehouse=warehouse, run_id=args.run_id, out_dir=args.out,
                                   fail_on=args.fail_on)
         print(json.dumps(outcome.summary))

@@ -29,22 +29,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    from bkaudit import config
     from bkaudit.cli_common import ZkTarget, job_settings, run_job
     from bkaudit.spark.settings import SnapshotSettings
+    from bkaudit.tables.settings import resolve_warehouse
 
     def work() -> int:
         settings = job_settings(ZkTarget(config_path=args.config), warehouse=args.warehouse)
-        config.warehouse(settings)
-        summary = validate_committed(settings.get(SnapshotSettings), args.snapshot_id, args.fail_on)
+        summary = validate_committed(settings.get(SnapshotSettings), args.snapshot_id, args.fail_on,
+                                     warehouse=resolve_warehouse(settings))
         print(json.dumps(summary))
         return 0 if summary["passed"] else 3  # findings (docs/cli.md)
 
     return run_job(work)
 
 
-def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str) -> dict[str, Any]:
-    """Run the suite on the committed snapshot `snapshot_id` (latest successful when None).
+def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str, *, warehouse: Any) -> dict[str, Any]:
+    """Run the suite on the committed snapshot `snapshot_id` (latest successful when None) of `warehouse`
+    (a `bkaudit.tables.location.Warehouse`: its URI and storage options).
 
     The engine follows [snapshot] validation_engine as in the snapshot job: up to
     validation_pandas_max_ledgers the rows are read with delta-rs and validated on the driver (no Spark
@@ -63,7 +64,6 @@ def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str) -> dict
         validate,
     )
 
-    warehouse = snap.warehouse
     sid = snapshot_id or tables.latest_snapshot_id(warehouse)
     if sid is None:
         raise BkAuditError(f"no successful snapshot in {warehouse}")

@@ -35,6 +35,7 @@ from bkaudit.model import lifecycle as lc
 
 if TYPE_CHECKING:
     from bkaudit.store import ClusterStore
+    from bkaudit.tables.location import Warehouse
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ def role_of(route: APIRoute) -> Role | None:
 
 
 def create_app(
-    cluster: ClusterStore, *, settings: AdminSettings, warehouse: str = "", pool: Any = None,
+    cluster: ClusterStore, *, settings: AdminSettings, warehouse: Warehouse | str = "", pool: Any = None,
     bookie_http_timeout_s: float = 10.0,
 ) -> FastAPI:
     """The app over one cluster store (the caller owns it and the optional bookie client pool).

@@ -39,6 +39,7 @@ def serve(target: ZkTarget, listen: str | None, port: int | None, warehouse: str
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.rpc.tls import TlsConfig
     from bkaudit.store import ZkStore
+    from bkaudit.tables.settings import TablesSettings
     from bkaudit.zk import client as zkclient
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -57,7 +58,8 @@ def serve(target: ZkTarget, listen: str | None, port: int | None, warehouse: str
     cluster = ZkStore(client, root=zk_settings.root, state_root=zk_settings.state_root or None)
     pool = BookieClientPool(registry=cluster.registry, tls=TlsConfig.from_settings(settings),
                             request_timeout_s=timeout, connect_timeout_s=timeout)
-    server = AdminServer(cluster, conf, warehouse=config.warehouse(settings, admin=True), pool=pool,
+    warehouse_at = settings.get(TablesSettings).warehouse(config.warehouse(settings, admin=True))  # "": none
+    server = AdminServer(cluster, conf, warehouse=warehouse_at, pool=pool,
                          bookie_http_timeout_s=settings.get(LifecycleSettings).bookie_http_timeout_s)
     scheme = "https" if conf.tls_cert else "http"
     stop = threading.Event()

@@ -14,6 +14,7 @@ from bkaudit.admin.webhooks import Dispatcher
 
 if TYPE_CHECKING:
     from bkaudit.store import ClusterStore
+    from bkaudit.tables.location import Warehouse
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ class AdminServer:
 
     cluster: ClusterStore
     settings: AdminSettings
-    warehouse: str = ""
+    warehouse: Warehouse | str = ""
     pool: Any = None
     port: int | None = None  # overrides settings.port (0 = any free port)
     bookie_http_timeout_s: float = 10.0  # [lifecycle] bookie_http_timeout_s: the read-only switch's call

@@ -16,6 +16,7 @@ from bkaudit.lifecycle import service
 
 if TYPE_CHECKING:
     from bkaudit.store import ClusterStore
+    from bkaudit.tables.location import Warehouse
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def drain_progress(cluster: ClusterStore, *, bookie: str | None = None) -> list[
     return out
 
 
-def audit_verdict(warehouse: str, *, limit: int = 200) -> dict[str, Any]:
+def audit_verdict(warehouse: Warehouse | str, *, limit: int = 200) -> dict[str, Any]:
     """The latest succeeded checker run: verdict (worst severity or clean), counts, violations."""
     from bkaudit.tables.read import read_violations, select_run
 

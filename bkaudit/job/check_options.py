@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import click
 
 from bkaudit.audit.classification import FailOn
 from bkaudit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bkaudit.tables.location import Warehouse
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,7 +27,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 class CheckOptions:
     """Per-run choices (CLI flags / job arguments); None = take the `[checker]` setting."""
 
-    warehouse: str
+    warehouse: Warehouse | str  # a plain URI until the run resolves it (`spark.checker_run.RunContext`)
     snapshot_id: str | None = None
     fresh: bool = False
     run_id: str | None = None
@@ -150,7 +153,7 @@ def flag_values(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def options_from(
-    values: Mapping[str, Any], *, warehouse: str, progress: Callable[[str], None] | None = None
+    values: Mapping[str, Any], *, warehouse: Warehouse | str, progress: Callable[[str], None] | None = None
 ) -> CheckOptions:
     flags = flag_values(values)
     flags["fresh"] = bool(flags["fresh"])

@@ -18,6 +18,7 @@ from bkaudit.job.fanout import SHAPE_SCHEMA
 from bkaudit.job.ledger_pass import join_segments
 from bkaudit.tables import location
 from bkaudit.tables.catalog import spec
+from bkaudit.tables.location import StorageOptions, Warehouse
 from bkaudit.tables.store import open_delta, table_uri
 
 LEDGER_COLUMNS = [
@@ -62,15 +63,19 @@ ALL = LedgerSelection()
 
 
 def read_snapshot(
-    warehouse: str, table: str, snapshot_id: str, columns: Sequence[str], max_rows: int | None = None
+    warehouse: Warehouse | str,
+    table: str,
+    snapshot_id: str,
+    columns: Sequence[str],
+    max_rows: int | None = None,
 ) -> pa.Table | None:
     """One snapshot's rows of a table, read with Arrow from the current Delta version's files.
 
     Files whose snapshot_id statistics exclude it are skipped; None when the snapshot has more than
     `max_rows` rows (counted from the Delta log before reading anything).
     """
-    uri = table_uri(warehouse, table)
-    dt = open_delta(uri)
+    uri, options = table_uri(warehouse, table), Warehouse.of(warehouse).options
+    dt = open_delta(uri, options=options)
     files, rows = [], 0
     for row in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
         low, high = row.get("min.snapshot_id"), row.get("max.snapshot_id")
@@ -80,7 +85,7 @@ def read_snapshot(
         rows += int(row.get("num_records") or 0)
     if max_rows is not None and rows > max_rows:
         return None
-    fs, paths = location.paths_within(uri, files)
+    fs, paths = location.paths_within(uri, files, options=options)
     if not paths:
         schema = spec(table).schema
         return pa.table({c: pa.array([], schema.field(c).type) for c in columns})
@@ -89,7 +94,7 @@ def read_snapshot(
 
 
 def ledger_input(
-    warehouse: str, snapshot_id: str, selection: LedgerSelection, max_ledgers: int | None
+    warehouse: Warehouse | str, snapshot_id: str, selection: LedgerSelection, max_ledgers: int | None
 ) -> pa.Table | None:
     """The selected ledgers with their ordered segments (LEDGER_INPUT_SCHEMA), joined on the driver with
     Arrow; None when the snapshot has more than `max_ledgers` ledgers (Spark joins them instead)."""
@@ -127,14 +132,16 @@ def ledger_pass_tasks(ledgers: int, *, cores: int) -> int:
     return max(1, min(cores, ledgers // 1000 + 1), -(-ledgers // LEDGERS_PER_TASK))
 
 
-def stage_ledger_input(table: pa.Table, directory: str, parts: int) -> list[str]:
-    """Write the ledger input as `parts` files (one per ledger-pass task)."""
+def stage_ledger_input(
+    table: pa.Table, directory: str, parts: int, *, options: StorageOptions | None
+) -> list[str]:
+    """Write the ledger input as `parts` files (one per ledger-pass task), in the store of `options`."""
     location.makedirs(directory)
     paths = []
     step = -(-table.num_rows // parts) if table.num_rows else 1
     for k in range(parts):
         path = f"{directory}/part-{k:05d}.parquet"
-        fs, rel = location.filesystem(path)
+        fs, rel = location.filesystem(path, options=options)
         pq.write_table(table.slice(k * step, step), rel, filesystem=fs)
         paths.append(path)
     return paths
@@ -173,7 +180,9 @@ def listing_pages(table: pa.Table) -> dict[str, int]:
     return dict(zip(summed.column("bookie").to_pylist(), summed.column("pages_sum").to_pylist(), strict=True))
 
 
-def quorums_of(warehouse: str, snapshot_id: str, ledger_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+def quorums_of(
+    warehouse: Warehouse | str, snapshot_id: str, ledger_ids: Iterable[int]
+) -> dict[int, dict[str, int]]:
     """Each ledger's quorum columns from the snapshot's `ledgers` rows (they never change after creation)."""
     wanted = sorted(set(ledger_ids))
     if not wanted:
@@ -184,14 +193,14 @@ def quorums_of(warehouse: str, snapshot_id: str, ledger_ids: Iterable[int]) -> d
     return {r.pop("ledger_id"): r for r in ledgers.to_pylist()}
 
 
-def staging_dir(warehouse: str, run_id: str) -> str:
-    return location.join(warehouse, "_checker_staging", run_id)
+def staging_dir(warehouse: Warehouse | str, run_id: str) -> str:
+    return location.join(Warehouse.of(warehouse).uri, "_checker_staging", run_id)
 
 
-def remove_staging(path: str) -> None:
+def remove_staging(path: str, *, options: StorageOptions | None) -> None:
     """Delete a run's staging directory, and the staging root when no other run uses it."""
     if not location.is_local(path):
-        location.remove_tree(path)
+        location.remove_tree(path, options=options)
         return
     shutil.rmtree(path, ignore_errors=True)
     try:
@@ -200,7 +209,9 @@ def remove_staging(path: str) -> None:
         pass
 
 
-def shapes_of(warehouse: str, snapshot_id: str, ledger_ids: Iterable[int]) -> dict[int, dict[str, object]]:
+def shapes_of(
+    warehouse: Warehouse | str, snapshot_id: str, ledger_ids: Iterable[int]
+) -> dict[int, dict[str, object]]:
     """SHAPE_SCHEMA rows of a few ledgers, by id (read with Arrow, joined like the ledger input)."""
     wanted = pa.array(sorted(set(ledger_ids)), pa.int64())
     ledgers = read_snapshot(warehouse, "ledgers", snapshot_id, LEDGER_COLUMNS)

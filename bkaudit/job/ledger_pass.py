@@ -28,6 +28,7 @@ from bkaudit.job.fanout import REQUEST_SCHEMA, SHAPE_SCHEMA
 from bkaudit.job.findings import FINDING_SCHEMA, Located, finding_row, located_of
 from bkaudit.model.shape import LedgerShape
 from bkaudit.tables import location
+from bkaudit.tables.location import StorageOptions
 
 SIDE_SCHEMA = pa.schema([pa.field("kind", pa.string()), *FINDING_SCHEMA])
 """What the ledger pass writes next to its output: kind 'finding' (FINDING_SCHEMA columns) or 'stats' (one
@@ -69,7 +70,9 @@ def _requests_batch(
     )
 
 
-def write_side_file(directory: str, table: pa.Table, name: str | None = None) -> None:
+def write_side_file(
+    directory: str, table: pa.Table, name: str | None = None, *, options: StorageOptions | None
+) -> None:
     """Write a task's side output as `part-<partition>.parquet`, replacing an earlier attempt's file.
 
     The ledger pass is deterministic, so a re-run task writes the same rows under the same name; on a local
@@ -86,7 +89,7 @@ def write_side_file(directory: str, table: pa.Table, name: str | None = None) ->
         name = f"part-{part}"
     name = f"{name}.parquet"
     if not location.is_local(directory):
-        fs, root = location.filesystem(directory)
+        fs, root = location.filesystem(directory, options=options)
         with fs.open_output_stream(f"{root}/{name}") as out:
             pq.write_table(table, out)
         return
@@ -251,7 +254,8 @@ def ledger_pass_partition(
         stats = {"ledgers": ledgers, "durability_ledgers": durable, "entries": entries,
                  "bookkeeper_placement_only": placement.bookkeeper_only}
         side.append({"kind": "stats", "detail": json.dumps(stats)})
-        write_side_file(plan.side_dir, pa.Table.from_pylist(side, schema=SIDE_SCHEMA), side_name)
+        write_side_file(plan.side_dir, pa.Table.from_pylist(side, schema=SIDE_SCHEMA), side_name,
+                        options=plan.storage_options)
 
     return run
 
@@ -289,7 +293,7 @@ def ledger_pass_files(
             for index in batch.column("id").to_pylist():
                 path = files[index]
                 name = os.path.basename(path).rsplit(".", 1)[0]
-                fs, rel = location.filesystem(path)
+                fs, rel = location.filesystem(path, options=plan.storage_options)
                 table = pq.read_table(rel, filesystem=fs)
                 inner = ledger_pass_partition(plan, side_name=name)
                 yield from inner(iter(table.cast(LEDGER_INPUT_SCHEMA).to_batches(max_chunksize=10_000)))
@@ -334,6 +338,9 @@ class LedgerPassPlan:
     writable: frozenset[str]
     check_open_ledgers: bool
     side_dir: str
+    storage_options: StorageOptions = field(default_factory=dict, repr=False)
+    """The store of `side_dir` and the staged input (the warehouse's): the tasks get them here, not from their
+    environment."""
     reads: ReadEvidencePlan = field(default_factory=ReadEvidencePlan)
     open_ends: Mapping[int, int] = field(default_factory=dict)
     """Ledger → the last entry of its open segment checked in this run (`LedgerShape.open_end`)."""
@@ -350,13 +357,13 @@ class LedgerPassOutput:
     bookkeeper_placement_only: int = 0
 
 
-def read_side_output(side_dir: str) -> LedgerPassOutput:
+def read_side_output(side_dir: str, *, options: StorageOptions | None) -> LedgerPassOutput:
     """Collect the side files of every ledger-pass task (driver)."""
     located: list[Located] = []
     counts = {"ledgers": 0, "durability_ledgers": 0, "entries": 0, "bookkeeper_placement_only": 0}
-    if not location.exists(side_dir):
+    if not location.exists(side_dir, options=options):
         return LedgerPassOutput(located)
-    for row in location.read_parquet(side_dir, schema=SIDE_SCHEMA).to_pylist():
+    for row in location.read_parquet(side_dir, options=options, schema=SIDE_SCHEMA).to_pylist():
         if row["kind"] == "stats":
             stats = json.loads(row["detail"])
             for key in counts:

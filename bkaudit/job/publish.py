@@ -36,6 +36,7 @@ from bkaudit.zk.client import rate_limiter
 
 if TYPE_CHECKING:
     from bkaudit.store import ClusterStore
+    from bkaudit.tables.location import Warehouse
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def publish(
 
 
 def publish_run(
-    warehouse: str,
+    warehouse: Warehouse | str,
     run_id: str,
     store: ClusterStore,
     *,

@@ -23,6 +23,7 @@ from bkaudit.job.inputs import quorums_of
 from bkaudit.job.result import FAILED, SUCCEEDED, CheckResult
 from bkaudit.tables import store
 from bkaudit.tables.checker_schemas import AUDIT_RUNS, BOOKIE_CHECKS, VIOLATIONS
+from bkaudit.tables.location import Warehouse
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class MemorySink:
 class DeltaSink:
     """The checker's tables in `warehouse`."""
 
-    def __init__(self, warehouse: str) -> None:
+    def __init__(self, warehouse: Warehouse | str) -> None:
         self.warehouse = warehouse
         self.commits: list[store.Commit] = []
 
@@ -102,7 +103,8 @@ class DeltaSink:
                     )
                 )
             except BaseException:
-                store.discard(store.table_uri(self.warehouse, table), files)
+                store.discard(store.table_uri(self.warehouse, table), files,
+                              options=Warehouse.of(self.warehouse).options)
                 raise
         self._run_row(result, info, SUCCEEDED)
 

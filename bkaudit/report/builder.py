@@ -16,11 +16,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bkaudit import __version__
 from bkaudit.report import plots, summary
 from bkaudit.report.data import ReportData, load
+
+if TYPE_CHECKING:
+    from bkaudit.tables.location import Warehouse
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -302,7 +305,7 @@ def render(data: ReportData, *, now: datetime | None = None) -> str:
     )
 
 
-def write_report(warehouse: str, out_dir: str | Path, run_id: str | None = None) -> Path:
+def write_report(warehouse: Warehouse | str, out_dir: str | Path, run_id: str | None = None) -> Path:
     """Render the report of `run_id` (default: the latest succeeded run) into `out_dir`; see `write`."""
     return write(load(warehouse, run_id), out_dir)
 

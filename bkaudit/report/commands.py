@@ -28,13 +28,15 @@ def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str
     """Write a self-contained HTML report (summary, categories, bookies, topics, trend, worst ledgers)."""
     from bkaudit.errors import BkAuditError
     from bkaudit.report.outcome import write_and_judge
+    from bkaudit.tables.settings import resolve_warehouse
 
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse} if warehouse else {}
     settings = load_settings(ZkTarget(config_path=config_path), need_zk=False, **overrides)
     warehouse = warehouse_of(settings)
     check_out_dir(out_dir)
     try:
-        outcome = write_and_judge(warehouse=warehouse, run_id=run_id, out_dir=out_dir, fail_on=fail_on)
+        outcome = write_and_judge(warehouse=resolve_warehouse(settings, warehouse), run_id=run_id,
+                                  out_dir=out_dir, fail_on=fail_on)
     except BkAuditError as exc:
         fail(str(exc), exit_code_for(exc))
         return

@@ -15,7 +15,7 @@ the snapshot job never wrote): their sections say so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +23,9 @@ import pyarrow.compute as pc
 from bkaudit.errors import BkAuditError
 from bkaudit.tables.read import TableNotFound, TableUnreadable, open_table, reading, table_state
 from bkaudit.tables.store import table_uri
+
+if TYPE_CHECKING:
+    from bkaudit.tables.location import Warehouse
 
 SUCCEEDED = "succeeded"
 RUN_TABLES = ("violations", "bookie_checks")
@@ -61,7 +64,7 @@ class ReportData:
         return str(self.run["run_id"])
 
 
-def _rows_where(warehouse: str, name: str, column: str, value: str) -> pa.Table:
+def _rows_where(warehouse: Warehouse | str, name: str, column: str, value: str) -> pa.Table:
     """The rows of `name` with `column == value` (pushed down to the Parquet scan); TableNotFound when nothing
     is at the table's location, TableUnreadable when it cannot be read."""
     import pyarrow.dataset as ds
@@ -91,7 +94,9 @@ def pick_run(runs: pa.Table, run_id: str | None) -> dict[str, Any]:
     return latest
 
 
-def load(warehouse: str, run_id: str | None = None, *, history_runs: int = HISTORY_RUNS) -> ReportData:
+def load(
+    warehouse: Warehouse | str, run_id: str | None = None, *, history_runs: int = HISTORY_RUNS
+) -> ReportData:
     """Read one run and its context from `warehouse`; ReportError when there is no such run, TableUnreadable
     when `audit_runs` cannot be read. Other tables that cannot be read are listed in `unreadable`."""
     from bkaudit.tables.catalog import spec
@@ -120,7 +125,7 @@ def load(warehouse: str, run_id: str | None = None, *, history_runs: int = HISTO
     violations = rows("violations", "run_id", rid)
     if violations is None:
         violations = spec("violations").schema.empty_table()
-    data = ReportData(warehouse=warehouse, run=run, violations=violations, unreadable=unreadable,
+    data = ReportData(warehouse=str(warehouse), run=run, violations=violations, unreadable=unreadable,
                       absent=absent, bookie_checks=rows("bookie_checks", "run_id", rid))
     snap = rows("snapshots", "snapshot_id", str(run["snapshot_id"]))
     if snap is not None and snap.num_rows:
@@ -153,7 +158,7 @@ def _trend_runs(runs: pa.Table, run: dict[str, Any], limit: int) -> list[dict[st
 
 
 def _violations_history(
-    warehouse: str, run_id: str, limit: int = 20, search: int = 500
+    warehouse: Warehouse | str, run_id: str, limit: int = 20, search: int = 500
 ) -> list[dict[str, Any]]:
     """The last commits of `violations` (version, time, operation, run, bkaudit's commit info).
 

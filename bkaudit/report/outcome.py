@@ -7,7 +7,10 @@ run, its new-violation counts, and whether they reach `fail_on` (exit 3, as `bka
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bkaudit.tables.location import Warehouse
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,9 @@ class ReportOutcome:
     """One line for stderr when a table could not be read (the page says so too)."""
 
 
-def write_and_judge(*, warehouse: str, run_id: str | None, out_dir: str, fail_on: str) -> ReportOutcome:
+def write_and_judge(
+    *, warehouse: Warehouse | str, run_id: str | None, out_dir: str, fail_on: str
+) -> ReportOutcome:
     """Write report-<run_id>.html and index.html into `out_dir`, then judge the run against `fail_on`.
 
     Raises BkAuditError when there is no such run or `audit_runs` cannot be read (nothing is written then).

@@ -105,11 +105,11 @@ def run_check(
     metrics: gauges and check times describe full audits.
     """
     ctx = RunContext.of(settings, options)
-    out = sink if sink is not None else DeltaSink(options.warehouse)
+    out = sink if sink is not None else DeltaSink(ctx.warehouse)
     result = CheckResult(ctx.run_id, options.snapshot_id, ctx.started.strftime("%Y-%m-%d"))
     info = RunInfo(zk=ctx.zk.connect, root=ctx.zk.root, config=ctx.config(), started=ctx.started, t0=ctx.t0)
     with contextlib.ExitStack() as cleanup:
-        cleanup.callback(remove_staging, ctx.staging)
+        cleanup.callback(remove_staging, ctx.staging, options=ctx.warehouse.options)
         try:
             _check(spark, ctx, selection, out, result, info, cleanup)
         except BaseException as exc:
@@ -149,7 +149,7 @@ def _check(
     conf = ctx.conf
     t = time.monotonic()
     if isinstance(sink, DeltaSink):  # a broken table fails the run before the snapshot commits anything
-        require_writable(ctx.options.warehouse, (*CHECKER_TABLES, "audit_runs"))
+        require_writable(ctx.warehouse, (*CHECKER_TABLES, "audit_runs"))
     snapshot_id = resolve_snapshot(spark, ctx)
     result.snapshot_id = snapshot_id
     t = _lap(result, "snapshot", t)
@@ -199,6 +199,7 @@ def _check(
         writable=view.writable,
         check_open_ledgers=conf.check_open_ledgers,
         side_dir=f"{ctx.staging}/ledger-pass",
+        storage_options=ctx.warehouse.options,
         reads=ReadEvidencePlan(readers, conf.verification_percentage, seed=ctx.run_id),
         open_ends=opened.ends,
     )
@@ -218,6 +219,7 @@ def _check(
         partitions_per_bookie=conf.partitions_per_bookie,
         loads=loads,
         staging=ctx.staging,
+        options=ctx.warehouse.options,
         say=ctx.say,
         fallback=lambda failed: switch_fallback(
             ctx, inputs, view, tls, failed, readers=readers, ends=opened.ends
@@ -225,7 +227,7 @@ def _check(
     )
     for bookie, why in fan.switched.items():
         modes[bookie] = (EVIDENCE_READS, why)
-    passed = read_side_output(plan.side_dir)
+    passed = read_side_output(plan.side_dir, options=plan.storage_options)
     result.ledgers_checked = passed.ledgers
     result.ledgers_durability_checked = passed.durability_ledgers
     result.entries_checked = passed.entries
@@ -369,6 +371,6 @@ def combine(
     if inputs.table is not None:
         shapes = shape_rows(inputs.table, wanted)
     else:
-        shapes = shapes_of(ctx.options.warehouse, inputs.snapshot_id, ids)
+        shapes = shapes_of(ctx.warehouse, inputs.snapshot_id, ids)
     return combine_on_driver(fan.response_paths, shapes, ids, max_ranges=max_ranges, lost=lost,
-                             open_ends=open_ends)
+                             open_ends=open_ends, options=ctx.warehouse.options)

@@ -23,6 +23,7 @@ from bkaudit.cli_common import (
 )
 from bkaudit.exitcodes import ExitCode
 from bkaudit.job.check_options import click_options, options_from, validate_options
+from bkaudit.tables.settings import resolve_warehouse
 
 
 def human_summary(summary: dict[str, Any], result: Any = None) -> str:
@@ -120,7 +121,7 @@ def run_command(
         from bkaudit.spark.session import get_session
 
         spark = get_session(None if submitted else master or snap.master, app_name="bkaudit-check",
-                            warehouse=snap.warehouse)
+                            warehouse=resolve_warehouse(settings, snap.warehouse))
         result = run_check(spark, settings, options)
     except CheckFailed as exc:
         return err(str(exc))

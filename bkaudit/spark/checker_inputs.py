@@ -33,6 +33,8 @@ from bkaudit.tables.read import latest_snapshot_id, read_arrow, snapshot_version
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from bkaudit.tables.location import Warehouse
+
 DRIVER_INPUT_MAX_LEDGERS = 2_000_000
 """Up to this many ledgers in the snapshot, the driver joins ledgers and segments with Arrow."""
 
@@ -105,7 +107,7 @@ class RunInputs:
         frame = self.frame().where(F.col("state").isNull() | (F.col("state") != CLOSED))
         return frame.toArrow().cast(LEDGER_INPUT_SCHEMA)
 
-    def shapes(self, ledger_ids: Sequence[int], warehouse: str) -> dict[int, LedgerShape]:
+    def shapes(self, ledger_ids: Sequence[int], warehouse: Warehouse) -> dict[int, LedgerShape]:
         """The shapes of a few ledgers of the input, by id (from the driver's table, else the snapshot)."""
         wanted = pa.array(sorted(set(ledger_ids)), pa.int64())
         rows = shape_rows(self.table, wanted) if self.table is not None else shapes_of(
@@ -123,7 +125,7 @@ def load_inputs(
 ) -> RunInputs:
     from bkaudit.spark.checker_stages import ledger_input_frame  # optional pyspark (see checker._check)
 
-    wh = ctx.options.warehouse
+    wh = ctx.warehouse
     bookies = read_arrow(wh, "bookies", snapshot_id=snapshot_id)
     markers = read_arrow(wh, "underreplicated_ledgers", snapshot_id=snapshot_id)
     table = ledger_input(wh, snapshot_id, selection, DRIVER_INPUT_MAX_LEDGERS)
@@ -131,7 +133,8 @@ def load_inputs(
     if table is not None:
         cores = max(1, spark.sparkContext.defaultParallelism)
         files = stage_ledger_input(
-            table, f"{ctx.staging}/ledger-input", ledger_pass_tasks(table.num_rows, cores=cores)
+            table, f"{ctx.staging}/ledger-input", ledger_pass_tasks(table.num_rows, cores=cores),
+            options=wh.options,
         )
         if not selection.complete:
             markers = markers.filter(pc.is_in(markers.column("ledger_id"), table.column("ledger_id")))

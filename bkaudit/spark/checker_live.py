@@ -92,7 +92,7 @@ def switch_fallback(
     while they answer reads (`live.switch_to_reads`), and their failed listing requests as reads."""
 
     def shapes(ids: Sequence[int]) -> dict[int, LedgerShape]:
-        return {i: s.with_open_end(ends.get(i)) for i, s in inputs.shapes(ids, ctx.options.warehouse).items()}
+        return {i: s.with_open_end(ends.get(i)) for i, s in inputs.shapes(ids, ctx.warehouse).items()}
 
     switched = switch_to_reads(
         failed, shapes=shapes, readers=readers, targets=view.targets, conf=ctx.conf, tls=tls

@@ -16,6 +16,8 @@ from bkaudit.config import Settings, ZkSettings, with_overrides
 from bkaudit.job.check_options import CheckOptions
 from bkaudit.job.inputs import staging_dir
 from bkaudit.job.result import new_run_id
+from bkaudit.tables.location import Warehouse
+from bkaudit.tables.settings import resolve_warehouse
 from bkaudit.tables.store import validate_snapshot_id
 
 log = logging.getLogger("bkaudit.spark.checker")  # a run's progress lines keep the checker's logger name
@@ -28,6 +30,7 @@ class RunContext:
     settings: Settings
     """As given: what the `audit_runs` row records (the run's flags are recorded as its own choices)."""
     options: CheckOptions
+    """Its `warehouse` resolved: a `Warehouse` with the `[tables]` storage options (`warehouse`)."""
     conf: CheckerSettings
     """`[checker]` with the run's flags on top (`CheckOptions.setting_overrides`)."""
     zk: ZkSettings
@@ -42,6 +45,7 @@ class RunContext:
         conf = with_overrides(settings, options.setting_overrides()).get(CheckerSettings)
         started = datetime.now(UTC)
         run_id = validate_snapshot_id(options.run_id or new_run_id(started))
+        options = dataclasses.replace(options, warehouse=resolve_warehouse(settings, options.warehouse))
         return cls(
             settings=settings,
             options=options,
@@ -53,6 +57,10 @@ class RunContext:
             now_ms=options.now_ms if options.now_ms is not None else int(time.time() * 1000),
             staging=staging_dir(options.warehouse, run_id),
         )
+
+    @property
+    def warehouse(self) -> Warehouse:
+        return Warehouse.of(self.options.warehouse)
 
     @property
     def fail_on(self) -> FailOn:

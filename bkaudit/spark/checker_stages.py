@@ -31,10 +31,11 @@ from bkaudit.job.ledger_pass import (
 )
 from bkaudit.tables import location
 from bkaudit.tables import read as table_read
+from bkaudit.tables.location import StorageOptions, Warehouse
 
 
 def ledger_input_frame(
-    spark: SparkSession, warehouse: str, snapshot_id: str, selection: LedgerSelection
+    spark: SparkSession, warehouse: Warehouse | str, snapshot_id: str, selection: LedgerSelection
 ) -> DataFrame:
     """Every selected ledger row with its ordered segments (LEDGER_INPUT_SCHEMA), joined on Spark (snapshots
     too large for the driver's Arrow join)."""
@@ -110,6 +111,7 @@ def fanout_stage(
     partitions_per_bookie: int,
     loads: Mapping[str, int],
     staging: str,
+    options: StorageOptions | None,
     say: Callable[[str], None],
     fallback: Fallback | None = None,
 ) -> FanoutOutput:
@@ -153,7 +155,7 @@ def fanout_stage(
         answers.write.mode("overwrite").parquet(location.spark_uri(path))
         paths.append(path)
         table = location.read_parquet(
-            path, columns=[*CALL_LOG_COLUMNS, "answer", "entries_missing", "entries_corrupt"]
+            path, options=options, columns=[*CALL_LOG_COLUMNS, "answer", "entries_missing", "entries_corrupt"]
         )
         ok = pc.is_in(table.column("status"), pa.array(sorted(ANSWERED)))
         differs = pc.or_(
@@ -173,7 +175,7 @@ def fanout_stage(
         replacement: pa.Table | None = None
         if fallback is not None and failed:
             not_answered = ~pc.field("status").isin(sorted(ANSWERED))
-            rows = location.read_parquet(path, columns=[*REQUEST_SCHEMA.names, "status"],
+            rows = location.read_parquet(path, options=options, columns=[*REQUEST_SCHEMA.names, "status"],
                                          filters=not_answered)
             switch, replacement = fallback(rows)
             switched.update(switch)
@@ -269,11 +271,12 @@ def combine_on_driver(
     max_ranges: int,
     lost: frozenset[str],
     open_ends: Mapping[int, int],
+    options: StorageOptions | None,
 ) -> list[Located]:
     """The per-ledger combine on the driver: the staged answers of `ids`, read with Arrow."""
     wanted = pa.array(sorted(ids), pa.int64())
     answers = pa.concat_tables(
-        location.read_parquet(path, filters=pc.is_in(pc.field("ledger_id"), wanted))
+        location.read_parquet(path, options=options, filters=pc.is_in(pc.field("ledger_id"), wanted))
         .select(RESPONSE_SCHEMA.names)
         .cast(RESPONSE_SCHEMA)
         for path in response_paths

@@ -19,6 +19,7 @@ from bkaudit.cli_common import (
 )
 from bkaudit.errors import BkAuditError
 from bkaudit.exitcodes import ExitCode
+from bkaudit.tables.settings import resolve_warehouse
 
 
 def _human(summary: dict[str, Any]) -> str:
@@ -71,7 +72,6 @@ def snapshot_job(settings: Any, *, snapshot_id: str | None, master: str | None) 
     An invalid id is a usage error before anything runs; ZooKeeper is probed before the JVM starts (a dead one
     fails in seconds, in one line); the run's metric is exported whether it succeeds or fails
     (`[snapshot] metrics_file` / `pushgateway_url`, docs/monitoring.md)."""
-    from bkaudit import config
     from bkaudit.metrics import export_snapshot_or_warn
     from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.tables.store import validate_snapshot_id
@@ -87,7 +87,7 @@ def snapshot_job(settings: Any, *, snapshot_id: str | None, master: str | None) 
         from bkaudit.spark.session import get_session
         from bkaudit.spark.snapshot import run_snapshot
 
-        spark = get_session(master, app_name="bkaudit-snapshot", warehouse=config.warehouse(settings))
+        spark = get_session(master, app_name="bkaudit-snapshot", warehouse=resolve_warehouse(settings))
         summary: dict[str, Any] = run_snapshot(spark, settings, snapshot_id=snapshot_id).summary()
     except (CommandError, BkAuditError) as exc:
         if not (isinstance(exc, CommandError) and exc.exit_code == ExitCode.USAGE):

@@ -49,7 +49,9 @@ from bkaudit.spark.session import get_session
 from bkaudit.spark.settings import SnapshotSettings
 from bkaudit.spark.snapshot import run_snapshot
 from bkaudit.store.zookeeper import close, connect
+from bkaudit.tables.location import Warehouse
 from bkaudit.tables.read import read_arrow
+from bkaudit.tables.settings import resolve_warehouse
 from bkaudit.tables.store import validate_snapshot_id, write_table
 
 if TYPE_CHECKING:
@@ -60,12 +62,13 @@ if TYPE_CHECKING:
 EXIT_UNSAFE = ExitCode.FINDINGS
 
 
-def run_audit(spark: SparkSession, settings: Settings, *, warehouse: str, bookies: Sequence[str],
+def run_audit(spark: SparkSession, settings: Settings, *, warehouse: Warehouse | str, bookies: Sequence[str],
               audit_id: str | None = None, snapshot_id: str | None = None,
               min_copies: int = 1) -> dict[str, Any]:
     """Snapshot (unless `snapshot_id`), restricted check, what-if, `decommission_audits` rows; the summary."""
     if not bookies:
         raise ValueError("name at least one bookie (--bookie)")
+    warehouse = resolve_warehouse(settings, warehouse)
     started = datetime.now(UTC)
     aid = validate_snapshot_id(audit_id or f"decommission-{started.strftime('%Y%m%dT%H%M%SZ')}")
     sid = snapshot_id or run_snapshot(spark, settings, warehouse=warehouse, snapshot_id=aid).snapshot_id
@@ -113,7 +116,7 @@ def _states(settings: Settings, bookies: Sequence[str]) -> dict[str, str]:
         close(cluster)
 
 
-def recorded(warehouse: str, audit_id: str) -> dict[str, Any]:
+def recorded(warehouse: Warehouse | str, audit_id: str) -> dict[str, Any]:
     """The summary of an audit already written to `decommission_audits` (no Spark needed)."""
     data = read_arrow(warehouse, "decommission_audits")
     rows = data.filter(pc.equal(data.column("audit_id"), audit_id)).to_pylist()
@@ -174,12 +177,12 @@ def decommission_audit(target: ZkTarget, warehouse: str | None, bookies: tuple[s
             if not audit_id:
                 fail("name the bookies to remove (--bookie) or an earlier --audit-id to show", ExitCode.USAGE)
             require_warehouse(snap.warehouse)
-            summary = recorded(snap.warehouse, str(audit_id))
+            summary = recorded(resolve_warehouse(settings, snap.warehouse), str(audit_id))
         else:
             require_zk(settings)  # before the JVM
-            spark = get_session(master or snap.master, app_name="bkaudit-decommission-audit",
-                                    warehouse=snap.warehouse)
-            summary = run_audit(spark, settings, warehouse=snap.warehouse, bookies=wanted, audit_id=audit_id,
+            wh = resolve_warehouse(settings, snap.warehouse)
+            spark = get_session(master or snap.master, app_name="bkaudit-decommission-audit", warehouse=wh)
+            summary = run_audit(spark, settings, warehouse=wh, bookies=wanted, audit_id=audit_id,
                                 snapshot_id=snapshot_id, min_copies=min_copies)
     except (BkAuditError, ValueError) as exc:
         fail(str(exc), exit_code_for(exc))

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from bkaudit.tables.location import Warehouse
+
 DEFAULT_MASTER = "local[2]"
 
 # Settings every bkaudit session needs, whatever the master.
@@ -37,7 +39,7 @@ def get_session(
     *,
     app_name: str = "bkaudit",
     conf: Mapping[str, str] | None = None,
-    warehouse: str | None = None,
+    warehouse: Warehouse | str | None = None,
 ) -> SparkSession:
     """The active session or a new one; local masters get the local settings and this interpreter.
 
@@ -78,28 +80,31 @@ def get_session(
     if warehouse is not None:
         from bkaudit.spark.engines import require_engines
 
-        require_engines(spark, warehouse)
+        require_engines(spark, str(warehouse))
     return prepare(spark)
 
 
-def warehouse_conf(warehouse: str | None) -> dict[str, str]:
-    """Spark settings that let a session and its executors reach `warehouse` with bkaudit's `[tables]
-    storage_options` (bkaudit.tables.location, the one reading of them).
+def warehouse_conf(warehouse: Warehouse | str | None) -> dict[str, str]:
+    """Spark settings that let a session and its executors reach `warehouse` with its storage options
+    (`Warehouse.options`: bkaudit's `[tables] storage_options`; a plain URI has none).
 
-    - Executors of a cluster do not inherit the driver's environment: the options travel as
-      `spark.executorEnv.BKAUDIT_STORAGE_OPTIONS` (Spark redacts the value in its UI and logs, since it names
-      a secret key) for the staged Parquet that executors write through pyarrow.
+    - bkaudit's own executor code gets the options in its tasks; the executors' environment also gets them
+      as `spark.executorEnv.BKAUDIT_STORAGE_OPTIONS` (Spark redacts the value in its UI and logs, since it
+      names a secret key), as it always did.
     - Spark's own reads of `s3a://` go through Hadoop's S3A: the same options as `spark.hadoop.fs.s3a.*`.
     """
     from bkaudit.tables import location
+    from bkaudit.tables.location import Warehouse
+    from bkaudit.tables.settings import ENV
 
-    if warehouse is None or location.is_local(warehouse):
+    if warehouse is None:
         return {}
-    options = location.storage_options(warehouse)
+    wh = Warehouse.of(warehouse)
+    options = location.storage_options(wh.uri, options=wh.options)
     if not options:
         return {}
-    out = {f"spark.executorEnv.{location.ENV}": json.dumps(options, sort_keys=True)}
-    if location.scheme(warehouse) == "s3":
+    out = {f"spark.executorEnv.{ENV}": json.dumps(options, sort_keys=True)}
+    if location.scheme(wh.uri) == "s3":
         out.update({f"spark.hadoop.{k}": v for k, v in location.hadoop_s3a(options).items()})
     return out
 

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from bkaudit import config
 from bkaudit.errors import BkAuditError
+from bkaudit.tables.location import Warehouse
 from bkaudit.tables.schemas import SNAPSHOT_TABLES
+from bkaudit.tables.settings import resolve_warehouse
 from bkaudit.tables.store import (
     Commit,
     StagedFile,
@@ -126,7 +127,7 @@ def stage_ledgers(
     spark: SparkSession,
     zk: ZkSettings,
     snap: SnapshotSettings,
-    warehouse: str,
+    warehouse: Warehouse,
     snapshot_id: str,
     snapshot_date: str,
 ) -> StagedLedgers:
@@ -159,7 +160,7 @@ def stage_ledgers(
 
 
 def _stager(
-    options: ReadOptions, groups: list[list[str]], warehouse: str, snapshot_id: str, snapshot_date: str
+    options: ReadOptions, groups: list[list[str]], warehouse: Warehouse, snapshot_id: str, snapshot_date: str
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The mapInArrow function: reads the groups whose indexes it is given, writes their rows as staged
     files, yields their manifest."""
@@ -214,7 +215,7 @@ def run_snapshot(
     spark: SparkSession,
     settings: Settings,
     *,
-    warehouse: str | None = None,
+    warehouse: Warehouse | str | None = None,
     snapshot_id: str | None = None,
     hooks: Hooks | None = None,
 ) -> SnapshotResult:
@@ -224,10 +225,10 @@ def run_snapshot(
 
     zk = settings.get(ZkSettings)
     snap = settings.get(SnapshotSettings)
-    warehouse = config.warehouse(settings, warehouse)
+    wh = resolve_warehouse(settings, warehouse)
     started = datetime.now(UTC)
     sid = validate_snapshot_id(snapshot_id or new_snapshot_id(started))
-    run = _Run(spark, settings, zk, snap, warehouse, sid, started, hooks or Hooks())
+    run = _Run(spark, settings, zk, snap, wh, sid, started, hooks or Hooks())
     return run.execute()
 
 
@@ -240,7 +241,7 @@ class _Run:
         settings: Settings,
         zk: ZkSettings,
         snap: SnapshotSettings,
-        warehouse: str,
+        warehouse: Warehouse,
         snapshot_id: str,
         started: datetime,
         hooks: Hooks,
@@ -406,7 +407,7 @@ class _Run:
         res.status = FAILED
         res.error = describe_failure(exc)
         for table, files in self.staged.items():
-            discard(table_uri(self.warehouse, table), files)
+            discard(table_uri(self.warehouse, table), files, options=self.warehouse.options)
         self.staged.clear()
         for done in reversed(self.commits):
             if done.table in self.keep_on_failure:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from bkaudit.tables.location import Warehouse
 from bkaudit.tables.store import StagedFile, table_uri
 from bkaudit.tables.validation import LEDGER_COLUMNS, SEGMENT_COLUMNS, ValidationReport
 
@@ -28,7 +29,7 @@ def choose_engine(snap: SnapshotSettings, ledgers: int) -> str:
 
 def validate_staged(
     spark: SparkSession,
-    warehouse: str,
+    warehouse: Warehouse | str,
     staged: Mapping[str, list[StagedFile]],
     known_bookies: Iterable[str],
     snap: SnapshotSettings,
@@ -50,7 +51,7 @@ def validate_staged(
     return validate(frames, known_bookies, engine=engine)
 
 
-def _arrow(warehouse: str, table: str, files: list[StagedFile], columns: list[str]) -> Any:
+def _arrow(warehouse: Warehouse | str, table: str, files: list[StagedFile], columns: list[str]) -> Any:
     import pyarrow.dataset as ds
 
     from bkaudit.tables import location
@@ -60,12 +61,12 @@ def _arrow(warehouse: str, table: str, files: list[StagedFile], columns: list[st
     if not files:
         return schema.empty_table().select(columns)
     uri = table_uri(warehouse, table)
-    fs, root = location.filesystem(uri)
+    fs, root = location.filesystem(uri, options=Warehouse.of(warehouse).options)
     dataset = ds.dataset([f"{root}/{f.path}" for f in files], schema=schema, format="parquet", filesystem=fs)
     return dataset.to_table(columns=columns)
 
 
-def _spark(spark: SparkSession, warehouse: str, table: str, files: list[StagedFile]) -> Any:
+def _spark(spark: SparkSession, warehouse: Warehouse | str, table: str, files: list[StagedFile]) -> Any:
     from bkaudit.tables.catalog import spec
 
     schema = spec(table).spark_schema()

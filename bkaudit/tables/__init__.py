@@ -7,6 +7,9 @@ Public reading API (imported lazily so `import bkaudit.tables` stays light)::
     df = tables.load(spark, "/data/bkaudit", "ledgers", snapshot_id="20261122T051500Z-1a2b3c")
     df = tables.load(spark, "/data/bkaudit", "ledgers", version=12)           # Delta time travel
     tables.latest_snapshot_id("/data/bkaudit")
+
+An object store with storage options is given as a `bkaudit.tables.location.Warehouse`, e.g.
+`Warehouse("s3a://bucket/bkaudit", {"aws_region": "eu-west-1"})` (a plain URI has none).
 """
 
 from __future__ import annotations

@@ -6,12 +6,16 @@ Reads the Delta tables with delta-rs on the driver (no Spark start-up): the run'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bkaudit.cli_common import ZkTarget, emit, exit_code_for, fail, load_settings, warehouse_of
 from bkaudit.exitcodes import ExitCode
+from bkaudit.tables.settings import resolve_warehouse
+
+if TYPE_CHECKING:
+    from bkaudit.tables.location import Warehouse
 
 
 def _ranges_text(ranges: list[dict[str, int]] | None, limit: int = 4) -> str:
@@ -100,7 +104,7 @@ def violations(
         fail(f"unknown category {category!r} (one of {', '.join(c.value for c in Category)})", ExitCode.USAGE)
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
     settings = load_settings(ZkTarget(config_path=config_path), need_zk=False, **overrides)
-    wh = warehouse_of(settings)
+    wh = resolve_warehouse(settings, warehouse_of(settings))
     try:
         run = select_run(wh, run_id)
         rows = read_violations(wh, run["run_id"], category)
@@ -112,14 +116,14 @@ def violations(
 
 
 # -- bkaudit tables: warehouse upkeep and access for data engineers ----------------------------------------
-def _warehouse(warehouse: str | None, config_path: str | None) -> tuple[str, Any]:
+def _warehouse(warehouse: str | None, config_path: str | None) -> tuple[Warehouse, Any]:
     from bkaudit.tables import location
 
     overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
     settings = load_settings(ZkTarget(config_path=config_path), need_zk=False, **overrides)
-    wh = warehouse_of(settings, must_exist=False)
-    if location.is_local(wh) and not location.exists(wh):
-        fail(f"no such warehouse directory: {location.normalize(wh)}")
+    wh = resolve_warehouse(settings, warehouse_of(settings, must_exist=False))
+    if location.is_local(wh.uri) and not location.exists(wh.uri, options=wh.options):
+        fail(f"no such warehouse directory: {location.normalize(wh.uri)}")
     return wh, settings
 
 
@@ -161,7 +165,7 @@ def vacuum(warehouse: str | None, config_path: str | None, retention_hours: int 
     except BkAuditError as exc:
         fail(str(exc))
         return
-    data = {"warehouse": wh, "dry_run": not yes, "retention_hours": hours, "keep_run_days": days,
+    data = {"warehouse": wh.uri, "dry_run": not yes, "retention_hours": hours, "keep_run_days": days,
             "tables": [p.to_dict() for p in plans]}
 
     def human(d: dict[str, Any]) -> str:

@@ -12,18 +12,17 @@ same bucket everywhere, and the options configured once in `[tables] storage_opt
   pyarrow's S3/GCS/Azure filesystems. Credentials left out are taken from the usual environment variables
   (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_*), which both libraries read.
 
-The options live in this process (`configure`, `configure_from(settings)`: the CLI does it at start-up)
-and in the environment variable BKAUDIT_STORAGE_OPTIONS (JSON), which Spark's Python workers inherit in
-local mode; a process that configured nothing reads `[tables]` from the settings file. On a cluster, set
-`spark.executorEnv.BKAUDIT_STORAGE_OPTIONS` or give executors credentials the usual way (instance roles).
+The options are a value, never process state: `Warehouse(uri, options)` is built once where settings are
+resolved (`TablesSettings.warehouse`) and handed on, to Spark executors too inside what the driver ships them
+(it pickles); the functions here that reach a store take the options they use (`options=`). Where a
+warehouse is taken, a plain URI string is a warehouse without options (`Warehouse.of`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,56 +31,50 @@ import pyarrow.fs as pafs
 
 from bkaudit.errors import ConfigError
 
-ENV = "BKAUDIT_STORAGE_OPTIONS"
 _ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 _OBJECT_STORES = {"s3", "gs", "abfss", "abfs", "az", "adl", "azure"}
-_options: dict[str, str] | None = None
+
+StorageOptions = Mapping[str, str]  # delta-rs storage options (its key names)
 
 
-def configure(storage_options: Mapping[str, str] | None) -> None:
-    """Use these delta-rs storage options for every warehouse URI in this process and its workers."""
-    global _options
-    if storage_options is None:  # forget: back to the environment / settings file
-        _options = None
-        os.environ.pop(ENV, None)
-        return
-    _options = {str(k).lower(): str(v) for k, v in storage_options.items()}
-    if _options:
-        os.environ[ENV] = json.dumps(_options)
-    else:
-        os.environ.pop(ENV, None)
+@dataclass(frozen=True)
+class Warehouse:
+    """A warehouse location and the storage options of its store, handed from settings to every reader and
+    writer (executors get it in their task's closure): two warehouses in one process never share options."""
+
+    uri: str
+    options: StorageOptions = field(default_factory=dict, repr=False)  # secrets: never in a repr
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", _keys_lowered(self.options))
+
+    @classmethod
+    def of(cls, warehouse: Warehouse | str) -> Warehouse:
+        """`warehouse` as given, or a plain URI as a warehouse without storage options (credentials from the
+        libraries' own environment variables)."""
+        return warehouse if isinstance(warehouse, Warehouse) else cls(warehouse)
+
+    def table(self, name: str) -> str:
+        """`<uri>/<name>`: an absolute local path, or a URI with `s3a://` spelled `s3://`."""
+        return join(self.uri, name)
+
+    def __str__(self) -> str:  # messages name the location, never the options (they may hold secrets)
+        return self.uri
+
+    def __bool__(self) -> bool:  # "" names no warehouse, as the plain string did
+        return bool(self.uri)
 
 
-def configure_from(settings: Any) -> None:
-    """Use the `[tables] storage_options` of resolved settings (a `bkaudit.config.Settings`)."""
-    from bkaudit.tables.settings import TablesSettings
-
-    configure(settings.get(TablesSettings).options())
-
-
-def storage_options(uri: str | None = None) -> dict[str, str] | None:
-    """The delta-rs storage options (None for local paths or when none are configured)."""
-    if uri is not None and is_local(uri):
+def storage_options(uri: str, *, options: StorageOptions | None) -> dict[str, str] | None:
+    """The delta-rs storage options for `uri` (None for local paths or when there are none)."""
+    if is_local(uri):
         return None
-    options = _options
-    if options is None:
-        raw = os.environ.get(ENV)
-        if raw:
-            try:
-                options = {str(k).lower(): str(v) for k, v in json.loads(raw).items()}
-            except (ValueError, AttributeError):
-                raise ConfigError(ENV, "must be a JSON object of delta-rs storage options") from None
-        else:
-            options = _from_settings_file()
-    return dict(options) or None
+    return _keys_lowered(options or {}) or None
 
 
-def _from_settings_file() -> dict[str, str]:
-    """`[tables] storage_options` of the default settings file (for processes nobody configured)."""
-    from bkaudit import config
-    from bkaudit.tables.settings import TablesSettings
-
-    return dict(config.load().get(TablesSettings).options())
+def _keys_lowered(options: StorageOptions) -> dict[str, str]:
+    """delta-rs reads option keys in any case; pyarrow's mapping here looks them up in lower case."""
+    return {str(k).lower(): str(v) for k, v in options.items()}
 
 
 def split(uri: str) -> tuple[str, str]:
@@ -131,12 +124,12 @@ def spark_uri(uri: str) -> str:
     return f"s3a://{rest}" if s == "s3" else uri
 
 
-def read_parquet(uri: str, **kwargs: Any) -> pa.Table:
-    """`pyarrow.parquet.read_table` of a file or directory at `uri`, through the configured store (a bare
+def read_parquet(uri: str, *, options: StorageOptions | None, **kwargs: Any) -> pa.Table:
+    """`pyarrow.parquet.read_table` of a file or directory at `uri`, through the store of `options` (a bare
     `s3://` string would make pyarrow use its defaults, not `[tables] storage_options`)."""
     import pyarrow.parquet as pq
 
-    fs, path = filesystem(uri)
+    fs, path = filesystem(uri, options=options)
     return pq.read_table(path, filesystem=fs, **kwargs)
 
 
@@ -150,23 +143,25 @@ def resolve(uri: str, path: str) -> str:
     return normalize(path) if is_absolute(path) else join(uri, path)
 
 
-def paths_within(uri: str, paths: list[str]) -> tuple[pafs.FileSystem, list[str]]:
+def paths_within(
+    uri: str, paths: list[str], *, options: StorageOptions | None
+) -> tuple[pafs.FileSystem, list[str]]:
     """One filesystem for table `uri` and Delta add-action `paths` (relative or absolute) as paths in it."""
-    fs, root = filesystem(uri)
+    fs, root = filesystem(uri, options=options)
     out = [
-        filesystem(p)[1] if is_absolute(p) else f"{root}/{p}"  # absolute paths are rare
+        filesystem(p, options=options)[1] if is_absolute(p) else f"{root}/{p}"  # absolute paths are rare
         for p in paths
     ]
     return fs, out
 
 
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """(pyarrow filesystem, path inside it) for a local path or object-store URI."""
+def filesystem(uri: str, *, options: StorageOptions | None) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow filesystem, path inside it) for a local path or object-store URI, with `options`."""
     s = scheme(uri)
     if s in ("", "file"):
         return pafs.LocalFileSystem(), normalize(uri)
     norm = normalize(uri)
-    options = storage_options(norm) or {}
+    options = storage_options(norm, options=options) or {}
     parts = urlsplit(norm)
     if s == "s3":
         return _s3(options), f"{parts.netloc}{parts.path}".rstrip("/")
@@ -180,8 +175,8 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     return fs, path
 
 
-def exists(uri: str) -> bool:
-    fs, path = filesystem(uri)
+def exists(uri: str, *, options: StorageOptions | None) -> bool:
+    fs, path = filesystem(uri, options=options)
     return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
 
 
@@ -191,9 +186,9 @@ def makedirs(uri: str) -> None:
         os.makedirs(normalize(uri), exist_ok=True)
 
 
-def remove_tree(uri: str) -> None:
+def remove_tree(uri: str, *, options: StorageOptions | None) -> None:
     """Delete a directory and everything under it (best effort)."""
-    fs, path = filesystem(uri)
+    fs, path = filesystem(uri, options=options)
     try:
         fs.delete_dir(path)
     except (OSError, FileNotFoundError):

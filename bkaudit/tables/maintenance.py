@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from bkaudit.tables import location
+from bkaudit.tables.location import StorageOptions, Warehouse
 from bkaudit.tables.read import reading
 from bkaudit.tables.store import is_delta_table, open_delta
 
@@ -53,9 +54,10 @@ class TablePlan:
         }
 
 
-def warehouse_tables(warehouse: str) -> list[str]:
+def warehouse_tables(warehouse: Warehouse | str) -> list[str]:
     """The Delta tables directly under `warehouse`, marker tables first (the order upkeep runs in)."""
-    fs, root = location.filesystem(warehouse)
+    wh = Warehouse.of(warehouse)
+    fs, root = location.filesystem(wh.uri, options=wh.options)
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=False))
     except FileNotFoundError:
@@ -65,13 +67,13 @@ def warehouse_tables(warehouse: str) -> list[str]:
         for i in infos
         if i.type == pafs.FileType.Directory and not i.base_name.startswith(("_", "."))
     ]
-    found = [n for n in names if is_delta_table(location.join(warehouse, n))]
+    found = [n for n in names if is_delta_table(wh.table(n), options=wh.options)]
     return sorted(found, key=lambda n: (n not in MARKER_TABLES, MARKER_TABLES.index(n) if n in MARKER_TABLES
                                         else 0, n))
 
 
 def upkeep(
-    warehouse: str,
+    warehouse: Warehouse | str,
     *,
     retention_hours: int,
     keep_run_days: int = 0,
@@ -83,10 +85,11 @@ def upkeep(
 
     cutoff = ((today or date.today()) - timedelta(days=keep_run_days)).isoformat() if keep_run_days else None
     plans = []
-    for name in warehouse_tables(warehouse):
-        uri = location.join(warehouse, name)
+    wh = Warehouse.of(warehouse)
+    for name in warehouse_tables(wh):
+        uri = wh.table(name)
         with reading(name, uri):  # a corrupt log: "could not read table ...", one line
-            dt = open_delta(uri)
+            dt = open_delta(uri, options=wh.options)
             parts = list(dt.metadata().partition_columns)
         plan = TablePlan(name, parts[0] if parts else None)
         if cutoff is not None and plan.partition is not None:
@@ -102,14 +105,14 @@ def upkeep(
                         custom_metadata={"userMetadata": note, "bkaudit.operation": "retention"}
                     ),
                 )
-                dt = open_delta(uri)
+                dt = open_delta(uri, options=wh.options)
         vacuum_args: dict[str, Any] = {
             "retention_hours": retention_hours,
             "enforce_retention_duration": False,
             "full": True,  # list the storage: also staged files of runs that died before committing
         }
         # delta-rs also names tombstones whose files an earlier vacuum already deleted: count what exists
-        plan.vacuum_files = _existing(uri, dt.vacuum(dry_run=True, **vacuum_args))
+        plan.vacuum_files = _existing(uri, dt.vacuum(dry_run=True, **vacuum_args), wh.options)
         if apply and plan.vacuum_files:
             props = CommitProperties(custom_metadata={"bkaudit.operation": "vacuum"})
             dt.vacuum(dry_run=False, commit_properties=props, **vacuum_args)
@@ -118,8 +121,8 @@ def upkeep(
     return plans
 
 
-def _existing(uri: str, paths: list[str]) -> list[str]:
-    fs, root = location.filesystem(uri)
+def _existing(uri: str, paths: list[str], options: StorageOptions) -> list[str]:
+    fs, root = location.filesystem(uri, options=options)
     if not paths:
         return []
     infos = fs.get_file_info([f"{root}/{p}" for p in paths])

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from bkaudit.errors import BkAuditError
 from bkaudit.tables import location
 from bkaudit.tables.catalog import spec
+from bkaudit.tables.location import StorageOptions, Warehouse
 from bkaudit.tables.store import is_delta_table, open_delta, table_uri, validate_snapshot_id
 
 if TYPE_CHECKING:
@@ -82,41 +83,42 @@ def reading(table: str, uri: str) -> Iterator[None]:
         raise TableUnreadable(table, uri, first_line(exc)) from exc
 
 
-def require_writable(warehouse: str, tables: Iterable[str]) -> None:
+def require_writable(warehouse: Warehouse | str, tables: Iterable[str]) -> None:
     """TableUnreadable for the first of `tables` a job could not commit to: something at its location but no
     Delta log, or a log delta-rs cannot read. Jobs ask before they stage anything, so a warehouse with a
     broken table fails the run before any of its tables took a commit (no orphan rows)."""
+    options = Warehouse.of(warehouse).options
     for table in tables:
         uri = table_uri(warehouse, table)
         state = table_state(warehouse, table)
-        if state == "broken" and _holds_data(uri):  # a log gone under committed files: rows would vanish
+        if state == "broken" and _holds_data(uri, options):  # a log gone under committed files: rows vanish
             raise TableUnreadable(table, uri, "data files without their Delta log (_delta_log)")
         if state == "present":
             with reading(table, uri):
-                open_delta(uri).version()
+                open_delta(uri, options=options).version()
 
 
-def _holds_data(uri: str) -> bool:
+def _holds_data(uri: str, options: StorageOptions) -> bool:
     """Any Parquet file under `uri` (a failed first run leaves only an empty directory behind)."""
     import pyarrow.fs as pafs
 
-    fs, path = location.filesystem(uri)
+    fs, path = location.filesystem(uri, options=options)
     with reading("?", uri):
         infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
     return any(i.type == pafs.FileType.File and i.path.endswith(".parquet") for i in infos)
 
 
-def table_state(warehouse: str, table: str) -> str:
+def table_state(warehouse: Warehouse | str, table: str) -> str:
     """"present" (a Delta table), "absent" (nothing at its location) or "broken" (something there, but no
     Delta log: e.g. `_delta_log` deleted)."""
-    uri = table_uri(warehouse, table)
+    uri, options = table_uri(warehouse, table), Warehouse.of(warehouse).options
     with reading(table, uri):
-        if is_delta_table(uri):
+        if is_delta_table(uri, options=options):
             return "present"
-        return "broken" if location.exists(uri) else "absent"
+        return "broken" if location.exists(uri, options=options) else "absent"
 
 
-def open_table(warehouse: str, table: str, version: int | None = None) -> Any:
+def open_table(warehouse: Warehouse | str, table: str, version: int | None = None) -> Any:
     """delta-rs's DeltaTable of `table`: TableNotFound when nothing is at its location, TableUnreadable when
     its Delta log is missing or cannot be read."""
     uri = table_uri(warehouse, table)
@@ -126,18 +128,18 @@ def open_table(warehouse: str, table: str, version: int | None = None) -> Any:
     if state == "broken":
         raise TableUnreadable(table, uri, "no Delta log (_delta_log is missing or empty)")
     with reading(table, uri):
-        return open_delta(uri, version)
+        return open_delta(uri, version, options=Warehouse.of(warehouse).options)
 
 
-def _delta_table(warehouse: str, table: str, version: int | None = None) -> Any:
+def _delta_table(warehouse: Warehouse | str, table: str, version: int | None = None) -> Any:
     return open_table(warehouse, table, version)
 
 
-def table_exists(warehouse: str, table: str) -> bool:
-    return is_delta_table(table_uri(warehouse, table))
+def table_exists(warehouse: Warehouse | str, table: str) -> bool:
+    return is_delta_table(table_uri(warehouse, table), options=Warehouse.of(warehouse).options)
 
 
-def snapshots(warehouse: str) -> pa.Table:
+def snapshots(warehouse: Warehouse | str) -> pa.Table:
     """The `snapshots` table (one row per run) as Arrow, newest first; empty if none ran yet (nothing at its
     location); TableUnreadable when it is there but cannot be read."""
     if table_state(warehouse, "snapshots") == "absent":
@@ -148,14 +150,14 @@ def snapshots(warehouse: str) -> pa.Table:
     return data.sort_by([("finished_at", "descending"), ("started_at", "descending")])
 
 
-def latest_snapshot_id(warehouse: str) -> str | None:
+def latest_snapshot_id(warehouse: Warehouse | str) -> str | None:
     """The most recently finished successful snapshot, or None."""
     runs = snapshots(warehouse)
     ok = runs.filter(pc.equal(runs.column("status"), SUCCEEDED))
     return str(ok.column("snapshot_id")[0].as_py()) if ok.num_rows else None
 
 
-def snapshot_versions(warehouse: str, snapshot_id: str) -> dict[str, int]:
+def snapshot_versions(warehouse: Warehouse | str, snapshot_id: str) -> dict[str, int]:
     """The Delta version of each table that the successful run of `snapshot_id` committed (time travel)."""
     runs = snapshots(warehouse)
     mask = pc.and_(
@@ -168,7 +170,7 @@ def snapshot_versions(warehouse: str, snapshot_id: str) -> dict[str, int]:
 
 
 def read_arrow(
-    warehouse: str, table: str, *, snapshot_id: str | None = None, version: int | None = None
+    warehouse: Warehouse | str, table: str, *, snapshot_id: str | None = None, version: int | None = None
 ) -> pa.Table:
     """A table (or one snapshot of it) as Arrow on the driver, via delta-rs: for small tables and tests."""
     dt = _delta_table(warehouse, table, version)
@@ -215,7 +217,7 @@ def jvm_class(spark: SparkSession, name: str) -> Any:
 
 def load(
     spark: SparkSession,
-    warehouse: str,
+    warehouse: Warehouse | str,
     table: str,
     *,
     snapshot_id: str | None = None,
@@ -253,7 +255,12 @@ def load(
 
 
 def _load_files(
-    spark: SparkSession, warehouse: str, table: str, *, snapshot_id: str | None, version: int | None
+    spark: SparkSession,
+    warehouse: Warehouse | str,
+    table: str,
+    *,
+    snapshot_id: str | None,
+    version: int | None,
 ) -> DataFrame:
     """Spark over exactly the Parquet files of one Delta version (no Delta jars needed)."""
     table_spec = spec(table)
@@ -265,7 +272,7 @@ def _load_files(
     return spark.read.schema(schema).option("basePath", location.spark_uri(uri)).parquet(*files)
 
 
-def current_files(warehouse: str, table: str, *, version: int | None = None) -> list[str]:
+def current_files(warehouse: Warehouse | str, table: str, *, version: int | None = None) -> list[str]:
     """The Parquet files of the table's current (or given) version, as Spark can open them.
 
     The safe way to read a bkaudit table with plain Spark (no Delta jars): `spark.read.parquet` on the
@@ -295,7 +302,7 @@ def _files(dt: Any, uri: str, snapshot_id: str | None) -> list[str]:
 
 
 # -- checker runs (`bkaudit violations`, the admin API) ----------------------------------------------------
-def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
+def select_run(warehouse: Warehouse | str, run_id: str | None) -> dict[str, Any]:
     """The `audit_runs` row of `run_id`, or of the latest succeeded run."""
     if table_state(warehouse, "audit_runs") == "absent":
         raise BkAuditError(f"no checker run in {warehouse} (run `bkaudit check` first)")
@@ -311,7 +318,9 @@ def select_run(warehouse: str, run_id: str | None) -> dict[str, Any]:
     return max(rows, key=lambda r: (r["finished_at"], r["run_id"]))
 
 
-def read_violations(warehouse: str, run_id: str, category: str | None = None) -> list[dict[str, Any]]:
+def read_violations(
+    warehouse: Warehouse | str, run_id: str, category: str | None = None
+) -> list[dict[str, Any]]:
     """The violations of one run (detail parsed), worst severity first."""
     data = read_arrow(warehouse, "violations")
     data = data.filter(pc.equal(data.column("run_id"), run_id))

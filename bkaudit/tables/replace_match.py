@@ -13,10 +13,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bkaudit.tables import location
+from bkaudit.tables.location import StorageOptions
 from bkaudit.tables.schemas import TableSpec
 
 
-def file_verdict(row: Mapping[str, Any], uri: str, table_spec: TableSpec, replace: Mapping[str, str]) -> str:
+def file_verdict(
+    row: Mapping[str, Any], uri: str, table_spec: TableSpec, replace: Mapping[str, str], *,
+    options: StorageOptions | None,
+) -> str:
     """'all' (every row matches), 'none' or 'mixed' (rewrite), from stats if they decide, else the file."""
     undecided = False
     for column, value in replace.items():
@@ -34,7 +38,7 @@ def file_verdict(row: Mapping[str, Any], uri: str, table_spec: TableSpec, replac
             undecided = True
     if not undecided:
         return "all"
-    data = read_file(uri, row["path"], list(replace))
+    data = read_file(uri, row["path"], list(replace), options=options)
     mask = match_mask(data, replace)
     hits = pc.sum(mask).as_py() or 0
     if hits == 0:
@@ -52,6 +56,6 @@ def match_mask(data: pa.Table, replace: Mapping[str, str]) -> pa.ChunkedArray:
     return mask
 
 
-def read_file(uri: str, rel: str, columns: list[str] | None) -> pa.Table:
+def read_file(uri: str, rel: str, columns: list[str] | None, *, options: StorageOptions | None) -> pa.Table:
     """A committed file's rows (`rel`: its path in the table, as the Delta log names it)."""
-    return location.read_parquet(location.resolve(uri, rel), columns=columns)
+    return location.read_parquet(location.resolve(uri, rel), options=options, columns=columns)

@@ -6,8 +6,19 @@ Kept free of deltalake/pyspark imports so `bkaudit.config` can validate a settin
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from bkaudit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bkaudit.tables.location import Warehouse
+
+# An operator's input, read (never written) where settings are resolved when `[tables] storage_options` is
+# empty: a JSON object of storage options (docs/tables.md). Executors get the options in their tasks instead.
+ENV = "BKAUDIT_STORAGE_OPTIONS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,3 +48,28 @@ class TablesSettings:
         return {
             k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in self.storage_options.items()
         }
+
+    def warehouse(self, uri: str, environ: Mapping[str, str] | None = None) -> Warehouse:
+        """The warehouse at `uri` with its storage options, resolved once here and then handed on: these
+        `storage_options`, else the JSON object in $BKAUDIT_STORAGE_OPTIONS, else none."""
+        from bkaudit.tables.location import Warehouse
+
+        options = self.options()
+        raw = (os.environ if environ is None else environ).get(ENV)
+        if not options and raw:
+            try:
+                options = {str(k): str(v) for k, v in json.loads(raw).items()}
+            except (ValueError, AttributeError):
+                raise ConfigError(ENV, "must be a JSON object of delta-rs storage options") from None
+        return Warehouse(uri, options)
+
+
+def resolve_warehouse(settings: Any, warehouse: Warehouse | str | None = None) -> Warehouse:
+    """The warehouse a command works on (`warehouse`, else the settings' one: `config.warehouse`) with the
+    `[tables]` storage options of resolved settings (`config.Settings`); a `Warehouse` is kept as it is."""
+    from bkaudit import config
+    from bkaudit.tables.location import Warehouse
+
+    if isinstance(warehouse, Warehouse):
+        return warehouse
+    return settings.get(TablesSettings).warehouse(config.warehouse(settings, warehouse))  # type: ignore[no-any-return]

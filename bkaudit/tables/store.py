@@ -17,7 +17,8 @@ Staged files that never got committed are unreferenced garbage that `bkaudit tab
 
 Statistics: every staged file carries full Delta stats (`bkaudit.tables.stats`), so readers that prune
 files by min/max (delta-rs, DuckDB, polars, Spark) answer filtered questions right. Locations and storage
-options come from `bkaudit.tables.location` (local paths and object stores alike).
+options come from `bkaudit.tables.location` (local paths and object stores alike); a warehouse is a
+`location.Warehouse` (or a plain URI: no storage options) and carries its options to every write.
 
 History: delta-rs's transaction API records every commit as WRITE (mode Append); a commit that replaces
 rows says so in `operationParameters.predicate` (e.g. `run_id = 'X'`), `isBlindAppend: false` and
@@ -42,6 +43,7 @@ import pyarrow.parquet as pq
 from bkaudit.errors import BkAuditError
 from bkaudit.tables import location
 from bkaudit.tables.catalog import spec
+from bkaudit.tables.location import StorageOptions, Warehouse
 from bkaudit.tables.replace_match import file_verdict, match_mask, read_file
 from bkaudit.tables.schemas import TableSpec, conform
 from bkaudit.tables.stats import FileStats, finite_floats, from_add_action
@@ -64,22 +66,22 @@ def validate_snapshot_id(snapshot_id: str) -> str:
     return snapshot_id
 
 
-def table_uri(warehouse: str, name: str) -> str:
+def table_uri(warehouse: Warehouse | str, name: str) -> str:
     """`<warehouse>/<name>`: an absolute local path, or a URI with `s3a://` spelled `s3://`."""
-    return location.join(warehouse, name)
+    return Warehouse.of(warehouse).table(name)
 
 
-def is_delta_table(uri: str) -> bool:
+def is_delta_table(uri: str, *, options: StorageOptions | None = None) -> bool:
     from deltalake import DeltaTable
 
-    return bool(DeltaTable.is_deltatable(uri, storage_options=location.storage_options(uri)))
+    return bool(DeltaTable.is_deltatable(uri, storage_options=location.storage_options(uri, options=options)))
 
 
-def open_delta(uri: str, version: int | None = None) -> Any:
-    """delta-rs's DeltaTable at `uri` (optionally a version), with the configured storage options."""
+def open_delta(uri: str, version: int | None = None, *, options: StorageOptions | None = None) -> Any:
+    """delta-rs's DeltaTable at `uri` (optionally a version), with the store's `options`."""
     from deltalake import DeltaTable
 
-    return DeltaTable(uri, version=version, storage_options=location.storage_options(uri))
+    return DeltaTable(uri, version=version, storage_options=location.storage_options(uri, options=options))
 
 
 # -- staging -------------------------------------------------------------------------------------------------
@@ -114,7 +116,7 @@ class StagingWriter:
 
     def __init__(
         self,
-        warehouse: str,
+        warehouse: Warehouse | str,
         table: str,
         *,
         snapshot_id: str,
@@ -122,12 +124,13 @@ class StagingWriter:
         max_rows_per_file: int = MAX_ROWS_PER_FILE,
     ) -> None:
         self.spec: TableSpec = spec(table)
-        self.uri = table_uri(warehouse, table)
+        wh = Warehouse.of(warehouse)
+        self.uri, self.options = wh.table(table), wh.options
         self.snapshot_id = validate_snapshot_id(snapshot_id)
         self.partition_values = {c: snapshot_date for c in self.spec.partition_by}
         self.max_rows_per_file = max_rows_per_file
         self.files: list[StagedFile] = []
-        self._fs, self._root = location.filesystem(self.uri)
+        self._fs, self._root = location.filesystem(self.uri, options=self.options)
         self._writer: pq.ParquetWriter | None = None
         self._rel = ""
         self._rows = 0
@@ -167,7 +170,7 @@ class StagingWriter:
         try:
             self.close()
         finally:
-            discard(self.uri, self.files)
+            discard(self.uri, self.files, options=self.options)
             self.files.clear()
 
     # -- internals -------------------------------------------------------------------------------------------
@@ -201,7 +204,12 @@ class StagingWriter:
 
 
 def stage_table(
-    warehouse: str, table: str, data: pa.Table | pa.RecordBatch, *, snapshot_id: str, snapshot_date: str
+    warehouse: Warehouse | str,
+    table: str,
+    data: pa.Table | pa.RecordBatch,
+    *,
+    snapshot_id: str,
+    snapshot_date: str,
 ) -> list[StagedFile]:
     """Stage a whole (small) table from the driver; no file for zero rows."""
     writer = StagingWriter(warehouse, table, snapshot_id=snapshot_id, snapshot_date=snapshot_date)
@@ -209,9 +217,9 @@ def stage_table(
     return writer.close()
 
 
-def discard(uri: str, files: Iterable[StagedFile]) -> None:
+def discard(uri: str, files: Iterable[StagedFile], *, options: StorageOptions | None = None) -> None:
     """Delete staged files that will never be committed (best effort: vacuum collects leftovers)."""
-    fs, root = location.filesystem(uri)
+    fs, root = location.filesystem(uri, options=options)
     for f in files:
         try:
             fs.delete_file(f"{root}/{f.path}")
@@ -229,12 +237,13 @@ class Commit:
     version: int
     added: list[StagedFile] = field(default_factory=list)
     removed: list[dict[str, Any]] = field(default_factory=list)  # add-action rows of files it removed
+    options: StorageOptions | None = field(default=None, repr=False)  # the store's, to revert it
 
 
-def _open_or_create(uri: str, table_spec: TableSpec) -> Any:
+def _open_or_create(uri: str, table_spec: TableSpec, options: StorageOptions | None) -> Any:
     from deltalake import DeltaTable
 
-    if not is_delta_table(uri):
+    if not is_delta_table(uri, options=options):
         DeltaTable.create(
             uri,
             schema=table_spec.schema,
@@ -242,9 +251,9 @@ def _open_or_create(uri: str, table_spec: TableSpec) -> Any:
             mode="ignore",
             name=table_spec.name,
             description=table_spec.description or None,
-            storage_options=location.storage_options(uri),
+            storage_options=location.storage_options(uri, options=options),
         )
-    return open_delta(uri)
+    return open_delta(uri, options=options)
 
 
 def _predicate(replace: Mapping[str, str]) -> str:
@@ -272,7 +281,7 @@ def _labels(
 
 
 def commit(
-    warehouse: str,
+    warehouse: Warehouse | str,
     table: str,
     files: Sequence[StagedFile],
     *,
@@ -289,17 +298,18 @@ def commit(
     from deltalake.transaction import AddAction, CommitProperties
 
     table_spec = spec(table)
-    uri = table_uri(warehouse, table)
+    wh = Warehouse.of(warehouse)
+    uri, options = wh.table(table), wh.options
     token = str(uuid.uuid4())
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         rewritten: list[StagedFile] = []
         try:
-            dt = _open_or_create(uri, table_spec)
-            removals, rewritten, removed_rows = _replacements(dt, uri, table_spec, replace or {})
+            dt = _open_or_create(uri, table_spec, options)
+            removals, rewritten, removed_rows = _replacements(dt, wh, table_spec, replace or {})
             all_added = [*files, *rewritten]
             actions = [_add_action(AddAction, f) for f in all_added] + removals
             if not actions:
-                return Commit(table, uri, dt.version())
+                return Commit(table, uri, dt.version(), options=options)
             props = CommitProperties(
                 custom_metadata=_labels(token, info, replace or {}, len(all_added), len(removals)),
                 max_commit_retries=0,  # only on the version read: see COMMIT_ATTEMPTS
@@ -313,7 +323,7 @@ def commit(
             )
             break
         except CommitFailedError as exc:
-            discard(uri, rewritten)  # recomputed from the new version on the next attempt
+            discard(uri, rewritten, options=options)  # recomputed from the new version on the next attempt
             if attempt == COMMIT_ATTEMPTS:
                 raise CommitError(
                     f"committing {len(files)} file(s) to table {table} at {uri}: another writer committed "
@@ -327,7 +337,8 @@ def commit(
             raise CommitError(
                 f"committing {len(files)} file(s) to table {table} at {uri} failed: {exc}"
             ) from exc
-    return Commit(table, uri, _version_of(uri, token), added=list(all_added), removed=removed_rows)
+    return Commit(table, uri, _version_of(uri, token, options), added=list(all_added), removed=removed_rows,
+                  options=options)
 
 
 COMMIT_ATTEMPTS = 20
@@ -361,7 +372,7 @@ def revert(done: Commit) -> None:
         return
     table_spec = spec(done.table)
     note = f"bkaudit revert of v{done.version}: -{len(done.added)} file(s), +{len(done.removed)} file(s)"
-    open_delta(done.uri).create_write_transaction(
+    open_delta(done.uri, options=done.options).create_write_transaction(
         actions,
         mode="append",
         schema=table_spec.schema,
@@ -381,13 +392,13 @@ def _add_action(add_action: Any, f: StagedFile) -> Any:
     return add_action(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
 
 
-def _version_of(uri: str, token: str, search: int = 200) -> int:
+def _version_of(uri: str, token: str, options: StorageOptions | None, search: int = 200) -> int:
     """The version of the commit carrying `token` (concurrent writers may have committed around it).
 
     Read from the commit files themselves: delta-rs's `history()` numbers entries down from the version it
     loaded, which is off when commits landed between its load and its listing (seen on S3 under load).
     """
-    fs, root = location.filesystem(uri)
+    fs, root = location.filesystem(uri, options=options)
 
     def commit_text(version: int) -> str | None:
         try:
@@ -396,7 +407,7 @@ def _version_of(uri: str, token: str, search: int = 200) -> int:
         except (FileNotFoundError, OSError):
             return None
 
-    latest = int(open_delta(uri).version())
+    latest = int(open_delta(uri, options=options).version())
     while commit_text(latest + 1) is not None:
         latest += 1
     for version in range(latest, max(-1, latest - search), -1):
@@ -407,7 +418,7 @@ def _version_of(uri: str, token: str, search: int = 200) -> int:
 
 
 def _replacements(
-    dt: Any, uri: str, table_spec: TableSpec, replace: Mapping[str, str]
+    dt: Any, wh: Warehouse, table_spec: TableSpec, replace: Mapping[str, str]
 ) -> tuple[list[Any], list[StagedFile], list[dict[str, Any]]]:
     """(remove actions, rewritten files, removed file rows) for the rows matching `replace`."""
     from deltalake._internal import RemoveAction
@@ -419,13 +430,14 @@ def _replacements(
     removals: list[Any] = []
     rewritten: list[StagedFile] = []
     removed_rows: list[dict[str, Any]] = []
+    uri = wh.table(table_spec.name)
     for row in actions:
-        verdict = file_verdict(row, uri, table_spec, replace)
+        verdict = file_verdict(row, uri, table_spec, replace, options=wh.options)
         if verdict == "keep":
             continue
         parts = {c: (row.get("partition") or {}).get(c) for c in table_spec.partition_by}
         if verdict == "mixed":
-            rewritten.extend(_rewrite_without(uri, row["path"], parts, table_spec, replace))
+            rewritten.extend(_rewrite_without(wh, row["path"], parts, table_spec, replace))
         removals.append(RemoveAction(row["path"], True, now, row["size_bytes"], parts))
         removed_rows.append(
             {
@@ -440,17 +452,21 @@ def _replacements(
 
 
 def _rewrite_without(
-    uri: str, rel: str, parts: Mapping[str, str | None], table_spec: TableSpec, replace: Mapping[str, str]
+    wh: Warehouse,
+    rel: str,
+    parts: Mapping[str, str | None],
+    table_spec: TableSpec,
+    replace: Mapping[str, str],
 ) -> list[StagedFile]:
     """A file holding several snapshots: stage a copy without the replaced rows."""
-    data = read_file(uri, rel, None)
+    data = read_file(wh.table(table_spec.name), rel, None, options=wh.options)
     keep = data.filter(pc.invert(match_mask(data, replace)))
     if keep.num_rows == 0:
         return []
     snapshot_ids = pc.unique(keep.column("snapshot_id")).to_pylist()
     date = next(iter(parts.values()), "") or ""
     writer = StagingWriter(
-        uri.rstrip("/").rsplit("/", 1)[0],
+        wh,
         table_spec.name,
         snapshot_id=str(snapshot_ids[0]),
         snapshot_date=date,
@@ -460,7 +476,7 @@ def _rewrite_without(
 
 
 def write_table(
-    warehouse: str,
+    warehouse: Warehouse | str,
     table: str,
     data: pa.Table,
     *,
@@ -475,5 +491,5 @@ def write_table(
             warehouse, table, files, replace={"snapshot_id": snapshot_id} if replace is None else replace
         )
     except BaseException:
-        discard(table_uri(warehouse, table), files)
+        discard(table_uri(warehouse, table), files, options=Warehouse.of(warehouse).options)
         raise

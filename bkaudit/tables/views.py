@@ -11,7 +11,10 @@ inlines the views as CTEs for engines where a query is all you can send, such as
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bkaudit.tables.location import Warehouse
 
 VIEWS: dict[str, str] = {
     "latest_run": (
@@ -74,7 +77,7 @@ def create_statements(*, temporary: bool = False, available: set[str] | None = N
     ]
 
 
-def spark_views(spark: Any, warehouse: str) -> None:
+def spark_views(spark: Any, warehouse: Warehouse | str) -> None:
     """Register the base tables (every row, no Delta jars needed) and the views as Spark temp views."""
     from bkaudit.tables.read import load, table_exists
 
@@ -85,13 +88,15 @@ def spark_views(spark: Any, warehouse: str) -> None:
         spark.sql(statement)
 
 
-def duckdb_views(con: Any, warehouse: str) -> None:
+def duckdb_views(con: Any, warehouse: Warehouse | str) -> None:
     """Register the base tables (delta-rs datasets: stats-pruned, current files only) and the views."""
+    from bkaudit.tables.location import Warehouse
     from bkaudit.tables.read import table_exists
     from bkaudit.tables.store import open_delta, table_uri
 
     present = {t for t in BASE_TABLES if table_exists(warehouse, t)}
     for table in sorted(present):
-        con.register(table, open_delta(table_uri(warehouse, table)).to_pyarrow_dataset())
+        uri = table_uri(warehouse, table)
+        con.register(table, open_delta(uri, options=Warehouse.of(warehouse).options).to_pyarrow_dataset())
     for statement in create_statements(available=present):
         con.execute(statement)

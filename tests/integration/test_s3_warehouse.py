@@ -28,6 +28,7 @@ import pytest
 
 import bkaudit.tables.checker_schemas as cs
 from bkaudit.tables import location
+from bkaudit.tables.location import Warehouse
 from bkaudit.tables.read import current_files, read_arrow
 from bkaudit.tables.store import StagingWriter, commit, open_delta, revert, write_table
 from tests.fixtures.s3 import moto_s3
@@ -45,15 +46,6 @@ def s3() -> Iterator[dict[str, str]]:
         yield server.options
 
 
-@pytest.fixture
-def configured(s3: dict[str, str]) -> Iterator[dict[str, str]]:
-    location.configure(s3)
-    try:
-        yield s3
-    finally:
-        location.configure(None)
-
-
 def _rows(run_id: str, n: int) -> list[dict[str, Any]]:
     return [
         {
@@ -67,7 +59,7 @@ def _rows(run_id: str, n: int) -> list[dict[str, Any]]:
     ]
 
 
-def _write_run(wh: str, run_id: str, n: int, minute: int = 0) -> None:
+def _write_run(wh: Warehouse, run_id: str, n: int, minute: int = 0) -> None:
     """A checker-shaped run: violations staged in several files, one commit, then the audit_runs row."""
     writer = StagingWriter(wh, "violations", snapshot_id=f"snap-{run_id}", snapshot_date="2026-11-24",
                            max_rows_per_file=5)
@@ -83,15 +75,15 @@ def _write_run(wh: str, run_id: str, n: int, minute: int = 0) -> None:
                 snapshot_id=f"snap-{run_id}", snapshot_date="2026-11-24", replace={"run_id": run_id})
 
 
-def test_s3a_run_rerun_and_filtered_reads(configured: dict[str, str]) -> None:
-    wh = f"s3a://{BUCKET}/rerun"
+def test_s3a_run_rerun_and_filtered_reads(s3: dict[str, str]) -> None:
+    wh = Warehouse(f"s3a://{BUCKET}/rerun", s3)
     _write_run(wh, "r1", 12)
     _write_run(wh, "r1", 20)  # re-run: replaces r1's rows
     uri = f"s3://{BUCKET}/rerun/violations"
-    assert location.normalize(wh + "/violations") == uri
+    assert location.normalize(wh.uri + "/violations") == uri
     data = read_arrow(wh, "violations")
     assert sorted(data.column("ledger_id").to_pylist()) == list(range(20))
-    dt = open_delta(uri)
+    dt = open_delta(uri, options=s3)
     truth = [r for r in _rows("r1", 20) if r["published"]]
     got = dt.to_pyarrow_dataset().to_table(filter=ds.field("published") == True)  # noqa: E712
     assert sorted(got.column("ledger_id").to_pylist()) == sorted(r["ledger_id"] for r in truth)
@@ -112,21 +104,21 @@ def test_s3a_run_rerun_and_filtered_reads(configured: dict[str, str]) -> None:
     ).fetchone() == (len(truth),)
 
 
-def test_revert_on_s3(configured: dict[str, str]) -> None:
-    wh = f"s3://{BUCKET}/revert"
+def test_revert_on_s3(s3: dict[str, str]) -> None:
+    wh = Warehouse(f"s3://{BUCKET}/revert", s3)
     _write_run(wh, "r1", 6)
     writer = StagingWriter(wh, "violations", snapshot_id="snap-r1", snapshot_date="2026-11-24")
     writer.write(pa.Table.from_pylist(_rows("r1", 3), schema=cs.VIOLATIONS.schema))
     done = commit(wh, "violations", writer.close(), replace={"run_id": "r1"})
     assert read_arrow(wh, "violations").num_rows == 3
     revert(done)  # a failed run's commit undone: the earlier rows are back, with usable stats
-    dt = open_delta(f"{wh}/violations")
+    dt = open_delta(f"{wh}/violations", options=s3)
     back = dt.to_pyarrow_dataset().to_table(filter=ds.field("published") == True)  # noqa: E712
     assert sorted(back.column("ledger_id").to_pylist()) == [1, 3, 5]
 
 
-def test_concurrent_commits_all_land(configured: dict[str, str]) -> None:
-    wh = f"s3://{BUCKET}/concurrent"
+def test_concurrent_commits_all_land(s3: dict[str, str]) -> None:
+    wh = Warehouse(f"s3://{BUCKET}/concurrent", s3)
     empty = cs.VIOLATIONS.schema.empty_table()
     write_table(wh, "violations", empty, snapshot_id="s", snapshot_date="2026-11-24")
 
@@ -146,13 +138,9 @@ def test_concurrent_commits_all_land(configured: dict[str, str]) -> None:
 def test_cli_against_s3(s3: dict[str, str], tmp_path: Path) -> None:
     """The commands a user runs, configured by a settings file only (fresh processes, nothing inherited)."""
     wh = f"s3a://{BUCKET}/cli"
-    location.configure(s3)
-    try:
-        _write_run(wh, "old", 4, minute=0)
-        _write_run(wh, "new", 9, minute=10)
-        _write_run(wh, "new", 7, minute=20)  # re-run
-    finally:
-        location.configure(None)
+    _write_run(Warehouse(wh, s3), "old", 4, minute=0)
+    _write_run(Warehouse(wh, s3), "new", 9, minute=10)
+    _write_run(Warehouse(wh, s3), "new", 7, minute=20)  # re-run
     options = ", ".join(f'{k} = "{v}"' for k, v in s3.items())
     conf = tmp_path / "bkaudit.toml"
     conf.write_text(f'[snapshot]\nwarehouse = "{wh}"\n\n[tables]\nstorage_options = {{ {options} }}\n')

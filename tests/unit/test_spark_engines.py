@@ -13,6 +13,7 @@ from bkaudit import config
 from bkaudit.spark import engines
 from bkaudit.spark.session import warehouse_conf
 from bkaudit.tables import location
+from bkaudit.tables.location import Warehouse
 
 MINIO = {"aws_endpoint_url": "http://minio:9000", "aws_access_key_id": "AK", "aws_secret_access_key": "SK",
          "aws_region": "eu-west-1", "aws_allow_http": "true"}
@@ -35,12 +36,12 @@ def test_s3a_settings_follow_the_delta_rs_options() -> None:
     assert location.hadoop_s3a(None) == {}
 
 
-def test_warehouse_conf_ships_the_options_to_executors(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(location, "_options", dict(MINIO))
-    conf = warehouse_conf("s3a://bucket/wh")
+def test_warehouse_conf_ships_the_options_to_executors() -> None:
+    conf = warehouse_conf(Warehouse("s3a://bucket/wh", MINIO))
     assert json.loads(conf["spark.executorEnv.BKAUDIT_STORAGE_OPTIONS"]) == MINIO
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio:9000"
-    assert not [k for k in warehouse_conf("gs://bucket/wh") if k.startswith("spark.hadoop.fs.s3a")]
+    gcs = warehouse_conf(Warehouse("gs://bucket/wh", MINIO))
+    assert not [k for k in gcs if k.startswith("spark.hadoop.fs.s3a")]
     assert warehouse_conf("/tmp/wh") == {} and warehouse_conf(None) == {}
 
 

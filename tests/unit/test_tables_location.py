@@ -14,15 +14,9 @@ import pytest
 from bkaudit import config
 from bkaudit.errors import ConfigError
 from bkaudit.tables import location
-from bkaudit.tables.settings import TablesSettings
+from bkaudit.tables.location import Warehouse
+from bkaudit.tables.settings import ENV, TablesSettings
 from bkaudit.tables.stats import FileStats, json_value
-
-
-@pytest.fixture(autouse=True)
-def _forget() -> Any:
-    location.configure(None)
-    yield
-    location.configure(None)
 
 
 def test_schemes_and_joins(tmp_path: Path) -> None:
@@ -38,38 +32,71 @@ def test_schemes_and_joins(tmp_path: Path) -> None:
 
 
 def test_s3_filesystem_from_delta_rs_options() -> None:
-    location.configure({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "aws_access_key_id": "k",
-                        "aws_secret_access_key": "s", "aws_region": "eu-west-1"})
-    fs, path = location.filesystem("s3a://bucket/wh/violations")
+    wh = Warehouse("s3a://bucket/wh", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "aws_access_key_id": "k",
+                                       "aws_secret_access_key": "s", "aws_region": "eu-west-1"})
+    fs, path = location.filesystem(wh.table("violations"), options=wh.options)
     assert isinstance(fs, pafs.S3FileSystem) and path == "bucket/wh/violations"
     assert fs.region == "eu-west-1"
     assert "127.0.0.1:9000" in repr(fs.__reduce__())  # the endpoint reached pyarrow
-    assert location.storage_options("s3://bucket/wh") == {
+    assert location.storage_options("s3://bucket/wh", options=wh.options) == {
         "aws_endpoint_url": "http://127.0.0.1:9000", "aws_access_key_id": "k", "aws_secret_access_key": "s",
         "aws_region": "eu-west-1",
     }
-    assert location.storage_options("/local/wh") is None
+    assert location.storage_options("/local/wh", options=wh.options) is None
 
 
-def test_options_reach_workers_through_the_environment(monkeypatch: Any) -> None:
-    location.configure({"aws_region": "us-east-2"})
+def test_options_reach_workers_in_their_tasks_and_the_operators_variable_is_read(monkeypatch: Any) -> None:
+    """Workers get the options inside what the driver ships (the Warehouse pickles); the environment
+    variable BKAUDIT_STORAGE_OPTIONS is an operator's input where settings are resolved, never written."""
     import os
+    import pickle
 
-    raw = os.environ[location.ENV]
-    location._options = None  # a Spark worker: same environment, nothing configured in-process
-    assert location.storage_options("s3://b") == {"aws_region": "us-east-2"}
-    monkeypatch.setenv(location.ENV, "not json")
+    monkeypatch.setenv(ENV, json.dumps({"aws_region": "us-east-2"}))
+    raw = os.environ[ENV]
+    wh = pickle.loads(pickle.dumps(TablesSettings().warehouse("s3://b")))  # a Spark worker's copy
+    assert location.storage_options("s3://b", options=wh.options) == {"aws_region": "us-east-2"}
+    assert os.environ[ENV] == raw  # read, not written
+    given = TablesSettings(storage_options={"aws_region": "eu-west-1"}).warehouse("s3://b")
+    assert given.options == {"aws_region": "eu-west-1"}  # the settings file's options win
+    monkeypatch.setenv(ENV, "not json")
     with pytest.raises(ConfigError):
-        location.storage_options("s3://b")
-    monkeypatch.setenv(location.ENV, raw)
+        TablesSettings().warehouse("s3://b")
+    monkeypatch.delenv(ENV)
+    assert location.storage_options("s3://b", options=TablesSettings().warehouse("s3://b").options) is None
+
+
+def test_two_warehouses_side_by_side_keep_their_own_options(tmp_path: Path) -> None:
+    """No module state: two stores with different options, used in turn and at once, each keeps its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bkaudit.tables.store import StagingWriter
+
+    a = Warehouse("s3://a/wh", {"aws_endpoint_url": "http://127.0.0.1:9001", "aws_region": "eu-west-1"})
+    b = Warehouse("s3://b/wh", {"aws_endpoint_url": "http://127.0.0.1:9002", "aws_region": "us-east-2"})
+    local = Warehouse(str(tmp_path))
+
+    def seen(wh: Warehouse) -> tuple[str, str, dict[str, str] | None]:
+        fs, _ = location.filesystem(wh.table("violations"), options=wh.options)
+        return fs.region, repr(fs.__reduce__()), location.storage_options(wh.uri, options=wh.options)
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(seen, [a, b, a, b]))
+    for (region, reduced, options), wh, port in zip(got, [a, b, a, b], ["9001", "9002"] * 2, strict=True):
+        assert region == wh.options["aws_region"] and f"127.0.0.1:{port}" in reduced
+        assert options == dict(wh.options)
+    writer_a = StagingWriter(a, "violations", snapshot_id="s", snapshot_date="2026-11-24")
+    writer_b = StagingWriter(b, "violations", snapshot_id="s", snapshot_date="2026-11-24")
+    assert (writer_a.options, writer_b.options) == (a.options, b.options)
+    assert writer_a.uri == "s3://a/wh/violations" and writer_b.uri == "s3://b/wh/violations"
+    assert location.storage_options(local.uri, options=a.options) is None  # a local path needs none
+    assert not hasattr(location, "configure") and not hasattr(location, "_options")
 
 
 def test_azure_and_gcs_paths() -> None:
-    location.configure({"azure_storage_account_key": "a2V5"})
-    fs, path = location.filesystem("abfss://container@acct.dfs.core.windows.net/wh/t")
+    azure = {"azure_storage_account_key": "a2V5"}
+    fs, path = location.filesystem("abfss://container@acct.dfs.core.windows.net/wh/t", options=azure)
     assert isinstance(fs, pafs.AzureFileSystem) and path == "container/wh/t"
-    location.configure({"google_skip_signature": "true"})
-    fs, path = location.filesystem("gs://bucket/wh")
+    fs, path = location.filesystem("gs://bucket/wh", options={"google_skip_signature": "true"})
     assert isinstance(fs, pafs.GcsFileSystem) and path == "bucket/wh"
 
 
