@@ -266,17 +266,7 @@ class MemoryRegistry:
         groups = self.racks()
         if not groups:
             return RackConfig({}, addresses={})
-        with self._s.lock:
-            found = dict(self._s.registrations)
-        addresses = {}
-        for bookie_id, (_, data) in found.items():
-            try:
-                endpoint = records.parse_bookie_service_info(data, bookie_id).endpoint()
-            except FormatError:
-                continue  # unresolvable: a rack entry covers its id only
-            if endpoint is not None:
-                addresses[bookie_id] = endpoint.host
-        return RackConfig(groups, addresses=addresses)
+        return RackConfig(groups, addresses=self.endpoint_hosts(self.writable(), self.readonly()))
 
     def registration_bytes(
         self, *, rate_limiter: RateLimiter | None = None
