@@ -211,9 +211,10 @@ def spark_side(zk: str, root: str, warehouse: str, overrides: dict[str, Any] | N
         "check_s": check_s,
         "ledgers": result.ledgers_checked,
         "found": found_json(spark_found(result)),
-        "violations": [(v.ledger_id, v.category, v.detail.get("evidence")) for v in result.violations],
-        "bookies_missing": [(v.ledger_id, list(v.detail.get("bookies_missing_entries", ())))
-                            for v in result.violations if v.category in DURABILITY],
+        "violations": [(v.finding.ledger_id, v.finding.category.value, v.finding.detail.get("evidence"))
+                       for v in result.violations],
+        "bookies_missing": [(v.finding.ledger_id, list(v.finding.detail.get("bookies_missing_entries", ())))
+                            for v in result.violations if v.finding.category.value in DURABILITY],
         "evidence": sorted({b.evidence for b in result.bookies}),
         "phases": result.phase_seconds,
         "snapshot_steps": snap.timings,
@@ -428,8 +429,9 @@ def verify(
 def spark_found(result: Any) -> dict[int, tuple[str, list[tuple[int, int]]]]:
     out: dict[int, tuple[str, list[tuple[int, int]]]] = {}
     for v in result.violations:
-        if v.category in ("no_replica", "below_ack_quorum", "below_write_quorum"):
-            out[v.ledger_id] = (v.category, [(lo, hi) for lo, hi in v.missing_entries or ()])
+        if v.finding.category.value in ("no_replica", "below_ack_quorum", "below_write_quorum"):
+            f = v.finding
+            out[f.ledger_id] = (f.category.value, [(lo, hi) for lo, hi in f.missing_entries or ()])
     return out
 
 

@@ -153,15 +153,21 @@ class ZkTarget:
         return load_settings(self, need_zk=need_zk, probe_zk=probe_zk, **overrides)
 
     @contextlib.contextmanager
-    def store(self, settings: Any = None) -> Iterator[ZkStore]:
+    def store(self, settings: Any = None, *, connect_failure_code: int | None = None) -> Iterator[ZkStore]:
         """A cluster store on a session of its own, closed after; a store error ends the command with its
-        exit code (one line on stderr)."""
+        exit code (one line on stderr). `connect_failure_code` is the exit code when no session can be had,
+        for commands that call that a usage error whatever the cause (`bkaudit lifecycle`: 2)."""
         from bkaudit.config import ZkSettings
         from bkaudit.store.zookeeper import close, connect
 
         zk_settings = (settings if settings is not None else self.settings()).get(ZkSettings)
         try:
-            store = connect(zk_settings)
+            try:
+                store = connect(zk_settings)
+            except BkAuditError as exc:
+                if connect_failure_code is None:
+                    raise
+                fail(str(exc), connect_failure_code)
             try:
                 yield store
             finally:

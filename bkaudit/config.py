@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import importlib
+import itertools
 import math
 import os
 import tomllib
@@ -52,39 +52,91 @@ SECONDS_KEYS = frozenset({"open_ledger_rereplication_grace"})
 """Durations in seconds whose names do not end in `_s` (names fixed by an issue)."""
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "conf" / "bkaudit.toml"
 
-#: Every settings section bkaudit knows: section name -> "module:Class" of its frozen dataclass.
-#: The one place a section is named. Kept as text so `import bkaudit.config` imports no subsystem; a class
-#: is imported when its section is first built (tests/unit/test_config.py checks every entry resolves).
-SECTIONS: Mapping[str, str] = {
-    "zk": "bkaudit.zk.settings:ZkSettings",
-    "rpc": "bkaudit.rpc.settings:RpcSettings",
-    "tables": "bkaudit.tables.settings:TablesSettings",
-    "placement": "bkaudit.audit.settings:PlacementSettings",
-    "checker": "bkaudit.audit.settings:CheckerSettings",
-    "client": "bkaudit.client.settings:ClientSettings",
-    "bookie": "bkaudit.bookie.settings:BookieSettings",
-    "autorecovery": "bkaudit.autorecovery.settings:AutoRecoverySettings",
-    "lifecycle": "bkaudit.lifecycle.settings:LifecycleSettings",
-    "snapshot": "bkaudit.spark.settings:SnapshotSettings",
-    "admin": "bkaudit.admin.settings:AdminSettings",
-}
-
-#: A catalog entry: the class itself, or its "module:Class" name.
-SectionRef = str | type[Any]
+# The catalog: each settings section bkaudit knows, by name, behind a function that imports its frozen
+# dataclass, so `import bkaudit.config` imports no subsystem and a section's module is imported when the
+# section is first asked for (tests/unit/test_config.py checks every entry). tests/unit/test_layering.py
+# lets these imports, and only these, reach a layer above: each is a plain declaration.
 
 
-def _resolve(ref: SectionRef) -> type[Any]:
-    if not isinstance(ref, str):
-        return ref
-    module, _, name = ref.partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"{ref} must be a dataclass")
-    return typing.cast(type[Any], cls)
+def _rpc() -> type[Any]:
+    from bkaudit.rpc.settings import RpcSettings
+    return RpcSettings
 
 
-def _ref_of(cls: type[Any]) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+def _tables() -> type[Any]:
+    from bkaudit.tables.settings import TablesSettings
+    return TablesSettings
+
+
+def _placement() -> type[Any]:
+    from bkaudit.audit.settings import PlacementSettings
+    return PlacementSettings
+
+
+def _checker() -> type[Any]:
+    from bkaudit.audit.settings import CheckerSettings
+    return CheckerSettings
+
+
+def _client() -> type[Any]:
+    from bkaudit.client.settings import ClientSettings
+    return ClientSettings
+
+
+def _bookie() -> type[Any]:
+    from bkaudit.bookie.settings import BookieSettings
+    return BookieSettings
+
+
+def _autorecovery() -> type[Any]:
+    from bkaudit.autorecovery.settings import AutoRecoverySettings
+    return AutoRecoverySettings
+
+
+def _lifecycle() -> type[Any]:
+    from bkaudit.lifecycle.settings import LifecycleSettings
+    return LifecycleSettings
+
+
+def _snapshot() -> type[Any]:
+    from bkaudit.spark.settings import SnapshotSettings
+    return SnapshotSettings
+
+
+def _admin() -> type[Any]:
+    from bkaudit.admin.settings import AdminSettings
+    return AdminSettings
+
+
+class _Catalog(Mapping[str, type[Any]]):
+    """Section name -> class, each class imported when first looked up."""
+
+    def __init__(self, loaders: Mapping[str, typing.Callable[[], type[Any]]]) -> None:
+        self._loaders = dict(loaders)
+
+    def __getitem__(self, name: str) -> type[Any]:
+        return self._loaders[name]()
+
+    def __iter__(self) -> typing.Iterator[str]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+
+SECTIONS: Mapping[str, type[Any]] = _Catalog({
+    "zk": lambda: ZkSettings,
+    "rpc": _rpc,
+    "tables": _tables,
+    "placement": _placement,
+    "checker": _checker,
+    "client": _client,
+    "bookie": _bookie,
+    "autorecovery": _autorecovery,
+    "lifecycle": _lifecycle,
+    "snapshot": _snapshot,
+    "admin": _admin,
+})
 
 
 class Settings:
@@ -95,7 +147,7 @@ class Settings:
         values: Mapping[str, Mapping[str, Any]],
         source: str,
         *,
-        catalog: Mapping[str, SectionRef] = SECTIONS,
+        catalog: Mapping[str, type[Any]] = SECTIONS,
         text: frozenset[tuple[str, str]] = frozenset(),
         origins: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
@@ -103,7 +155,7 @@ class Settings:
         self._text = text  # (section, key) whose value is text from the environment or a flag
         self._origins = dict(origins or {})
         self._cache: dict[str, Any] = {}
-        self._catalog = dict(catalog)
+        self._catalog = catalog if isinstance(catalog, _Catalog) else dict(catalog)  # lazy, or a copy
         self.source = source
 
     def __getitem__(self, name: str) -> Any:
@@ -115,7 +167,7 @@ class Settings:
                 hint = f"did you mean [{close[0]}]?" if close else f"known: {known}"
                 raise ConfigError(name, f"unknown configuration section ({hint})")
             text = {key for sec, key in self._text if sec == name}
-            self._cache[name] = _build(name, _resolve(ref), self._raw.get(name, {}), text)
+            self._cache[name] = _build(name, ref, self._raw.get(name, {}), text)
         return self._cache[name]
 
     def get(self, cls: type[T]) -> T:
@@ -124,8 +176,9 @@ class Settings:
 
     def section_name(self, cls: type[Any]) -> str:
         """The name `cls` is catalogued under (TypeError for a class that is no settings section)."""
-        for name, ref in self._catalog.items():
-            if ref is cls or ref == _ref_of(cls):
+        built = (name for name, section in self._cache.items() if type(section) is cls)
+        for name in itertools.chain(built, self._catalog):  # the sections built first: no import for them
+            if self._catalog[name] is cls:
                 return name
         raise TypeError(f"{cls.__name__} is not a settings section (see bkaudit.config.SECTIONS)")
 
@@ -167,7 +220,7 @@ def load(
     path: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
-    catalog: Mapping[str, SectionRef] = SECTIONS,
+    catalog: Mapping[str, type[Any]] = SECTIONS,
 ) -> Settings:
     """Merge file < environment < overrides ({"section.key": value}); None overrides are ignored.
 
@@ -221,7 +274,7 @@ def with_overrides(settings: Settings, overrides: Mapping[str, Any]) -> Settings
                        dict(settings._origins), overrides)
 
 
-def _overridden(merged: dict[str, dict[str, Any]], source: str, catalog: Mapping[str, SectionRef],
+def _overridden(merged: dict[str, dict[str, Any]], source: str, catalog: Mapping[str, type[Any]],
                 text: set[tuple[str, str]], origins: dict[tuple[str, str], str], overrides: Mapping[str, Any]
                 ) -> Settings:
     """The one place flags land: on top of file and environment, text when they are strings."""

@@ -58,6 +58,10 @@ class Backend(Protocol):
 
     def corrupt_state(self, bookie: str) -> None: ...
 
+    def set_serving_bytes(self, bookie: str, data: bytes) -> None:
+        """Someone wrote these bytes as the bookie's serving switch."""
+        ...
+
     def lock(self, ledger_id: int, holder: str) -> None:
         """A worker took the marked ledger's replication lock."""
         ...
@@ -597,6 +601,20 @@ def test_a_bookie_watching_its_records_sees_its_state_and_switch(cluster: Backen
     wait_for(lambda: states[-1] is S.DRAINING, 10, "Draining")
     cluster.store.lifecycle.write_serving(A, True, by="t", at="now")
     wait_for(lambda: switches[-1] is True, 10, "the switch")
+
+
+def test_only_a_switch_saying_readonly_true_switches(cluster: Backend) -> None:
+    """The switch's bytes are read the same way by every reader: unreadable, not an object, or readOnly
+    anything but JSON true means not switched."""
+    cluster.store.lifecycle.write_serving(A, True, by="t", at="now")
+    assert cluster.store.lifecycle.read_serving(A) is True
+    for data, switched in ((b"garbage", False), (b"[true]", False), (b'{"readOnly": "true"}', False),
+                           (b'{"readOnly": 1}', False), (b"", False), (b'{"readOnly": true}', True)):
+        cluster.set_serving_bytes(A, data)
+        assert cluster.store.lifecycle.read_serving(A) is switched, data
+        seen: list[bool] = []
+        cluster.store.lifecycle.watch(A, on_state=lambda _s: None, on_serving=seen.append)
+        wait_for(lambda: seen[-1:] == [switched], 10, f"the watch's reading of {data!r}")  # noqa: B023
 
 # == ledger metadata (ClusterStore.ledgers: BookKeeper's LedgerManager) =====================================
 def test_ledger_ids_are_new_and_metadata_is_created_once(cluster: Backend) -> None:

@@ -77,16 +77,16 @@ def publish(
     out: list[Violation] = []
     for v in violations:
         out.append(v)
-        if v.published or v.ledger_id is None:
+        if v.published or v.finding.ledger_id is None:
             continue
         replicas = replicas_to_publish(v.finding, publish_placement=publish_placement)
         if replicas is None:
             continue
-        if v.under_repair:
+        if v.finding.under_repair:
             stats.skip("already_under_repair")
             continue
-        ledger_id = int(v.ledger_id)
-        expected = v.znode_version
+        ledger_id = int(v.finding.ledger_id)
+        expected = v.finding.znode_version
         if check_metadata and expected is not None:
             if ledger_id not in version_cache:
                 version_cache[ledger_id] = store.ledgers.version(ledger_id)

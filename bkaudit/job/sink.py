@@ -73,7 +73,7 @@ class DeltaSink:
         quorums = quorums_of(
             self.warehouse,
             result.snapshot_id,
-            (v.ledger_id for v in result.violations if v.ledger_id is not None),
+            (v.finding.ledger_id for v in result.violations if v.finding.ledger_id is not None),
         )
         violations = pa.Table.from_pylist(
             [
@@ -81,7 +81,7 @@ class DeltaSink:
                     **run,
                     **v.row(),
                     "detected_at": detected,
-                    **(quorums.get(v.ledger_id, {}) if v.ledger_id is not None else {}),
+                    **(quorums.get(v.finding.ledger_id, {}) if v.finding.ledger_id is not None else {}),
                 }
                 for v in result.violations
             ],

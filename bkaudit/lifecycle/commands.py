@@ -13,6 +13,7 @@ import click
 
 from bkaudit.cli_common import BOOKIE_ID, ZkTarget, emit, fail, zk_target
 from bkaudit.errors import BkAuditError
+from bkaudit.exitcodes import ExitCode
 
 if TYPE_CHECKING:
     from bkaudit.store import ClusterStore
@@ -24,18 +25,9 @@ def lifecycle() -> None:
 
 
 def _run(target: ZkTarget, action: Any) -> Any:
-    from bkaudit.config import ZkSettings
-    from bkaudit.store import zookeeper
-
-    zk_settings = target.settings().get(ZkSettings)
-    try:
-        store = zookeeper.connect(zk_settings)
-    except BkAuditError as exc:
-        fail(str(exc), code=2)
-    try:
+    """`action(store)` on the target's cluster store; no session is a usage error (exit 2)."""
+    with target.store(connect_failure_code=ExitCode.USAGE) as store:
         return action(store)
-    finally:
-        zookeeper.close(store)
 
 
 def _transition(bookie: str, to: str, reason: str, as_json: bool, *, target: ZkTarget,
@@ -71,11 +63,17 @@ def _say_how_it_serves_reads_only(bookie: str, target: ZkTarget) -> None:
     why it cannot (no HTTP endpoint), at once rather than when the drain ends DrainingFailed."""
     from bkaudit.lifecycle import serving
 
+    def inspect(store: ClusterStore) -> serving.ServingCheck | None:
+        try:
+            return serving.inspect(store, bookie)
+        except BkAuditError:
+            return None  # advice only: a store error here stays silent (store() would print it)
+
     try:
-        check = _run(target, lambda store: serving.inspect(store, bookie))
+        check = _run(target, inspect)
     except (SystemExit, Exception):  # advice only: the transition itself is done
         return
-    if check.serving is not serving.Serving.WRITABLE:
+    if check is None or check.serving is not serving.Serving.WRITABLE:
         return
     if check.error:
         click.echo(f"warning: {bookie} is {check.error}. The drain moves its ledgers, but while it stays "

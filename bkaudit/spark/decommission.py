@@ -78,8 +78,8 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: Warehouse |
     result = run_check(spark, settings, options, selection=selection, sink=MemorySink())
     findings_by_ledger: dict[int, list[Finding]] = {}
     for v in result.violations:
-        if v.ledger_id is not None:
-            findings_by_ledger.setdefault(int(v.ledger_id), []).append(v.finding)
+        if v.finding.ledger_id is not None:
+            findings_by_ledger.setdefault(int(v.finding.ledger_id), []).append(v.finding)
 
     selected = ledger_input(warehouse, sid, selection, max_ledgers=None)
     assert selected is not None

@@ -32,6 +32,7 @@ from bkaudit.store.memory_records import (
     MemoryRegistry,
     MemoryWebhooks,
 )
+from bkaudit.zk.lifecycle import serving_read_only
 from bkaudit.zk.paths import validate_bookie_id
 
 
@@ -48,7 +49,7 @@ class MemoryStore:
         self.histories: dict[str, list[tuple[str, int, bytes]]] = {}  # bookie -> (name, sequence, record)
         self.progress: dict[str, dict[str, Any]] = {}
         self.failures: dict[str, dict[int, dict[str, Any]]] = {}
-        self.serving: dict[str, dict[str, Any]] = {}
+        self.serving: dict[str, bytes] = {}  # bookie id -> its serving switch, as ZooKeeper holds it
         self.lost: dict[int, bytes] = {}  # ledger -> its data-loss record
         self.markers: dict[int, tuple[str, ...]] = {}
         self.marker_versions: dict[int, int] = {}  # ledger -> its marker's version (0 when created)
@@ -177,7 +178,7 @@ class MemoryStore:
                 state = lc.parse(found[0])
             except FormatError as exc:
                 state = exc
-        read_only = bool(switch and switch.get("readOnly") is True)
+        read_only = serving_read_only(switch)
         for on_state, on_serving in watchers:
             on_state(state)
             on_serving(read_only)

@@ -22,6 +22,7 @@ from bkaudit.store.base import (
 )
 from bkaudit.store.derived import index_bookies, index_ledgers
 from bkaudit.zk.client import RateLimiter
+from bkaudit.zk.lifecycle import encode_serving, serving_read_only
 from bkaudit.zk.paths import validate_bookie_id
 
 if TYPE_CHECKING:
@@ -128,8 +129,7 @@ class MemoryLifecycle:
 
     def read_serving(self, bookie_id: str) -> bool:
         with self._s.lock:
-            value = self._s.serving.get(validate_bookie_id(bookie_id))
-        return bool(value and value.get("readOnly") is True)
+            return serving_read_only(self._s.serving.get(validate_bookie_id(bookie_id)))
 
     def watch(
         self, bookie_id: str, *, on_state: Callable[[lc.StateRecord | FormatError | None], None],
@@ -142,7 +142,7 @@ class MemoryLifecycle:
 
     def write_serving(self, bookie_id: str, read_only: bool, *, by: str, at: str) -> None:
         with self._s.lock:
-            self._s.serving[validate_bookie_id(bookie_id)] = {"readOnly": read_only, "by": by, "at": at}
+            self._s.serving[validate_bookie_id(bookie_id)] = encode_serving(read_only, by=by, at=at)
         self._s.notify_lifecycle(bookie_id)
 
 
@@ -270,17 +270,7 @@ class MemoryRegistry:
         groups = self.racks()
         if not groups:
             return RackConfig({}, addresses={})
-        with self._s.lock:
-            found = dict(self._s.registrations)
-        addresses = {}
-        for bookie_id, (_, data) in found.items():
-            try:
-                endpoint = records.parse_bookie_service_info(data, bookie_id).endpoint()
-            except FormatError:
-                continue  # unresolvable: a rack entry covers its id only
-            if endpoint is not None:
-                addresses[bookie_id] = endpoint.host
-        return RackConfig(groups, addresses=addresses)
+        return RackConfig(groups, addresses=self.endpoint_hosts(self.writable(), self.readonly()))
 
     def registration_bytes(
         self, *, rate_limiter: RateLimiter | None = None

@@ -14,30 +14,37 @@ An object store with storage options is given as a `bkaudit.tables.location.Ware
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 _EXPORTS = {
-    "load": "bkaudit.tables.read",
-    "read_arrow": "bkaudit.tables.read",
-    "latest_snapshot_id": "bkaudit.tables.read",
-    "snapshots": "bkaudit.tables.read",
-    "snapshot_versions": "bkaudit.tables.read",
-    "table_exists": "bkaudit.tables.read",
-    "native_delta_available": "bkaudit.tables.read",
-    "TableNotFound": "bkaudit.tables.read",
-    "TableUnreadable": "bkaudit.tables.read",
-    "NoSnapshot": "bkaudit.tables.read",
-    "spec": "bkaudit.tables.catalog",
-    "tables": "bkaudit.tables.catalog",
-    "table_uri": "bkaudit.tables.store",
+    "load": "read",
+    "read_arrow": "read",
+    "latest_snapshot_id": "read",
+    "snapshots": "read",
+    "snapshot_versions": "read",
+    "table_exists": "read",
+    "native_delta_available": "read",
+    "TableNotFound": "read",
+    "TableUnreadable": "read",
+    "NoSnapshot": "read",
+    "spec": "catalog",
+    "tables": "catalog",
+    "table_uri": "store",
 }
+"""Public name -> its module in this package, imported on first use (read and store pull in pyarrow)."""
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bkaudit.tables' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    if module == "read":
+        from bkaudit.tables import read
+        return getattr(read, name)
+    if module == "catalog":
+        from bkaudit.tables import catalog
+        return getattr(catalog, name)
+    if module == "store":
+        from bkaudit.tables import store
+        return getattr(store, name)
+    raise AttributeError(f"module 'bkaudit.tables' has no attribute {name!r}")

@@ -202,12 +202,21 @@ def clear_drain_records(zk: KazooClient, bookie_id: str, *, root: str, state_roo
 # -- serving (read-only) requests -------------------------------------------------------------------------
 def read_serving(zk: KazooClient, bookie_id: str, *, root: str, state_root: str | None = None) -> bool:
     """True when an operator asked the bookie to serve reads only (cluster-level readOnly switch)."""
-    value = _read_json(zk, paths.serving_path(bookie_id, root=root, state_root=state_root))
-    return bool(value and value.get("readOnly") is True)
+    try:
+        data, _ = zk.get(paths.serving_path(bookie_id, root=root, state_root=state_root))
+    except NoNodeError:
+        return False
+    return serving_read_only(data)
+
+
+def encode_serving(read_only: bool, *, by: str, at: str) -> bytes:
+    """A serving switch's bytes (JSON: readOnly, who set it, when)."""
+    return json.dumps({"readOnly": read_only, "by": by, "at": at}).encode()
 
 
 def serving_read_only(data: bytes | None) -> bool:
-    """What a serving switch's bytes say (unreadable: not switched)."""
+    """What a serving switch's bytes say (unreadable: not switched), for every reader of the switch: the
+    ZooKeeper reads and watches here and the memory store (bkaudit.store.memory)."""
     if not data:
         return False
     try:
@@ -245,7 +254,7 @@ def write_serving(
     state_root: str | None = None,
 ) -> None:
     path = paths.serving_path(bookie_id, root=root, state_root=state_root)
-    data = json.dumps({"readOnly": read_only, "by": by, "at": at}).encode()
+    data = encode_serving(read_only, by=by, at=at)
     try:
         zk.set(path, data)
     except NoNodeError:

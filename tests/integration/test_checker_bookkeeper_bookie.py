@@ -294,23 +294,23 @@ def test_checker_verifies_a_dbledgerstorage_bookie_by_reads(spark, world, tmp_pa
     )
     result = run_check(spark, settings, CheckOptions(warehouse=str(tmp_path), fresh=True))
     got = {
-        r.ledger_id: r
+        r.finding.ledger_id: r
         for r in result.violations
-        if r.category in DURABILITY and r.ledger_id in {x["ledger_id"] for x in ledgers}
+        if r.finding.category.value in DURABILITY and r.finding.ledger_id in {x["ledger_id"] for x in ledgers}
     }
     for x in ledgers:
         if x["category"] is None:
             assert x["ledger_id"] not in got
             continue
         row = got[x["ledger_id"]]
-        assert row.category == x["category"]
+        assert row.finding.category.value == x["category"]
         assert row.evidence == "reads" and row.sampled_fraction == 1.0
     checks = {b.bookie_id: b for b in result.bookies}
     assert checks[bookie.bookie_id].evidence == "reads"
     assert all(checks[b].evidence == "listing" for b in cluster.ids())
     assert bookie.counts.get(pb.GET_LIST_OF_ENTRIES_OF_LEDGER, 0) >= 1, "the probe asked and got no answer"
     assert bookie.counts.get(pb.READ_ENTRY, 0) >= 3 * ENTRIES // 2
-    assert not [r for r in result.violations if r.category == "ledger_unverifiable"]
+    assert not [r for r in result.violations if r.finding.category.value == "ledger_unverifiable"]
 
 
 # -- clusters of BookKeeper-behaving bookies only, each test in its own root ---------------------------------
@@ -412,7 +412,8 @@ def naive_category(world: JavaWorld, lid: int, ensemble: tuple[str, ...], entrie
 
 
 def durability(result: Any, ledgers: set[int]) -> dict[int, Any]:
-    return {v.ledger_id: v for v in result.violations if v.category in DURABILITY and v.ledger_id in ledgers}
+    return {v.finding.ledger_id: v for v in result.violations
+            if v.finding.category.value in DURABILITY and v.finding.ledger_id in ledgers}
 
 
 def test_a_bookie_switches_to_reads_when_listing_goes_unanswered_mid_run(spark, java_world, tmp_path):
@@ -431,10 +432,11 @@ def test_a_bookie_switches_to_reads_when_listing_goes_unanswered_mid_run(spark, 
     result = w.check(spark, str(tmp_path))
     got = durability(result, {*never, holed, healthy})
     want = {lid: naive_category(w, lid, ens, ENTRIES, 2, 2) for lid in (*never, holed, healthy)}
-    assert {lid: v.category for lid, v in got.items()} == {k: v for k, v in want.items() if v}
+    assert {lid: v.finding.category.value for lid, v in got.items()} == {k: v for k, v in want.items() if v}
     assert want[holed] == "below_ack_quorum" and got[holed].evidence == "reads"
-    assert got[holed].missing_entries == ((3, 3), (9, 9))
-    assert not [v for v in result.violations if v.category == "ledger_unverifiable"], result.violations
+    assert got[holed].finding.missing_entries == ((3, 3), (9, 9))
+    assert not [v for v in result.violations
+                if v.finding.category.value == "ledger_unverifiable"], result.violations
     checks = {b.bookie_id: b for b in result.bookies}
     assert checks[j0].evidence == "reads" and "switched during the run" in (checks[j0].evidence_reason or "")
 
@@ -461,15 +463,16 @@ def test_open_ledgers_last_segment_is_checked_up_to_the_lac(spark, java_world, t
     result = w.check(spark, str(tmp_path))
     got = durability(result, {a, b, c, d})
     assert set(got) == {a, b, c}, result.violations
-    assert got[a].category == "below_ack_quorum"
-    assert got[a].detail["open_segment"]["checked_to"] == ENTRIES - 2  # the LAC entry 29 carries
-    assert got[a].missing_entries == ((12, 12),)
-    assert got[b].category == "below_ack_quorum" and "open_segment" not in got[b].detail
-    assert got[b].missing_entries == ((3, 3),)
-    assert got[c].category == "below_ack_quorum" and got[c].detail["open_segment"] == {
+    assert got[a].finding.category.value == "below_ack_quorum"
+    assert got[a].finding.detail["open_segment"]["checked_to"] == ENTRIES - 2  # the LAC entry 29 carries
+    assert got[a].finding.missing_entries == ((12, 12),)
+    assert got[b].finding.category.value == "below_ack_quorum" and "open_segment" not in got[b].finding.detail
+    assert got[b].finding.missing_entries == ((3, 3),)
+    assert got[c].finding.category.value == "below_ack_quorum" and got[c].finding.detail["open_segment"] == {
         "segment": 1, "first_entry": 10, "checked_to": 10}
-    assert got[c].detail["bookies_missing_entries"] == [second] and first != second
-    assert not [v for v in result.violations if v.category == "ledger_unverifiable"], result.violations
+    assert got[c].finding.detail["bookies_missing_entries"] == [second] and first != second
+    assert not [v for v in result.violations
+                if v.finding.category.value == "ledger_unverifiable"], result.violations
     # every bookie of every open ledger's last ensemble was asked its LAC
     assert all(bk.counts.get(pb.READ_LAC, 0) >= 4 for bk in w.bookies)
 
@@ -495,13 +498,15 @@ def test_a_lost_bookies_copies_are_missing_and_only_a_covering_run_stamps(spark,
     got = durability(result, {on_lost, on_dead})
     assert set(got) == {on_lost}
     want = naive_category(w, on_lost, (j0, j1, lost), ENTRIES, 2, 2, gone=frozenset({lost}))
-    assert got[on_lost].category == want == "below_ack_quorum"
-    assert got[on_lost].detail["cause"] == "lost_bookie" and got[on_lost].detail["lost_bookies"] == [lost]
-    unverifiable = [v for v in result.violations if v.category == "ledger_unverifiable"]
-    assert [v.ledger_id for v in unverifiable] == [on_dead]
-    assert unverifiable[0].detail["reason_code"] == "bookie_unreachable"
+    assert got[on_lost].finding.category.value == want == "below_ack_quorum"
+    assert got[on_lost].finding.detail["cause"] == "lost_bookie"
+    assert got[on_lost].finding.detail["lost_bookies"] == [lost]
+    unverifiable = [v for v in result.violations if v.finding.category.value == "ledger_unverifiable"]
+    assert [v.finding.ledger_id for v in unverifiable] == [on_dead]
+    assert unverifiable[0].finding.detail["reason_code"] == "bookie_unreachable"
     unreachable = "bookie_unreachable_but_registered"
-    assert [v.bookie_id for v in result.violations if v.category == unreachable] == [dead]
+    assert [v.finding.bookie_id for v in result.violations
+            if v.finding.category.value == unreachable] == [dead]
     assert {n: bool(w.zk.exists(p)) for n, p in ctimes.items()} == {
         "checkallledgersctime": False, "placementpolicycheckctime": True, "replicascheckctime": False}
 
@@ -510,8 +515,9 @@ def test_a_lost_bookies_copies_are_missing_and_only_a_covering_run_stamps(spark,
     w.zk.delete(f"{w.root}/available/{dead}")
     before = int(time.time() * 1000)
     again = w.check(spark, str(tmp_path / "two"))
-    assert not [v for v in again.violations if v.category == "ledger_unverifiable"], again.violations
-    assert durability(again, {on_lost})[on_lost].detail["cause"] == "lost_bookie"
+    assert not [v for v in again.violations
+                if v.finding.category.value == "ledger_unverifiable"], again.violations
+    assert durability(again, {on_lost})[on_lost].finding.detail["cause"] == "lost_bookie"
     for node, path in ctimes.items():
         data, _stat = w.zk.get(path)
         assert df.CheckAllLedgersFormat.FromString(data).checkAllLedgersCTime >= before, node

@@ -98,9 +98,9 @@ def snapshot_and_check(spark, cluster, warehouse, *, before_check=None, **opts: 
 def found(result, category: str, *, new_only: bool = True) -> set[Any]:
     key = "bookie_id" if category == "bookie_unreachable_but_registered" else "ledger_id"
     return {
-        getattr(r, key)
+        getattr(r.finding, key)
         for r in result.violations
-        if r.category == category and not (new_only and r.under_repair)
+        if r.finding.category.value == category and not (new_only and r.finding.under_repair)
     }
 
 
@@ -425,10 +425,10 @@ def test_entries_removed_from_one_bookie(spark, cluster, bk, warehouse):
         for category in DURABILITY:
             assert found(result, category) == want[category], category
         assert d not in found(result, "below_ack_quorum") | found(result, "below_write_quorum")
-        row = next(r for r in result.violations if r.ledger_id == a)
-        assert row.bookie_id == victim and row.min_replicas == 1
-        assert list(row.missing_entries) == _runs(deletions[a])
-        assert row.detail["bookies_missing_entries"] == [victim]
+        row = next(r for r in result.violations if r.finding.ledger_id == a)
+        assert row.finding.bookie_id == victim and row.finding.min_replicas == 1
+        assert list(row.finding.missing_entries) == _runs(deletions[a])
+        assert row.finding.detail["bookies_missing_entries"] == [victim]
         assert sum(result.counts.values()) == 3
     finally:
         cleanup(cluster, sc)
@@ -447,7 +447,8 @@ def test_wiped_bookie(spark, cluster, bk, warehouse, monkeypatch):
         for category in DURABILITY:
             assert found(result, category) == want[category], category
         assert found(result, "ledger_unverifiable") == set()
-        assert {r.bookie_id for r in result.violations if r.category in DURABILITY} == {victim}
+        assert {r.finding.bookie_id for r in result.violations
+                if r.finding.category.value in DURABILITY} == {victim}
         assert sum(result.counts.values()) == sum(len(want[c]) for c in DURABILITY)
 
         # the per-ledger combine on Spark (used when many ledgers need it) agrees with the driver's, and the
@@ -467,7 +468,9 @@ def test_wiped_bookie(spark, cluster, bk, warehouse, monkeypatch):
 
         def key(rows):
             return sorted(
-                (r.category, r.ledger_id, r.bookie_id, r.min_replicas, r.row()["detail"]) for r in rows
+                (r.finding.category.value, r.finding.ledger_id, r.finding.bookie_id, r.finding.min_replicas,
+                 r.row()["detail"])
+                for r in rows
             )
 
         assert key(again.violations) == key(result.violations)
@@ -496,10 +499,11 @@ def test_paused_bookie_is_unreachable_but_registered(spark, cluster, bk, warehou
         assert found(result, "ledger_unverifiable") == want["ledger_unverifiable"]
         for category in DURABILITY:
             assert found(result, category) == set()
-        row = next(r for r in result.violations if r.category == "bookie_unreachable_but_registered")
-        assert row.detail["attempts"] == 2  # the delayed re-check happened
-        unverifiable = next(r for r in result.violations if r.category == "ledger_unverifiable")
-        assert unverifiable.detail["reason_code"] == "bookie_unreachable"
+        row = next(r for r in result.violations
+                   if r.finding.category.value == "bookie_unreachable_but_registered")
+        assert row.finding.detail["attempts"] == 2  # the delayed re-check happened
+        unverifiable = next(r for r in result.violations if r.finding.category.value == "ledger_unverifiable")
+        assert unverifiable.finding.detail["reason_code"] == "bookie_unreachable"
         stats = {b.bookie_id: b for b in result.bookies}
         assert stats[victim].reachable is False and stats[victim].registered is True
     finally:
@@ -519,7 +523,7 @@ def test_ensemble_on_one_rack(spark, cluster, bk, warehouse):
         result = snapshot_and_check(spark, cluster, warehouse)
         assert found(result, "placement_fail") == {bad}
         assert sum(result.counts.values()) == 1
-        detail = next(r.detail for r in result.violations if r.ledger_id == bad)
+        detail = next(r.finding.detail for r in result.violations if r.finding.ledger_id == bad)
         assert detail["segments"][0]["reasons"] and set(detail["locations"]) == set(same)
     finally:
         cleanup(cluster, sc)
@@ -594,7 +598,7 @@ def test_bookie_answering_garbage(spark, cluster, bk, warehouse):
         result = snapshot_and_check(spark, cluster, warehouse)
         assert found(result, "ledger_unverifiable") == {lid}
         assert sum(result.counts.values()) == 1
-        detail = next(r.detail for r in result.violations if r.ledger_id == lid)
+        detail = next(r.finding.detail for r in result.violations if r.finding.ledger_id == lid)
         assert detail["reason_code"] == "invalid_response"
         # the listing probe (a listing and a read: the garbage listing answer keeps it on the listing path),
         # then asked, then asked again after the delay
@@ -669,7 +673,7 @@ def test_all_faults_together_then_publish(spark, cluster, bk, warehouse, tmp_pat
         want["ledger_unverifiable"].add(garbage)
         for category in (*DURABILITY, "ledger_unverifiable"):
             diff = found(result, category) ^ want[category]
-            assert not diff, (category, [r for r in result.violations if r.ledger_id in diff])
+            assert not diff, (category, [r for r in result.violations if r.finding.ledger_id in diff])
         assert found(result, "placement_fail") == {one_rack}
         assert found(result, "placement_soft") == set()
         assert found(result, "metadata_unparseable") == {corrupt}
@@ -677,30 +681,31 @@ def test_all_faults_together_then_publish(spark, cluster, bk, warehouse, tmp_pat
         assert found(result, "bookie_unreachable_but_registered") == {paused}
         assert found(result, "extra_entries") == set()
         # the moved ledger was judged on its current metadata: nothing blames the bookie the snapshot named
-        moved_rows = [r for r in result.violations if r.ledger_id == changed]
-        assert all(r.detail.get("reevaluated") for r in moved_rows)
+        moved_rows = [r for r in result.violations if r.finding.ledger_id == changed]
+        assert all(r.finding.detail.get("reevaluated") for r in moved_rows)
         assert all(stranger not in r.row()["detail"] for r in moved_rows)
         assert result.reevaluated >= 1
         # the stale-marked ledger's own findings are reported as already under repair, not counted
         assert all(
-            r.under_repair
+            r.finding.under_repair
             for r in result.violations
-            if r.ledger_id == stale and r.category != "underreplicated_too_long"
+            if r.finding.ledger_id == stale and r.finding.category.value != "underreplicated_too_long"
         )
         counted = {c: len(found(result, c)) for c in result.counts}
         assert result.counts == counted
 
         # publishing: BookKeeper-format markers for every new durability ledger, replicas = bookies missing
-        published = [r for r in result.violations if r.category in DURABILITY and not r.under_repair]
+        published = [r for r in result.violations
+                     if r.finding.category.value in DURABILITY and not r.finding.under_repair]
         assert published and all(r.published for r in published)
         for r in published:
-            got = get_marker(cluster.zk_client(), r.ledger_id, root=cluster.root)
+            got = get_marker(cluster.zk_client(), r.finding.ledger_id, root=cluster.root)
             assert got is not None
             data, _ = cluster.zk_client().get(
-                paths.underreplicated_ledger_path(r.ledger_id, root=cluster.root)
+                paths.underreplicated_ledger_path(r.finding.ledger_id, root=cluster.root)
             )
             marker = records.parse_underreplicated_marker(data)
-            missing = r.detail["bookies_missing_entries"]
+            missing = r.finding.detail["bookies_missing_entries"]
             assert set(marker.replicas) == set(missing) and marker.ctime is not None
         table = read_arrow(warehouse, "violations")
         rows = [r for r in table.to_pylist() if r["run_id"] == result.run_id]
@@ -711,7 +716,8 @@ def test_all_faults_together_then_publish(spark, cluster, bk, warehouse, tmp_pat
         from jobs.publish_underreplicated import main as publish_main
 
         stamps = {
-            r.ledger_id: get_marker(cluster.zk_client(), r.ledger_id, root=cluster.root)[1].version
+            r.finding.ledger_id:
+                get_marker(cluster.zk_client(), r.finding.ledger_id, root=cluster.root)[1].version
             for r in published
         }
         assert (

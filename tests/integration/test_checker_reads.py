@@ -206,8 +206,8 @@ def found(result, ledgers: list[Ledger]) -> dict[str, set[int]]:
     ids = {led.ledger_id for led in ledgers}
     out: dict[str, set[int]] = {c: set() for c in (*DURABILITY, "corrupt_entries")}
     for r in result.violations:
-        if r.category in out and r.ledger_id in ids:
-            out[r.category].add(r.ledger_id)
+        if r.finding.category.value in out and r.finding.ledger_id in ids:
+            out[r.finding.category.value].add(r.finding.ledger_id)
     return out
 
 
@@ -262,17 +262,18 @@ def world(cluster) -> dict[str, Any]:
 def check_evidence(result, world, *, fraction_full: bool) -> None:
     by_id = {led.ledger_id: led for led in world["ledgers"]}
     categories = (*DURABILITY, "corrupt_entries")
-    rows = [r for r in result.violations if r.ledger_id in by_id and r.category in categories]
+    rows = [r for r in result.violations
+            if r.finding.ledger_id in by_id and r.finding.category.value in categories]
     assert rows
     wiped = world["damage"].wiped
     for r in rows:
-        on = [b for b in by_id[r.ledger_id].ensemble if b in world["readers"]]
+        on = [b for b in by_id[r.finding.ledger_id].ensemble if b in world["readers"]]
         if all(b in wiped for b in on):  # listed ENOLEDGER by the wiped no-listing bookie: exact
             assert r.evidence == "listing", r
             continue
         assert r.evidence == "reads", r
         # ENOLEDGER proves every entry missing: a wiped reader counts as fully read
-        all_proven = all(b in wiped for b in by_id[r.ledger_id].ensemble if b in world["readers"])
+        all_proven = all(b in wiped for b in by_id[r.finding.ledger_id].ensemble if b in world["readers"])
         if fraction_full or all_proven:
             assert r.sampled_fraction == 1.0, r
         else:
@@ -295,14 +296,15 @@ def test_full_reads_find_every_injected_hole(spark, cluster, world, tmp_path):
     # the sampled-read finding carries exactly the entries proven bad
     hole = world["hole_mid"]
     (row,) = [
-        r for r in result.violations if r.ledger_id == hole.ledger_id and r.category in DURABILITY
+        r for r in result.violations
+        if r.finding.ledger_id == hole.ledger_id and r.finding.category.value in DURABILITY
     ]
     lost = sorted(e for lid, e in world["damage"].lost[hole.ensemble[0]] if lid == hole.ledger_id)
-    assert list(row.missing_entries or ()) == [(e, e) for e in lost]
+    assert list(row.finding.missing_entries or ()) == [(e, e) for e in lost]
     # the corrupt copy is its own finding, naming the bookie and the entry
-    (c,) = [r for r in result.violations if r.category == "corrupt_entries"]
-    assert c.bookie_id == world["corrupt"].ensemble[0]
-    assert c.missing_entries == ((world["corrupt_entry"], world["corrupt_entry"]),)
+    (c,) = [r for r in result.violations if r.finding.category.value == "corrupt_entries"]
+    assert c.finding.bookie_id == world["corrupt"].ensemble[0]
+    assert c.finding.missing_entries == ((world["corrupt_entry"], world["corrupt_entry"]),)
     assert result.status == "succeeded"
 
 
@@ -375,9 +377,10 @@ def test_metadata_changed_after_the_snapshot_is_re_read_by_reads(spark, cluster,
     expected = truth([hole], world["damage"], sampled=False, readers=world["readers"])
     assert found(result, [hole]) == expected
     (row,) = [
-        r for r in result.violations if r.ledger_id == hole.ledger_id and r.category in DURABILITY
+        r for r in result.violations
+        if r.finding.ledger_id == hole.ledger_id and r.finding.category.value in DURABILITY
     ]
-    assert row.detail.get("reevaluated") is True
+    assert row.finding.detail.get("reevaluated") is True
     assert row.evidence == "reads" and row.sampled_fraction == 1.0
     assert result.reevaluated >= 1
 

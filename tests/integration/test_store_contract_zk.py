@@ -57,6 +57,9 @@ class ZkBackend:
     def corrupt_state(self, bookie: str) -> None:
         self.zk.create(paths.lifecycle_state_path(bookie, root=self.root), b"garbage")
 
+    def set_serving_bytes(self, bookie: str, data: bytes) -> None:
+        self.zk.set(paths.serving_path(bookie, root=self.root), data)
+
     def lock(self, ledger_id: int, holder: str) -> None:
         assert ur.acquire_lock(self.zk, ledger_id, root=self.root, holder=holder) is not None
 

@@ -211,7 +211,8 @@ def check(spark: Any, cluster: LocalCluster, warehouse: Path, *, publish: bool) 
 
 
 def durability(result: Any) -> dict[int, str]:
-    return {v.ledger_id: v.category for v in result.violations if v.category in DURABILITY}
+    return {v.finding.ledger_id: v.finding.category.value for v in result.violations
+            if v.finding.category.value in DURABILITY}
 
 
 # -- 1. queue handoff ----------------------------------------------------------------------------------------
@@ -260,7 +261,7 @@ def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
     before_ms = time.time() * 1000
     first = check(spark, cluster, tmp_path / "w1", publish=True)
     assert set(durability(first)) == damaged, (wiped, holes, first.violations)
-    assert {v.ledger_id for v in first.violations if v.published} == damaged
+    assert {v.finding.ledger_id for v in first.violations if v.published} == damaged
     marked = shell_underreplicated(cluster, "-printmissingreplica")
     assert set(marked) == damaged
     for lid in damaged:  # the replicas named are the bookies that lost entries
@@ -282,8 +283,9 @@ def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
 
     second = check(spark, cluster, tmp_path / "w2", publish=True)
     assert set(durability(second)) == {middle}, second.violations
-    assert [v.ledger_id for v in second.violations if v.published] == [middle]
-    assert not [v for v in second.violations if v.category == "ledger_unverifiable"], second.violations
+    assert [v.finding.ledger_id for v in second.violations if v.published] == [middle]
+    assert not [v for v in second.violations
+                if v.finding.category.value == "ledger_unverifiable"], second.violations
     # Java AutoRecovery reading every entry (auditorLedgerVerificationPercentage=100) sees that hole too
     ar = cluster.start_java_autorecovery({**JAVA_AR, "auditorLedgerVerificationPercentage": 100})
     try:
@@ -293,7 +295,8 @@ def test_queue_handoff_bkaudit_marks_java_autorecovery_repairs(
         ar.stop()
     third = check(spark, cluster, tmp_path / "w3", publish=False)
     assert durability(third) == {}, third.violations
-    assert not [v for v in third.violations if v.category == "ledger_unverifiable"], third.violations
+    assert not [v for v in third.violations
+                if v.finding.category.value == "ledger_unverifiable"], third.violations
     answers = read_back(client, sorted(written))
     assert java_check(client, sorted(written)) == {}
     for lid in damaged:  # Java replaced the bookie that lost entries (it never refills in place)

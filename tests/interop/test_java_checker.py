@@ -162,8 +162,8 @@ def found(result: Any, ledgers: list[Ledger]) -> dict[str, set[int]]:
     ids = {led.ledger_id for led in ledgers}
     out: dict[str, set[int]] = {c: set() for c in DURABILITY}
     for v in result.violations:
-        if v.category in out and v.ledger_id in ids:
-            out[v.category].add(v.ledger_id)
+        if v.finding.category.value in out and v.finding.ledger_id in ids:
+            out[v.finding.category.value].add(v.finding.ledger_id)
     return out
 
 
@@ -221,7 +221,8 @@ def test_healthy_cluster_is_clean(spark, cluster: LocalCluster, ledgers: list[Le
     result = check(spark, cluster, tmp_path)
     assert result.status == "succeeded"
     assert found(result, ledgers) == {c: set() for c in DURABILITY}
-    assert not [v for v in result.violations if v.category == "ledger_unverifiable"], result.violations
+    assert not [v for v in result.violations
+                if v.finding.category.value == "ledger_unverifiable"], result.violations
     evidence = {b.bookie_id: b.evidence for b in result.bookies}
     assert evidence == {b: expected_evidence(cluster, b) for b in cluster.ids()}
 
@@ -234,7 +235,8 @@ def test_java_bookies_over_the_listing_budget_are_verified_by_reads(spark, clust
     result = check(spark, cluster, tmp_path, **{"checker.java_listing_max_pages": 0})
     assert result.status == "succeeded"
     assert found(result, ledgers) == {c: set() for c in DURABILITY}
-    assert not [v for v in result.violations if v.category == "ledger_unverifiable"], result.violations
+    assert not [v for v in result.violations
+                if v.finding.category.value == "ledger_unverifiable"], result.violations
     modes = {b.bookie_id: (b.evidence, b.evidence_reason or "") for b in result.bookies}
     java = {b.id for b in cluster.bookies if b.kind == "java"}
     assert {b: mode for b, (mode, _) in modes.items()} == {b: "reads" if b in java else "listing"
@@ -294,18 +296,25 @@ def test_injected_damage_is_found_exactly(spark, cluster: LocalCluster, ledgers:
     got = found(result, ledgers)
     wrong = {led.ledger_id: (led, d_of(expected, led), d_of(got, led)) for led in ledgers
              if d_of(expected, led) != d_of(got, led)}
+
+    def rows_of(lid: int) -> list[Any]:
+        return [v for v in result.violations if v.finding.ledger_id == lid]
+
     assert not wrong, "\n".join(
         f"ledger {lid} {led}: expected {want}, found {have}; damage on it "
         f"{sorted(x for x in d.lost if x[1] == lid)}, gone {sorted(d.gone & led.bookies())}; rows "
-        f"{[(v.category, v.detail.get('missing_by_bookie')) for v in result.violations if v.ledger_id==lid]}"
+        f"{[(v.finding.category.value, v.finding.detail.get('missing_by_bookie')) for v in rows_of(lid)]}"
         for lid, (led, want, have) in wrong.items())
     assert not [v for v in result.violations
-                if v.category == "ledger_unverifiable" and v.ledger_id in {x.ledger_id for x in ledgers}]
+                if v.finding.category.value == "ledger_unverifiable"
+                and v.finding.ledger_id in {x.ledger_id for x in ledgers}]
     evidence = {b.bookie_id: b.evidence for b in result.bookies if b.bookie_id != killed}
     assert evidence == {b: expected_evidence(cluster, b) for b in ids if b != killed}
     # the lost bookie's copies are missing because it is lost, and the findings say so
     lost_rows = [v for v in result.violations
-                 if v.category in DURABILITY and killed in v.detail.get("bookies_missing_entries", ())]
+                 if v.finding.category.value in DURABILITY
+                 and killed in v.finding.detail.get("bookies_missing_entries", ())]
     assert lost_rows
-    assert all(v.detail.get("cause") == "lost_bookie" or killed in v.detail.get("lost_bookies", ())
+    assert all(v.finding.detail.get("cause") == "lost_bookie"
+               or killed in v.finding.detail.get("lost_bookies", ())
                for v in lost_rows), lost_rows

@@ -84,15 +84,17 @@ def test_checker_lists_entries_over_start_tls(spark, cluster, ledgers, pki, tmp_
     result = check(spark, cluster, tmp_path / "good", pki["ca"])
     assert result.status == "succeeded"
     # placement is not this test's business: the Java client does not read the racks bkaudit's cluster set
-    assert not [v for v in result.violations if v.ledger_id in ledgers
-                and (v.category in DURABILITY or v.category == "ledger_unverifiable")], result.violations
+    assert not [v for v in result.violations if v.finding.ledger_id in ledgers
+                and (v.finding.category.value in DURABILITY
+                     or v.finding.category.value == "ledger_unverifiable")], result.violations
     assert {b.bookie_id: (b.reachable, b.evidence) for b in result.bookies} == {
         b: (True, "listing") for b in cluster.ids()}
 
     # the negative: trusting another CA, no bookie can be verified
     wrong = check(spark, cluster, tmp_path / "wrong", pki["other_ca"])
     assert {b.bookie_id for b in wrong.bookies if b.reachable} == set()
-    unverifiable = {v.ledger_id for v in wrong.violations if v.category == "ledger_unverifiable"}
+    unverifiable = {v.finding.ledger_id for v in wrong.violations
+                    if v.finding.category.value == "ledger_unverifiable"}
     assert set(ledgers) <= unverifiable
 
 

@@ -113,7 +113,7 @@ def check(spark, world, snapshot_id, **opts: Any):
 def by_category(rows) -> dict[str, set[Any]]:
     out: dict[str, set[Any]] = {}
     for r in rows:
-        out.setdefault(r.category, set()).add(r.ledger_id)
+        out.setdefault(r.finding.category.value, set()).add(r.finding.ledger_id)
     return out
 
 
@@ -134,19 +134,19 @@ def test_findings_match_what_was_written(spark, world, snapshot_id):
     }
     # unreachable AND unregistered through the re-check: lost, as the Auditor sees them; their copies are
     # not copies (no bookie row: the Auditor already knows they are gone)
-    lost = next(r for r in result.violations if r.category == "no_replica")
-    assert lost.detail["cause"] == "lost_bookie" and lost.detail["lost_bookies"] == [A, C]
-    assert lost.detail["entries_without_replica"] == 5 and lost.detail["partial"] is False
+    lost = next(r for r in result.violations if r.finding.category.value == "no_replica")
+    assert lost.finding.detail["cause"] == "lost_bookie" and lost.finding.detail["lost_bookies"] == [A, C]
+    assert lost.finding.detail["entries_without_replica"] == 5 and lost.finding.detail["partial"] is False
     # the open ledger's LAC cannot be read from lost bookies: its last segment is unverifiable, not silent
-    unverifiable = next(r for r in result.violations if r.category == "ledger_unverifiable")
-    detail = unverifiable.detail
+    unverifiable = next(r for r in result.violations if r.finding.category.value == "ledger_unverifiable")
+    detail = unverifiable.finding.detail
     assert detail["reason_code"] == "open_segment_unknown" and detail["open_segment"]["first_entry"] == 0
     assert {b["bookie"] for b in detail["bookies"]} == {A, C}
     assert result.counts["bookie_unreachable_but_registered"] == 0
     assert result.ledgers_checked == 6 and result.ledgers_durability_checked == 1
     assert result.exit_code == 3  # metadata_unparseable is critical
     # BookKeeper counts only writable bookies and none is registered: every closed ledger FAILs there
-    (placement,) = [r for r in result.violations if r.category == "placement_fail"]
+    (placement,) = [r for r in result.violations if r.finding.category.value == "placement_fail"]
     assert placement.bookkeeper_verdict == "FAIL"
     assert result.bookkeeper_placement_only == 3  # STALE, UNREACHABLE, EMPTY_OK (OPEN_ONE_SEGMENT: open)
     stats = {b.bookie_id: b for b in result.bookies}
@@ -218,8 +218,10 @@ def test_spark_input_path_gives_the_same_findings(spark, world, snapshot_id, mon
     joined = check(spark, world, snapshot_id)
 
     def key(result):
-        rows = [r for r in result.violations if r.category != "underreplicated_too_long"]  # its age moves
-        return sorted((r.category, r.ledger_id, r.bookie_id, r.row()["detail"]) for r in rows)
+        rows = [r for r in result.violations
+                if r.finding.category.value != "underreplicated_too_long"]  # its age moves
+        return sorted((r.finding.category.value, r.finding.ledger_id, r.finding.bookie_id, r.row()["detail"])
+                      for r in rows)
 
     assert key(joined) == key(arrow) and joined.counts == arrow.counts
     assert (joined.ledgers_checked, joined.entries_checked) == (arrow.ledgers_checked, arrow.entries_checked)
@@ -363,10 +365,10 @@ def test_publish_placement_marks_with_no_replicas(spark, world, snapshot_id):
     finally:
         close(zk)
     assert marker.replicas == () and records.parse_underreplicated_marker(data).ctime is not None
-    row = next(r for r in result.violations if r.category == "placement_fail")
+    row = next(r for r in result.violations if r.finding.category.value == "placement_fail")
     assert row.published is True
     # the lost bookies' ledger is marked with them as replicas, as the Auditor's bookie check marks it
-    assert {(r.category, r.ledger_id) for r in result.violations if r.published} == {
+    assert {(r.finding.category.value, r.finding.ledger_id) for r in result.violations if r.published} == {
         ("placement_fail", ONE_RACK), ("no_replica", UNREACHABLE)}
     zk = connect(world["zk"])
     try:
@@ -404,7 +406,8 @@ def test_cluster_without_entries_to_verify(spark, zk_server, tmp_path):
     sid = str(run_snapshot(spark, settings(empty), warehouse=empty["warehouse"]).snapshot_id)
     result = check(spark, empty, sid)
     assert result.status == "succeeded" and result.bookies == []
-    assert [(v.category, v.ledger_id, v.detail["reason_code"]) for v in result.violations] == [
+    assert [(v.finding.category.value, v.finding.ledger_id, v.finding.detail["reason_code"])
+            for v in result.violations] == [
         ("ledger_unverifiable", 2, "open_segment_unknown")]
     assert result.ledgers_checked == 2 and result.ledgers_durability_checked == 0 and result.exit_code == 0
 

@@ -364,7 +364,7 @@ def test_findings_cross_the_executor_boundary_unchanged_and_report_in_order() ->
     assert located_of(finding_row(loc)) == loc
     later = Located(Finding(Category.PLACEMENT_FAIL, 1))
     ordered = violations_of([later, loc])
-    assert [v.category for v in ordered] == ["below_write_quorum", "placement_fail"]
+    assert [v.finding.category.value for v in ordered] == ["below_write_quorum", "placement_fail"]
     assert ordered[0] == Violation(f, "ml") and ordered[0].row()["missing_entries"] == [
         {"first": 1, "last": 2},
         {"first": 5, "last": 5},

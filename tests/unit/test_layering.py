@@ -120,12 +120,25 @@ def unit(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
+CATALOG = "bkaudit.config"
+"""The settings catalog (`config.SECTIONS`) names every subsystem's section class and imports its `settings`
+module when the section is first asked for. Those imports are the catalog, not a use of the layer above: the
+graph leaves them out, and only them (test_the_catalog_reaches_only_settings_declarations holds what they
+reach)."""
+
+
+def _is_catalog_import(module: str, target: str) -> bool:
+    return module == CATALOG and target.rpartition(".")[2] == "settings"
+
+
 def _graph() -> dict[tuple[str, str], set[str]]:
     """(importing unit, imported unit) -> the importing modules (for the failure message)."""
     modules = _modules()
     edges: dict[tuple[str, str], set[str]] = defaultdict(set)
     for module, path in modules.items():
         for target in _imports(module, path, set(modules)):
+            if _is_catalog_import(module, target):
+                continue
             a, b = unit(module), unit(target)
             if a != b:
                 edges[(a, b)].add(module)
@@ -193,6 +206,70 @@ def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> N
         "bkaudit.zk.paths",
     ]
     assert unit("bkaudit.zk.commands") == "cli" and unit("bkaudit.zk.ledgers") == "bkaudit.zk"
+
+
+def test_the_catalog_reaches_only_settings_declarations() -> None:
+    """What the catalog imports above its layer is a plain declaration: a settings module that imports nothing
+    above the catalog's layer but the catalog itself."""
+    modules = _modules()
+    reached = [t for t in _imports(CATALOG, modules[CATALOG], set(modules)) if _is_catalog_import(CATALOG, t)]
+    assert len(reached) >= 10, reached
+    heavy = [
+        f"{module} -> {target}"
+        for module in reached
+        for target in _imports(module, modules[module], set(modules))
+        if target != CATALOG and unit(target) != unit(module) and LAYERS[unit(target)] > LAYERS[unit(CATALOG)]
+    ]
+    assert heavy == []
+
+
+DYNAMIC_IMPORT_ALLOWED = {"bkaudit/cli.py"}
+"""Where a module may be imported by a name held in a variable: the CLI's lazy command map. Anywhere else
+the layering tests could not see the import (importlib.resources and importlib.util.find_spec are no imports
+of bkaudit modules and are allowed)."""
+
+
+def _dynamic_imports(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("import_module", "__import__"):
+                yield f"{name}() at line {node.lineno}"
+        elif isinstance(node, ast.ImportFrom) and node.module == "importlib":
+            yield from (f"from importlib import {a.name} at line {node.lineno}"
+                        for a in node.names if a.name == "import_module")
+
+
+def _dynamic_importers(root: Path) -> list[str]:
+    return sorted(
+        f"{path.relative_to(root)}: {found}"
+        for top in ("bkaudit", "jobs")
+        for path in (root / top).rglob("*.py")
+        if str(path.relative_to(root)) not in DYNAMIC_IMPORT_ALLOWED
+        for found in _dynamic_imports(path)
+    )
+
+
+def test_no_import_by_a_variable_name_outside_the_cli_map() -> None:
+    assert _dynamic_importers(PACKAGE.parent) == [], "import it with an import statement"
+
+
+def test_the_dynamic_import_check_finds_each_form(tmp_path: Path) -> None:
+    (tmp_path / "bkaudit").mkdir()
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "bkaudit" / "cli.py").write_text("import importlib\nimportlib.import_module(name)\n")
+    (tmp_path / "bkaudit" / "ok.py").write_text(
+        "import importlib.util\nfrom importlib import resources\nimportlib.util.find_spec('pyspark')\n")
+    (tmp_path / "bkaudit" / "a.py").write_text("import importlib\nimportlib.import_module(name)\n")
+    (tmp_path / "jobs" / "b.py").write_text("from importlib import import_module\nimport_module(name)\n")
+    (tmp_path / "jobs" / "c.py").write_text("mod = __import__(name)\n")
+    assert _dynamic_importers(tmp_path) == [
+        "bkaudit/a.py: import_module() at line 2",
+        "jobs/b.py: from importlib import import_module at line 1",
+        "jobs/b.py: import_module() at line 2",
+        "jobs/c.py: __import__() at line 1",
+    ]
 
 
 # -- the cluster store's boundary --------------------------------------------------------------------------

@@ -42,6 +42,9 @@ class MemoryBackend:
     def corrupt_state(self, bookie: str) -> None:
         self.store.states[bookie] = (b"garbage", 0)
 
+    def set_serving_bytes(self, bookie: str, data: bytes) -> None:
+        self.store.serving[bookie] = data
+
     def lock(self, ledger_id: int, holder: str) -> None:
         self.store.locks[ledger_id] = holder
 
