@@ -190,11 +190,12 @@ class Demo:
             warehouse=self.warehouse, snapshot_id=snap.snapshot_id, run_id=run_id,
             publish_underreplicated=publish, fail_on="never", progress=None))
         counts = {k: int(v) for k, v in result.counts.items()}
-        misplaced = sorted({int(v.ledger_id) for v in result.violations
-                            if v.category == "placement_fail" and v.ledger_id is not None})
+        findings = [v.finding for v in result.violations]
+        misplaced = sorted({f.ledger_id for f in findings
+                            if f.category.value == "placement_fail" and f.ledger_id is not None})
         # every durability finding, also on ledgers still queued (`counts` leaves those out)
-        durable_ledgers = sorted({int(v.ledger_id) for v in result.violations
-                                  if v.category in DURABILITY and v.ledger_id is not None})
+        durable_ledgers = sorted({f.ledger_id for f in findings
+                                  if f.category.value in DURABILITY and f.ledger_id is not None})
         self.runs[phase] = {"run_id": result.run_id, "snapshot_id": snap.snapshot_id, "ledgers": snap.ledgers,
                             "counts": counts, "published": result.published,
                             "placement_fail_ledgers": misplaced, "durable_ledgers": durable_ledgers,

@@ -100,22 +100,12 @@ class Violation:
 
     The finding's own fields are read on `finding`. The properties are columns the finding has only by
     computing them: `bookkeeper_verdict` (placement facts alone carry one), `evidence` and `sampled_fraction`
-    (from the run's evidence basis, None without one). `ledger_id` and `category` (the column's text) are
-    left for bkaudit.demo.run, which reads them and was outside this change: drop them once it reads
-    `finding`.
+    (from the run's evidence basis, None without one).
     """
 
     finding: Finding
     managed_ledger: str | None = None
     published: bool = False
-
-    @property
-    def ledger_id(self) -> int | None:
-        return self.finding.ledger_id
-
-    @property
-    def category(self) -> str:
-        return self.finding.category.value
 
     @property
     def bookkeeper_verdict(self) -> str | None:
