@@ -54,7 +54,7 @@ DEFAULT_PATH = Path(__file__).resolve().parent.parent / "conf" / "bkaudit.toml"
 
 #: Every settings section bkaudit knows: section name -> "module:Class" of its frozen dataclass.
 #: The one place a section is named. Kept as text so `import bkaudit.config` imports no subsystem; a class
-#: is imported when its section is first built (tests/unit/test_config.py checks every entry resolves).
+#: is imported when its section is first built (tests/cli/test_config.py checks every entry resolves).
 SECTIONS: Mapping[str, str] = {
     "zk": "bkaudit.zk.settings:ZkSettings",
     "rpc": "bkaudit.rpc.settings:RpcSettings",
