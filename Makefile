@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # process the tests start (bookies, CLI runs, Spark's Python workers) compile bkaudit again: half a second each.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-setup jars system test-fast lint bench bench-quick bench-recovery airflow prereqs browser prometheus bookkeeper delta s3a clean dist dist-env
+.PHONY: demo test test-setup jars system test-fast test-unit lint bench bench-quick bench-recovery airflow prereqs browser prometheus bookkeeper delta s3a clean dist dist-env
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bkaudit needs Python 3.11+ (found " + sys.version.split()[0] + "); run: make PYTHON=/path/to/python3.11 ...")'
@@ -137,6 +137,13 @@ test: test-setup
 
 test-fast: $(STAMP) bookkeeper lint
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# the inner loop: tests/ is split by subject (tests/README.md), a test's kind is its markers. This selects every
+# test that uses none of the fixtures that start ZooKeeper, Spark or BookKeeper's JVMs (tests/conftest.py) and
+# is not marked slow or airflow: the pure tests, and the few others that carry no marker (a CLI subprocess)
+UNIT_MARKERS := not cluster and not spark and not java and not slow and not airflow
+test-unit: $(STAMP)
+	$(PY) -m pytest -n 2 -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench.formats

@@ -15,7 +15,7 @@ Every benchmark in bench/ that compares bkaudit with a baseline runs its sides t
 
 Results go to JSON (`write_json`, default bench/results/<name>-<UTC stamp>.json) and to markdown table
 rows (`markdown_row`). The pure parts (Spread, alternation, ratio) are tested in
-tests/unit/test_bench_harness.py.
+tests/bench/test_bench_harness.py.
 """
 
 from __future__ import annotations

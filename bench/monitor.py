@@ -25,8 +25,8 @@ so it measures without touching the measured process. Three background threads:
   or are unanswered `grace_s` after the run, are counted as failures.
 
 The pure parts (percentiles, role attribution, mntr parsing, the summaries, the markdown tables) are tested
-in tests/unit/test_bench_monitor.py; the threads against real processes and the real embedded ZooKeeper in
-tests/integration/test_bench_monitor_live.py.
+in tests/bench/test_bench_monitor.py; the threads against real processes and the real embedded ZooKeeper in
+tests/bench/test_bench_monitor_live.py.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ DEFAULT_PATH = Path(__file__).resolve().parent.parent / "conf" / "bkaudit.toml"
 
 # The catalog: each settings section bkaudit knows, by name, behind a function that imports its frozen
 # dataclass, so `import bkaudit.config` imports no subsystem and a section's module is imported when the
-# section is first asked for (tests/unit/test_config.py checks every entry). tests/unit/test_layering.py
+# section is first asked for (tests/cli/test_config.py checks every entry). tests/project/test_layering.py
 # lets these imports, and only these, reach a layer above: each is a plain declaration.
 
 

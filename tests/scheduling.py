@@ -74,7 +74,7 @@ def durations_from_junit(junit: Path, root: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         parts = (case.get("classname") or "").split(".")
-        for n in range(len(parts), 0, -1):  # tests.unit.test_x.TestClass -> tests/unit/test_x.py
+        for n in range(len(parts), 0, -1):  # tests.zk.test_x.TestClass -> tests/zk/test_x.py
             candidate = "/".join(parts[:n]) + ".py"
             if (root / candidate).is_file():
                 out[candidate] = out.get(candidate, 0.0) + float(case.get("time") or 0.0)

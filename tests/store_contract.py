@@ -1,7 +1,7 @@
 """The lifecycle rules, the drain and the admin API, asserted once and run against both ClusterStores.
 
-tests/unit/test_store_memory.py runs these on bkaudit.store.memory (no JVM, the inner loop);
-tests/integration/test_store_contract_zk.py runs the very same functions on a real ZooKeeper, which is
+tests/store/test_store_memory.py runs these on bkaudit.store.memory (no JVM, the inner loop);
+tests/store/test_store_contract_zk.py runs the very same functions on a real ZooKeeper, which is
 what makes the memory store a faithful double. Each module provides the `cluster` fixture: a `Backend`
 that arranges what bookies and writers would have put in the cluster, and the store handed to the code
 under test. Ground truth is what the test arranged: the ledgers it wrote, the failures it recorded.

@@ -8,7 +8,7 @@ deletion).
 
 A batch response (bkaudit's op 1000) is assembled by hand: each ledger's `LedgerAvailability` (tag, length,
 ledgerId, status, availability bytes) joined after the header. The bytes are exactly what protobuf writes
-(fields in number order; tests/unit/test_bookie_storage.py checks them against the generated classes). It
+(fields in number order; tests/bookie/test_bookie_storage.py checks them against the generated classes). It
 never exceeds the frame limit the bookie was given (BookKeeper's nettyMaxFrameSizeBytes): ledgers that no
 longer fit are answered ETOOMANYREQUESTS (ask again, in a smaller call), a ledger whose encoding alone cannot
 fit in a frame EIO; when not even those short answers fit, the whole response is ETOOMANYREQUESTS.

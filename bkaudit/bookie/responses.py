@@ -43,7 +43,7 @@ def list_response(header: bytes, ledger_id: int, availability: bytes | None) -> 
     """The GET_LIST_OF_ENTRIES_OF_LEDGER Response (EOK with the bytes, or ENOLEDGER), assembled by hand.
 
     `header` is the serialized response header (`response_header`). Byte-identical to `response`
-    (tests/unit/test_bookie_service_wire.py).
+    (tests/bookie/test_bookie_service_wire.py).
     """
     if availability is None:
         sub = b"\x08" + _ENOLEDGER + b"\x10" + varint(ledger_id)

@@ -704,7 +704,7 @@ def listing_may_hide(held: Availability, last_entry: int | None) -> bool:
     pages below `max(flushed pages x entries per page, highest entry in memory)`
     (IndexInMemPageMgr.PageEntriesIterableImpl), so the bookie's highest entry is left out while it starts an
     index page that is not flushed yet: a ledger whose only entry on that bookie is 0 lists as empty, a
-    1,025-entry ledger lists 0..1023 (BookKeeper 4.17.3, tests/interop/test_java_checker.py). Only an entry
+    1,025-entry ledger lists 0..1023 (BookKeeper 4.17.3, tests/spark/test_java_checker.py). Only an entry
     past everything listed can be hidden so; the caller reads it before calling it missing.
     """
     if last_entry is None or last_entry in held:

@@ -68,7 +68,7 @@ class Pending:
 def list_request(txn: int, ledger_id: int) -> bytes:
     """The serialized GET_LIST_OF_ENTRIES_OF_LEDGER Request, assembled by hand (the listing hot path).
 
-    Byte-identical to protobuf's serialization of the same Request (checked in tests/unit/test_rpc_native.py).
+    Byte-identical to protobuf's serialization of the same Request (checked in tests/rpc/test_rpc_native.py).
     """
     header = _LIST_HEADER + varint(txn)
     sub = b"\x08" + varint(ledger_id)
@@ -78,7 +78,7 @@ def list_request(txn: int, ledger_id: int) -> bytes:
 def read_entry_request(txn: int, ledger_id: int, entry_id: int) -> bytes:
     """The serialized plain READ_ENTRY Request (no fencing, master key or priority), assembled by hand:
     the read-evidence hot path sends one per entry. Byte-identical to protobuf's serialization (checked in
-    tests/unit/test_rpc_native.py)."""
+    tests/rpc/test_rpc_native.py)."""
     header = _READ_HEADER + varint(txn)
     sub = b"\x08" + varint(ledger_id) + b"\x10" + varint(entry_id)
     return b"\x0a" + bytes([len(header)]) + header + _READ_FIELD + bytes([len(sub)]) + sub

@@ -49,7 +49,7 @@ class LedgerBatchBuilder:
     At flush, `formats.ledger_metadata_bulk` decodes every v3 blob it can vouch for at once into Arrow
     columns (no Python object per field); the rest (v1, v2, anything unusual, anything BookKeeper would
     reject) goes through `_ReferenceRows`, i.e. `parse_fields`, one by one. The two give the same rows
-    (tests/unit/test_snapshot_rows.py pins both to a reference built from `ledger_metadata.parse`).
+    (tests/tables/test_snapshot_rows.py pins both to a reference built from `ledger_metadata.parse`).
     """
 
     def __init__(self) -> None:

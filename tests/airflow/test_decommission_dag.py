@@ -27,7 +27,7 @@ def test_dags_test_decommissions_a_bookie(cluster_factory: Any, tmp_path: Path) 
     from bkaudit.store import ZkStore
     from bkaudit.zk import lifecycle as store
     from bkaudit.zk import registry
-    from tests.integration.autorecovery_support import start_run, stop, write_ledgers
+    from tests.autorecovery.support import start_run, stop, write_ledgers
 
     cluster = cluster_factory(bookies=4, racks=4)
     zk = cluster.zk_client()

@@ -4,7 +4,7 @@ only a client that trusts the bookie's CA and presents a certificate that CA sig
 native protocol (START_TLS) and on the gRPC listener alike. Refused clients cannot write: an entry one of
 them tried to add is not on the bookie afterwards (read back by a trusted client).
 
-tests/integration/test_bookie_security.py covers the native protocol's other cases (TLS without mTLS, the
+tests/bookie/test_bookie_security.py covers the native protocol's other cases (TLS without mTLS, the
 raw START_TLS exchange, ZooKeeper digest auth); this file adds the gRPC listener and refused writes.
 """
 

@@ -232,7 +232,7 @@ def test_a_spark_optimize_racing_bkaudits_commit_loses_and_duplicates_nothing(
     tmp_path, monkeypatch, engine: Engine
 ) -> None:
     from bkaudit.tables import store
-    from tests.unit.test_tables_commit_concurrency import commit_run, rows
+    from tests.tables.test_tables_commit_concurrency import commit_run, rows
 
     wh = str(tmp_path)
     for run, ledgers in (("r1", range(0, 5)), ("r2", range(5, 10)), ("r3", range(20, 23))):
