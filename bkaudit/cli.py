@@ -74,15 +74,13 @@ class LazyGroup(click.Group):
 
         try:
             return super().invoke(ctx)
-        except BkAuditError as exc:
-            raise command_error(exc) from None
         except click.UsageError as exc:
             raise _one_line(exc) from None
         except Exception as exc:
-            refused = zookeeper_error(exc)
-            if refused is None:
+            error = command_error(exc) if isinstance(exc, BkAuditError) else zookeeper_error(exc)
+            if error is None:
                 raise
-            raise refused from None
+            raise error from None
 
 
 def _one_line(exc: click.UsageError) -> click.ClickException:

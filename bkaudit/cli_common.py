@@ -1,4 +1,5 @@
-"""Options and helpers shared by CLI commands (JSON output, --zk/--dir resolution, errors as exit codes).
+"""Options and helpers shared by CLI commands (JSON output, --zk/--dir resolution, errors as exit codes), and
+`run_job`, the one wrapper of every entry point that runs a job (its CLI command and its jobs/*.py script).
 
 Exit codes are bkaudit.exitcodes' table (docs/cli.md): 0 clean, 1 error, 2 usage/config, 3 findings.
 """
@@ -10,10 +11,10 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 import click
 
@@ -21,7 +22,11 @@ from bkaudit.errors import BkAuditError, ConfigError
 from bkaudit.exitcodes import ExitCode
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from bkaudit.config import Settings
     from bkaudit.store.zookeeper import ZkStore
+    from bkaudit.tables.location import Warehouse
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,8 +47,28 @@ def exit_code_for(exc: BaseException) -> int:
     return int(ExitCode.USAGE if isinstance(exc, ConfigError) else ExitCode.ERROR)
 
 
-def command_error(exc: BaseException) -> CommandError:
-    return CommandError(str(exc), exit_code_for(exc))
+def values_are_usage(exc: BaseException) -> int:
+    """exit_code_for, except that a ValueError bkaudit did not raise itself is the operator's input (2).
+
+    `bkaudit snapshot`'s mapping, kept as it was when its try/except moved into run_job: its spark-submit twin
+    (jobs/snapshot_metadata.py) has always said 1 for the same ValueError (tests/cli/test_job_entry.py)."""
+    if isinstance(exc, ValueError) and not isinstance(exc, BkAuditError):
+        return int(ExitCode.USAGE)
+    return exit_code_for(exc)
+
+
+def command_error(exc: BaseException,
+                  exit_code: Callable[[BaseException], int] = exit_code_for) -> CommandError | None:
+    """`exc` as one `error:` line with docs/cli.md's exit code: a click error keeps its own code, bkaudit's
+    errors and ValueError get `exit_code`'s, ZooKeeper's refusals 1 (zookeeper_error). None for anything else:
+    a bug, whose traceback stays."""
+    if isinstance(exc, CommandError):
+        return exc
+    if isinstance(exc, click.ClickException):  # load_settings' usage errors, BadParameter of --dir
+        return CommandError(exc.format_message(), exc.exit_code)
+    if isinstance(exc, BkAuditError | ValueError):
+        return CommandError(str(exc), exit_code(exc))
+    return zookeeper_error(exc)
 
 
 def zookeeper_error(exc: BaseException) -> CommandError | None:
@@ -302,35 +327,107 @@ def json_default(value: Any) -> Any:
 
 def fail(message: str, code: int = ExitCode.ERROR) -> NoReturn:
     """Print `error: message` (one line) and exit with `code` (ExitCode.USAGE for bad input)."""
-    click.echo(f"error: {' '.join(message.split())}", err=True)
+    CommandError(message, code).show()
     sys.exit(int(code))
 
 
-# -- the spark-submit entry points (jobs/*.py): the CLI's settings, errors and exit codes --------------
-def job_settings(target: ZkTarget, *, warehouse: str | None = None, need_zk: bool = False,
-                 probe_zk: bool = False, overrides: Mapping[str, Any] | None = None) -> Any:
-    """A job's settings, resolved as the CLI resolves them (load_settings: file < environment < flags, the
-    [tables] storage options; with `need_zk`, a ZooKeeper the user named, and with `probe_zk` one that
-    answers: require_zk). `overrides`: the job's other flags, {"section.key": value} (None: the setting).
-    Called inside run_job, so that a dead ZooKeeper is a failed run; the snapshot probes in
-    spark.commands.snapshot_job instead, where its failure metric is exported."""
-    flags = {**(overrides or {}), "snapshot.warehouse": warehouse}
-    settings = load_settings(target, need_zk=need_zk, probe_zk=False, **flags)
-    if probe_zk:
-        require_zk(settings)
-    return settings
+# -- one wrapper for every entry point that runs a job: its CLI command and its jobs/*.py script -----------
+R = TypeVar("R")
 
 
-def run_job(work: Callable[[], int], *, on_failure: Callable[[], None] | None = None) -> int:
-    """A job's body; a failure is one `error:` line on stderr and docs/cli.md's exit code (2 for settings
-    and usage, 1 when the work could not run). `on_failure` follows a failure of the work itself."""
+@dataclass(frozen=True)
+class JobRun:
+    """A run as a job's `work` sees it: its settings, and its Spark session on demand."""
+
+    settings: Settings
+    app_name: str
+    master: str | None = None
+    """--master of a CLI command (None: `[snapshot] master`); ignored when `submitted`."""
+    submitted: bool = False
+    """Running under spark-submit, whose session (master, executors, conf) is the job's."""
+
+    @property
+    def warehouse(self) -> Warehouse:
+        """The run's warehouse with its `[tables]` storage options (bkaudit.tables.settings)."""
+        from bkaudit.tables.settings import resolve_warehouse
+
+        return resolve_warehouse(self.settings)
+
+    def session(self) -> SparkSession:
+        """spark-submit's session when submitted, else a local one on --master or `[snapshot] master`; with
+        what the warehouse needs (bkaudit.spark.session.get_session)."""
+        from bkaudit.spark.session import get_session
+        from bkaudit.spark.settings import SnapshotSettings
+
+        master = None if self.submitted else self.master or self.settings.get(SnapshotSettings).master
+        return get_session(master, app_name=self.app_name, warehouse=self.warehouse)
+
+
+@dataclass(frozen=True)
+class Job(Generic[R]):
+    """What is particular to a job, shared by its CLI command and its spark-submit script; `run_job` does
+    the rest.
+
+    - `name`: its Spark application name;
+    - `work(run)`: the job itself, on the run's settings and session; returns its result;
+    - `overrides`: the run's flags as settings, {"section.key": value} (None: the setting);
+    - `need_zk`: a ZooKeeper the user named (--zk, --dir, $BKAUDIT_ZK, a chosen --config), probed before
+      `work` (a dead one fails in seconds, before a JVM starts);
+    - `check(settings)`: the operator's input, before anything connects or starts: whatever it refuses
+      (ValueError, bkaudit's errors, a click usage error) is exit 2, and no run is on record;
+    - `metrics(settings, result)`: exports the run's metrics, `result` None when the run failed after `check`
+      (a dead ZooKeeper included); never raises (metrics never fail a run).
+    """
+
+    name: str
+    work: Callable[[JobRun], R]
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    need_zk: bool = False
+    check: Callable[[Settings], object] | None = None  # what it returns is not used
+    metrics: Callable[[Settings, R | None], None] | None = None
+
+
+def run_job(job: Job[R], target: ZkTarget, show: Callable[[R], int], *, master: str | None = None,
+            submitted: bool = False, exit_code: Callable[[BaseException], int] = exit_code_for) -> int:
+    """Run `job` for one entry point; returns docs/cli.md's exit code, which the caller exits with.
+
+    In order: the settings (as every command resolves them: file < environment < flags, validated), the
+    job's `check`, the ZooKeeper probe, `work` (the Spark session from `master` or spark-submit), the run's
+    metrics (on success and on failure), then `show(result)`: the entry point prints the result and says
+    its exit code (0, or 3 for findings). A failure anywhere is one `error: ...` line on stderr and its code
+    (command_error): 2 for settings, usage and whatever `check` refuses; else `exit_code(exc)`, which is
+    exit_code_for (2 for ConfigError, 1 otherwise) except for `bkaudit snapshot` (values_are_usage). An
+    exception that is none of bkaudit's (a bug) keeps its traceback, after the failed run's metrics.
+    """
+    settings: Settings | None = None  # set once `check` passed: from then on a failure is a failed run
+    ran = False  # `work` returned: its metrics are exported, and what follows is no failed run
     try:
-        return work()
-    except click.ClickException as exc:  # CommandError, and load_settings' usage errors
-        message, code = exc.format_message(), int(exc.exit_code)
-    except (BkAuditError, ValueError) as exc:
-        message, code = str(exc), exit_code_for(exc)
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
-    if on_failure is not None and code != ExitCode.USAGE:
-        on_failure()
+        loaded = load_settings(target, need_zk=job.need_zk, probe_zk=False, **job.overrides)
+        if job.check is not None:
+            try:
+                job.check(loaded)
+            except (BkAuditError, ValueError) as exc:
+                raise CommandError(str(exc), ExitCode.USAGE) from None
+        settings = loaded
+        if job.need_zk:
+            require_zk(settings)
+        result = job.work(JobRun(settings, job.name, master=master, submitted=submitted))
+        ran = True
+        if job.metrics is not None:
+            job.metrics(settings, result)
+        return int(show(result))  # show may raise too: a result that is a failure (unreadable tables)
+    except Exception as exc:
+        if settings is not None and not ran and job.metrics is not None:
+            job.metrics(settings, None)
+        error = command_error(exc, exit_code)
+        if error is None:
+            raise
+        error.show()
+        return int(error.exit_code)
+
+
+def print_json(data: Any, code: int = 0) -> int:
+    """A job's result on stdout as one JSON document (what a scheduler reads of a spark-submit job); returns
+    `code`, so that `run_job(..., show=print_json)` ends a job that is done with exit 0."""
+    emit(data, as_json=True)
     return code

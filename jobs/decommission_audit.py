@@ -14,7 +14,6 @@ JSON; exits 0 when the audit ran (whatever the answer: it is in the JSON and the
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,27 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    from bkaudit.cli_common import ZkTarget, job_settings, run_job
-    from bkaudit.tables.settings import resolve_warehouse
+    from bkaudit.cli_common import ZkTarget, print_json, run_job
+    from bkaudit.spark.decommission import audit_job
 
     bookies = [b.strip() for b in args.bookies.split(",") if b.strip()]
-
-    def work() -> int:
-        if args.min_copies < 1:
-            raise ValueError("--min-copies must be >= 1")
-        target = ZkTarget(zk=args.zk, root=args.root, config_path=args.config)
-        settings = job_settings(target, warehouse=args.warehouse, need_zk=True, probe_zk=True)
-        warehouse = resolve_warehouse(settings)
-        from bkaudit.spark.decommission import run_audit
-        from bkaudit.spark.session import get_session
-
-        spark = get_session(None, app_name="bkaudit-decommission-audit", warehouse=warehouse)
-        summary = run_audit(spark, settings, warehouse=warehouse, bookies=bookies, audit_id=args.audit_id,
-                            snapshot_id=args.snapshot_id, min_copies=args.min_copies)
-        print(json.dumps(summary))
-        return 0
-
-    return run_job(work)
+    job = audit_job(warehouse=args.warehouse, bookies=bookies, audit_id=args.audit_id,
+                    snapshot_id=args.snapshot_id, min_copies=args.min_copies)
+    # exit 0 whatever the answer (it is in the JSON and the table), unlike the CLI's 3 for "not safe"
+    return run_job(job, ZkTarget(zk=args.zk, root=args.root, config_path=args.config), print_json,
+                   submitted=True)
 
 
 if __name__ == "__main__":

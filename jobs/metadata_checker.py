@@ -12,6 +12,7 @@ exits like `bkaudit check`: 0 nothing reached --fail-on, 3 something did, 1 the 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,17 +26,14 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)  # the checker's own flags, defined once (bkaudit.job.check_options)
     args = parser.parse_args(argv)
 
-    from bkaudit.cli_common import ZkTarget
-    from bkaudit.spark.checker_commands import run_command
+    from bkaudit.cli_common import ZkTarget, print_json, run_job
+    from bkaudit.spark.checker_commands import check_job
 
-    return run_command(
-        target=ZkTarget(zk=args.zk, root=args.root, config_path=args.config),
-        warehouse=args.warehouse,
-        flags=vars(args),
-        master=None,
-        as_json=True,
-        submitted=True,
-    )
+    def show(result: Any) -> int:
+        return print_json(result.summary(), int(result.exit_code))
+
+    job = check_job(warehouse=args.warehouse, flags=vars(args))
+    return run_job(job, ZkTarget(zk=args.zk, root=args.root, config_path=args.config), show, submitted=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ Idempotent: publishing a run twice writes nothing the second time. Prints {"run_
 from __future__ import annotations
 
 import argparse
-import json
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,34 +34,36 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bkaudit.audit.settings import CheckerSettings
-    from bkaudit.cli_common import ZkTarget, job_settings, run_job
+    from bkaudit.cli_common import Job, JobRun, ZkTarget, print_json, run_job, warehouse_of
     from bkaudit.config import ZkSettings
     from bkaudit.job.publish import publish_run
     from bkaudit.store import ZkStore
-    from bkaudit.tables.settings import resolve_warehouse
     from bkaudit.zk.client import acls, close, connect
     from bkaudit.zk.ledgers import read_layout
 
-    def work() -> int:
-        target = ZkTarget(zk=args.zk, root=args.root, config_path=args.config)
-        settings = job_settings(target, warehouse=args.warehouse, need_zk=True, probe_zk=True,
-                                overrides={"checker.publish_placement": args.publish_placement})
-        warehouse = resolve_warehouse(settings)
-        conf = settings.get(CheckerSettings)
-        zk_settings = settings.get(ZkSettings)
+    def check(settings: Any) -> None:
+        warehouse_of(settings, must_exist=False)
+        settings.get(CheckerSettings)
+
+    def work(run: JobRun) -> dict[str, Any]:
+        conf = run.settings.get(CheckerSettings)
+        zk_settings = run.settings.get(ZkSettings)
         zk = connect(zk_settings)
         try:
             cluster = ZkStore(zk, root=zk_settings.root, layout=read_layout(zk, root=zk_settings.root),
                               acl=acls(zk_settings))
-            stats = publish_run(warehouse, args.run_id, cluster, publish_placement=conf.publish_placement,
+            stats = publish_run(run.warehouse, args.run_id, cluster, publish_placement=conf.publish_placement,
                                 rate_per_s=conf.publish_rate_per_s)
         finally:
             close(zk)
-        print(json.dumps({"run_id": args.run_id, "published": stats.published, "marked": stats.marked,
-                          "already_marked": stats.unchanged, "skipped": stats.skipped}))
-        return 0
+        return {"run_id": args.run_id, "published": stats.published, "marked": stats.marked,
+                "already_marked": stats.unchanged, "skipped": stats.skipped}
 
-    return run_job(work)
+    job = Job("bkaudit-publish", work, need_zk=True, check=check,
+              overrides={"snapshot.warehouse": args.warehouse,
+                         "checker.publish_placement": args.publish_placement})
+    return run_job(job, ZkTarget(zk=args.zk, root=args.root, config_path=args.config), print_json,
+                   submitted=True)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,7 @@ the run could not be read (the page says "could not read" there), 2 for invalid 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,22 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    from bkaudit.cli_common import ZkTarget, job_settings, require_warehouse, run_job
-    from bkaudit.report.outcome import write_and_judge
-    from bkaudit.tables.settings import resolve_warehouse
+    from bkaudit.cli_common import ZkTarget, print_json, run_job
+    from bkaudit.report.commands import report_job, verdict
 
-    def work() -> int:
-        settings = job_settings(ZkTarget(config_path=args.config), warehouse=args.warehouse)
-        warehouse = resolve_warehouse(settings)
-        require_warehouse(warehouse.uri)
-        outcome = write_and_judge(warehouse=warehouse, run_id=args.run_id, out_dir=args.out,
-                                  fail_on=args.fail_on)
-        print(json.dumps(outcome.summary))
-        if outcome.error:  # a table could not be read: the page says so, and the job fails (exit 1)
-            print(f"error: {' '.join(outcome.error.split())}", file=sys.stderr)
-        return outcome.exit_code
+    def show(outcome: Any) -> int:
+        print_json(outcome.summary)
+        return verdict(outcome)  # an unreadable table: the page says so, and the job fails (exit 1)
 
-    return run_job(work)
+    job = report_job(warehouse=args.warehouse, run_id=args.run_id, out_dir=args.out, fail_on=args.fail_on,
+                     check_out=False)
+    return run_job(job, ZkTarget(config_path=args.config), show, submitted=True)
 
 
 if __name__ == "__main__":

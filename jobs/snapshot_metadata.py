@@ -10,7 +10,6 @@ with a one-line error (and a 'failed' row in the `snapshots` table) when the run
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 
@@ -25,16 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
 
-    from bkaudit.cli_common import ZkTarget, job_settings, run_job
+    from bkaudit.cli_common import ZkTarget, print_json, run_job
     from bkaudit.spark.commands import snapshot_job
 
-    def work() -> int:
-        target = ZkTarget(zk=args.zk, root=args.root, config_path=args.config)
-        settings = job_settings(target, warehouse=args.warehouse, need_zk=True)
-        print(json.dumps(snapshot_job(settings, snapshot_id=args.snapshot_id, master=None)))
-        return 0
-
-    return run_job(work)
+    job = snapshot_job(warehouse=args.warehouse, snapshot_id=args.snapshot_id)
+    target = ZkTarget(zk=args.zk, root=args.root, config_path=args.config)
+    return run_job(job, target, print_json, submitted=True)
 
 
 if __name__ == "__main__":

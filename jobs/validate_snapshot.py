@@ -16,7 +16,6 @@ JSON; exits 0 when passed, 3 when expectations at or above --fail-on failed, 1 w
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 
@@ -29,23 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings file (default conf/bkaudit.toml or $BKAUDIT_CONF)")
     args = parser.parse_args(argv)
 
-    from bkaudit.cli_common import ZkTarget, job_settings, run_job
-    from bkaudit.spark.settings import SnapshotSettings
-    from bkaudit.tables.settings import resolve_warehouse
+    from bkaudit.cli_common import Job, ZkTarget, print_json, run_job, warehouse_of
 
-    def work() -> int:
-        settings = job_settings(ZkTarget(config_path=args.config), warehouse=args.warehouse)
-        summary = validate_committed(settings.get(SnapshotSettings), args.snapshot_id, args.fail_on,
-                                     warehouse=resolve_warehouse(settings))
-        print(json.dumps(summary))
-        return 0 if summary["passed"] else 3  # findings (docs/cli.md)
+    def show(summary: dict[str, Any]) -> int:
+        return print_json(summary, 0 if summary["passed"] else 3)  # 3: findings (docs/cli.md)
 
-    return run_job(work)
+    job = Job("bkaudit-validate", lambda run: validate_committed(run, args.snapshot_id, args.fail_on),
+              overrides={"snapshot.warehouse": args.warehouse},
+              check=lambda settings: warehouse_of(settings, must_exist=False))
+    return run_job(job, ZkTarget(config_path=args.config), show, submitted=True)
 
 
-def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str, *, warehouse: Any) -> dict[str, Any]:
-    """Run the suite on the committed snapshot `snapshot_id` (latest successful when None) of `warehouse`
-    (a `bkaudit.tables.location.Warehouse`: its URI and storage options).
+def validate_committed(run: Any, snapshot_id: str | None, fail_on: str) -> dict[str, Any]:
+    """Run the suite on the committed snapshot `snapshot_id` (latest successful when None); `run`: the
+    run's cli_common.JobRun (settings, session).
 
     The engine follows [snapshot] validation_engine as in the snapshot job: up to
     validation_pandas_max_ledgers the rows are read with delta-rs and validated on the driver (no Spark
@@ -55,6 +51,7 @@ def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str, *, ware
 
     from bkaudit import tables
     from bkaudit.errors import BkAuditError
+    from bkaudit.spark.settings import SnapshotSettings
     from bkaudit.spark.validate import choose_engine
     from bkaudit.tables.validation import (
         LEDGER_COLUMNS,
@@ -64,6 +61,8 @@ def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str, *, ware
         validate,
     )
 
+    snap = run.settings.get(SnapshotSettings)
+    warehouse = run.warehouse
     sid = snapshot_id or tables.latest_snapshot_id(warehouse)
     if sid is None:
         raise BkAuditError(f"no successful snapshot in {warehouse}")
@@ -83,9 +82,7 @@ def validate_committed(snap: Any, snapshot_id: str | None, fail_on: str, *, ware
         segments = tables.read_arrow(warehouse, "ledger_segments", snapshot_id=sid)
         frames = pandas_frames(ledgers.select(LEDGER_COLUMNS), segments.select(SEGMENT_COLUMNS))
     else:
-        from bkaudit.spark.session import get_session
-
-        spark = get_session(None, app_name="bkaudit-validate", warehouse=warehouse)
+        spark = run.session()
         frames = spark_frames(tables.load(spark, warehouse, "ledgers", snapshot_id=sid),
                               tables.load(spark, warehouse, "ledger_segments", snapshot_id=sid))
     report = validate(frames, known, engine=engine, suite_name="bkaudit_committed_snapshot")

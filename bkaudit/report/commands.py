@@ -6,11 +6,16 @@ exit 3 when the run's new violations reach that severity, as `bkaudit check --fa
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from bkaudit.cli_common import ZkTarget, emit, exit_code_for, fail, load_settings, warehouse_of
+from bkaudit.cli_common import CommandError, Job, JobRun, ZkTarget, emit, run_job, warehouse_of
+
+if TYPE_CHECKING:
+    from bkaudit.config import Settings
+    from bkaudit.report.outcome import ReportOutcome
 
 
 @click.command("report")
@@ -26,44 +31,61 @@ from bkaudit.cli_common import ZkTarget, emit, exit_code_for, fail, load_setting
 def report(warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str, config_path: str | None,
            as_json: bool) -> None:
     """Write a self-contained HTML report (summary, categories, bookies, topics, trend, worst ledgers)."""
-    from bkaudit.errors import BkAuditError
-    from bkaudit.report.outcome import write_and_judge
-    from bkaudit.tables.settings import resolve_warehouse
 
-    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse} if warehouse else {}
-    settings = load_settings(ZkTarget(config_path=config_path), need_zk=False, **overrides)
-    warehouse = warehouse_of(settings)
-    check_out_dir(out_dir)
-    try:
-        outcome = write_and_judge(warehouse=resolve_warehouse(settings, warehouse), run_id=run_id,
-                                  out_dir=out_dir, fail_on=fail_on)
-    except BkAuditError as exc:
-        fail(str(exc), exit_code_for(exc))
-        return
-    except OSError as exc:  # --out became unwritable, or the disk is full
-        fail(f"cannot write the report into {out_dir}: {exc.strerror or exc}")
-        return
-    emit(outcome.summary, as_json, lambda r: f"report of run {r['run_id']}: {r['report']}")
+    def show(outcome: ReportOutcome) -> int:
+        emit(outcome.summary, as_json, lambda r: f"report of run {r['run_id']}: {r['report']}")
+        return verdict(outcome)
+
+    job = report_job(warehouse=warehouse, run_id=run_id, out_dir=out_dir, fail_on=fail_on, check_out=True)
+    sys.exit(run_job(job, ZkTarget(config_path=config_path), show))
+
+
+def report_job(*, warehouse: str | None, run_id: str | None, out_dir: str, fail_on: str,
+               check_out: bool) -> Job[ReportOutcome]:
+    """The report as `bkaudit report` and jobs/report.py run it (cli_common.run_job): the tables read with
+    delta-rs on the driver, no Spark session.
+
+    `check_out`: an --out that is not a writable directory is a usage error (exit 2) before anything is read:
+    the CLI's rule. jobs/report.py has always failed on it when writing instead (exit 1, "cannot write the
+    report into ..."), and keeps that."""
+
+    def check(settings: Settings) -> None:
+        warehouse_of(settings)
+        if check_out:
+            check_out_dir(out_dir)
+
+    def work(run: JobRun) -> ReportOutcome:
+        from bkaudit.report.outcome import write_and_judge
+
+        try:
+            return write_and_judge(warehouse=run.warehouse, run_id=run_id, out_dir=out_dir, fail_on=fail_on)
+        except OSError as exc:  # --out became unwritable, or the disk is full
+            raise CommandError(f"cannot write the report into {out_dir}: {exc.strerror or exc}") from None
+
+    return Job("bkaudit-report", work, overrides={"snapshot.warehouse": warehouse}, check=check)
+
+
+def verdict(outcome: ReportOutcome) -> int:
+    """The report's exit code once its summary is printed: 0, or 3 when the run's new violations reach
+    --fail-on; a table that could not be read is an error (one line, exit 1) whatever --fail-on says."""
     if outcome.error:
-        fail(outcome.error, outcome.exit_code)
-    if outcome.exit_code:
-        raise SystemExit(outcome.exit_code)
+        raise CommandError(outcome.error, outcome.exit_code)
+    return outcome.exit_code
 
 
 def check_out_dir(out_dir: str) -> None:
-    """--out must be a directory this process can write (or create): a usage error otherwise (exit 2)."""
+    """--out must be a directory this process can write (or create): ValueError otherwise (a job's check:
+    exit 2)."""
     import os
     from pathlib import Path
-
-    from bkaudit.exitcodes import ExitCode
 
     path = Path(out_dir)
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if existing == path and not path.is_dir():
-        fail(f"--out {out_dir} is not a directory", ExitCode.USAGE)
+        raise ValueError(f"--out {out_dir} is not a directory")
     if not existing.is_dir():
-        fail(f"--out {out_dir}: {existing} is not a directory", ExitCode.USAGE)
+        raise ValueError(f"--out {out_dir}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        fail(f"--out {out_dir}: {existing} is not writable by this user", ExitCode.USAGE)
+        raise ValueError(f"--out {out_dir}: {existing} is not writable by this user")

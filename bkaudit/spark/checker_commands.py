@@ -9,21 +9,17 @@ settings.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bkaudit.cli_common import (
-    ZkTarget,
-    emit,
-    exit_code_for,
-    require_warehouse,
-    zk_target,
-)
-from bkaudit.exitcodes import ExitCode
-from bkaudit.job.check_options import click_options, options_from, validate_options
-from bkaudit.tables.settings import resolve_warehouse
+from bkaudit.cli_common import Job, JobRun, ZkTarget, emit, require_warehouse, run_job, zk_target
+from bkaudit.job.check_options import CheckOptions, click_options, options_from, validate_options
+
+if TYPE_CHECKING:
+    from bkaudit.config import Settings
+    from bkaudit.job.result import CheckResult
 
 
 def human_summary(summary: dict[str, Any], result: Any = None) -> str:
@@ -59,73 +55,44 @@ def human_summary(summary: dict[str, Any], result: Any = None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
 def check(target: ZkTarget, warehouse: str | None, master: str | None, as_json: bool, **flags: Any) -> None:
     """Check a snapshot against the bookies: durability, placement, progress, availability (BP-34)."""
-    code = run_command(
-        target=target,
-        warehouse=warehouse,
-        flags=flags,
-        master=master,
-        as_json=as_json,
-    )
-    sys.exit(code)
-
-
-def run_command(
-    *,
-    target: ZkTarget,
-    warehouse: str | None,
-    flags: Mapping[str, Any],
-    master: str | None,
-    as_json: bool,
-    submitted: bool = False,
-) -> int:
-    """Shared by the CLI and jobs/metadata_checker.py; returns the exit code (0 / 3 / 1 / 2: docs/cli.md).
-
-    `flags`: the values of the checker's flags (`bkaudit.job.check_options.CHECK_FLAGS`), by field name.
-    `submitted`: running under spark-submit, whose session settings (master included) win.
-    """
-    from bkaudit.errors import BkAuditError
-
-    def err(message: str, code: int = ExitCode.ERROR) -> int:
-        click.echo(f"error: {' '.join(message.split())}", err=True)
-        return int(code)
-
-    try:
-        overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
-        settings = target.settings(**overrides)
-        from bkaudit.audit.settings import CheckerSettings, PlacementSettings
-        from bkaudit.spark.settings import SnapshotSettings
-
-        snap = settings.get(SnapshotSettings)
-        settings.get(CheckerSettings)  # fail fast on a bad [checker] or [placement] section
-        settings.get(PlacementSettings)
-    except click.ClickException as exc:  # a bad flag or setting (2), or ZooKeeper unreachable (1)
-        return err(exc.format_message(), exc.exit_code)
-    except BkAuditError as exc:
-        return err(str(exc), exit_code_for(exc))
-    from bkaudit.spark.checker import CheckFailed, run_check
 
     def progress(message: str) -> None:
-        if not as_json:
-            click.echo(f"... {message}", err=True)
+        click.echo(f"... {message}", err=True)
 
-    options = options_from(flags, warehouse=snap.warehouse, progress=progress)
-    try:
-        validate_options(options)
-        if not options.fresh:
-            require_warehouse(snap.warehouse)
-    except click.ClickException as exc:
-        return err(exc.format_message(), exc.exit_code)
-    except (BkAuditError, ValueError) as exc:
-        return err(str(exc), ExitCode.USAGE)
-    try:
-        from bkaudit.spark.session import get_session
+    def show(result: CheckResult) -> int:
+        emit(result.summary(), as_json, lambda s: human_summary(s, result))
+        return int(result.exit_code)
 
-        spark = get_session(None if submitted else master or snap.master, app_name="bkaudit-check",
-                            warehouse=resolve_warehouse(settings, snap.warehouse))
-        result = run_check(spark, settings, options)
-    except CheckFailed as exc:
-        return err(str(exc))
-    except (BkAuditError, ValueError) as exc:
-        return err(str(exc), exit_code_for(exc))
-    emit(result.summary(), as_json, lambda s: human_summary(s, result))
-    return int(result.exit_code)
+    job = check_job(warehouse=warehouse, flags=flags, progress=None if as_json else progress)
+    sys.exit(run_job(job, target, show, master=master))
+
+
+def check_job(*, warehouse: str | None, flags: Mapping[str, Any],
+              progress: Callable[[str], None] | None = None) -> Job[CheckResult]:
+    """The checker as `bkaudit check` and jobs/metadata_checker.py run it (cli_common.run_job); the result's
+    exit code is 0 / 3 (docs/cli.md), and run_check records and exports a failed run itself.
+
+    `flags`: the values of the checker's flags (`bkaudit.job.check_options.CHECK_FLAGS`), by field name.
+    """
+
+    def options(settings: Settings) -> CheckOptions:
+        from bkaudit.spark.settings import SnapshotSettings
+
+        return options_from(flags, warehouse=settings.get(SnapshotSettings).warehouse, progress=progress)
+
+    def check(settings: Settings) -> None:
+        from bkaudit.audit.settings import CheckerSettings, PlacementSettings
+
+        settings.get(CheckerSettings)  # fail fast on a bad [checker] or [placement] section
+        settings.get(PlacementSettings)
+        given = options(settings)
+        validate_options(given)
+        if not given.fresh:
+            require_warehouse(str(given.warehouse))
+
+    def work(run: JobRun) -> CheckResult:
+        from bkaudit.spark.checker import run_check
+
+        return run_check(run.session(), run.settings, options(run.settings))
+
+    return Job("bkaudit-check", work, overrides={"snapshot.warehouse": warehouse}, need_zk=True, check=check)

@@ -1,25 +1,17 @@
-"""`bkaudit snapshot`: the snapshot job on a local Spark session (`bkaudit check` is
-`bkaudit.spark.checker_commands`)."""
+"""`bkaudit snapshot`: the snapshot job on a local Spark session, and the job itself (`snapshot_job`), which
+jobs/snapshot_metadata.py runs too (`bkaudit check` is `bkaudit.spark.checker_commands`)."""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bkaudit.cli_common import (
-    CommandError,
-    ZkTarget,
-    emit,
-    exit_code_for,
-    fail,
-    require_zk,
-    warehouse_of,
-    zk_target,
-)
-from bkaudit.errors import BkAuditError
-from bkaudit.exitcodes import ExitCode
-from bkaudit.tables.settings import resolve_warehouse
+from bkaudit.cli_common import Job, JobRun, ZkTarget, emit, run_job, values_are_usage, warehouse_of, zk_target
+
+if TYPE_CHECKING:
+    from bkaudit.config import Settings
 
 
 def _human(summary: dict[str, Any]) -> str:
@@ -48,50 +40,40 @@ def snapshot(
     as_json: bool,
 ) -> None:
     """Snapshot ledger, bookie and under-replication metadata from ZooKeeper into Delta tables."""
-    from bkaudit.spark.settings import SnapshotSettings
 
-    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse}
-    settings = target.settings(probe_zk=False, **overrides)
-    try:
+    def show(summary: dict[str, Any]) -> int:
+        emit(summary, as_json, _human)
+        return 0
+
+    job = snapshot_job(warehouse=warehouse, snapshot_id=snapshot_id)
+    sys.exit(run_job(job, target, show, master=master, exit_code=values_are_usage))
+
+
+def snapshot_job(*, warehouse: str | None, snapshot_id: str | None) -> Job[dict[str, Any]]:
+    """The snapshot as `bkaudit snapshot` and jobs/snapshot_metadata.py run it (cli_common.run_job).
+
+    An invalid id or no warehouse is a usage error before anything runs; ZooKeeper is probed before the JVM
+    starts (a dead one fails in seconds, in one line); the run's metric is exported whether it succeeds or
+    fails after that (`[snapshot] metrics_file` / `pushgateway_url`, docs/monitoring.md)."""
+
+    def check(settings: Settings) -> None:
+        from bkaudit.tables.store import validate_snapshot_id
+
         warehouse_of(settings, must_exist=False)  # the snapshot creates it
-        summary = snapshot_job(settings, snapshot_id=snapshot_id,
-                               master=master or settings.get(SnapshotSettings).master)
-    except BkAuditError as exc:
-        fail(str(exc), exit_code_for(exc))
-        return
-    except ValueError as exc:  # a value the settings' checks let through: the operator's input
-        fail(str(exc), ExitCode.USAGE)
-        return
-    emit(summary, as_json, _human)
-
-
-def snapshot_job(settings: Any, *, snapshot_id: str | None, master: str | None) -> dict[str, Any]:
-    """The snapshot as `bkaudit snapshot` and jobs/snapshot_metadata.py run it (`master` None: spark-submit's
-    own).
-
-    An invalid id is a usage error before anything runs; ZooKeeper is probed before the JVM starts (a dead one
-    fails in seconds, in one line); the run's metric is exported whether it succeeds or fails
-    (`[snapshot] metrics_file` / `pushgateway_url`, docs/monitoring.md)."""
-    from bkaudit.metrics import export_snapshot_or_warn
-    from bkaudit.spark.settings import SnapshotSettings
-    from bkaudit.tables.store import validate_snapshot_id
-
-    if snapshot_id is not None:
-        try:
+        if snapshot_id is not None:
             validate_snapshot_id(snapshot_id)
-        except ValueError as exc:
-            raise CommandError(str(exc), ExitCode.USAGE) from None
-    snap = settings.get(SnapshotSettings)
-    try:
-        require_zk(settings)
-        from bkaudit.spark.session import get_session
+
+    def work(run: JobRun) -> dict[str, Any]:
         from bkaudit.spark.snapshot import run_snapshot
 
-        spark = get_session(master, app_name="bkaudit-snapshot", warehouse=resolve_warehouse(settings))
-        summary: dict[str, Any] = run_snapshot(spark, settings, snapshot_id=snapshot_id).summary()
-    except (CommandError, BkAuditError) as exc:
-        if not (isinstance(exc, CommandError) and exc.exit_code == ExitCode.USAGE):
-            export_snapshot_or_warn(snap, None)
-        raise
-    export_snapshot_or_warn(snap, summary)
-    return summary
+        summary: dict[str, Any] = run_snapshot(run.session(), run.settings, snapshot_id=snapshot_id).summary()
+        return summary
+
+    def metrics(settings: Settings, summary: dict[str, Any] | None) -> None:
+        from bkaudit.metrics import export_snapshot_or_warn
+        from bkaudit.spark.settings import SnapshotSettings
+
+        export_snapshot_or_warn(settings.get(SnapshotSettings), summary)
+
+    return Job("bkaudit-snapshot", work, overrides={"snapshot.warehouse": warehouse}, need_zk=True,
+               check=check, metrics=metrics)

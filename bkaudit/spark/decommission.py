@@ -15,6 +15,7 @@ runs again) and a JSON summary ({"audit_id", "snapshot_id", "safe", "bookies": [
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -27,16 +28,7 @@ from bkaudit import decommission as dc
 from bkaudit.audit.base import Finding
 from bkaudit.audit.reads import EVIDENCE_READS
 from bkaudit.audit.settings import CheckerSettings
-from bkaudit.cli_common import (
-    ZkTarget,
-    emit,
-    exit_code_for,
-    fail,
-    require_warehouse,
-    require_zk,
-    warehouse_of,
-    zk_target,
-)
+from bkaudit.cli_common import Job, JobRun, ZkTarget, emit, run_job, warehouse_of, zk_target
 from bkaudit.config import ZkSettings
 from bkaudit.errors import BkAuditError
 from bkaudit.exitcodes import ExitCode
@@ -45,8 +37,6 @@ from bkaudit.job.inputs import LedgerSelection, ledger_input
 from bkaudit.job.ledger_pass import iter_shapes
 from bkaudit.job.sink import MemorySink
 from bkaudit.spark.checker import run_check
-from bkaudit.spark.session import get_session
-from bkaudit.spark.settings import SnapshotSettings
 from bkaudit.spark.snapshot import run_snapshot
 from bkaudit.store.zookeeper import close, connect
 from bkaudit.tables.location import Warehouse
@@ -66,8 +56,7 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: Warehouse |
               audit_id: str | None = None, snapshot_id: str | None = None,
               min_copies: int = 1) -> dict[str, Any]:
     """Snapshot (unless `snapshot_id`), restricted check, what-if, `decommission_audits` rows; the summary."""
-    if not bookies:
-        raise ValueError("name at least one bookie (--bookie)")
+    require_input(bookies, min_copies)
     warehouse = resolve_warehouse(settings, warehouse)
     started = datetime.now(UTC)
     aid = validate_snapshot_id(audit_id or f"decommission-{started.strftime('%Y%m%dT%H%M%SZ')}")
@@ -105,6 +94,14 @@ def run_audit(spark: SparkSession, settings: Settings, *, warehouse: Warehouse |
     return {"audit_id": aid, "snapshot_id": sid, "safe": all(a.safe for a in results),
             "min_copies": min_copies, "bookies": [a.summary() for a in results],
             "evidence": dc.evidence_summary(readers, percentage)}
+
+
+def require_input(bookies: Sequence[str], min_copies: int) -> None:
+    """ValueError unless there are bookies to remove and copies to keep."""
+    if not bookies:
+        raise ValueError("name at least one bookie (--bookie)")
+    if min_copies < 1:
+        raise ValueError("--min-copies must be >= 1")
 
 
 def _states(settings: Settings, bookies: Sequence[str]) -> dict[str, str]:
@@ -168,28 +165,49 @@ def decommission_audit(target: ZkTarget, warehouse: str | None, bookies: tuple[s
                        min_copies: int, master: str | None, as_json: bool) -> None:
     """Would removing these bookies lose data? Safe or blocked per bookie, with the blocking ledgers."""
     wanted = [*bookies, *[b.strip() for b in (bookie_list or "").split(",") if b.strip()]]
-    overrides: dict[str, Any] = {"snapshot.warehouse": warehouse} if warehouse else {}
-    settings = target.settings(need_zk=bool(wanted), **overrides)
-    snap = settings.get(SnapshotSettings)
-    warehouse_of(settings, must_exist=False)
-    try:
-        if not wanted:
-            if not audit_id:
-                fail("name the bookies to remove (--bookie) or an earlier --audit-id to show", ExitCode.USAGE)
-            require_warehouse(snap.warehouse)
-            summary = recorded(resolve_warehouse(settings, snap.warehouse), str(audit_id))
-        else:
-            require_zk(settings)  # before the JVM
-            wh = resolve_warehouse(settings, snap.warehouse)
-            spark = get_session(master or snap.master, app_name="bkaudit-decommission-audit", warehouse=wh)
-            summary = run_audit(spark, settings, warehouse=wh, bookies=wanted, audit_id=audit_id,
-                                snapshot_id=snapshot_id, min_copies=min_copies)
-    except (BkAuditError, ValueError) as exc:
-        fail(str(exc), exit_code_for(exc))
-        return
-    emit(summary, as_json, human)
-    if wanted and not summary["safe"]:
-        raise SystemExit(EXIT_UNSAFE)
+
+    def show(summary: dict[str, Any]) -> int:
+        emit(summary, as_json, human)
+        return int(EXIT_UNSAFE) if wanted and not summary["safe"] else 0
+
+    job = (audit_job(warehouse=warehouse, bookies=wanted, audit_id=audit_id, snapshot_id=snapshot_id,
+                     min_copies=min_copies) if wanted
+           else recorded_job(warehouse=warehouse, audit_id=audit_id))
+    sys.exit(run_job(job, target, show, master=master))
 
 
-__all__ = ["EXIT_UNSAFE", "decommission_audit", "recorded", "run_audit"]
+def audit_job(*, warehouse: str | None, bookies: Sequence[str], audit_id: str | None, snapshot_id: str | None,
+              min_copies: int) -> Job[dict[str, Any]]:
+    """The audit as `bkaudit decommission-audit --bookie ...` and jobs/decommission_audit.py run it
+    (cli_common.run_job): ZooKeeper probed before the JVM, then run_audit; its summary is the result."""
+
+    def work(run: JobRun) -> dict[str, Any]:
+        # before the JVM, and exit 1 as jobs/decommission_audit.py always had it (the CLI never gets here
+        # with either: --min-copies is an IntRange, and no --bookie is recorded_job)
+        require_input(bookies, min_copies)
+        return run_audit(run.session(), run.settings, warehouse=run.warehouse, bookies=bookies,
+                         audit_id=audit_id, snapshot_id=snapshot_id, min_copies=min_copies)
+
+    def check(settings: Settings) -> None:
+        warehouse_of(settings, must_exist=False)  # the audit's snapshot creates it
+
+    return Job("bkaudit-decommission-audit", work, overrides={"snapshot.warehouse": warehouse}, need_zk=True,
+               check=check)
+
+
+def recorded_job(*, warehouse: str | None, audit_id: str | None) -> Job[dict[str, Any]]:
+    """`bkaudit decommission-audit --audit-id ID` without bookies: the audit recorded under ID (no Spark,
+    no ZooKeeper)."""
+
+    def check(settings: Settings) -> None:
+        warehouse_of(settings, must_exist=False)
+        if not audit_id:
+            raise click.UsageError("name the bookies to remove (--bookie) or an earlier --audit-id to show")
+        warehouse_of(settings)  # it must exist to hold the audit
+
+    return Job("bkaudit-decommission-audit", lambda run: recorded(run.warehouse, str(audit_id)),
+               overrides={"snapshot.warehouse": warehouse}, check=check)
+
+
+__all__ = ["EXIT_UNSAFE", "audit_job", "decommission_audit", "recorded", "recorded_job", "require_input",
+           "run_audit"]
