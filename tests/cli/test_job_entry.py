@@ -1,6 +1,6 @@
 """The spark-submit entry points (jobs/*.py) fail as the CLI does: one `error:` line, docs/cli.md's exit code
 (2 for settings and usage, 1 when the work could not run), through one wrapper (cli_common.run_job), which
-tests/job/test_job_wrapper.py tests on its own.
+tests/cli/test_job_wrapper.py tests on its own.
 
 No Spark session starts here: every case fails before one would, or where one would (a stand-in session
 that raises what the test injects).

@@ -195,7 +195,7 @@ def test_success_exports_the_result_then_show_says_the_code(target: ZkTarget, zk
 
     def work(run: JobRun) -> dict[str, Any]:
         order.append("work")
-        assert run.warehouse == str(Path(target.config_path or "").parent / "wh")
+        assert str(run.warehouse) == str(Path(target.config_path or "").parent / "wh")
         return {"findings": 2}
 
     def show(result: dict[str, Any]) -> int:
@@ -246,8 +246,9 @@ def test_the_session_is_spark_submits_or_the_masters(master: str | None, submitt
     import bkaudit.spark.session as session
 
     calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(session, "get_session",
-                        lambda m, *, app_name, warehouse: calls.append((m, app_name, warehouse)) or "spark")
+    monkeypatch.setattr(
+        session, "get_session",
+        lambda m, *, app_name, warehouse: calls.append((m, app_name, str(warehouse))) or "spark")
     path = tmp_path / "bkaudit.toml"
     path.write_text(f'[snapshot]\nwarehouse = "{tmp_path}"\nmaster = "{conf}"\n')
     job = Job("bkaudit-t", lambda run: run.session())
