@@ -38,7 +38,7 @@ def serve(target: ZkTarget, listen: str | None, port: int | None, warehouse: str
     from bkaudit.lifecycle.settings import LifecycleSettings
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.rpc.tls import TlsConfig
-    from bkaudit.store import ZkStore
+    from bkaudit.store import bind
     from bkaudit.tables.settings import TablesSettings
     from bkaudit.zk import client as zkclient
 
@@ -55,7 +55,7 @@ def serve(target: ZkTarget, listen: str | None, port: int | None, warehouse: str
     except BkAuditError as exc:
         fail(str(exc), code=2)
     timeout = conf.disk_info_timeout_s
-    cluster = ZkStore(client, root=zk_settings.root, state_root=zk_settings.state_root or None)
+    cluster = bind(client, zk_settings)
     pool = BookieClientPool(registry=cluster.registry, tls=TlsConfig.from_settings(settings),
                             request_timeout_s=timeout, connect_timeout_s=timeout)
     warehouse_at = settings.get(TablesSettings).warehouse(config.warehouse(settings, admin=True))  # "": none

@@ -26,7 +26,7 @@ from bkaudit.autorecovery.worker import ReplicationWorker
 from bkaudit.config import Settings, ZkSettings
 from bkaudit.lifecycle.drain import Drainer, LifecycleCache
 from bkaudit.lifecycle.settings import LifecycleSettings
-from bkaudit.store import ZkStore
+from bkaudit.store import ZkStore, bind
 from bkaudit.zk import client as zkclient
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,6 @@ class AutoRecoveryService:
         self.conf = settings.get(AutoRecoverySettings)
         self.zk_settings = settings.get(ZkSettings)
         self.root = self.zk_settings.root
-        self.state_root = self.zk_settings.state_root or None
         self.node_id = node_id or default_node_id()
         self.n_workers = self.conf.workers if workers is None else workers
         self.run_auditor = auditor
@@ -111,9 +110,8 @@ class AutoRecoveryService:
     def _start(self) -> None:
         if self._zk is None:
             self._zk = zkclient.connect(self.zk_settings)
-        self.cluster = cluster = ZkStore(self._zk, root=self.root, state_root=self.state_root,
-                                         acl=zkclient.acls(self.zk_settings), layout=self.zk_settings.layout,
-                                         max_in_flight=self.conf.max_concurrent_metadata_reads)
+        self.cluster = cluster = bind(self._zk, self.zk_settings,
+                                      max_in_flight=self.conf.max_concurrent_metadata_reads)
         cluster.queue.ensure_layout()
         self.view = BookieView(cluster.registry, settings=self.settings).start()
         self.shared = self._shared(cluster)

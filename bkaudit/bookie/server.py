@@ -32,7 +32,7 @@ from bkaudit.rpc.framing import max_payload_bytes
 from bkaudit.rpc.settings import BATCH_LISTING_PROPERTY, GRPC_PROTOCOL
 from bkaudit.rpc.tls import server_credentials, server_ssl_context
 from bkaudit.shutdown import STOP_GRACE_S, StopWatchdog, stop_signals
-from bkaudit.store.zookeeper import ZkStore
+from bkaudit.store.zookeeper import bind
 from bkaudit.zk import client as zkclient
 
 log = logging.getLogger(__name__)
@@ -131,8 +131,7 @@ class BookieServer:
         self._closers.append(storage.close)
         zk = self.zk = zkclient.connect(self.zk_settings)
         self._closers.append(lambda: zkclient.close(zk))
-        acl = zkclient.acls(self.zk_settings)
-        cluster = ZkStore(zk, root=self.root, state_root=self.zk_settings.state_root or None, acl=acl)
+        cluster = bind(zk, self.zk_settings)
         integrity = None
         if integrity_factory is not None:
             integrity = self.integrity = integrity_factory(

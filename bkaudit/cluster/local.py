@@ -49,7 +49,7 @@ from bkaudit.cluster.local_processes import all_threads_stopped, is_bookie, log_
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ClusterError
 from bkaudit.processes import pid_alive
-from bkaudit.store.zookeeper import ZkStore
+from bkaudit.store.zookeeper import ZkStore, bind
 from bkaudit.zk import client as zkclient
 from bkaudit.zk.server import (
     DEFAULT_HEAP_MB,
@@ -431,17 +431,21 @@ class LocalCluster(JavaProcesses):
         if (self.directory / STATE_FILE).exists() or self.bookies:
             self._save()
 
+    def zk_settings(self) -> ZkSettings:
+        """This cluster's [zk] (its ZooKeeper, ledgers root and digest credentials): what a client connects
+        with, and what BookKeeper's metadata URI names."""
+        return ZkSettings(connect=self.zk, root=self.root, auth_digest=self.zk_auth)
+
     def zk_client(self) -> KazooClient:
         """A started kazoo client on this cluster's ZooKeeper (closed by `down()`)."""
         with self._lock:
             if not self._clients:
-                settings = ZkSettings(connect=self.zk, root=self.root, auth_digest=self.zk_auth)
-                self._clients.append(zkclient.connect(settings))
+                self._clients.append(zkclient.connect(self.zk_settings()))
             return self._clients[0]
 
     def store(self) -> ZkStore:
-        """The cluster's records on the `zk_client()` session (no ACL, the hierarchical layout)."""
-        return ZkStore(self.zk_client(), root=self.root)
+        """The cluster's records on the `zk_client()` session, bound as every store is (store.bind)."""
+        return bind(self.zk_client(), self.zk_settings())
 
     def client_pool(self) -> BookieClientPool:
         """A BookieClientPool resolving bookies from their registrations (closed by `down()`)."""

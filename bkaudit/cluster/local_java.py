@@ -38,9 +38,7 @@ class JavaProcesses:
         raise NotImplementedError
 
     def zk_settings(self) -> ZkSettings:
-        """This cluster's [zk] (its ZooKeeper and ledgers root): what a client connects with, and what
-        BookKeeper's metadata URI names."""
-        return ZkSettings(connect=self.zk, root=self.root)
+        raise NotImplementedError
 
     def java_conf(self, b: BookieInfo) -> dict[str, str]:
         """The `bk_server.conf` a Java bookie runs with (BookKeeper's defaults but for loopback, its

@@ -272,12 +272,11 @@ class Demo:
         from bkaudit.config import ZkSettings
         from bkaudit.lifecycle import service
         from bkaudit.model import lifecycle as lc
-        from bkaudit.store import ZkStore
+        from bkaudit.store import bind
 
         self.progress.start(STEPS[6])
         c = self.cluster
-        state_root = self.settings.get(ZkSettings).state_root or None  # where the Auditor writes progress
-        cluster = ZkStore(c.zk_client(), root=c.root, state_root=state_root)
+        cluster = bind(c.zk_client(), self.settings.get(ZkSettings))  # where the Auditor writes progress
         added = c.add_bookie(rack="/rack-3")
         old = next(b.id for b in c.bookies if b.rack == "/rack-3" and b.id != added.id)
         before = len(cluster.index.ledgers_of([old])[old])

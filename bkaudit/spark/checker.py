@@ -63,10 +63,10 @@ from bkaudit.rpc.tls import TlsConfig
 from bkaudit.spark.checker_inputs import RunInputs, load_inputs, resolve_snapshot
 from bkaudit.spark.checker_live import OpenSegments, open_segments, switch_fallback
 from bkaudit.spark.checker_run import RunContext
-from bkaudit.store import ZkStore
+from bkaudit.store import bind
 from bkaudit.tables.checker_schemas import CHECKER_TABLES
 from bkaudit.tables.read import require_writable
-from bkaudit.zk.client import acls, close, connect
+from bkaudit.zk.client import close, connect
 from bkaudit.zk.ledgers import read_layout, require_cluster
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def _check(
     zk = connect(ctx.zk)
     cleanup.callback(_close_quietly, zk)
     require_cluster(zk, root=ctx.zk.root)  # a wrong root is an error, not a clean audit of nothing
-    cluster = ZkStore(zk, root=ctx.zk.root, layout=read_layout(zk, root=ctx.zk.root), acl=acls(ctx.zk))
+    cluster = bind(zk, ctx.zk, layout=read_layout(zk, root=ctx.zk.root))  # the cluster as it is laid out
     session = Session(cluster, TlsConfig.from_settings(ctx.settings),
                       ctx.settings.get(RpcSettings).max_frame_bytes)
     inputs = load_inputs(spark, ctx, snapshot_id, selection)

@@ -8,6 +8,6 @@ tests/store_contract.py holds one set of assertions that runs against both.
 """
 
 from bkaudit.store.base import ClusterStore
-from bkaudit.store.zookeeper import ZkStore, connect
+from bkaudit.store.zookeeper import ZkStore, bind, connect
 
-__all__ = ["ClusterStore", "ZkStore", "connect"]
+__all__ = ["ClusterStore", "ZkStore", "bind", "connect"]

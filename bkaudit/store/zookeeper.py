@@ -359,9 +359,19 @@ def connect(settings: ZkSettings, *, max_in_flight: int = 500) -> ZkStore:
     """A ZkStore on a new session for `[zk]` (close it with `close`)."""
     from bkaudit.zk import client as zkclient
 
-    client = zkclient.connect(settings)
+    return bind(zkclient.connect(settings), settings, max_in_flight=max_in_flight)
+
+
+def bind(client: KazooClient, settings: ZkSettings, *, max_in_flight: int = 500,
+         layout: str | None = None) -> ZkStore:
+    """A ZkStore on a session the caller owns (a bookie shares its session with its embedded AutoRecovery),
+    bound as `connect` binds one: `[zk]` root, state root, ACL and layout (`layout`: the cluster's own
+    LAYOUT when the caller read it). The one reading of those keys for a store."""
+    from bkaudit.zk import client as zkclient
+
     return ZkStore(client, root=settings.root, state_root=settings.state_root or None,
-                   acl=zkclient.acls(settings), max_in_flight=max_in_flight, layout=settings.layout)
+                   acl=zkclient.acls(settings), max_in_flight=max_in_flight,
+                   layout=settings.layout if layout is None else layout)
 
 
 def close(store: ZkStore) -> None:

@@ -343,3 +343,24 @@ def test_the_root_scan_sees_methods_nested_functions_and_keyword_parameters() ->
         "    def inner(root, /): ...\n"
     )
     assert _root_takers("m", source) == {"m.plain", "m.C.method", "m.outer.inner"}
+
+
+def _builds_a_zk_store(source: str) -> bool:
+    return any(
+        isinstance(node, ast.Call)
+        and (getattr(node.func, "id", None) == "ZkStore" or getattr(node.func, "attr", None) == "ZkStore")
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+def test_only_the_store_binds_a_zk_store_to_its_settings() -> None:
+    """A ZkStore is built from `[zk]` in one place (`store.connect`, or `store.bind` on a session the caller
+    owns): six hand-built ones had drifted apart in state root, ACL and layout."""
+    builders = sorted(
+        module
+        for module, path in _modules().items()
+        if not module.startswith("bkaudit.store") and _builds_a_zk_store(path.read_text(encoding="utf-8"))
+    )
+    assert builders == [], "use bkaudit.store.connect(settings) or bind(client, settings)"
+    assert _builds_a_zk_store("from bkaudit import store\ns = store.ZkStore(zk, root='/x')\n")
+    assert not _builds_a_zk_store("s = bind(zk, settings)\n")
