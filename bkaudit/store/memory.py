@@ -32,7 +32,7 @@ from bkaudit.store.memory_records import (
     MemoryRegistry,
     MemoryWebhooks,
 )
-from bkaudit.zk.lifecycle import serving_read_only
+from bkaudit.zk.lifecycle import parse_state, serving_read_only
 from bkaudit.zk.paths import validate_bookie_id
 
 
@@ -172,12 +172,7 @@ class MemoryStore:
             watchers = list(self.lifecycle_watchers.get(bookie_id, ()))
             found = self.states.get(bookie_id)
             switch = self.serving.get(bookie_id)
-        state: lc.StateRecord | FormatError | None = None
-        if found is not None:
-            try:
-                state = lc.parse(found[0])
-            except FormatError as exc:
-                state = exc
+        state = parse_state(None if found is None else found[0])  # as ZooKeeper's DataWatch delivers it
         read_only = serving_read_only(switch)
         for on_state, on_serving in watchers:
             on_state(state)
