@@ -28,8 +28,6 @@ from bkaudit.admin import guard
 from bkaudit.admin.auth import Role, TokenBook
 from bkaudit.admin.routes import audit, bookkeeper, lifecycle, pages, webhooks
 from bkaudit.admin.routes.common import WHY, ErrorBody, ValidationErrorBody, role_of
-from bkaudit.admin.routes.common import admin as _admin  # noqa: F401 (tests/security reads the role deps here)
-from bkaudit.admin.routes.common import reader as _reader  # noqa: F401
 from bkaudit.admin.routes.context import Context
 from bkaudit.admin.settings import AdminSettings
 

@@ -18,8 +18,8 @@ import pytest
 from fastapi.routing import APIRoute
 from kazoo.client import KazooClient
 
-from bkaudit.admin import app as admin_app
 from bkaudit.admin import webhooks
+from bkaudit.admin.routes import common as roles
 from bkaudit.store import ZkStore
 from tests.admin.support import ADMIN, READER, add_cookie, add_ledger, serve, settings
 
@@ -88,7 +88,7 @@ def test_every_changing_route_refuses_missing_wrong_and_read_only_tokens(served,
               b'{"state":', b"\xff\xfe not json", b"[" * 10000)  # malformed: refused before parsing
     with httpx.Client(base_url=server.url, timeout=30) as http:
         for method, route in changing:
-            assert admin_app._admin in _dependencies(route), f"{method} {route.path} is not admin-only"
+            assert roles.admin in _dependencies(route), f"{method} {route.path} is not admin-only"
             url = _url(route, {"hook_id": hook_id})
             for why, (headers, status) in REFUSED.items():
                 for body in bodies:  # valid bodies too: authorization comes before anything else
@@ -109,14 +109,14 @@ def test_every_changing_route_refuses_missing_wrong_and_read_only_tokens(served,
 def test_read_only_tokens_read_and_anonymous_reads_can_be_switched_off(served) -> None:  # type: ignore[no-untyped-def]
     server, hook_id = served
     reading = [r for r in _routes(server) if "GET" in r.methods]
-    protected = [r for r in reading if _dependencies(r) & {admin_app._reader, admin_app._admin}]
+    protected = [r for r in reading if _dependencies(r) & {roles.reader, roles.admin}]
     assert len(protected) >= 10
     public = [r.path for r in reading if r not in protected]  # liveness and the dashboard page (its data
     assert all(not r.methods & CHANGING for r in reading if r not in protected), public  # needs tokens)
     with httpx.Client(base_url=server.url, timeout=60) as http:
         for route in protected:
             url = _url(route, {"hook_id": hook_id})
-            admin_only = admin_app._admin in _dependencies(route)
+            admin_only = roles.admin in _dependencies(route)
             r = http.get(url, params={"bookie": BOOKIE}, headers=READER)
             if admin_only:
                 assert r.status_code == 403, f"GET {route.path}: {r.status_code}"
