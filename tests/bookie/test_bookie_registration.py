@@ -228,6 +228,7 @@ def test_a_registration_of_another_live_session_is_waited_out_not_replaced(zk_se
 
     root = unique_path("w", "/ledgers")
     old, new = connect(zk_server.connect_string), connect(zk_server.connect_string)
+    expiry: threading.Thread | None = None
     try:
         new.ensure_path(paths.available_root(root=root))
         path = paths.available_path("10.0.0.7:3181", root=root)
@@ -243,11 +244,14 @@ def test_a_registration_of_another_live_session_is_waited_out_not_replaced(zk_se
             closed_at.append(time.monotonic())
             close(old)
 
-        threading.Thread(target=expire_old).start()
+        expiry = threading.Thread(target=expire_old)
+        expiry.start()
         registry.register(new, "10.0.0.7:3181", b"", root=root, stale_wait_s=30)
         registered_at = time.monotonic()
         assert closed_at and registered_at >= closed_at[0]  # registered only once the old node was gone
         assert new.exists(path).ephemeralOwner == new.client_id[0]
     finally:
         close(new)
+        if expiry is not None:  # its close of `old` may still be under way: two closes at once race in kazoo
+            expiry.join()
         close(old)
