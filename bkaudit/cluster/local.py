@@ -45,7 +45,7 @@ from bkaudit.cluster.bookies import (
     java_memory,
 )
 from bkaudit.cluster.local_java import JavaProcesses
-from bkaudit.cluster.local_processes import all_threads_stopped, is_bookie, log_tail
+from bkaudit.cluster.local_processes import all_threads_stopped, is_bookie, log_tail, wait_ready, wait_serving
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ClusterError
 from bkaudit.processes import pid_alive
@@ -92,6 +92,7 @@ class LocalCluster(JavaProcesses):
         self.detach = detach
         self.zk_auth = zk_auth  # "user:password" for a secured ZooKeeper; never written to cluster.json
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._log_starts: dict[str, int] = {}  # where each spawned bookie's log began (it is appended to)
         self._zk_server: ZooKeeperServer | None = None
         self._clients: list[KazooClient] = []
         self._pools: list[BookieClientPool] = []
@@ -285,6 +286,7 @@ class LocalCluster(JavaProcesses):
         env["BKAUDIT_BOOKIE__LISTEN_ADDRESS"] = env["BKAUDIT_BOOKIE__ADVERTISED_ADDRESS"] = b.host
         Path(b.data_dir).mkdir(parents=True, exist_ok=True)
         with (Path(b.data_dir) / LOG_FILE).open("ab") as log:
+            self._log_starts[b.id] = log.tell()
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True)
         self._procs[b.id] = proc
@@ -303,7 +305,10 @@ class LocalCluster(JavaProcesses):
                 owner = None
             if owner is not None and owner != old_owner:
                 if b.kind == "java":
-                    self._wait_serving(b, deadline)
+                    wait_serving(b, alive=self._alive, deadline=deadline, timeout_s=START_TIMEOUT_S)
+                elif b.id in self._log_starts:  # spawned by this object: its log from here on is this run's
+                    wait_ready(b, self._log_starts[b.id], alive=self._alive, deadline=deadline,
+                               timeout_s=START_TIMEOUT_S)
                 return
             if not self._alive(b):
                 b.pid = None
@@ -312,26 +317,6 @@ class LocalCluster(JavaProcesses):
             time.sleep(0.05)
         raise ClusterError(f"bookie {b.id} did not register within {START_TIMEOUT_S:g}s{log_tail(b)}")
 
-    def _wait_serving(self, b: BookieInfo, deadline: float) -> None:
-        """Until a Java bookie answers a request. BookieServer.start registers the bookie (BookieImpl.start)
-        before BookieNettyServer.start lets requests in: a connection in between gets RejectRequestHandler,
-        which closes it unanswered. A Java client retries; a test's first raw frame must not meet that."""
-        from bkaudit.rpc.client import BookieClient
-
-        while True:
-            client = BookieClient(b.id, b.id, connect_timeout_s=2.0, request_timeout_s=5.0)
-            try:
-                client.get_bookie_info().result(timeout=10)
-                return
-            except Exception:  # closed unanswered, refused or timed out: not serving yet
-                if not self._alive(b):
-                    raise ClusterError(f"bookie {b.id} exited during start-up{log_tail(b)}") from None
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"bookie {b.id} registered but answered no request within "
-                                       f"{START_TIMEOUT_S:g}s{log_tail(b)}") from None
-                time.sleep(0.05)
-            finally:
-                client.close()
 
     def stop_bookie(self, bookie_id: str, *, timeout_s: float = 20) -> None:
         """SIGTERM: the bookie goes read-only, drains, deregisters and exits (SIGKILL after `timeout_s`)."""

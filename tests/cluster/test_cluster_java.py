@@ -13,6 +13,7 @@ from bkaudit.bookie.settings import BookieSettings
 from bkaudit.chaos.faults import JAVA_DISK_FULL
 from bkaudit.cluster import java, local
 from bkaudit.cluster.local import BookieInfo, LocalCluster
+from bkaudit.cluster.local_processes import wait_serving
 from bkaudit.config import ZkSettings
 from bkaudit.errors import ClusterError, ConfigError
 from bkaudit.store.memory import MemoryStore
@@ -141,15 +142,12 @@ def test_a_java_bookie_counts_as_started_once_it_answers_not_once_it_registered(
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    cluster = LocalCluster(tmp_path, "127.0.0.1:1", [], None)
     info = BookieInfo(id=f"127.0.0.1:{port}", rack="", port=port, pid=None, data_dir=str(tmp_path / "b0"),
                       kind="java", storage="sorted")
-    cluster._alive = lambda b: True  # type: ignore[method-assign]
-    cluster._wait_serving(info, time.monotonic() + 30)
+    wait_serving(info, alive=lambda b: True, deadline=time.monotonic() + 30, timeout_s=30)
     assert len(accepted) == rejected + 1
     thread.join(10)
     server.close()
 
-    cluster._alive = lambda b: False  # type: ignore[method-assign]
-    with pytest.raises(ClusterError, match="exited during start-up"):
-        cluster._wait_serving(info, time.monotonic() + 30)  # nothing listens now: a dead bookie is said so
+    with pytest.raises(ClusterError, match="exited during start-up"):  # nothing listens now: a dead bookie
+        wait_serving(info, alive=lambda b: False, deadline=time.monotonic() + 30, timeout_s=30)  # is said so
