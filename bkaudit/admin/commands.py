@@ -31,6 +31,7 @@ def admin() -> None:
 def serve(target: ZkTarget, listen: str | None, port: int | None, warehouse: str | None, tls_cert: str | None,
           tls_key: str | None) -> None:
     """Serve the API and dashboard until SIGTERM / SIGINT; works with any bookie host down."""
+    from bkaudit import config
     from bkaudit.admin.server import AdminServer
     from bkaudit.admin.settings import AdminSettings
     from bkaudit.config import ZkSettings
@@ -38,7 +39,7 @@ def serve(target: ZkTarget, listen: str | None, port: int | None, warehouse: str
     from bkaudit.rpc.pool import BookieClientPool
     from bkaudit.rpc.tls import TlsConfig
     from bkaudit.store import bind
-    from bkaudit.tables.settings import resolve_warehouse
+    from bkaudit.tables.settings import TablesSettings
     from bkaudit.zk import client as zkclient
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -57,7 +58,7 @@ def serve(target: ZkTarget, listen: str | None, port: int | None, warehouse: str
     cluster = bind(client, zk_settings)
     pool = BookieClientPool(registry=cluster.registry, tls=TlsConfig.from_settings(settings),
                             request_timeout_s=timeout, connect_timeout_s=timeout)
-    warehouse_at = resolve_warehouse(settings, admin=True)  # "": none
+    warehouse_at = settings.get(TablesSettings).warehouse(config.warehouse(settings, admin=True))  # "": none
     server = AdminServer(cluster, conf, warehouse=warehouse_at, pool=pool,
                          bookie_http_timeout_s=settings.get(LifecycleSettings).bookie_http_timeout_s)
     scheme = "https" if conf.tls_cert else "http"

@@ -64,15 +64,12 @@ class TablesSettings:
         return Warehouse(uri, options)
 
 
-def resolve_warehouse(settings: Any, warehouse: Warehouse | str | None = None, *,
-                      admin: bool = False) -> Warehouse:
-    """The warehouse a command works on (`warehouse`, else the settings' one: `config.warehouse`, with its
-    `admin` rule) with the `[tables]` storage options of resolved settings (`config.Settings`); a `Warehouse`
-    is kept as it is."""
+def resolve_warehouse(settings: Any, warehouse: Warehouse | str | None = None) -> Warehouse:
+    """The warehouse a command works on (`warehouse`, else the settings' one: `config.warehouse`) with the
+    `[tables]` storage options of resolved settings (`config.Settings`); a `Warehouse` is kept as it is."""
     from bkaudit import config
     from bkaudit.tables.location import Warehouse
 
     if isinstance(warehouse, Warehouse):
         return warehouse
-    uri = config.warehouse(settings, warehouse, admin=admin)
-    return settings.get(TablesSettings).warehouse(uri)  # type: ignore[no-any-return]
+    return settings.get(TablesSettings).warehouse(config.warehouse(settings, warehouse))  # type: ignore[no-any-return]
